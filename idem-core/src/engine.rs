@@ -1,0 +1,489 @@
+//! The transition logic. Every state change of a record is decided here and nowhere else.
+
+use crate::event::Event;
+use crate::fingerprint::Fingerprint;
+use crate::key::RecordKey;
+use crate::problem::Problem;
+use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
+use crate::time::UnixMillis;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::time::Duration;
+
+/// What to do with an outcome whose effect is unknown (`IDEM-OUT-3`): the handler crashed,
+/// timed out, or a dependency failed in a way that may or may not have taken effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum UnknownOutcomePolicy {
+    /// End the lease at once: the next retry takes over with `recovered: true` and must
+    /// reconcile before acting (the default: it never replays an error the client cannot act
+    /// on, and never runs blindly twice).
+    #[default]
+    Reexecute,
+    /// Store the response (if there is one) and replay it, like a final outcome.
+    Store,
+    /// Hold the key as outcome-unknown: retries are refused until the host reconciles the
+    /// record with [`Engine::resolve`].
+    Hold,
+}
+
+/// Engine settings. See `spec/README.md` ("Defaults") for the reason behind each default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How long a completed response is replayed (`IDEM-TTL-1`). Default 24 hours.
+    pub response_ttl: Duration,
+    /// How long a key is remembered, at least `response_ttl` (`IDEM-TTL-2`). Default 7 days.
+    pub key_ttl: Duration,
+    /// How long a claim lasts before another attempt may take over (`IDEM-LEASE-1`).
+    /// Default 60 seconds.
+    pub lease: Duration,
+    /// What an unknown outcome does (`IDEM-OUT-3`). Default [`UnknownOutcomePolicy::Reexecute`].
+    pub unknown_outcome: UnknownOutcomePolicy,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            response_ttl: Duration::from_secs(24 * 3600),
+            key_ttl: Duration::from_secs(7 * 24 * 3600),
+            lease: Duration::from_secs(60),
+            unknown_outcome: UnknownOutcomePolicy::Reexecute,
+        }
+    }
+}
+
+/// A configuration the engine refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `key_ttl` is shorter than `response_ttl`: a key would be forgotten while its response
+    /// is still meant to be replayed.
+    KeyTtlShorterThanResponseTtl,
+    /// A duration is zero.
+    ZeroDuration(&'static str),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::KeyTtlShorterThanResponseTtl => {
+                f.write_str("key_ttl must be at least response_ttl")
+            }
+            ConfigError::ZeroDuration(name) => write!(f, "{name} must be greater than zero"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ConfigError {}
+
+/// One request as the engine sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Attempt<'a> {
+    /// The record it addresses.
+    pub key: &'a RecordKey,
+    /// Its fingerprint.
+    pub fingerprint: &'a Fingerprint,
+    /// A random value from the caller; it becomes the first version of a new record so that
+    /// versions never repeat across incarnations of a key (see [`Record::version`]).
+    pub nonce: u64,
+}
+
+/// The right to run the handler for one record, fenced: a [`Write`] built from a lease
+/// applies only while the record is still the one this lease created (`IDEM-LEASE-2`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The record.
+    pub key: RecordKey,
+    /// The version of the in-flight record this lease wrote.
+    pub version: u64,
+    /// The fencing number; grows on every takeover.
+    pub fence: u64,
+    /// When the lease ends.
+    pub expires: UnixMillis,
+    /// The fingerprint of the request being executed.
+    pub fingerprint: Fingerprint,
+    /// When the record was first created.
+    pub created: UnixMillis,
+    /// When the key expires (unless completion extends it).
+    pub key_expires: UnixMillis,
+}
+
+/// Why the engine refuses a request without running it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The key's response has expired but the key is still remembered: a late retry, or a
+    /// replay of a captured request. A security event (`IDEM-TTL-3`).
+    KeyExpired,
+    /// A previous attempt's outcome is unknown and the policy holds the key (`IDEM-OUT-3`).
+    OutcomeUnknown,
+}
+
+/// The engine's answer to one attempt.
+#[must_use = "a Decision must be acted on: an Execute carries a claim that must be applied"]
+#[derive(Clone, Debug, PartialEq, Eq)]
+// A Decision is returned once and matched at once; boxing Execute would put an allocation
+// on every claim to save a move.
+#[allow(clippy::large_enum_variant)]
+pub enum Decision {
+    /// Claim the key with `write`, then run the handler under `lease` (`IDEM-EXEC-1`).
+    /// `recovered` is true when this attempt takes over from one whose lease expired: the
+    /// handler should reconcile with whatever that attempt may have done (`IDEM-LEASE-1`).
+    Execute {
+        /// The lease to complete or extend.
+        lease: Lease,
+        /// The claim to apply; a lost race means decide again.
+        write: Write,
+        /// Whether an earlier attempt may have started the work.
+        recovered: bool,
+    },
+    /// Send this stored response again (`IDEM-REPLAY-1`).
+    Replay(Arc<StoredResponse>),
+    /// Another attempt holds the lease; retry after this many seconds (`IDEM-CONC-1`).
+    InProgress {
+        /// Seconds until the lease ends, at least 1.
+        retry_after_secs: u64,
+    },
+    /// The key was used for a different request (`IDEM-FP-1`); `differing` lists the
+    /// top-level JSON fields that differ, when known (`IDEM-FP-4`).
+    Mismatch {
+        /// Sorted field names.
+        differing: Vec<String>,
+    },
+    /// Refused.
+    Rejected(RejectReason),
+}
+
+impl Decision {
+    /// The event a host should log or count for this decision (`IDEM-EVT-1`).
+    pub fn event(&self) -> Event {
+        match self {
+            Decision::Execute {
+                recovered: false, ..
+            } => Event::Executed,
+            Decision::Execute {
+                recovered: true,
+                lease,
+                ..
+            } => Event::TookOver { fence: lease.fence },
+            Decision::Replay(_) => Event::Replayed,
+            Decision::InProgress { .. } => Event::InProgress,
+            Decision::Mismatch { .. } => Event::Mismatch,
+            Decision::Rejected(RejectReason::KeyExpired) => Event::TombstoneHit,
+            Decision::Rejected(RejectReason::OutcomeUnknown) => Event::OutcomeUnknownHit,
+        }
+    }
+
+    /// The error response for decisions that refuse the request; `None` for
+    /// [`Decision::Execute`] and [`Decision::Replay`].
+    pub fn problem(&self) -> Option<Problem> {
+        match self {
+            Decision::Execute { .. } | Decision::Replay(_) => None,
+            Decision::InProgress { .. } => Some(Problem::IN_PROGRESS),
+            Decision::Mismatch { .. } => Some(Problem::MISMATCH),
+            Decision::Rejected(RejectReason::KeyExpired) => Some(Problem::KEY_EXPIRED),
+            Decision::Rejected(RejectReason::OutcomeUnknown) => Some(Problem::OUTCOME_UNKNOWN),
+        }
+    }
+}
+
+/// What the handler's result means for the record (`IDEM-OUT-1` to `IDEM-OUT-3`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A final answer (2xx, 3xx, deterministic 4xx): stored and replayed.
+    Final(StoredResponse),
+    /// Nothing happened and trying again is safe (for example 408, 425, 429, or a handler
+    /// that rejected the request before acting): the key is released.
+    Retryable,
+    /// The effect is unknown (a crash, a timeout, most 5xx); the configured
+    /// [`UnknownOutcomePolicy`] applies. The response, if any, is stored only under
+    /// [`UnknownOutcomePolicy::Store`].
+    Unknown(Option<StoredResponse>),
+}
+
+impl Outcome {
+    /// The default classification of an HTTP response by status (`IDEM-OUT-4`): 408, 425
+    /// and 429 are retryable; other 1xx–4xx are final; 5xx are unknown.
+    pub fn classify(response: StoredResponse) -> Outcome {
+        match response.status {
+            408 | 425 | 429 => Outcome::Retryable,
+            100..=499 => Outcome::Final(response),
+            _ => Outcome::Unknown(Some(response)),
+        }
+    }
+}
+
+/// Why a completion, heartbeat or resolution could not be built. A completion under a
+/// stale lease is not an error here: its write carries the lease's version as precondition
+/// and the store refuses it (`IDEM-LEASE-2`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompleteError {
+    /// A response status outside 100–599.
+    InvalidStatus(u16),
+    /// A heartbeat after the lease ended: another attempt may already have taken over.
+    LeaseExpired,
+    /// [`Engine::resolve`] was given a record that is not outcome-unknown.
+    NotOutcomeUnknown,
+}
+
+impl fmt::Display for CompleteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CompleteError::InvalidStatus(s) => write!(f, "invalid response status {s}"),
+            CompleteError::LeaseExpired => f.write_str("the lease has expired"),
+            CompleteError::NotOutcomeUnknown => f.write_str("the record is not outcome-unknown"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for CompleteError {}
+
+/// The idempotency engine: a pure function of its [`Config`], the time and the record.
+#[derive(Clone, Debug, Default)]
+pub struct Engine {
+    config: Config,
+}
+
+impl Engine {
+    /// An engine with a checked configuration.
+    pub fn new(config: Config) -> Result<Engine, ConfigError> {
+        for (name, d) in [
+            ("response_ttl", config.response_ttl),
+            ("key_ttl", config.key_ttl),
+            ("lease", config.lease),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroDuration(name));
+            }
+        }
+        if config.key_ttl < config.response_ttl {
+            return Err(ConfigError::KeyTtlShorterThanResponseTtl);
+        }
+        Ok(Engine { config })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Decides what to do with `attempt`, given the record the caller read for its key (or
+    /// `None`). A record whose key has expired counts as absent, whether or not the store
+    /// has swept it yet.
+    pub fn decide(
+        &self,
+        now: UnixMillis,
+        attempt: &Attempt<'_>,
+        stored: Option<&Record>,
+    ) -> Decision {
+        let precondition =
+            stored.map_or(Precondition::Absent, |r| Precondition::Version(r.version));
+        let Some(record) = stored.filter(|r| now < r.key_expires) else {
+            return self.claim(now, attempt, precondition, None);
+        };
+        if !record.fingerprint.matches(attempt.fingerprint) {
+            return Decision::Mismatch {
+                differing: record.fingerprint.differing_fields(attempt.fingerprint),
+            };
+        }
+        match &record.state {
+            RecordState::InFlight { lease_expires } if now < *lease_expires => {
+                Decision::InProgress {
+                    retry_after_secs: now.until(*lease_expires).div_ceil(1000).max(1),
+                }
+            }
+            RecordState::InFlight { .. } => self.claim(now, attempt, precondition, Some(record)),
+            RecordState::Completed {
+                response,
+                response_expires,
+            } if now < *response_expires => Decision::Replay(Arc::clone(response)),
+            RecordState::Completed { .. } | RecordState::Tombstone => {
+                Decision::Rejected(RejectReason::KeyExpired)
+            }
+            RecordState::OutcomeUnknown { .. } => Decision::Rejected(RejectReason::OutcomeUnknown),
+        }
+    }
+
+    /// A fresh claim, or a takeover of `previous` whose lease has ended.
+    fn claim(
+        &self,
+        now: UnixMillis,
+        attempt: &Attempt<'_>,
+        precondition: Precondition,
+        previous: Option<&Record>,
+    ) -> Decision {
+        let (version, fence, created) = match previous {
+            Some(r) => (
+                r.version.wrapping_add(1),
+                r.fence.wrapping_add(1),
+                r.created,
+            ),
+            None => (attempt.nonce, 1, now),
+        };
+        let lease = Lease {
+            key: attempt.key.clone(),
+            version,
+            fence,
+            expires: now.saturating_add(self.config.lease),
+            fingerprint: attempt.fingerprint.clone(),
+            created,
+            key_expires: now.saturating_add(self.config.key_ttl),
+        };
+        let write = Write {
+            key: attempt.key.clone(),
+            precondition,
+            op: WriteOp::Put(in_flight(&lease, lease.expires)),
+        };
+        Decision::Execute {
+            lease,
+            write,
+            recovered: previous.is_some(),
+        }
+    }
+
+    /// The write that records the handler's outcome under `lease`. Apply it before the
+    /// response leaves the host (`IDEM-OUT-5`). The store refuses it if the lease was fenced
+    /// out, and then nothing changes (`IDEM-LEASE-2`).
+    pub fn complete(
+        &self,
+        now: UnixMillis,
+        lease: &Lease,
+        outcome: Outcome,
+    ) -> Result<Write, CompleteError> {
+        let op = match outcome {
+            Outcome::Final(response) => self.completed(now, lease, response)?,
+            Outcome::Retryable => WriteOp::Delete,
+            Outcome::Unknown(response) => match (self.config.unknown_outcome, response) {
+                (UnknownOutcomePolicy::Store, Some(response)) => {
+                    self.completed(now, lease, response)?
+                }
+                (UnknownOutcomePolicy::Reexecute, _) => WriteOp::Put(Record {
+                    version: lease.version.wrapping_add(1),
+                    ..in_flight(lease, now)
+                }),
+                (UnknownOutcomePolicy::Hold | UnknownOutcomePolicy::Store, _) => {
+                    WriteOp::Put(Record {
+                        version: lease.version.wrapping_add(1),
+                        state: RecordState::OutcomeUnknown { since: now },
+                        ..in_flight(lease, now)
+                    })
+                }
+            },
+        };
+        Ok(Write {
+            key: lease.key.clone(),
+            precondition: Precondition::Version(lease.version),
+            op,
+        })
+    }
+
+    fn completed(
+        &self,
+        now: UnixMillis,
+        lease: &Lease,
+        response: StoredResponse,
+    ) -> Result<WriteOp, CompleteError> {
+        if !(100..=599).contains(&response.status) {
+            return Err(CompleteError::InvalidStatus(response.status));
+        }
+        Ok(WriteOp::Put(Record {
+            version: lease.version.wrapping_add(1),
+            fence: lease.fence,
+            fingerprint: lease.fingerprint.clone(),
+            created: lease.created,
+            key_expires: lease.key_expires.max(now.saturating_add(self.config.key_ttl)),
+            state: RecordState::Completed {
+                response: Arc::new(response),
+                response_expires: now.saturating_add(self.config.response_ttl),
+            },
+        }))
+    }
+
+    /// A heartbeat: a new lease ending one lease period from `now`, and the write that
+    /// records it (`IDEM-LEASE-3`). Refused once the lease has ended.
+    pub fn extend(&self, now: UnixMillis, lease: &Lease) -> Result<(Lease, Write), CompleteError> {
+        if now >= lease.expires {
+            return Err(CompleteError::LeaseExpired);
+        }
+        let next = Lease {
+            version: lease.version.wrapping_add(1),
+            expires: now.saturating_add(self.config.lease),
+            ..lease.clone()
+        };
+        let write = Write {
+            key: lease.key.clone(),
+            precondition: Precondition::Version(lease.version),
+            op: WriteOp::Put(in_flight(&next, next.expires)),
+        };
+        Ok((next, write))
+    }
+
+    /// Reconciles a record held as outcome-unknown: a final outcome stores the response, a
+    /// retryable one releases the key (`IDEM-OUT-3`).
+    pub fn resolve(
+        &self,
+        now: UnixMillis,
+        key: &RecordKey,
+        record: &Record,
+        outcome: Outcome,
+    ) -> Result<Write, CompleteError> {
+        if !matches!(record.state, RecordState::OutcomeUnknown { .. }) {
+            return Err(CompleteError::NotOutcomeUnknown);
+        }
+        let lease = Lease {
+            key: key.clone(),
+            version: record.version,
+            fence: record.fence,
+            expires: now,
+            fingerprint: record.fingerprint.clone(),
+            created: record.created,
+            key_expires: record.key_expires,
+        };
+        let op = match outcome {
+            Outcome::Final(response) | Outcome::Unknown(Some(response)) => {
+                self.completed(now, &lease, response)?
+            }
+            Outcome::Retryable | Outcome::Unknown(None) => WriteOp::Delete,
+        };
+        Ok(Write {
+            key: key.clone(),
+            precondition: Precondition::Version(record.version),
+            op,
+        })
+    }
+
+    /// When `record` next needs attention from the store (an alarm, a sweep).
+    pub fn next_deadline(&self, record: &Record) -> UnixMillis {
+        record.next_deadline()
+    }
+
+    /// The write that applies the passage of time to `record` at `now` (drop an expired
+    /// response, delete an expired key), or `None` if nothing is due (`IDEM-TTL-4`).
+    pub fn expire(&self, now: UnixMillis, key: &RecordKey, record: &Record) -> Option<Write> {
+        let op = match record.expire(now) {
+            crate::record::Expiry::Keep(_) => return None,
+            crate::record::Expiry::Tombstone(t) => WriteOp::Put(t),
+            crate::record::Expiry::Delete => WriteOp::Delete,
+        };
+        Some(Write {
+            key: key.clone(),
+            precondition: Precondition::Version(record.version),
+            op,
+        })
+    }
+}
+
+fn in_flight(lease: &Lease, lease_expires: UnixMillis) -> Record {
+    Record {
+        version: lease.version,
+        fence: lease.fence,
+        fingerprint: lease.fingerprint.clone(),
+        created: lease.created,
+        key_expires: lease.key_expires,
+        state: RecordState::InFlight { lease_expires },
+    }
+}

@@ -1,0 +1,75 @@
+use core::fmt;
+
+/// Something a host should log or count (`IDEM-EVT-1`). Every decision and every completion
+/// yields exactly one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Event {
+    /// A new key was claimed; the handler runs.
+    Executed,
+    /// A lease had expired and this attempt took over with a new fencing number.
+    TookOver {
+        /// The new fencing number.
+        fence: u64,
+    },
+    /// A stored response was replayed.
+    Replayed,
+    /// A duplicate arrived while the first attempt held the lease.
+    InProgress,
+    /// The key was reused with a different payload.
+    Mismatch,
+    /// A request presented a key whose response has expired: a client bug or a replay of a
+    /// captured request. Security-relevant.
+    TombstoneHit,
+    /// A request hit a key held as outcome-unknown.
+    OutcomeUnknownHit,
+    /// A request was rejected before reaching the engine (bad key, full store, …).
+    Rejected,
+    /// A final response was stored.
+    Completed,
+    /// The key was released after a retryable outcome.
+    Released,
+    /// An unknown outcome was recorded under the configured policy.
+    OutcomeUnknown,
+    /// A completion or heartbeat came under a stale lease and was refused.
+    FencedOut,
+    /// A lease was extended by a heartbeat.
+    Extended,
+}
+
+impl Event {
+    /// A stable name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Executed => "executed",
+            Event::TookOver { .. } => "took-over",
+            Event::Replayed => "replayed",
+            Event::InProgress => "in-progress",
+            Event::Mismatch => "mismatch",
+            Event::TombstoneHit => "tombstone-hit",
+            Event::OutcomeUnknownHit => "outcome-unknown-hit",
+            Event::Rejected => "rejected",
+            Event::Completed => "completed",
+            Event::Released => "released",
+            Event::OutcomeUnknown => "outcome-unknown",
+            Event::FencedOut => "fenced-out",
+            Event::Extended => "extended",
+        }
+    }
+
+    /// Whether the event deserves a security log line: a tombstone hit or a mismatch may be
+    /// an attacker replaying or probing captured keys; a fenced-out completion means two
+    /// handlers ran for one key.
+    pub fn is_security_relevant(&self) -> bool {
+        matches!(
+            self,
+            Event::TombstoneHit | Event::Mismatch | Event::FencedOut
+        )
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

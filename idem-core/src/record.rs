@@ -1,0 +1,177 @@
+//! Records, their lifecycle, and the compare-and-set writes that move them.
+//!
+//! ```text
+//!            claim                 complete(final)            response_ttl
+//!  absent ─────────▶ in-flight ──────────────────▶ completed ─────────────▶ tombstone
+//!    ▲                │  ▲  │                                                   │
+//!    │ release        │  └──┘ takeover after lease expiry (fence + 1)          │ key_ttl
+//!    └────────────────┘     │                                                   ▼
+//!    (retryable outcome)    └── complete(unknown, hold) ──▶ outcome-unknown   absent
+//! ```
+//!
+//! Every record also disappears at `key_expires`, whatever its state.
+
+use crate::fingerprint::Fingerprint;
+use crate::key::RecordKey;
+use crate::time::UnixMillis;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+/// A response kept for replay (`IDEM-REPLAY-1`): status, the headers the host chose to keep,
+/// and the body, byte for byte.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredResponse {
+    /// HTTP status code, 100 to 599.
+    pub status: u16,
+    /// Header fields in order (name, value).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl StoredResponse {
+    /// Bytes held by this response, for store accounting.
+    pub fn size(&self) -> usize {
+        self.body.len()
+            + self
+                .headers
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + 16)
+                .sum::<usize>()
+    }
+}
+
+/// The state of one (scope, key).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// Compare-and-set version. It starts at a random value chosen by the caller when the
+    /// record is created and grows by one on every write, so a version never names two
+    /// different incarnations of a key (a record released and claimed again starts afresh).
+    pub version: u64,
+    /// Fencing number of the current (or last) lease; grows by one on every takeover.
+    pub fence: u64,
+    /// Fingerprint of the request that created the record.
+    pub fingerprint: Fingerprint,
+    /// When the record was created.
+    pub created: UnixMillis,
+    /// When the key itself is forgotten (`IDEM-TTL-2`).
+    pub key_expires: UnixMillis,
+    /// Where the record is in its lifecycle.
+    pub state: RecordState,
+}
+
+/// Lifecycle states of a [`Record`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RecordState {
+    /// A handler holds the lease until `lease_expires` (`IDEM-LEASE-1`).
+    InFlight {
+        /// The lease ends here; after it another attempt may take over.
+        lease_expires: UnixMillis,
+    },
+    /// The final response, replayed until `response_expires` (`IDEM-TTL-1`).
+    Completed {
+        /// The response to replay.
+        response: Arc<StoredResponse>,
+        /// When the response is dropped and the record becomes a tombstone.
+        response_expires: UnixMillis,
+    },
+    /// The handler's outcome is unknown and the policy holds the key until the host
+    /// reconciles it (`IDEM-OUT-3`).
+    OutcomeUnknown {
+        /// When the outcome became unknown.
+        since: UnixMillis,
+    },
+    /// The response has expired; the key and fingerprint are remembered until
+    /// `key_expires` so that a late retry is refused, not executed again (`IDEM-TTL-3`).
+    Tombstone,
+}
+
+/// What a store should do with a record at a given time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// Nothing yet; look again at the deadline (if any).
+    Keep(Option<UnixMillis>),
+    /// Replace the record with this tombstone (the response is dropped).
+    Tombstone(Record),
+    /// Delete the record: its key has expired.
+    Delete,
+}
+
+impl Record {
+    /// The next time this record changes on its own: when its response or its key expires.
+    /// Stores set their alarm or sweep from this (`IDEM-TTL-4`).
+    pub fn next_deadline(&self) -> UnixMillis {
+        match &self.state {
+            RecordState::Completed {
+                response_expires, ..
+            } => (*response_expires).min(self.key_expires),
+            _ => self.key_expires,
+        }
+    }
+
+    /// What the passage of time does to this record at `now`.
+    pub fn expire(&self, now: UnixMillis) -> Expiry {
+        if now >= self.key_expires {
+            return Expiry::Delete;
+        }
+        match &self.state {
+            RecordState::Completed {
+                response_expires, ..
+            } if now >= *response_expires => Expiry::Tombstone(Record {
+                version: self.version.wrapping_add(1),
+                state: RecordState::Tombstone,
+                ..self.clone()
+            }),
+            _ => Expiry::Keep(Some(self.next_deadline())),
+        }
+    }
+
+    /// Approximate bytes this record occupies in memory (for store limits and statistics),
+    /// not counting its key.
+    pub fn size(&self) -> usize {
+        let fields: usize = self
+            .fingerprint
+            .fields
+            .iter()
+            .map(|f| f.name.len() + 32)
+            .sum();
+        let state = match &self.state {
+            RecordState::Completed { response, .. } => response.size(),
+            _ => 0,
+        };
+        core::mem::size_of::<Record>() + fields + state
+    }
+}
+
+/// The condition under which a store applies a [`Write`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// No record exists for the key.
+    Absent,
+    /// The stored record has exactly this version.
+    Version(u64),
+}
+
+/// What a [`Write`] does when its precondition holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Store this record.
+    Put(Record),
+    /// Delete the record.
+    Delete,
+}
+
+/// A compare-and-set write the engine asks the store to apply atomically: if the record
+/// stored under `key` satisfies `precondition`, perform `op`; otherwise change nothing and
+/// report a lost race. Dropping a `Write` unapplied loses a claim or a result.
+#[must_use = "a Write does nothing until a store applies it"]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// The record the write is for.
+    pub key: RecordKey,
+    /// The condition checked atomically with the write.
+    pub precondition: Precondition,
+    /// The change.
+    pub op: WriteOp,
+}
