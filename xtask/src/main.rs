@@ -1,1 +1,76 @@
-fn main() {}
+//! `cargo xtask test`: installs what the tests need (idempotently, quietly when present) and
+//! runs every test of the project. `cargo xtask setup` only installs.
+
+use std::process::{Command, ExitCode};
+
+mod util;
+mod wasm;
+
+use util::{cargo, run, step};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("test") => setup().and_then(|()| test()),
+        _ => {
+            eprintln!("usage: cargo xtask <setup|test>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Rust targets: x86_64-unknown-none proves idem-core is no_std; wasm32 builds idem-wasm.
+fn setup() -> Result<(), String> {
+    step("setup: rust targets");
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map_err(|e| format!("rustup: {e}"))?;
+    let installed = String::from_utf8_lossy(&installed.stdout).into_owned();
+    for target in ["x86_64-unknown-none", "wasm32-unknown-unknown"] {
+        if !installed.lines().any(|l| l.trim() == target) {
+            run(Command::new("rustup").args(["target", "add", "--quiet", target]))?;
+        }
+    }
+    let components = Command::new("rustup")
+        .args(["component", "list", "--installed"])
+        .output()
+        .map_err(|e| format!("rustup: {e}"))?;
+    let components = String::from_utf8_lossy(&components.stdout).into_owned();
+    for c in ["rustfmt", "clippy"] {
+        if !components.lines().any(|l| l.starts_with(c)) {
+            run(Command::new("rustup").args(["component", "add", c]))?;
+        }
+    }
+    wasm::setup()
+}
+
+fn test() -> Result<(), String> {
+    step("check: formatting");
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    step("check: clippy");
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--quiet", "--", "-D", "warnings"]))?;
+    step("check: idem-core builds without std (x86_64-unknown-none)");
+    run(cargo().args([
+        "build",
+        "--quiet",
+        "-p",
+        "idem-core",
+        "--no-default-features",
+        "--target",
+        "x86_64-unknown-none",
+    ]))?;
+    step("check: docs");
+    run(cargo().args(["doc", "--workspace", "--no-deps", "--quiet"]).env("RUSTDOCFLAGS", "-D warnings"))?;
+    step("test: rust workspace");
+    run(cargo().args(["test", "--workspace", "--quiet"]))?;
+    wasm::test()
+}

@@ -1,0 +1,2 @@
+//! idem-conformance: fires idempotency scenarios at any HTTP server.
+fn main() {}
