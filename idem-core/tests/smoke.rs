@@ -17,30 +17,52 @@ fn claim_complete_replay_mismatch() {
     };
     let fp = spec.fingerprint(&parts(br#"{"a":1,"b":2}"#)).unwrap();
     let now = UnixMillis(1_000_000);
-    let attempt = Attempt { key: &key, fingerprint: &fp, nonce: 42 };
+    let attempt = Attempt {
+        key: &key,
+        fingerprint: &fp,
+        nonce: 42,
+    };
     let Claim::Execute { lease, recovered } = store.claim(&engine, now, &attempt).unwrap() else {
         panic!("expected execute")
     };
     assert!(!recovered);
     assert_eq!(
         store.claim(&engine, now, &attempt).unwrap(),
-        Claim::Done(Decision::InProgress { retry_after_secs: 60 })
+        Claim::Done(Decision::InProgress {
+            retry_after_secs: 60
+        })
     );
-    let resp = StoredResponse { status: 201, headers: vec![], body: b"created".to_vec() };
+    let resp = StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: b"created".to_vec(),
+    };
     assert_eq!(
-        store.finish(&engine, now, &lease, Outcome::Final(resp.clone())).unwrap(),
+        store
+            .finish(&engine, now, &lease, Outcome::Final(resp.clone()))
+            .unwrap(),
         Finish::Stored
     );
     let fp2 = spec.fingerprint(&parts(br#"{ "b":2, "a":1 }"#)).unwrap();
-    let again = Attempt { key: &key, fingerprint: &fp2, nonce: 7 };
+    let again = Attempt {
+        key: &key,
+        fingerprint: &fp2,
+        nonce: 7,
+    };
     match store.claim(&engine, now, &again).unwrap() {
         Claim::Done(Decision::Replay(r)) => assert_eq!(*r, resp),
         other => panic!("{other:?}"),
     }
     let fp3 = spec.fingerprint(&parts(br#"{"a":1,"b":3}"#)).unwrap();
-    let changed = Attempt { key: &key, fingerprint: &fp3, nonce: 7 };
+    let changed = Attempt {
+        key: &key,
+        fingerprint: &fp3,
+        nonce: 7,
+    };
     assert_eq!(
         store.claim(&engine, now, &changed).unwrap(),
-        Claim::Done(Decision::Mismatch { differing: vec!["b".into()] })
+        Claim::Done(Decision::Mismatch {
+            differing: vec!["b".into()]
+        })
     );
 }
