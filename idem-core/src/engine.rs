@@ -395,7 +395,9 @@ impl Engine {
             fence: lease.fence,
             fingerprint: lease.fingerprint.clone(),
             created: lease.created,
-            key_expires: lease.key_expires.max(now.saturating_add(self.config.key_ttl)),
+            key_expires: lease
+                .key_expires
+                .max(now.saturating_add(self.config.key_ttl)),
             state: RecordState::Completed {
                 response: Arc::new(response),
                 response_expires: now.saturating_add(self.config.response_ttl),

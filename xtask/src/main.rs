@@ -57,7 +57,15 @@ fn test() -> Result<(), String> {
     step("check: formatting");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     step("check: clippy");
-    run(cargo().args(["clippy", "--workspace", "--all-targets", "--quiet", "--", "-D", "warnings"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--quiet",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     step("check: idem-core builds without std (x86_64-unknown-none)");
     run(cargo().args([
         "build",
@@ -69,7 +77,9 @@ fn test() -> Result<(), String> {
         "x86_64-unknown-none",
     ]))?;
     step("check: docs");
-    run(cargo().args(["doc", "--workspace", "--no-deps", "--quiet"]).env("RUSTDOCFLAGS", "-D warnings"))?;
+    run(cargo()
+        .args(["doc", "--workspace", "--no-deps", "--quiet"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
     step("test: rust workspace");
     run(cargo().args(["test", "--workspace", "--quiet"]))?;
     wasm::test()
