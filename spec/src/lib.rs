@@ -77,3 +77,34 @@ pub fn requirements() -> &'static [Requirement] {
 pub fn get(id: &str) -> Option<&'static Requirement> {
     requirements().iter().find(|r| r.id == id)
 }
+
+/// The requirement table as Markdown, as embedded in `spec/README.md` between the
+/// `requirements:begin` and `requirements:end` markers.
+pub fn render_markdown() -> String {
+    let mut out = String::from(
+        "| ID | Level | Requirement | HTTP | Problem type | IETF |\n|---|---|---|---|---|---|\n",
+    );
+    for r in requirements() {
+        let status = r.status.map(|s| s.to_string()).unwrap_or_default();
+        let problem = r
+            .problem
+            .as_deref()
+            .map(|p| format!("`{p}`"))
+            .unwrap_or_default();
+        let ietf = r
+            .ietf
+            .as_deref()
+            .map(|s| format!("§{s}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            r.id,
+            r.level.as_str(),
+            r.text.replace('|', "\\|"),
+            status,
+            problem,
+            ietf
+        ));
+    }
+    out
+}
