@@ -1,2 +1,5 @@
-//! idem-conformance: fires idempotency scenarios at any HTTP server.
-fn main() {}
+//! `idem-conformance`: see `conformance/README.md`.
+
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(idem_conformance::cli::main())
+}

@@ -1,0 +1,234 @@
+//! Concurrent duplicates: identical requests on separate connections, released together.
+
+use super::{fail, runs, unsafe_, Check, Ctx, KeyHeader, Who};
+use crate::http::{ms, HarnessError, Prepared, Resp};
+use crate::suite::Confidence;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Barrier;
+
+/// One round: every answer, and the spread between the first and the last send.
+struct Round {
+    answers: Vec<Resp>,
+    spread: Duration,
+}
+
+/// Opens `n` connections, prepares the same request on each, then releases all of them at
+/// once through a barrier.
+async fn race(
+    ctx: &Ctx<'_>,
+    key: &KeyHeader,
+    n: usize,
+    round: usize,
+) -> Result<Round, HarnessError> {
+    let req = ctx.request(key, &ctx.t.body, Who::A);
+    let mut prepared = Vec::with_capacity(n);
+    for _ in 0..n {
+        prepared.push(Prepared::open(&req, ctx.http).await?);
+    }
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::with_capacity(n);
+    for p in prepared {
+        let barrier = Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let sent = Instant::now();
+            (sent, p.send().await)
+        }));
+    }
+    let mut answers = Vec::with_capacity(n);
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    let mut error = None;
+    for (i, task) in tasks.into_iter().enumerate() {
+        let (sent, result) = task
+            .await
+            .map_err(|e| HarnessError::Protocol(format!("a sender task failed: {e}")))?;
+        first = Some(first.map_or(sent, |f| f.min(sent)));
+        last = Some(last.map_or(sent, |l| l.max(sent)));
+        ctx.log.record(
+            &format!("round {round}, duplicate {}/{n}", i + 1),
+            &req,
+            sent,
+            &result,
+        );
+        match result {
+            Ok(r) => answers.push(r),
+            Err(e) => error = error.or(Some(e)),
+        }
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let spread = match (first, last) {
+        (Some(f), Some(l)) => l - f,
+        _ => Duration::ZERO,
+    };
+    Ok(Round { answers, spread })
+}
+
+fn status_tally(answers: &[Resp]) -> String {
+    let mut tally: Vec<(u16, usize)> = Vec::new();
+    for a in answers {
+        match tally.iter_mut().find(|(s, _)| *s == a.status) {
+            Some((_, n)) => *n += 1,
+            None => tally.push((a.status, 1)),
+        }
+    }
+    tally.sort_unstable();
+    tally
+        .iter()
+        .map(|(s, n)| format!("{s}×{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) async fn duplicates(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+    let n = ctx.t.concurrency.max(2);
+    let rounds = ctx.t.rounds.max(1);
+    let conflict = ctx.t.profile.conflict;
+    let mut spreads = Vec::with_capacity(rounds);
+    let mut single_success_rounds = 0;
+    for round in 1..=rounds {
+        let key = ctx.fresh();
+        let before = ctx.count().await?;
+        let Round { answers, spread } = race(ctx, &key, n, round).await?;
+        let after = ctx.count().await?;
+        spreads.push(spread);
+        let successes: Vec<&Resp> = answers.iter().filter(|r| r.is_success()).collect();
+        let conflicts = answers.iter().filter(|r| r.status == conflict).count();
+        ctx.note(format!(
+            "round {round}: {} ({} succeeded, {conflicts} in progress), send spread {:.3} ms",
+            status_tally(&answers),
+            successes.len(),
+            ms(spread)
+        ));
+        if let Some(runs) = runs(before, after) {
+            if runs > 1 {
+                return Ok(unsafe_(
+                    format!("exactly one execution for {n} identical requests"),
+                    format!(
+                        "round {round}: the count oracle saw {runs} executions ({})",
+                        status_tally(&answers)
+                    ),
+                ));
+            }
+            if runs == 0 {
+                return Ok(fail(
+                    "exactly one execution",
+                    format!(
+                        "round {round}: the count oracle saw none ({})",
+                        status_tally(&answers)
+                    ),
+                ));
+            }
+        }
+        if let Some(first) = successes.first() {
+            if let Some(other) = successes.iter().find(|r| !r.same_answer(first)) {
+                if let Some((a, b)) = ctx.distinct_ids(first, other) {
+                    return Ok(unsafe_(
+                        "every success names the one resource created",
+                        format!("round {round}: both {a} and {b} were created"),
+                    ));
+                }
+                return Ok(fail(
+                    "every answer that is not a conflict is the same response (a replay)",
+                    format!("round {round}: {} and {}", first.summary(), other.summary()),
+                ));
+            }
+        } else {
+            return Ok(fail(
+                "one request executes and succeeds",
+                format!("round {round}: none succeeded ({})", status_tally(&answers)),
+            ));
+        }
+        if successes.len() + conflicts != answers.len() {
+            return Ok(fail(
+                format!("the duplicates are answered {conflict} (in progress) or with the first response"),
+                format!("round {round}: {}", status_tally(&answers)),
+            ));
+        }
+        if successes.len() == 1 {
+            single_success_rounds += 1;
+        }
+    }
+    let max = spreads.iter().max().copied().unwrap_or_default();
+    let mut sorted = spreads.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
+    ctx.note(format!(
+        "send spread over {rounds} rounds of {n}: median {:.3} ms, max {:.3} ms",
+        ms(median),
+        ms(max)
+    ));
+    Ok(if ctx.has_count() {
+        Check::Pass(
+            Confidence::High,
+            format!("the count oracle saw exactly one execution in each of {rounds} rounds"),
+        )
+    } else if single_success_rounds == rounds {
+        Check::Pass(
+            Confidence::Medium,
+            format!("in every round exactly one of {n} requests succeeded and the rest were refused as in progress"),
+        )
+    } else {
+        Check::Pass(
+            Confidence::Low,
+            "several duplicates got identical success answers; without a count oracle the harness takes them for replays".into(),
+        )
+    })
+}
+
+fn valid_retry_after(v: &str) -> bool {
+    let v = v.trim();
+    (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())) || v.ends_with(" GMT")
+}
+
+pub(super) async fn retry_after(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+    let n = ctx.t.concurrency.max(2);
+    let key = ctx.fresh();
+    let Round { answers, .. } = race(ctx, &key, n, 1).await?;
+    let conflicts: Vec<&Resp> = answers
+        .iter()
+        .filter(|r| r.status == ctx.t.profile.conflict)
+        .collect();
+    if conflicts.is_empty() {
+        return Ok(Check::Skip(format!(
+            "no in-progress answer was seen among {n} duplicates ({}): the server waits, or its handler is too fast to overlap",
+            status_tally(&answers)
+        )));
+    }
+    if let Some(bad) = conflicts
+        .iter()
+        .find(|r| !r.header("retry-after").is_some_and(valid_retry_after))
+    {
+        return Ok(fail(
+            format!(
+                "every {} in-progress answer carries Retry-After (seconds or an HTTP date)",
+                ctx.t.profile.conflict
+            ),
+            match bad.header("retry-after") {
+                Some(v) => format!("Retry-After: {v}"),
+                None => "no Retry-After header".into(),
+            },
+        ));
+    }
+    Ok(Check::Pass(
+        Confidence::High,
+        format!(
+            "all {} in-progress answers carry Retry-After",
+            conflicts.len()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn retry_after_values() {
+        assert!(super::valid_retry_after("1"));
+        assert!(super::valid_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert!(!super::valid_retry_after(""));
+        assert!(!super::valid_retry_after("soon"));
+    }
+}

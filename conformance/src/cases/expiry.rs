@@ -1,0 +1,137 @@
+//! Expiry (opt-in): what a key means before and after the server's retention times.
+
+use super::{fail, require_success, runs, unsafe_, Check, Ctx};
+use crate::http::HarnessError;
+use crate::suite::Confidence;
+use std::time::Duration;
+
+/// How long past a deadline the harness waits before it checks it.
+fn margin(ttl: Duration) -> Duration {
+    Duration::from_millis(300) + ttl / 20
+}
+
+pub(super) async fn before_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+    let Some(ttl) = ctx.t.response_ttl else {
+        return Ok(Check::Skip(
+            "opt-in: needs --response-ttl (or --ttl)".into(),
+        ));
+    };
+    let key = ctx.fresh();
+    let body = ctx.t.body.clone();
+    let before = ctx.count().await?;
+    let first = ctx.post("original", &key, &body).await?;
+    require_success(&first, "the original request")?;
+    tokio::time::sleep(ttl / 2).await;
+    let second = ctx
+        .post("repeat at half the retention", &key, &body)
+        .await?;
+    let after = ctx.count().await?;
+    if let Some(n) = runs(before, after).filter(|n| *n > 1) {
+        return Ok(unsafe_(
+            format!("replayed for the advertised {:.1} s", ttl.as_secs_f64()),
+            format!(
+                "forgotten after {:.1} s: the count oracle saw {n} executions",
+                (ttl / 2).as_secs_f64()
+            ),
+        ));
+    }
+    if !second.same_answer(&first) {
+        return Ok(fail(
+            format!("replayed for the advertised {:.1} s", ttl.as_secs_f64()),
+            format!(
+                "after {:.1} s: {}",
+                (ttl / 2).as_secs_f64(),
+                second.summary()
+            ),
+        ));
+    }
+    Ok(Check::Pass(
+        if ctx.has_count() {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        format!("still replayed {:.1} s in", (ttl / 2).as_secs_f64()),
+    ))
+}
+
+pub(super) async fn after_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+    let (Some(response_ttl), Some(key_ttl)) = (ctx.t.response_ttl, ctx.t.key_ttl) else {
+        return Ok(Check::Skip(
+            "opt-in: needs --response-ttl and --key-ttl (a longer key retention)".into(),
+        ));
+    };
+    let wait = response_ttl + margin(response_ttl);
+    if key_ttl <= wait + Duration::from_millis(300) {
+        return Ok(Check::Skip(
+            "the key retention is not longer than the response retention (plus margin): there is no window to check".into(),
+        ));
+    }
+    let want = idem_spec::get("IDEM-TTL-3")
+        .and_then(|r| r.status)
+        .unwrap_or(410);
+    let key = ctx.fresh();
+    let body = ctx.t.body.clone();
+    let first = ctx.post("original", &key, &body).await?;
+    require_success(&first, "the original request")?;
+    tokio::time::sleep(wait).await;
+    let before = ctx.count().await?;
+    let late = ctx.post("late retry", &key, &body).await?;
+    let after = ctx.count().await?;
+    if let Some(n) = runs(before, after).filter(|n| *n > 0) {
+        return Ok(unsafe_(
+            format!("refused with {want}: the key is still remembered, so it never executes again"),
+            format!("it executed again ({n} execution(s)): {}", late.summary()),
+        ));
+    }
+    if late.status != want {
+        return Ok(fail(
+            format!("refused with {want} between the response and the key retention"),
+            late.summary(),
+        ));
+    }
+    Ok(Check::Pass(
+        Confidence::High,
+        format!(
+            "refused with {want} {:.1} s after completion",
+            wait.as_secs_f64()
+        ),
+    ))
+}
+
+pub(super) async fn after_key_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+    let Some(ttl) = ctx.t.key_ttl else {
+        return Ok(Check::Skip("opt-in: needs --key-ttl (or --ttl)".into()));
+    };
+    let key = ctx.fresh();
+    let body = ctx.t.body.clone();
+    let first = ctx.post("original", &key, &body).await?;
+    require_success(&first, "the original request")?;
+    let wait = ttl + margin(ttl);
+    tokio::time::sleep(wait).await;
+    let before = ctx.count().await?;
+    let late = ctx.post("after the key retention", &key, &body).await?;
+    let after = ctx.count().await?;
+    if !late.is_success() {
+        return Ok(fail(
+            "after the key retention the key is new: the request executes",
+            format!("{:.1} s later: {}", wait.as_secs_f64(), late.summary()),
+        ));
+    }
+    if ctx.marked(&late) || runs(before, after) == Some(0) {
+        return Ok(fail(
+            "after the key retention the key is new: the request executes",
+            "it was answered from the old record",
+        ));
+    }
+    Ok(if ctx.has_count() {
+        Check::Pass(Confidence::High, "executed as new (count oracle)".into())
+    } else if !late.same_answer(&first) {
+        Check::Pass(Confidence::Medium, "a new, unmarked response".into())
+    } else {
+        Check::Pass(
+            Confidence::Low,
+            "an unmarked success; identical to the first, so a replay cannot be ruled out".into(),
+        )
+    })
+}

@@ -1,0 +1,78 @@
+//! Orphaned in-flight keys: a handler dies, and its key must not stay blocked forever.
+
+use super::{fail, require_success, Check, Ctx, POLL};
+use crate::http::HarnessError;
+use crate::suite::Confidence;
+use std::time::{Duration, Instant};
+
+pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+    let (Some(lease), Some(body)) = (ctx.t.lease, ctx.t.crash_body.clone()) else {
+        return Ok(Check::Skip(
+            "opt-in: needs --lease (the server's lease) and --crash-body (a request whose first attempt dies)".into(),
+        ));
+    };
+    let key = ctx.fresh();
+    let started = Instant::now();
+    match ctx.post("crashing request", &key, &body).await {
+        Err(HarnessError::Closed(_)) => {}
+        Ok(r) if r.status >= 500 => {}
+        Ok(r) => {
+            return Err(HarnessError::Protocol(format!(
+                "--crash-body must make the first attempt die (connection closed or 5xx), got {}",
+                r.summary()
+            )))
+        }
+        Err(e) => return Err(e),
+    }
+    let deadline = started + lease + lease / 2 + Duration::from_secs(2);
+    let mut in_progress = 0u32;
+    let recovered = loop {
+        match ctx.post("retry", &key, &body).await {
+            Ok(r) if r.status == ctx.t.profile.conflict => {
+                in_progress += 1;
+                if Instant::now() >= deadline {
+                    return Ok(fail(
+                        format!(
+                            "after the lease ({:.1} s) a retry takes over the orphaned key",
+                            lease.as_secs_f64()
+                        ),
+                        format!(
+                            "still {} (in progress) {:.1} s after the handler died",
+                            r.status,
+                            started.elapsed().as_secs_f64()
+                        ),
+                    ));
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            Ok(r) => break r,
+            Err(HarnessError::Closed(_)) => {
+                return Ok(fail(
+                    "the retry that takes over is told it recovers, and completes",
+                    "the retry died like a first attempt: it was not run as a recovery",
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    require_success(&recovered, "the recovering retry")?;
+    ctx.note(format!(
+        "taken over {:.2} s after the crash, after {in_progress} in-progress answer(s)",
+        started.elapsed().as_secs_f64()
+    ));
+    let again = ctx.post("retry after recovery", &key, &body).await?;
+    if !again.same_answer(&recovered) {
+        return Ok(fail(
+            "once recovered, the key replays the recovered response",
+            format!(
+                "recovered: {}; then: {}",
+                recovered.summary(),
+                again.summary()
+            ),
+        ));
+    }
+    Ok(Check::Pass(
+        Confidence::High,
+        "the orphaned key was taken over after the lease and then replayed".into(),
+    ))
+}

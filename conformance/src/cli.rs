@@ -1,0 +1,503 @@
+//! The command line: `run [URL]`, `serve`, `bench`.
+//!
+//! Exit codes of `run`: 0 all required cases passed, 1 a case failed, 2 unsafe behaviour
+//! (a double execution) was seen, 3 usage or connection error. Usage errors of any
+//! subcommand exit with 3.
+
+use crate::bench::{self, BenchConfig};
+use crate::report::{self, Color};
+use crate::server::{Fault, Server, ServerConfig};
+use crate::suite::{self, KeyStyle, Profile, Target};
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+use hyper::header::{HeaderName, HeaderValue};
+use reqwest::Url;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Exit code for usage and connection errors.
+pub const EXIT_USAGE: u8 = 3;
+
+/// Tests whether an HTTP endpoint honours Idempotency-Key: lost responses, replays,
+/// concurrent duplicates, payload mismatches, key validation, error replay, cross-principal
+/// isolation and expiry.
+#[derive(Debug, Parser)]
+#[command(name = "idem-conformance", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the conformance cases against URL, or against the embedded reference server
+    /// when no URL is given.
+    Run(Box<RunArgs>),
+    /// Run the reference server alone.
+    Serve(ServeArgs),
+    /// Measure the reference server's requests per second (fresh keys and replays).
+    Bench(BenchArgs),
+}
+
+/// Options of `run`.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The endpoint to test (http:// only). Without it, the reference server is started
+    /// in-process on 127.0.0.1 with short retention times and every case enabled.
+    url: Option<String>,
+    /// The request method.
+    #[arg(short = 'X', long, default_value = "POST")]
+    method: String,
+    /// The body of a request that succeeds, inline or @FILE.
+    #[arg(long)]
+    body: Option<String>,
+    /// The body's Content-Type ("none" to send none).
+    #[arg(long, default_value = "application/json")]
+    content_type: String,
+    /// An extra header on every request, "Name: value" (repeatable): the credential.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// The header of a second principal, "Name: value" (repeatable); it replaces the
+    /// same-named -H header. Enables scope/1.
+    #[arg(long, value_name = "HEADER")]
+    second_credential: Vec<String>,
+    /// The key header's name.
+    #[arg(long, default_value = "Idempotency-Key")]
+    key_header: String,
+    /// How keys are written.
+    #[arg(long, value_enum, default_value_t = KeyStyle::Uuid)]
+    key_style: KeyStyle,
+    /// Status-code profile: ietf (400/409/422), stripe (keys optional, 400/409/400), or
+    /// BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400.
+    #[arg(long, default_value = "ietf")]
+    profile: String,
+    /// Keys are optional: skip the missing- and empty-key cases.
+    #[arg(long)]
+    keys_optional: bool,
+    /// The replay marker header, "Name: value", or "none".
+    #[arg(long)]
+    replay_marker: Option<String>,
+    /// SHOULD-level cases count: a miss is a failure, not non-strict.
+    #[arg(long)]
+    strict: bool,
+    /// Run only the cases whose ID starts with PREFIX (repeatable), e.g. concurrent or keys/3.
+    #[arg(long = "case", value_name = "PREFIX")]
+    cases: Vec<String>,
+    /// List the cases and exit.
+    #[arg(long)]
+    list: bool,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// The largest response body read, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_response_bytes: usize,
+    /// Identical requests per concurrency round.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Concurrency rounds.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Side-effect oracle: a URL (or a path on the target) answering the number of
+    /// executions, as a number or JSON {"count": N}.
+    #[arg(long)]
+    count_url: Option<String>,
+    /// Side-effect oracle: a JSON pointer to the created resource's id in a success body,
+    /// e.g. /id.
+    #[arg(long)]
+    id_pointer: Option<String>,
+    /// The server's retention, in seconds: sets --response-ttl and --key-ttl.
+    #[arg(long)]
+    ttl: Option<f64>,
+    /// The server's response retention in seconds (enables expiry/1, with --key-ttl expiry/2).
+    #[arg(long)]
+    response_ttl: Option<f64>,
+    /// The server's key retention in seconds (enables expiry/3).
+    #[arg(long)]
+    key_ttl: Option<f64>,
+    /// The server's lease in seconds (with --crash-body, enables lease/1).
+    #[arg(long)]
+    lease: Option<f64>,
+    /// A body the server answers with a deterministic 4xx, inline or @FILE (enables errors/1).
+    #[arg(long)]
+    decline_body: Option<String>,
+    /// A body the server fails with a 5xx/408/425/429, inline or @FILE (enables errors/2).
+    #[arg(long)]
+    fail_body: Option<String>,
+    /// A body whose first attempt dies without completing, inline or @FILE (enables lease/1).
+    #[arg(long)]
+    crash_body: Option<String>,
+    /// A body that differs from --body, for mismatch/1 (default: --body with a member added).
+    #[arg(long)]
+    mismatch_body: Option<String>,
+    /// Write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Embedded server only: start it with this deliberate defect.
+    #[arg(long, value_enum)]
+    fault: Option<Fault>,
+    /// Embedded server only: the handler's delay in milliseconds.
+    #[arg(long)]
+    delay_ms: Option<u64>,
+    /// No progress lines.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Options of `serve`.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The handler's delay in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    delay_ms: u64,
+    /// Response retention in seconds.
+    #[arg(long, default_value_t = 86_400.0)]
+    response_ttl: f64,
+    /// Key retention in seconds.
+    #[arg(long, default_value_t = 604_800.0)]
+    key_ttl: f64,
+    /// Lease in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    lease: f64,
+    /// The largest request body in bytes (413 beyond).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body: usize,
+    /// The most records the store keeps (503 beyond).
+    #[arg(long, default_value_t = 1_000_000)]
+    max_entries: usize,
+    /// Start with this deliberate defect.
+    #[arg(long, value_enum)]
+    fault: Option<Fault>,
+}
+
+/// Options of `bench`.
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// Seconds per phase.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// The handler's delay in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
+}
+
+/// Parses the process arguments, runs the command, and returns the exit code.
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run(*args).await,
+            Command::Serve(args) => serve(args).await,
+            Command::Bench(args) => bench(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+    if v.is_finite() && v > 0.0 && v < 1e9 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(format!("--{name} must be a positive number of seconds"))
+    }
+}
+
+fn header(s: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| format!("header {s:?} is not \"Name: value\""))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("invalid header name in {s:?}"))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("invalid header value in {s:?}"))?;
+    Ok((name, value))
+}
+
+fn body(name: &str, s: &str) -> Result<Bytes, String> {
+    match s.strip_prefix('@') {
+        Some(path) => std::fs::read(path)
+            .map(Bytes::from)
+            .map_err(|e| format!("--{name} {s}: {e}")),
+        None => Ok(Bytes::from(s.to_owned())),
+    }
+}
+
+/// Applies the options to `t`.
+fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
+    t.method = a
+        .method
+        .parse()
+        .map_err(|_| format!("invalid method {:?}", a.method))?;
+    if let Some(b) = &a.body {
+        t.body = body("body", b)?;
+    }
+    t.content_type = match a.content_type.as_str() {
+        "none" => None,
+        ct => Some(HeaderValue::from_str(ct).map_err(|_| format!("invalid content type {ct:?}"))?),
+    };
+    for h in &a.headers {
+        let (n, v) = header(h)?;
+        t.headers.retain(|(m, _)| *m != n);
+        t.headers.push((n, v));
+    }
+    if !a.second_credential.is_empty() {
+        t.second_credential = a
+            .second_credential
+            .iter()
+            .map(|h| header(h))
+            .collect::<Result<_, _>>()?;
+    }
+    t.key_header = HeaderName::from_bytes(a.key_header.as_bytes())
+        .map_err(|_| format!("invalid key header name {:?}", a.key_header))?;
+    t.key_style = a.key_style;
+    t.profile = Profile::parse(&a.profile)?;
+    if a.keys_optional {
+        t.profile.keys_required = false;
+    }
+    match a.replay_marker.as_deref() {
+        None => {}
+        Some("none") => t.profile.replay_marker = None,
+        Some(m) => {
+            let (n, v) = header(m)?;
+            let v = v.to_str().map_err(|_| "invalid replay marker".to_owned())?;
+            t.profile.replay_marker = Some((n.as_str().to_owned(), v.to_owned()));
+        }
+    }
+    t.strict = a.strict;
+    t.timeout = seconds("timeout", a.timeout)?;
+    if a.max_response_bytes == 0 {
+        return Err("--max-response-bytes must be positive".into());
+    }
+    t.max_response_bytes = a.max_response_bytes;
+    if !(2..=1024).contains(&a.concurrency) {
+        return Err("--concurrency must be between 2 and 1024".into());
+    }
+    t.concurrency = a.concurrency;
+    if !(1..=1000).contains(&a.rounds) {
+        return Err("--rounds must be between 1 and 1000".into());
+    }
+    t.rounds = a.rounds;
+    if let Some(c) = &a.count_url {
+        t.count_url = Some(
+            t.url
+                .join(c)
+                .map_err(|e| format!("--count-url {c:?}: {e}"))?,
+        );
+    }
+    if let Some(p) = &a.id_pointer {
+        if !p.starts_with('/') {
+            return Err(format!(
+                "--id-pointer {p:?} is not a JSON pointer (it starts with /)"
+            ));
+        }
+        t.id_pointer = Some(p.clone());
+    }
+    if let Some(v) = a.ttl {
+        let d = seconds("ttl", v)?;
+        t.response_ttl = Some(d);
+        t.key_ttl = Some(d);
+    }
+    if let Some(v) = a.response_ttl {
+        t.response_ttl = Some(seconds("response-ttl", v)?);
+    }
+    if let Some(v) = a.key_ttl {
+        t.key_ttl = Some(seconds("key-ttl", v)?);
+    }
+    if let Some(v) = a.lease {
+        t.lease = Some(seconds("lease", v)?);
+    }
+    for (name, src, dst) in [
+        ("decline-body", &a.decline_body, &mut t.decline_body),
+        ("fail-body", &a.fail_body, &mut t.fail_body),
+        ("crash-body", &a.crash_body, &mut t.crash_body),
+        ("mismatch-body", &a.mismatch_body, &mut t.mismatch_body),
+    ] {
+        if let Some(s) = src {
+            *dst = Some(body(name, s)?);
+        }
+    }
+    Ok(())
+}
+
+fn list() {
+    println!(
+        "{:<16} {:<7} {:<14} WHAT IT SENDS AND CHECKS",
+        "ID", "LEVEL", "REQUIREMENT"
+    );
+    for c in crate::cases::all() {
+        println!(
+            "{:<16} {:<7} {:<14} {}",
+            c.id,
+            c.level().as_str(),
+            c.requirement,
+            c.title
+        );
+    }
+}
+
+async fn run(a: RunArgs) -> Result<u8, String> {
+    let cases = suite::select(&a.cases)?;
+    if a.list {
+        list();
+        return Ok(0);
+    }
+    // The embedded server lives until the end of this function.
+    let mut server = None;
+    let mut target = match &a.url {
+        Some(url) => {
+            if a.fault.is_some() || a.delay_ms.is_some() {
+                return Err(
+                    "--fault and --delay-ms apply to the embedded server only (give no URL)".into(),
+                );
+            }
+            let url = Url::parse(url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+            if url.scheme() != "http" {
+                return Err(format!("only http:// URLs are supported, not {url}"));
+            }
+            Target::new(url)
+        }
+        None => {
+            let mut config = ServerConfig::fast();
+            config.fault = a.fault;
+            if let Some(ms) = a.delay_ms {
+                config.delay = Duration::from_millis(ms);
+            }
+            let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            let t = Target::for_reference(&s, &config);
+            server = Some(s);
+            t
+        }
+    };
+    configure(&mut target, &a)?;
+    let embedded = server.as_ref().map(Server::fault);
+    let color = Color::detect(std::io::stdout().is_terminal());
+    let err_color = Color::detect(std::io::stderr().is_terminal());
+    let quiet = a.quiet;
+    let mut progress = move |p: suite::Progress<'_>| {
+        if quiet {
+            return;
+        }
+        if let suite::Progress::Finished { .. } = p {
+            eprintln!("{}", report::progress_line(&p, err_color));
+        }
+    };
+    if !quiet {
+        eprintln!(
+            "running {} case(s) against {}{}",
+            cases.len(),
+            target.url,
+            if server.is_some() {
+                " (embedded reference server)"
+            } else {
+                ""
+            }
+        );
+    }
+    let report = suite::run(&target, &cases, embedded, &mut progress)
+        .await
+        .map_err(|e| e.to_string())?;
+    drop(server);
+    print!("{}", report::terminal(&report, color));
+    if let Some(path) = &a.json {
+        std::fs::write(path, report::json(&report))
+            .map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.junit {
+        let xml = report::junit(&report).map_err(|e| format!("JUnit report: {e}"))?;
+        std::fs::write(path, xml).map_err(|e| format!("--junit {}: {e}", path.display()))?;
+    }
+    Ok(report.exit_code)
+}
+
+async fn serve(a: ServeArgs) -> Result<u8, String> {
+    let config = ServerConfig {
+        response_ttl: seconds("response-ttl", a.response_ttl)?,
+        key_ttl: seconds("key-ttl", a.key_ttl)?,
+        lease: seconds("lease", a.lease)?,
+        delay: Duration::from_millis(a.delay_ms),
+        max_body: a.max_body,
+        limits: idem_core::MemoryStoreLimits {
+            max_entries: a.max_entries,
+            ..idem_core::MemoryStoreLimits::default()
+        },
+        fault: a.fault,
+    };
+    let mut server = Server::start(a.listen, config)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "idem reference server listening on {} (POST /orders, GET /count){}",
+        server.base_url(),
+        a.fault.map(|f| format!(", fault {f}")).unwrap_or_default()
+    );
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = server.wait() => {}
+    }
+    Ok(0)
+}
+
+async fn bench(a: BenchArgs) -> Result<u8, String> {
+    if a.connections == 0 || a.connections > 1024 {
+        return Err("--connections must be between 1 and 1024".into());
+    }
+    let config = BenchConfig {
+        connections: a.connections,
+        duration: seconds("seconds", a.seconds)?,
+        delay: Duration::from_millis(a.delay_ms),
+    };
+    println!(
+        "reference server on 127.0.0.1, {} keep-alive connections, {:.1} s per phase, handler delay {} ms",
+        config.connections,
+        config.duration.as_secs_f64(),
+        a.delay_ms
+    );
+    for r in bench::run(config).await? {
+        println!(
+            "{:<11} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} unexpected",
+            r.label,
+            r.rps(),
+            r.p50.as_secs_f64() * 1e3,
+            r.p99.as_secs_f64() * 1e3,
+            r.requests,
+            r.errors
+        );
+    }
+    Ok(0)
+}

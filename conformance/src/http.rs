@@ -1,0 +1,562 @@
+//! The harness's HTTP layer: bounded requests, an exchange log, the raw send-and-drop used
+//! for lost responses, and pre-opened connections for racing duplicates.
+//!
+//! Every request has a deadline, every response body is read up to a byte limit, and every
+//! connection is new (no pooling), so a hostile server (slow, huge, garbage, resets) costs
+//! at most one timeout and a bounded amount of memory per request.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::Method;
+use hyper_util::rt::TokioIo;
+use reqwest::Url;
+use serde::Serialize;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Bytes of a body kept in the exchange log.
+const LOGGED_BODY: usize = 2048;
+/// Exchanges kept per case.
+const LOGGED_EXCHANGES: usize = 200;
+
+/// Why the harness could not get an answer it can judge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HarnessError {
+    /// No answer within the deadline.
+    Timeout(String),
+    /// The connection could not be opened.
+    Connect(String),
+    /// The connection was closed or reset before a complete response arrived.
+    Closed(String),
+    /// The server sent something that is not HTTP/1.1, or a response the harness cannot use.
+    Protocol(String),
+    /// The response body exceeded the limit.
+    TooLarge(usize),
+    /// The harness was set up wrongly (a bad URL, header or option).
+    Usage(String),
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HarnessError::Timeout(s) => write!(f, "timed out: {s}"),
+            HarnessError::Connect(s) => write!(f, "cannot connect: {s}"),
+            HarnessError::Closed(s) => write!(f, "connection closed without a response: {s}"),
+            HarnessError::Protocol(s) => write!(f, "unexpected protocol: {s}"),
+            HarnessError::TooLarge(n) => write!(f, "response body larger than {n} bytes"),
+            HarnessError::Usage(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl std::error::Error for HarnessError {}
+
+/// A request to send.
+#[derive(Clone, Debug)]
+pub struct Req {
+    /// The method.
+    pub method: Method,
+    /// The absolute `http://` URL.
+    pub url: Url,
+    /// Header lines in order; a name may repeat.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// A complete response.
+#[derive(Clone, Debug)]
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Header lines, names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Resp {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The string at JSON pointer `pointer` in the body, if the body is JSON and has it
+    /// (numbers are rendered as text).
+    pub fn json_pointer(&self, pointer: &str) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        match v.pointer(pointer)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Null => None,
+            other => Some(other.to_string()),
+        }
+    }
+
+    /// Status and body, as the retries of one request are compared.
+    pub fn same_answer(&self, other: &Resp) -> bool {
+        self.status == other.status && self.body == other.body
+    }
+
+    /// `201, 57 bytes` style summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} with {}",
+            self.status,
+            body_preview(&self.body, 160).unwrap_or_else(|| "an empty body".into())
+        )
+    }
+}
+
+/// A short, printable rendering of a body.
+pub(crate) fn body_preview(body: &[u8], max: usize) -> Option<String> {
+    if body.is_empty() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(max)]).into_owned();
+    Some(if body.len() > max {
+        format!("{text}… ({} bytes)", body.len())
+    } else {
+        text
+    })
+}
+
+/// One request and what came back, as logged for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Exchange {
+    /// What the case called this request.
+    pub label: String,
+    /// Milliseconds from the start of the case to the send.
+    pub at_ms: f64,
+    /// Milliseconds until the answer (or the error).
+    pub elapsed_ms: f64,
+    /// The request.
+    pub request: LoggedRequest,
+    /// The response, when one arrived.
+    pub response: Option<LoggedResponse>,
+    /// The transport error, when none did (or, for a dropped connection, what was done).
+    pub error: Option<String>,
+}
+
+/// A request as logged.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoggedRequest {
+    /// Method.
+    pub method: String,
+    /// URL.
+    pub url: String,
+    /// Header lines.
+    pub headers: Vec<(String, String)>,
+    /// Body (the first 2 KiB, lossily decoded).
+    pub body: String,
+}
+
+/// A response as logged.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoggedResponse {
+    /// Status.
+    pub status: u16,
+    /// Header lines.
+    pub headers: Vec<(String, String)>,
+    /// Body (the first 2 KiB, lossily decoded).
+    pub body: String,
+}
+
+fn logged_body(body: &[u8]) -> String {
+    let mut s = String::from_utf8_lossy(&body[..body.len().min(LOGGED_BODY)]).into_owned();
+    if body.len() > LOGGED_BODY {
+        s.push_str(&format!("… ({} bytes in all)", body.len()));
+    }
+    s
+}
+
+impl LoggedRequest {
+    fn of(req: &Req) -> LoggedRequest {
+        LoggedRequest {
+            method: req.method.to_string(),
+            url: req.url.to_string(),
+            headers: req
+                .headers
+                .iter()
+                .map(|(n, v)| {
+                    let shown = if n == hyper::header::AUTHORIZATION {
+                        redact(v.as_bytes())
+                    } else {
+                        String::from_utf8_lossy(v.as_bytes()).into_owned()
+                    };
+                    (n.as_str().to_owned(), shown)
+                })
+                .collect(),
+            body: logged_body(&req.body),
+        }
+    }
+}
+
+/// Credentials appear in reports only by scheme and length.
+fn redact(value: &[u8]) -> String {
+    let text = String::from_utf8_lossy(value);
+    match text.split_once(' ') {
+        Some((scheme, rest)) => format!("{scheme} <{} bytes redacted>", rest.len()),
+        None => format!("<{} bytes redacted>", value.len()),
+    }
+}
+
+/// The exchange log of one case.
+#[derive(Debug)]
+pub(crate) struct Log {
+    start: Instant,
+    entries: Mutex<Vec<Exchange>>,
+}
+
+impl Log {
+    pub(crate) fn new() -> Log {
+        Log {
+            start: Instant::now(),
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn record(
+        &self,
+        label: &str,
+        req: &Req,
+        sent: Instant,
+        result: &Result<Resp, HarnessError>,
+    ) {
+        let exchange = Exchange {
+            label: label.to_owned(),
+            at_ms: ms(sent.saturating_duration_since(self.start)),
+            elapsed_ms: ms(sent.elapsed()),
+            request: LoggedRequest::of(req),
+            response: result.as_ref().ok().map(|r| LoggedResponse {
+                status: r.status,
+                headers: r.headers.clone(),
+                body: logged_body(&r.body),
+            }),
+            error: result.as_ref().err().map(ToString::to_string),
+        };
+        self.push(exchange);
+    }
+
+    pub(crate) fn record_dropped(&self, label: &str, req: &Req, sent: Instant, what: &str) {
+        self.push(Exchange {
+            label: label.to_owned(),
+            at_ms: ms(sent.saturating_duration_since(self.start)),
+            elapsed_ms: ms(sent.elapsed()),
+            request: LoggedRequest::of(req),
+            response: None,
+            error: Some(what.to_owned()),
+        });
+    }
+
+    fn push(&self, exchange: Exchange) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() < LOGGED_EXCHANGES {
+            entries.push(exchange);
+        }
+    }
+
+    pub(crate) fn take(&self) -> Vec<Exchange> {
+        std::mem::take(&mut *self.entries.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+pub(crate) fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// The client for ordinary requests: a new connection per request, no redirects, no
+/// proxies, a deadline per request and a cap on response bodies.
+#[derive(Clone, Debug)]
+pub struct Http {
+    client: reqwest::Client,
+    timeout: Duration,
+    max_body: usize,
+}
+
+impl Http {
+    /// A client with this per-request deadline and response body cap.
+    pub fn new(timeout: Duration, max_body: usize) -> Result<Http, HarnessError> {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .build()
+            .map_err(|e| HarnessError::Usage(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Http {
+            client,
+            timeout,
+            max_body,
+        })
+    }
+
+    /// The per-request deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The response body cap.
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    /// Sends `req` and reads the whole response, within the deadline and the cap.
+    pub async fn send(&self, req: &Req) -> Result<Resp, HarnessError> {
+        let fut = self.send_inner(req);
+        match tokio::time::timeout(self.timeout + Duration::from_millis(50), fut).await {
+            Ok(r) => r,
+            Err(_) => Err(HarnessError::Timeout(format!(
+                "no complete response within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
+    async fn send_inner(&self, req: &Req) -> Result<Resp, HarnessError> {
+        let mut builder = self
+            .client
+            .request(req.method.clone(), req.url.clone())
+            .body(req.body.clone());
+        let mut headers = hyper::HeaderMap::new();
+        for (n, v) in &req.headers {
+            headers.append(n.clone(), v.clone());
+        }
+        builder = builder.headers(headers);
+        let mut response = builder
+            .send()
+            .await
+            .map_err(|e| classify(&e, self.timeout))?;
+        let status = response.status().as_u16();
+        let headers = header_list(response.headers());
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| classify(&e, self.timeout))?
+        {
+            if body.len() + chunk.len() > self.max_body {
+                return Err(HarnessError::TooLarge(self.max_body));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Resp {
+            status,
+            headers,
+            body: Bytes::from(body),
+        })
+    }
+}
+
+fn header_list(map: &hyper::HeaderMap) -> Vec<(String, String)> {
+    map.iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The whole chain of an error, for messages.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+fn classify(e: &reqwest::Error, timeout: Duration) -> HarnessError {
+    let text = chain(e);
+    if e.is_timeout() {
+        HarnessError::Timeout(format!("no complete response within {timeout:?}"))
+    } else if e.is_connect() {
+        HarnessError::Connect(text)
+    } else if e.is_builder() {
+        HarnessError::Usage(text)
+    } else if is_parse_error(e) {
+        HarnessError::Protocol(text)
+    } else {
+        HarnessError::Closed(text)
+    }
+}
+
+fn is_parse_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(inner) = source {
+        if let Some(h) = inner.downcast_ref::<hyper::Error>() {
+            return h.is_parse() || h.is_parse_status() || h.is_parse_too_large();
+        }
+        source = inner.source();
+    }
+    false
+}
+
+/// The `host:port` to connect to and the `Host` header for `url`.
+fn authority(url: &Url) -> Result<(String, String), HarnessError> {
+    if url.scheme() != "http" {
+        return Err(HarnessError::Usage(format!(
+            "only http:// targets are supported, not {url}"
+        )));
+    }
+    let host = url
+        .host_str()
+        .ok_or_else(|| HarnessError::Usage(format!("no host in {url}")))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let host_header = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
+    Ok((format!("{host}:{port}"), host_header))
+}
+
+async fn connect(url: &Url, timeout: Duration) -> Result<(TcpStream, String), HarnessError> {
+    let (addr, host) = authority(url)?;
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(&addr))
+        .await
+        .map_err(|_| HarnessError::Timeout(format!("connecting to {addr}")))?
+        .map_err(|e| HarnessError::Connect(format!("{addr}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    Ok((stream, host))
+}
+
+/// Writes `req` as HTTP/1.1 on a new TCP connection, waits `linger`, and closes the
+/// connection without reading a byte of the response: the response is lost.
+pub async fn send_and_drop(
+    req: &Req,
+    timeout: Duration,
+    linger: Duration,
+) -> Result<(), HarnessError> {
+    let (mut stream, host) = connect(&req.url, timeout).await?;
+    let target = match req.url.query() {
+        Some(q) => format!("{}?{q}", req.url.path()),
+        None => req.url.path().to_owned(),
+    };
+    let mut head = format!("{} {target} HTTP/1.1\r\nhost: {host}\r\n", req.method).into_bytes();
+    for (n, v) in &req.headers {
+        head.extend_from_slice(n.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(v.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(
+        format!(
+            "content-length: {}\r\nconnection: close\r\n\r\n",
+            req.body.len()
+        )
+        .as_bytes(),
+    );
+    head.extend_from_slice(&req.body);
+    tokio::time::timeout(timeout, async {
+        stream.write_all(&head).await?;
+        stream.flush().await
+    })
+    .await
+    .map_err(|_| HarnessError::Timeout("sending the request".into()))?
+    .map_err(|e| HarnessError::Closed(format!("while sending: {e}")))?;
+    tokio::time::sleep(linger).await;
+    drop(stream);
+    Ok(())
+}
+
+/// A connection opened ahead of time, ready to send one request.
+pub(crate) struct Prepared {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    request: hyper::Request<Full<Bytes>>,
+    timeout: Duration,
+    max_body: usize,
+}
+
+impl Prepared {
+    /// Connects and completes the HTTP/1.1 handshake for `req`.
+    pub(crate) async fn open(req: &Req, http: &Http) -> Result<Prepared, HarnessError> {
+        let (stream, host) = connect(&req.url, http.timeout).await?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| HarnessError::Connect(chain(&e)))?;
+        tokio::spawn(connection);
+        let target = match req.url.query() {
+            Some(q) => format!("{}?{q}", req.url.path()),
+            None => req.url.path().to_owned(),
+        };
+        let mut builder = hyper::Request::builder()
+            .method(req.method.clone())
+            .uri(target)
+            .header(hyper::header::HOST, host);
+        for (n, v) in &req.headers {
+            builder = builder.header(n, v);
+        }
+        let request = builder
+            .body(Full::new(req.body.clone()))
+            .map_err(|e| HarnessError::Usage(e.to_string()))?;
+        Ok(Prepared {
+            sender,
+            request,
+            timeout: http.timeout,
+            max_body: http.max_body,
+        })
+    }
+
+    /// Sends the prepared request and reads the response within the deadline and the cap.
+    pub(crate) async fn send(mut self) -> Result<Resp, HarnessError> {
+        let timeout = self.timeout;
+        let max_body = self.max_body;
+        let work = async move {
+            let response = self.sender.send_request(self.request).await.map_err(|e| {
+                if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
+                    HarnessError::Protocol(chain(&e))
+                } else {
+                    HarnessError::Closed(chain(&e))
+                }
+            })?;
+            let status = response.status().as_u16();
+            let headers = header_list(response.headers());
+            let body = Limited::new(response.into_body(), max_body)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some()
+                    {
+                        HarnessError::TooLarge(max_body)
+                    } else {
+                        HarnessError::Closed(e.to_string())
+                    }
+                })?
+                .to_bytes();
+            Ok(Resp {
+                status,
+                headers,
+                body,
+            })
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(HarnessError::Timeout(format!(
+                    "no complete response within {timeout:?}"
+                )))
+            })
+    }
+}

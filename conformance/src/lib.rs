@@ -1,0 +1,20 @@
+//! idem-conformance: a conformance suite for `Idempotency-Key` servers, and the reference
+//! server it is proven against.
+//!
+//! * [`suite`] runs the [`cases`] against a [`suite::Target`] and produces a
+//!   [`suite::Report`]; [`report`] renders it for a terminal, as JSON and as JUnit XML.
+//! * [`server`] is the reference server: idem-core's engine over a `MemoryStore`, behind a
+//!   real HTTP/1.1 server, with deliberate [`server::Fault`]s that the suite must catch.
+//! * [`http`] is the harness's bounded HTTP layer; [`bench`] measures the reference server.
+//! * [`cli`] is the command line (`run`, `serve`, `bench`).
+//!
+//! Every case cites a requirement of `spec/requirements.toml` and takes its level and
+//! sentence from there.
+
+pub mod bench;
+pub mod cases;
+pub mod cli;
+pub mod http;
+pub mod report;
+pub mod server;
+pub mod suite;

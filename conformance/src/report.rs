@@ -1,0 +1,380 @@
+//! Reports: the terminal report, JSON and JUnit XML.
+
+use crate::cases::SECTIONS;
+use crate::http::Exchange;
+use crate::suite::{CaseResult, Progress, Report, Verdict};
+use quick_xml::events::{BytesDecl, BytesText, Event};
+use quick_xml::Writer;
+use std::fmt::Write as _;
+
+/// Whether to colour the terminal report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Color {
+    /// ANSI colours.
+    On,
+    /// Plain text.
+    Off,
+}
+
+impl Color {
+    /// Colours when `is_terminal` and `NO_COLOR` is not set.
+    pub fn detect(is_terminal: bool) -> Color {
+        if is_terminal && std::env::var_os("NO_COLOR").is_none() {
+            Color::On
+        } else {
+            Color::Off
+        }
+    }
+
+    fn paint(self, v: Verdict, text: &str) -> String {
+        if self == Color::Off {
+            return text.to_owned();
+        }
+        let code = match v {
+            Verdict::Pass => "32",
+            Verdict::NonStrict | Verdict::Skip => "33",
+            Verdict::Fail => "31",
+            Verdict::Unsafe => "1;31",
+            Verdict::Error => "35",
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    }
+}
+
+/// One progress line (without newline) for a progress event.
+pub fn progress_line(p: &Progress<'_>, color: Color) -> String {
+    match p {
+        Progress::Started { index, total, case } => {
+            format!(
+                "[{index:>2}/{total}] {:<16} {} …",
+                case.id, case.requirement
+            )
+        }
+        Progress::Finished {
+            index,
+            total,
+            result,
+        } => format!(
+            "[{index:>2}/{total}] {:<16} {:<14} {:>10} ({:.0} ms)",
+            result.id,
+            result.requirement,
+            color.paint(result.verdict, &result.verdict.name().to_uppercase()),
+            result.duration_ms
+        ),
+    }
+}
+
+fn section_title(section: &str) -> &str {
+    SECTIONS
+        .iter()
+        .find(|(s, _)| *s == section)
+        .map_or(section, |(_, t)| t)
+}
+
+fn exchange_text(out: &mut String, e: &Exchange) {
+    let _ = writeln!(
+        out,
+        "      ── {} (at {:.1} ms, {:.1} ms)",
+        e.label, e.at_ms, e.elapsed_ms
+    );
+    let _ = writeln!(out, "      > {} {}", e.request.method, e.request.url);
+    for (n, v) in &e.request.headers {
+        let _ = writeln!(out, "      > {n}: {v}");
+    }
+    if !e.request.body.is_empty() {
+        let _ = writeln!(out, "      > {}", one_line(&e.request.body, 300));
+    }
+    match (&e.response, &e.error) {
+        (Some(r), _) => {
+            let _ = writeln!(out, "      < {}", r.status);
+            for (n, v) in &r.headers {
+                let _ = writeln!(out, "      < {n}: {v}");
+            }
+            if !r.body.is_empty() {
+                let _ = writeln!(out, "      < {}", one_line(&r.body, 300));
+            }
+        }
+        (None, Some(err)) => {
+            let _ = writeln!(out, "      ! {err}");
+        }
+        (None, None) => {}
+    }
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+/// How many exchanges a failure shows in the terminal (the last ones; JSON has them all).
+const SHOWN_EXCHANGES: usize = 6;
+
+/// The readable report: cases grouped by section, details for every case that did not
+/// pass, a summary line and what the exit code means.
+pub fn terminal(report: &Report, color: Color) -> String {
+    let mut out = String::new();
+    let target = if report.embedded {
+        match report.fault {
+            Some(f) => format!("{} (embedded reference server, fault {f})", report.target),
+            None => format!("{} (embedded reference server)", report.target),
+        }
+    } else {
+        report.target.clone()
+    };
+    let _ = writeln!(
+        out,
+        "\nidem-conformance {} against {target}",
+        report.version
+    );
+    let _ = writeln!(
+        out,
+        "profile {} ({}/{}/{}){}",
+        report.profile.name,
+        report.profile.bad_key,
+        report.profile.conflict,
+        report.profile.mismatch,
+        if report.strict { ", strict" } else { "" }
+    );
+    for (section, _) in SECTIONS {
+        let cases: Vec<&CaseResult> = report
+            .cases
+            .iter()
+            .filter(|c| c.section == *section)
+            .collect();
+        if cases.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{}", section_title(section));
+        for c in cases {
+            let verdict = color.paint(
+                c.verdict,
+                &format!("{:<10}", c.verdict.name().to_uppercase()),
+            );
+            let _ = writeln!(
+                out,
+                "  {verdict} {:<16} {:<6} {:<14} {}",
+                c.id, c.level, c.requirement, c.title
+            );
+            case_details(&mut out, c);
+        }
+    }
+    let s = &report.summary;
+    let _ = writeln!(
+        out,
+        "\n{} cases: {} passed, {} non-strict, {} failed, {} unsafe, {} skipped, {} errors ({:.1} s)",
+        report.cases.len(),
+        s.pass,
+        s.non_strict,
+        s.fail,
+        s.unsafe_,
+        s.skip,
+        s.error,
+        report.duration_ms / 1000.0
+    );
+    let meaning = match report.exit_code {
+        0 => "all required cases passed",
+        1 => "a case failed",
+        2 => "UNSAFE: a request was executed more than once",
+        _ => "the harness could not judge some cases (connection or protocol trouble)",
+    };
+    let _ = writeln!(out, "exit code {}: {meaning}", report.exit_code);
+    out
+}
+
+fn case_details(out: &mut String, c: &CaseResult) {
+    match c.verdict {
+        Verdict::Pass => {
+            if let (Some(conf), Some(why)) = (&c.confidence, &c.reason) {
+                let conf = serde_json::to_value(conf)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let _ = writeln!(out, "             confidence {conf}: {why}");
+            }
+            for n in &c.notes {
+                let _ = writeln!(out, "             {n}");
+            }
+        }
+        Verdict::Skip => {
+            if let Some(why) = &c.reason {
+                let _ = writeln!(out, "             {why}");
+            }
+        }
+        Verdict::Fail | Verdict::Unsafe | Verdict::NonStrict | Verdict::Error => {
+            let _ = writeln!(
+                out,
+                "      requirement {} ({}): {}",
+                c.requirement, c.level, c.requirement_text
+            );
+            if let Some(e) = &c.expected {
+                let _ = writeln!(out, "      expected: {e}");
+            }
+            if let Some(o) = &c.observed {
+                let _ = writeln!(out, "      observed: {o}");
+            }
+            if let Some(r) = &c.reason {
+                let _ = writeln!(out, "      harness:  {r}");
+            }
+            for n in &c.notes {
+                let _ = writeln!(out, "      note: {n}");
+            }
+            let skip = c.exchanges.len().saturating_sub(SHOWN_EXCHANGES);
+            if skip > 0 {
+                let _ = writeln!(out, "      ({skip} earlier exchanges in the JSON report)");
+            }
+            for e in &c.exchanges[skip..] {
+                exchange_text(out, e);
+            }
+        }
+    }
+}
+
+/// The report as pretty JSON.
+pub fn json(report: &Report) -> String {
+    serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// The report as JUnit XML: one `<testsuite>` per section, `<failure>` when the server is
+/// wrong (fail, unsafe, and non-strict under `--strict`), `<error>` when the harness could
+/// not tell, `<skipped>` for skips.
+pub fn junit(report: &Report) -> std::io::Result<String> {
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+    w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+    let count = |cases: &[&CaseResult], f: &dyn Fn(Verdict) -> bool| {
+        cases.iter().filter(|c| f(c.verdict)).count().to_string()
+    };
+    let all: Vec<&CaseResult> = report.cases.iter().collect();
+    let failures = count(&all, &|v| matches!(v, Verdict::Fail | Verdict::Unsafe));
+    let errors = count(&all, &|v| v == Verdict::Error);
+    let skipped = count(&all, &|v| v == Verdict::Skip);
+    let total = all.len().to_string();
+    let time = format!("{:.3}", report.duration_ms / 1000.0);
+    w.create_element("testsuites")
+        .with_attributes([
+            ("name", "idem-conformance"),
+            ("tests", total.as_str()),
+            ("failures", failures.as_str()),
+            ("errors", errors.as_str()),
+            ("skipped", skipped.as_str()),
+            ("time", time.as_str()),
+        ])
+        .write_inner_content(|w| {
+            for (section, title) in SECTIONS {
+                let cases: Vec<&CaseResult> = report
+                    .cases
+                    .iter()
+                    .filter(|c| c.section == *section)
+                    .collect();
+                if cases.is_empty() {
+                    continue;
+                }
+                let tests = cases.len().to_string();
+                let failures = count(&cases, &|v| matches!(v, Verdict::Fail | Verdict::Unsafe));
+                let errors = count(&cases, &|v| v == Verdict::Error);
+                let skipped = count(&cases, &|v| v == Verdict::Skip);
+                let time = format!(
+                    "{:.3}",
+                    cases.iter().map(|c| c.duration_ms).sum::<f64>() / 1000.0
+                );
+                let name = format!("idem-conformance.{section}");
+                w.create_element("testsuite")
+                    .with_attributes([
+                        ("name", name.as_str()),
+                        ("tests", tests.as_str()),
+                        ("failures", failures.as_str()),
+                        ("errors", errors.as_str()),
+                        ("skipped", skipped.as_str()),
+                        ("time", time.as_str()),
+                    ])
+                    .write_inner_content(|w| {
+                        let _ = title;
+                        for c in &cases {
+                            testcase(w, report, c)?;
+                        }
+                        Ok(())
+                    })?;
+            }
+            Ok(())
+        })?;
+    String::from_utf8(w.into_inner()).map_err(std::io::Error::other)
+}
+
+fn testcase(w: &mut Writer<Vec<u8>>, report: &Report, c: &CaseResult) -> std::io::Result<()> {
+    let name = format!("{} {}", c.id, c.title);
+    let classname = format!("idem-conformance.{}", c.section);
+    let time = format!("{:.3}", c.duration_ms / 1000.0);
+    let element = w.create_element("testcase").with_attributes([
+        ("name", name.as_str()),
+        ("classname", classname.as_str()),
+        ("time", time.as_str()),
+    ]);
+    let mut details = format!(
+        "requirement {} ({}): {}\n",
+        c.requirement, c.level, c.requirement_text
+    );
+    if let Some(e) = &c.expected {
+        let _ = writeln!(details, "expected: {e}");
+    }
+    if let Some(o) = &c.observed {
+        let _ = writeln!(details, "observed: {o}");
+    }
+    if let Some(r) = &c.reason {
+        let _ = writeln!(details, "{r}");
+    }
+    for n in &c.notes {
+        let _ = writeln!(details, "note: {n}");
+    }
+    for e in &c.exchanges {
+        exchange_text(&mut details, e);
+    }
+    let message = c
+        .observed
+        .clone()
+        .or_else(|| c.reason.clone())
+        .unwrap_or_default();
+    let _ = report;
+    match c.verdict {
+        Verdict::Pass => {
+            element.write_empty()?;
+        }
+        Verdict::NonStrict => {
+            element.write_inner_content(|w| {
+                w.create_element("system-out")
+                    .write_text_content(BytesText::new(&format!(
+                        "non-strict: a SHOULD was missed (a failure only with --strict)\n{details}"
+                    )))?;
+                Ok(())
+            })?;
+        }
+        Verdict::Skip => {
+            element.write_inner_content(|w| {
+                w.create_element("skipped")
+                    .with_attribute(("message", message.as_str()))
+                    .write_empty()?;
+                Ok(())
+            })?;
+        }
+        Verdict::Fail | Verdict::Unsafe | Verdict::Error => {
+            let (tag, kind) = match c.verdict {
+                Verdict::Error => ("error", "error"),
+                Verdict::Unsafe => ("failure", "unsafe"),
+                _ => ("failure", "fail"),
+            };
+            element.write_inner_content(|w| {
+                w.create_element(tag)
+                    .with_attributes([("message", message.as_str()), ("type", kind)])
+                    .write_text_content(BytesText::new(&details))?;
+                Ok(())
+            })?;
+        }
+    }
+    Ok(())
+}

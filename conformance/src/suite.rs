@@ -1,0 +1,515 @@
+//! What the suite runs against ([`Target`], [`Profile`]), what it concludes ([`Verdict`],
+//! [`CaseResult`], [`Report`]) and the runner ([`run`]).
+
+use crate::cases::{self, Case, Check, Ctx};
+use crate::http::{Exchange, HarnessError, Http, Log};
+use crate::server::{Fault, Server, ServerConfig, COUNT_PATH, ORDERS_PATH};
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::Method;
+use reqwest::Url;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// The body the suite sends by default.
+pub const DEFAULT_BODY: &str =
+    r#"{"amount":4200,"currency":"eur","description":"idem-conformance"}"#;
+
+/// How the harness writes keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyStyle {
+    /// A bare UUID v4 (`Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324`).
+    Uuid,
+    /// A quoted RFC 8941 sf-string (`Idempotency-Key: "8e03978e-…"`), as the IETF draft writes.
+    SfString,
+    /// A bare token that is not a UUID (`Idempotency-Key: idem-5f0c…`).
+    Bare,
+}
+
+/// The status codes (and replay marker) a server is expected to use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Profile {
+    /// `ietf`, `stripe`, or the codes as given.
+    pub name: String,
+    /// Whether requests without a key must be refused.
+    pub keys_required: bool,
+    /// Status for a missing, empty, oversized or malformed key.
+    pub bad_key: u16,
+    /// Status for a duplicate of a request still in progress.
+    pub conflict: u16,
+    /// Status for a key reused with a different payload.
+    pub mismatch: u16,
+    /// The header (name, value) expected on replays, if any.
+    pub replay_marker: Option<(String, String)>,
+}
+
+impl Profile {
+    /// IETF draft-07 codes (400/409/422), keys required, `Idempotent-Replayed: true` on
+    /// replays (a SHOULD of the idem spec).
+    pub fn ietf() -> Profile {
+        Profile {
+            name: "ietf".into(),
+            keys_required: true,
+            bad_key: 400,
+            conflict: 409,
+            mismatch: 422,
+            replay_marker: Some(("idempotent-replayed".into(), "true".into())),
+        }
+    }
+
+    /// Stripe's behaviour: keys optional, 400 for bad keys and for a changed payload, 409
+    /// while in progress, `Idempotent-Replayed: true` on replays.
+    pub fn stripe() -> Profile {
+        Profile {
+            name: "stripe".into(),
+            keys_required: false,
+            bad_key: 400,
+            conflict: 409,
+            mismatch: 400,
+            replay_marker: Some(("idempotent-replayed".into(), "true".into())),
+        }
+    }
+
+    /// `ietf`, `stripe`, or three codes `BAD_KEY/CONFLICT/MISMATCH` (for example
+    /// `400/409/400`) on top of the IETF profile.
+    pub fn parse(s: &str) -> Result<Profile, String> {
+        match s {
+            "ietf" => return Ok(Profile::ietf()),
+            "stripe" => return Ok(Profile::stripe()),
+            _ => {}
+        }
+        let codes: Vec<u16> = s
+            .split('/')
+            .map(|c| {
+                c.trim()
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|c| (100..600).contains(c))
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| profile_error(s))?;
+        let [bad_key, conflict, mismatch] = codes[..] else {
+            return Err(profile_error(s));
+        };
+        Ok(Profile {
+            name: s.to_owned(),
+            bad_key,
+            conflict,
+            mismatch,
+            ..Profile::ietf()
+        })
+    }
+}
+
+fn profile_error(s: &str) -> String {
+    format!("unknown profile {s:?}: use ietf, stripe, or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/422")
+}
+
+/// Everything the suite needs to know about the endpoint under test.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The endpoint (an `http://` URL).
+    pub url: Url,
+    /// The method of the requests.
+    pub method: Method,
+    /// The body of a request that succeeds.
+    pub body: Bytes,
+    /// Its `Content-Type`, if any.
+    pub content_type: Option<HeaderValue>,
+    /// Extra headers on every request (the first principal's credential).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Headers that replace same-named ones in `headers` for the second principal; empty
+    /// skips the cross-principal case.
+    pub second_credential: Vec<(HeaderName, HeaderValue)>,
+    /// The key header's name.
+    pub key_header: HeaderName,
+    /// How keys are written.
+    pub key_style: KeyStyle,
+    /// Expected status codes.
+    pub profile: Profile,
+    /// Whether SHOULD-level cases count.
+    pub strict: bool,
+    /// Deadline of each request.
+    pub timeout: Duration,
+    /// The largest response body read.
+    pub max_response_bytes: usize,
+    /// Identical requests per concurrency round.
+    pub concurrency: usize,
+    /// Concurrency rounds.
+    pub rounds: usize,
+    /// A URL answering the number of executions (a number, or JSON `{"count": N}`).
+    pub count_url: Option<Url>,
+    /// A JSON pointer to the created resource's id in a success response.
+    pub id_pointer: Option<String>,
+    /// The server's response retention (enables `expiry/1`, with `key_ttl` `expiry/2`).
+    pub response_ttl: Option<Duration>,
+    /// The server's key retention (enables `expiry/3`).
+    pub key_ttl: Option<Duration>,
+    /// The server's lease (with `crash_body`, enables `lease/1`).
+    pub lease: Option<Duration>,
+    /// A body the server answers with a deterministic 4xx (enables `errors/1`).
+    pub decline_body: Option<Bytes>,
+    /// A body the server answers with a retryable failure, 5xx or 408/425/429 (enables
+    /// `errors/2`).
+    pub fail_body: Option<Bytes>,
+    /// A body whose first attempt dies without completing, and whose recovery succeeds
+    /// (enables `lease/1`).
+    pub crash_body: Option<Bytes>,
+    /// A body that differs from `body`; derived from it when absent.
+    pub mismatch_body: Option<Bytes>,
+}
+
+impl Target {
+    /// Defaults for an endpoint: `POST` of [`DEFAULT_BODY`] as JSON, UUID keys, the IETF
+    /// profile, 10 s timeout, 16 duplicates × 5 rounds, no oracle, no opt-in case.
+    pub fn new(url: Url) -> Target {
+        Target {
+            url,
+            method: Method::POST,
+            body: Bytes::from_static(DEFAULT_BODY.as_bytes()),
+            content_type: Some(HeaderValue::from_static("application/json")),
+            headers: Vec::new(),
+            second_credential: Vec::new(),
+            key_header: HeaderName::from_static("idempotency-key"),
+            key_style: KeyStyle::Uuid,
+            profile: Profile::ietf(),
+            strict: false,
+            timeout: Duration::from_secs(10),
+            max_response_bytes: 1 << 20,
+            concurrency: 16,
+            rounds: 5,
+            count_url: None,
+            id_pointer: None,
+            response_ttl: None,
+            key_ttl: None,
+            lease: None,
+            decline_body: None,
+            fail_body: None,
+            crash_body: None,
+            mismatch_body: None,
+        }
+    }
+
+    /// The target for a running reference server: its demo endpoint with two bearer
+    /// credentials, the count and id oracles, its retention and lease, and the bodies that
+    /// make its handler decline, fail and crash. Every case is enabled.
+    pub fn for_reference(server: &Server, config: &ServerConfig) -> Target {
+        let base = server.base_url();
+        let url = |path: &str| {
+            Url::parse(&format!("{base}{path}")).expect("a socket address forms a valid URL")
+        };
+        let bearer = |token: &str| {
+            vec![(
+                hyper::header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {token}"))
+                    .unwrap_or(HeaderValue::from_static("Bearer conformance")),
+            )]
+        };
+        let with_outcome = |outcome: &str| {
+            Bytes::from(format!(
+                r#"{{"amount":4200,"currency":"eur","outcome":"{outcome}"}}"#
+            ))
+        };
+        let mut target = Target::new(url(ORDERS_PATH));
+        target.headers = bearer("conformance-a");
+        target.second_credential = bearer("conformance-b");
+        target.count_url = Some(url(COUNT_PATH));
+        target.id_pointer = Some("/id".into());
+        target.response_ttl = Some(config.response_ttl);
+        target.key_ttl = Some(config.key_ttl);
+        target.lease = Some(config.lease);
+        target.decline_body = Some(with_outcome("decline"));
+        target.fail_body = Some(with_outcome("unavailable"));
+        target.crash_body = Some(with_outcome("crash"));
+        target
+    }
+}
+
+/// The outcome of one case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// The server did what the requirement says.
+    Pass,
+    /// A SHOULD-level requirement was missed (counted as a failure only with `--strict`).
+    NonStrict,
+    /// The server is wrong.
+    Fail,
+    /// The server executed a request more often than once: the worst kind of wrong.
+    Unsafe,
+    /// Not run: it needs an option that was not given, or does not apply to the profile.
+    Skip,
+    /// The harness could not tell: unreachable, timeout, unexpected protocol.
+    Error,
+}
+
+impl Verdict {
+    /// Lower-case name, as in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::NonStrict => "non-strict",
+            Verdict::Fail => "fail",
+            Verdict::Unsafe => "unsafe",
+            Verdict::Skip => "skip",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+/// How sure a pass is, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confidence {
+    /// A side-effect oracle confirmed it.
+    High,
+    /// The responses and the replay marker support it; no oracle saw the side effects.
+    Medium,
+    /// Only the responses support it.
+    Low,
+}
+
+/// One case's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseResult {
+    /// Stable case ID (`concurrent/1`).
+    pub id: String,
+    /// Its section (the ID up to the slash).
+    pub section: String,
+    /// `MUST` or `SHOULD`, from the requirement.
+    pub level: String,
+    /// The requirement ID (`IDEM-CONC-1`).
+    pub requirement: String,
+    /// The requirement sentence, from `spec/requirements.toml`.
+    pub requirement_text: String,
+    /// What the case sends and checks.
+    pub title: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// For passes: how sure, and why.
+    pub confidence: Option<Confidence>,
+    /// Why (passes: the evidence; skips and errors: the reason).
+    pub reason: Option<String>,
+    /// For failures: what the requirement expects.
+    pub expected: Option<String>,
+    /// For failures: what the server did.
+    pub observed: Option<String>,
+    /// Measurements and remarks.
+    pub notes: Vec<String>,
+    /// Wall time of the case.
+    pub duration_ms: f64,
+    /// The HTTP exchanges, in order.
+    pub exchanges: Vec<Exchange>,
+}
+
+/// Counts of verdicts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Passed.
+    pub pass: usize,
+    /// SHOULD missed without `--strict`.
+    pub non_strict: usize,
+    /// Failed.
+    pub fail: usize,
+    /// Unsafe.
+    pub unsafe_: usize,
+    /// Skipped.
+    pub skip: usize,
+    /// Harness errors.
+    pub error: usize,
+}
+
+/// A whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `idem-conformance`.
+    pub tool: &'static str,
+    /// The tool's version.
+    pub version: &'static str,
+    /// The endpoint.
+    pub target: String,
+    /// Whether it was the embedded reference server.
+    pub embedded: bool,
+    /// The reference server's fault, if any.
+    pub fault: Option<Fault>,
+    /// The profile used.
+    pub profile: Profile,
+    /// Whether SHOULD-level cases counted.
+    pub strict: bool,
+    /// Wall time of the run.
+    pub duration_ms: f64,
+    /// Verdict counts.
+    pub summary: Summary,
+    /// The process exit code this report calls for.
+    pub exit_code: u8,
+    /// Every case run, in order.
+    pub cases: Vec<CaseResult>,
+}
+
+impl Report {
+    /// The exit code: 2 if anything was unsafe, else 1 if a case failed, else 3 if the
+    /// harness could not judge a case (connection or protocol trouble), else 0.
+    pub fn compute_exit_code(cases: &[CaseResult]) -> u8 {
+        let has = |v: Verdict| cases.iter().any(|c| c.verdict == v);
+        if has(Verdict::Unsafe) {
+            2
+        } else if has(Verdict::Fail) {
+            1
+        } else if has(Verdict::Error) {
+            3
+        } else {
+            0
+        }
+    }
+
+    /// The result of case `id`, if it ran.
+    pub fn case(&self, id: &str) -> Option<&CaseResult> {
+        self.cases.iter().find(|c| c.id == id)
+    }
+}
+
+/// Progress events, for a live terminal display.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// Case `index` of `total` (1-based) starts.
+    Started {
+        /// 1-based position in this run.
+        index: usize,
+        /// Cases in this run.
+        total: usize,
+        /// The case.
+        case: &'a Case,
+    },
+    /// It finished.
+    Finished {
+        /// 1-based position in this run.
+        index: usize,
+        /// Cases in this run.
+        total: usize,
+        /// Its result.
+        result: &'a CaseResult,
+    },
+}
+
+/// The cases whose IDs start with any of `prefixes` (all cases when empty), in suite order.
+pub fn select(prefixes: &[String]) -> Result<Vec<&'static Case>, String> {
+    let all = cases::all();
+    if prefixes.is_empty() {
+        return Ok(all.iter().collect());
+    }
+    for p in prefixes {
+        if !all.iter().any(|c| c.id.starts_with(p.as_str())) {
+            return Err(format!("no case ID starts with {p:?} (see --list)"));
+        }
+    }
+    Ok(all
+        .iter()
+        .filter(|c| prefixes.iter().any(|p| c.id.starts_with(p.as_str())))
+        .collect())
+}
+
+/// Runs `cases` against `target`, one after the other (the count oracle is global, so
+/// cases never overlap), reporting progress as it goes.
+pub async fn run(
+    target: &Target,
+    cases: &[&'static Case],
+    embedded: Option<Option<Fault>>,
+    progress: &mut (dyn FnMut(Progress<'_>) + Send),
+) -> Result<Report, HarnessError> {
+    let http = Http::new(target.timeout, target.max_response_bytes)?;
+    let started = Instant::now();
+    let total = cases.len();
+    let mut results = Vec::with_capacity(total);
+    for (i, case) in cases.iter().enumerate() {
+        progress(Progress::Started {
+            index: i + 1,
+            total,
+            case,
+        });
+        let result = run_case(target, &http, case).await;
+        progress(Progress::Finished {
+            index: i + 1,
+            total,
+            result: &result,
+        });
+        results.push(result);
+    }
+    let mut summary = Summary::default();
+    for r in &results {
+        match r.verdict {
+            Verdict::Pass => summary.pass += 1,
+            Verdict::NonStrict => summary.non_strict += 1,
+            Verdict::Fail => summary.fail += 1,
+            Verdict::Unsafe => summary.unsafe_ += 1,
+            Verdict::Skip => summary.skip += 1,
+            Verdict::Error => summary.error += 1,
+        }
+    }
+    Ok(Report {
+        tool: "idem-conformance",
+        version: env!("CARGO_PKG_VERSION"),
+        target: target.url.to_string(),
+        embedded: embedded.is_some(),
+        fault: embedded.flatten(),
+        profile: target.profile.clone(),
+        strict: target.strict,
+        duration_ms: crate::http::ms(started.elapsed()),
+        summary,
+        exit_code: Report::compute_exit_code(&results),
+        cases: results,
+    })
+}
+
+async fn run_case(target: &Target, http: &Http, case: &'static Case) -> CaseResult {
+    let ctx = Ctx::new(target, http, Log::new());
+    let outcome = case.run(&ctx).await;
+    let level = case.level();
+    let mut result = CaseResult {
+        id: case.id.to_owned(),
+        section: case.section().to_owned(),
+        level: level.as_str().to_owned(),
+        requirement: case.requirement.to_owned(),
+        requirement_text: case.requirement_text().to_owned(),
+        title: case.title.to_owned(),
+        verdict: Verdict::Pass,
+        confidence: None,
+        reason: None,
+        expected: None,
+        observed: None,
+        notes: Vec::new(),
+        duration_ms: crate::http::ms(ctx.log.elapsed()),
+        exchanges: Vec::new(),
+    };
+    match outcome {
+        Ok(Check::Pass(confidence, why)) => {
+            result.confidence = Some(confidence);
+            result.reason = Some(why);
+        }
+        Ok(Check::Fail { expected, observed }) => {
+            result.verdict = if level == idem_spec::Level::Must || target.strict {
+                Verdict::Fail
+            } else {
+                Verdict::NonStrict
+            };
+            result.expected = Some(expected);
+            result.observed = Some(observed);
+        }
+        Ok(Check::Unsafe { expected, observed }) => {
+            result.verdict = Verdict::Unsafe;
+            result.expected = Some(expected);
+            result.observed = Some(observed);
+        }
+        Ok(Check::Skip(why)) => {
+            result.verdict = Verdict::Skip;
+            result.reason = Some(why);
+        }
+        Err(e) => {
+            result.verdict = Verdict::Error;
+            result.reason = Some(e.to_string());
+        }
+    }
+    result.notes = ctx.take_notes();
+    result.exchanges = ctx.log.take();
+    result
+}
