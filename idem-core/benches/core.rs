@@ -1,2 +1,294 @@
-//! Criterion benchmarks for idem-core (filled in below).
-fn main() {}
+//! Criterion benchmarks for idem-core: `cargo bench -p idem-core --bench core`.
+//!
+//! Besides the timings, the run prints the MemoryStore's resident bytes per retained key,
+//! measured from the process's resident set size around building a 1,000,000-key store.
+use criterion::{criterion_group, BatchSize, Criterion, Throughput};
+use idem_core::*;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+const NOW: UnixMillis = UnixMillis(1_700_000_000_000);
+
+fn key(i: u64) -> RecordKey {
+    RecordKey::new(
+        Scope::new("tenant-42", "POST", "/v1/charges"),
+        format!("{i:036}"),
+    )
+}
+
+fn response() -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: br#"{"id":"ch_1","amount":900,"currency":"usd","status":"succeeded"}"#.to_vec(),
+    }
+}
+
+fn completed(engine: &Engine, k: &RecordKey, fp: &Fingerprint) -> Record {
+    let Decision::Execute { lease, .. } = engine.decide(
+        NOW,
+        &Attempt {
+            key: k,
+            fingerprint: fp,
+            nonce: 1,
+        },
+        None,
+    ) else {
+        unreachable!()
+    };
+    match engine
+        .complete(NOW, &lease, Outcome::Final(response()))
+        .unwrap()
+        .op
+    {
+        WriteOp::Put(r) => r,
+        WriteOp::Delete => unreachable!(),
+    }
+}
+
+fn decisions(c: &mut Criterion) {
+    let engine = Engine::default();
+    let k = key(1);
+    let fp = Fingerprint::from_digest([9; 32]);
+    let record = completed(&engine, &k, &fp);
+    let attempt = Attempt {
+        key: &k,
+        fingerprint: &fp,
+        nonce: 5,
+    };
+    let mut g = c.benchmark_group("engine");
+    g.bench_function("replay decision", |b| {
+        b.iter(|| {
+            black_box(engine.decide(
+                black_box(NOW),
+                black_box(&attempt),
+                black_box(Some(&record)),
+            ))
+        })
+    });
+    g.bench_function("execute + complete", |b| {
+        b.iter_batched(
+            response,
+            |resp| {
+                let Decision::Execute { lease, write, .. } =
+                    engine.decide(NOW, black_box(&attempt), None)
+                else {
+                    unreachable!()
+                };
+                black_box(write);
+                black_box(engine.complete(NOW, &lease, Outcome::Final(resp)))
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+fn fingerprints(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fingerprint");
+    for size in [1024usize, 64 * 1024] {
+        let raw: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        // A JSON object of about the same size: many small members.
+        let mut json = String::from("{");
+        let mut i = 0;
+        while json.len() < size - 40 {
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&format!(
+                "\"field_{i}\":{{\"amount\":{},\"label\":\"item {i}\"}}",
+                i * 7
+            ));
+            i += 1;
+        }
+        json.push('}');
+        let spec = FingerprintSpec::default();
+        g.throughput(Throughput::Bytes(size as u64));
+        g.bench_function(format!("raw {} KiB", size / 1024), |b| {
+            b.iter(|| {
+                spec.fingerprint(&RequestParts {
+                    method: "POST",
+                    target: "/v1/charges",
+                    content_type: Some("application/octet-stream"),
+                    headers: &[],
+                    body: black_box(&raw),
+                })
+            })
+        });
+        g.throughput(Throughput::Bytes(json.len() as u64));
+        g.bench_function(format!("json {} KiB", size / 1024), |b| {
+            b.iter(|| {
+                spec.fingerprint(&RequestParts {
+                    method: "POST",
+                    target: "/v1/charges",
+                    content_type: Some("application/json"),
+                    headers: &[],
+                    body: black_box(json.as_bytes()),
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+const MILLION: u64 = 1_000_000;
+
+fn filled_store(engine: &Engine, n: u64) -> MemoryStore {
+    let mut store = MemoryStore::new(MemoryStoreLimits {
+        max_entries: usize::MAX,
+        max_bytes: usize::MAX,
+    });
+    let fp = Fingerprint::from_digest([3; 32]);
+    let resp = Arc::new(response());
+    for i in 0..n {
+        let k = key(i);
+        let mut r = completed(engine, &k, &fp);
+        // Share one response body so the measurement is of per-key overhead.
+        if let RecordState::Completed { response, .. } = &mut r.state {
+            *response = Arc::clone(&resp);
+        }
+        let _ = store
+            .apply(
+                NOW,
+                Write {
+                    key: k,
+                    precondition: Precondition::Absent,
+                    op: WriteOp::Put(r),
+                },
+            )
+            .unwrap();
+    }
+    store
+}
+
+fn store(c: &mut Criterion) {
+    let engine = Engine::default();
+    let mut store = filled_store(&engine, MILLION);
+    let fp = Fingerprint::from_digest([3; 32]);
+    let mut g = c.benchmark_group("memory store (1M keys)");
+    g.throughput(Throughput::Elements(1));
+    let mut i = 0u64;
+    g.bench_function("replay (claim of a completed key)", |b| {
+        b.iter(|| {
+            i = (i + 7919) % MILLION;
+            let k = key(i);
+            black_box(
+                store
+                    .claim(
+                        &engine,
+                        NOW,
+                        &Attempt {
+                            key: &k,
+                            fingerprint: &fp,
+                            nonce: i,
+                        },
+                    )
+                    .unwrap(),
+            )
+        })
+    });
+    let mut n = MILLION;
+    g.bench_function("new key: claim + finish", |b| {
+        b.iter(|| {
+            n += 1;
+            let k = key(n);
+            let Claim::Execute { lease, .. } = store
+                .claim(
+                    &engine,
+                    NOW,
+                    &Attempt {
+                        key: &k,
+                        fingerprint: &fp,
+                        nonce: n,
+                    },
+                )
+                .unwrap()
+            else {
+                unreachable!()
+            };
+            black_box(
+                store
+                    .finish(&engine, NOW, &lease, Outcome::Final(response()))
+                    .unwrap(),
+            )
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("expiry sweep");
+    for expiring in [1_000u64, 10_000] {
+        g.throughput(Throughput::Elements(expiring));
+        g.bench_function(format!("{expiring} due among 100k"), |b| {
+            b.iter_batched(
+                || {
+                    let mut s = filled_store(&engine, 100_000);
+                    // Give `expiring` of them a response that ends sooner.
+                    let short = Engine::new(Config {
+                        response_ttl: Duration::from_secs(1),
+                        ..Config::default()
+                    })
+                    .unwrap();
+                    for j in 0..expiring {
+                        let k = key(200_000 + j);
+                        let r = completed(&short, &k, &fp);
+                        let _ = s
+                            .apply(
+                                NOW,
+                                Write {
+                                    key: k,
+                                    precondition: Precondition::Absent,
+                                    op: WriteOp::Put(r),
+                                },
+                            )
+                            .unwrap();
+                    }
+                    s
+                },
+                |mut s| black_box(s.sweep(NOW.saturating_add(Duration::from_secs(2)))),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn memory_report() {
+    let engine = Engine::default();
+    let before = rss_bytes();
+    let store = filled_store(&engine, MILLION);
+    let after = rss_bytes();
+    let stats = store.stats();
+    let key_bytes = key(0).scope.as_str().len() + key(0).key.len();
+    if let (Some(b), Some(a)) = (before, after) {
+        let per_key = (a.saturating_sub(b)) as f64 / MILLION as f64;
+        println!(
+            "memory store: {} keys, resident {:.0} bytes/key in all, {:.0} beyond the {} key bytes (response body shared); accounted {} bytes/key",
+            stats.entries,
+            per_key,
+            per_key - key_bytes as f64,
+            key_bytes,
+            stats.bytes / stats.entries
+        );
+    }
+    drop(store);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = decisions, fingerprints, store
+}
+
+fn main() {
+    memory_report();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
