@@ -76,7 +76,7 @@ fn decisions(c: &mut Criterion) {
                 else {
                     unreachable!()
                 };
-                black_box(write);
+                let _ = black_box(write);
                 black_box(engine.complete(NOW, &lease, Outcome::Final(resp)))
             },
             BatchSize::SmallInput,
