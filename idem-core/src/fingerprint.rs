@@ -14,7 +14,6 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Domain separation for the fingerprint hash; bump when the layout changes.
@@ -224,37 +223,11 @@ impl FingerprintSpec {
         };
         let mut fields = Vec::new();
         if json {
-            let mut value: Value =
-                serde_json::from_slice(req.body).map_err(|e| FingerprintError::InvalidJson {
-                    line: e.line(),
-                    column: e.column(),
-                })?;
-            for pointer in &self.exclude {
-                remove_pointer(&mut value, pointer);
-            }
+            let patterns = crate::canon::parse_patterns(&self.exclude);
             let mut canon = Vec::with_capacity(req.body.len());
-            if let Value::Object(map) = &value {
-                canon.push(b'{');
-                for (i, (k, v)) in map.iter().enumerate() {
-                    if i > 0 {
-                        canon.push(b',');
-                    }
-                    write_str(&mut canon, k);
-                    canon.push(b':');
-                    let start = canon.len();
-                    write_canonical(&mut canon, v);
-                    let d = Sha256::digest(&canon[start..]);
-                    let mut first = [0u8; 8];
-                    first.copy_from_slice(&d[..8]);
-                    fields.push(FieldDigest {
-                        name: k.clone(),
-                        digest: u64::from_le_bytes(first),
-                    });
-                }
-                canon.push(b'}');
-            } else {
-                write_canonical(&mut canon, &value);
-            }
+            crate::canon::canonicalise(req.body, &patterns, &mut canon, &mut fields).map_err(|e| {
+                FingerprintError::InvalidJson { line: e.line(), column: e.column() }
+            })?;
             h.update(b"J");
             put(&mut h, &canon);
         } else {
@@ -282,143 +255,4 @@ fn is_json_media_type(ct: &str) -> bool {
     ty.eq_ignore_ascii_case("application")
         && (sub.eq_ignore_ascii_case("json")
             || sub.len() > 5 && sub[sub.len() - 5..].eq_ignore_ascii_case("+json"))
-}
-
-/// Removes every value a pointer (with `*` wildcards) names. Missing paths are ignored.
-fn remove_pointer(value: &mut Value, pointer: &str) {
-    let path = pointer.strip_prefix('/').unwrap_or(pointer);
-    let tokens: Vec<String> = path
-        .split('/')
-        .map(|t| t.replace("~1", "/").replace("~0", "~"))
-        .collect();
-    remove_path(value, &tokens);
-}
-
-fn remove_path(value: &mut Value, tokens: &[String]) {
-    let Some((first, rest)) = tokens.split_first() else {
-        return;
-    };
-    match value {
-        Value::Object(map) => {
-            if rest.is_empty() {
-                if first == "*" {
-                    map.clear();
-                } else {
-                    map.remove(first.as_str());
-                }
-            } else if first == "*" {
-                map.values_mut().for_each(|v| remove_path(v, rest));
-            } else if let Some(v) = map.get_mut(first.as_str()) {
-                remove_path(v, rest);
-            }
-        }
-        Value::Array(items) => {
-            if first == "*" {
-                if rest.is_empty() {
-                    items.clear();
-                } else {
-                    items.iter_mut().for_each(|v| remove_path(v, rest));
-                }
-            } else if let Ok(i) = first.parse::<usize>() {
-                if rest.is_empty() {
-                    if i < items.len() {
-                        items.remove(i);
-                    }
-                } else if let Some(v) = items.get_mut(i) {
-                    remove_path(v, rest);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-fn write_canonical(out: &mut Vec<u8>, value: &Value) {
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => write_number(out, n),
-        Value::String(s) => write_str(out, s),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(out, v);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            // serde_json's Map is a BTreeMap here: iteration is in sorted key order.
-            out.push(b'{');
-            for (i, (k, v)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(out, k);
-                out.push(b':');
-                write_canonical(out, v);
-            }
-            out.push(b'}');
-        }
-    }
-}
-
-fn write_number(out: &mut Vec<u8>, n: &serde_json::Number) {
-    use core::fmt::Write as _;
-    let mut s = String::new();
-    match (n.as_u64(), n.as_i64(), n.as_f64()) {
-        (Some(u), _, _) => {
-            let _ = write!(s, "{u}");
-        }
-        (_, Some(i), _) => {
-            let _ = write!(s, "{i}");
-        }
-        // Integral floats below 2^53 are written as integers, as ECMAScript does.
-        (_, _, Some(f)) if f == (f as i64) as f64 && f.abs() < 9_007_199_254_740_992.0 => {
-            let _ = write!(s, "{}", f as i64);
-        }
-        _ => {
-            let _ = write!(s, "{n}");
-        }
-    }
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn write_str(out: &mut Vec<u8>, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x09 => b"\\t",
-            0x0a => b"\\n",
-            0x0c => b"\\f",
-            0x0d => b"\\r",
-            0..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        if esc.is_empty() {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 15) as usize],
-            ]);
-        } else {
-            out.extend_from_slice(esc);
-        }
-        start = i + 1;
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
 }

@@ -43,6 +43,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod canon;
 mod codec;
 mod engine;
 mod event;

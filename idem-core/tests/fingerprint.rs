@@ -201,3 +201,99 @@ fn bad_bodies() {
         Err(FingerprintError::InvalidJson { .. })
     ));
 }
+
+mod canonical_forms {
+    //! Property: any two serialisations of the same JSON value (member order, whitespace,
+    //! escapes, integral floats) have the same fingerprint; changing a leaf changes it.
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-z\"\\\\\u{0}-\u{1f}é😀]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Writes members in reverse order, with whitespace, escaping every non-ASCII character
+    /// and writing integers as floats where that is exact.
+    fn other_form(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(m) => {
+                out.push_str("{ ");
+                for (i, (k, v)) in m.iter().rev().enumerate() {
+                    if i > 0 {
+                        out.push_str(" ,\n ");
+                    }
+                    escaped(k, out);
+                    out.push_str(" : ");
+                    other_form(v, out);
+                }
+                out.push_str(" }");
+            }
+            Value::Array(a) => {
+                out.push_str("[ ");
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(" , ");
+                    }
+                    other_form(v, out);
+                }
+                out.push_str(" ]");
+            }
+            Value::String(s) => escaped(s, out),
+            Value::Number(n) if n.as_i64().is_some_and(|i| i.unsigned_abs() < 1 << 50) => {
+                out.push_str(&format!("{}.0", n.as_i64().unwrap()))
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+
+    fn escaped(s: &str, out: &mut String) {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+                c => {
+                    let mut buf = [0u16; 2];
+                    for unit in c.encode_utf16(&mut buf) {
+                        out.push_str(&format!("\\u{unit:04X}"));
+                    }
+                }
+            }
+        }
+        out.push('"');
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        /// IDEM-FP-3
+        #[test]
+        fn equal_values_have_equal_fingerprints(v in value()) {
+            let spec = FingerprintSpec::default();
+            let compact = serde_json::to_string(&v).unwrap();
+            let mut other = String::new();
+            other_form(&v, &mut other);
+            let a = json(&spec, &compact);
+            let b = json(&spec, &other);
+            prop_assert!(a.matches(&b), "{} vs {}", compact, other);
+            prop_assert_eq!(&a.fields, &b.fields);
+            let changed = json(&spec, &serde_json::to_string(&serde_json::json!({ "wrapped": v })).unwrap());
+            prop_assert!(!changed.matches(&a));
+        }
+    }
+}
