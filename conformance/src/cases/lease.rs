@@ -11,6 +11,11 @@ pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError
             "opt-in: needs --lease (the server's lease) and --crash-body (a request whose first attempt dies)".into(),
         ));
     };
+    // A dying first attempt looks like a broken server unless the endpoint is known to work.
+    let healthy = ctx
+        .post("a normal request", &ctx.fresh(), &ctx.t.body)
+        .await?;
+    require_success(&healthy, "a normal request")?;
     let key = ctx.fresh();
     let started = Instant::now();
     match ctx.post("crashing request", &key, &body).await {
@@ -60,7 +65,15 @@ pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError
         "taken over {:.2} s after the crash, after {in_progress} in-progress answer(s)",
         started.elapsed().as_secs_f64()
     ));
-    let again = ctx.post("retry after recovery", &key, &body).await?;
+    let again = match ctx.post("retry after recovery", &key, &body).await {
+        Err(HarnessError::Closed(_)) => {
+            return Ok(fail(
+                "once recovered, the key replays the recovered response",
+                "the next retry ran as a new first attempt and died: the recovered outcome was not kept",
+            ))
+        }
+        other => other?,
+    };
     if !again.same_answer(&recovered) {
         return Ok(fail(
             "once recovered, the key replays the recovered response",

@@ -1,0 +1,260 @@
+//! The suite against the reference server: every case passes on the correct server, and
+//! every fault is caught by the case aimed at it while the unrelated cases still pass.
+
+use idem_conformance::cases;
+use idem_conformance::server::{Fault, Server, ServerConfig};
+use idem_conformance::suite::{self, Report, Target, Verdict};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+async fn run_against(config: ServerConfig, tune: impl FnOnce(&mut Target)) -> Report {
+    let server = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
+        .await
+        .expect("the reference server starts");
+    let mut target = Target::for_reference(&server, &config);
+    target.timeout = Duration::from_secs(5);
+    tune(&mut target);
+    let all: Vec<_> = cases::all().iter().collect();
+    let report = tokio::time::timeout(
+        Duration::from_secs(90),
+        suite::run(&target, &all, Some(config.fault), &mut |_| {}),
+    )
+    .await
+    .expect("a run against the reference server ends in bounded time")
+    .expect("the harness starts");
+    drop(server);
+    report
+}
+
+fn describe(report: &Report) -> String {
+    report
+        .cases
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} {}",
+                c.id,
+                c.verdict.name(),
+                c.observed.as_deref().or(c.reason.as_deref()).unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_passes_every_case() {
+    let report = run_against(ServerConfig::fast(), |t| t.strict = true).await;
+    assert_eq!(report.cases.len(), cases::all().len());
+    for c in &report.cases {
+        assert_eq!(c.verdict, Verdict::Pass, "{}\n{}", c.id, describe(&report));
+        assert!(!c.exchanges.is_empty(), "{} sent nothing", c.id);
+    }
+    assert_eq!(report.exit_code, 0);
+    // With both oracles every pass is certain.
+    assert!(report
+        .cases
+        .iter()
+        .all(|c| c.confidence == Some(suite::Confidence::High)));
+}
+
+/// What a fault must do to the verdicts.
+struct Expect {
+    fault: Fault,
+    /// Cases that must fail (or be unsafe).
+    caught_by: &'static [&'static str],
+    /// Of those, the ones that must be unsafe: a double execution is observable.
+    unsafe_: &'static [&'static str],
+    /// Plausibly related cases that may fail, be unsafe or skip as well.
+    related: &'static [&'static str],
+}
+
+const EXPECT: &[Expect] = &[
+    Expect {
+        fault: Fault::NoLock,
+        caught_by: &["concurrent/1", "lost-response/1"],
+        unsafe_: &["concurrent/1", "lost-response/1"],
+        related: &["concurrent/2", "lease/1"],
+    },
+    Expect {
+        fault: Fault::NoFingerprint,
+        caught_by: &["mismatch/1"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::NoStore,
+        caught_by: &[
+            "lost-response/1",
+            "replay/1",
+            "replay/2",
+            "errors/1",
+            "expiry/1",
+        ],
+        unsafe_: &["lost-response/1", "replay/1"],
+        related: &[
+            "mismatch/1",
+            "lease/1",
+            "expiry/2",
+            "concurrent/1",
+            "concurrent/2",
+        ],
+    },
+    Expect {
+        fault: Fault::ReplayAcrossPrincipals,
+        caught_by: &["scope/1"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::Store5xx,
+        caught_by: &["errors/2"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::LostLease,
+        caught_by: &["lease/1"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::ForgetEarly,
+        caught_by: &["expiry/1", "expiry/2"],
+        unsafe_: &["expiry/1"],
+        related: &[
+            "lost-response/1",
+            "replay/1",
+            "replay/2",
+            "mismatch/1",
+            "errors/1",
+            "lease/1",
+            "concurrent/1",
+            "concurrent/2",
+        ],
+    },
+    Expect {
+        fault: Fault::NoKeyCheck,
+        caught_by: &["keys/1", "keys/2", "keys/3", "keys/4", "keys/5"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::ShortKeys,
+        caught_by: &["keys/6"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::NoMarker,
+        caught_by: &["replay/2"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::NoRetryAfter,
+        caught_by: &["concurrent/2"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::ForgetErrors,
+        caught_by: &["errors/1"],
+        unsafe_: &[],
+        related: &[],
+    },
+    Expect {
+        fault: Fault::NoTombstone,
+        caught_by: &["expiry/2"],
+        unsafe_: &[],
+        related: &["lease/1"],
+    },
+    Expect {
+        fault: Fault::NeverExpire,
+        caught_by: &["expiry/3"],
+        unsafe_: &[],
+        related: &[],
+    },
+];
+
+fn check(e: &Expect, report: &Report) -> Vec<String> {
+    let mut problems = Vec::new();
+    for c in &report.cases {
+        let id = c.id.as_str();
+        let ok = if e.unsafe_.contains(&id) {
+            c.verdict == Verdict::Unsafe
+        } else if e.caught_by.contains(&id) {
+            matches!(c.verdict, Verdict::Fail | Verdict::Unsafe)
+        } else if e.related.contains(&id) {
+            c.verdict != Verdict::Error
+        } else {
+            c.verdict == Verdict::Pass
+        };
+        if !ok {
+            problems.push(format!(
+                "fault {}: {id} is {} ({})",
+                e.fault,
+                c.verdict.name(),
+                c.observed.as_deref().or(c.reason.as_deref()).unwrap_or("")
+            ));
+        }
+    }
+    let want = if e.caught_by.iter().any(|id| e.unsafe_.contains(id)) {
+        2
+    } else {
+        1
+    };
+    if report.exit_code < want || report.exit_code == 3 {
+        problems.push(format!(
+            "fault {}: exit code {}, expected at least {want}",
+            e.fault, report.exit_code
+        ));
+    }
+    problems
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_is_caught_by_the_case_aimed_at_it() {
+    assert_eq!(
+        EXPECT.len(),
+        Fault::ALL.len(),
+        "every fault has an expectation"
+    );
+    // The faults run side by side, each against its own server: their waits overlap.
+    let mut runs = tokio::task::JoinSet::new();
+    for e in EXPECT {
+        let fault = e.fault;
+        runs.spawn(async move {
+            let config = ServerConfig {
+                fault: Some(fault),
+                ..ServerConfig::fast()
+            };
+            let report = run_against(config, |t| {
+                t.strict = true;
+                t.concurrency = 8;
+                t.rounds = 2;
+            })
+            .await;
+            (fault, report)
+        });
+    }
+    let mut problems = Vec::new();
+    while let Some(done) = runs.join_next().await {
+        let (fault, report) = done.expect("a fault run completes");
+        let e = EXPECT.iter().find(|e| e.fault == fault).expect("listed");
+        problems.extend(check(e, &report));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn every_case_is_caught_by_some_fault() {
+    // No case is a check that cannot fail: each one fails against at least one fault.
+    for c in cases::all() {
+        assert!(
+            EXPECT.iter().any(|e| e.caught_by.contains(&c.id)),
+            "no fault makes {} fail",
+            c.id
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! The reference server's own behaviour: every refusal is problem+json with the status and
+//! type idem-core assigns, and nothing runs for a refused request.
+
+use idem_conformance::server::{Server, ServerConfig};
+use idem_core::MemoryStoreLimits;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+async fn start(config: ServerConfig) -> (Server, reqwest::Client) {
+    let server = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config)
+        .await
+        .expect("the server starts");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .no_proxy()
+        .build()
+        .expect("client");
+    (server, client)
+}
+
+fn quick() -> ServerConfig {
+    ServerConfig {
+        delay: Duration::ZERO,
+        ..ServerConfig::fast()
+    }
+}
+
+async fn order(
+    client: &reqwest::Client,
+    server: &Server,
+    key: Option<&str>,
+    body: &'static str,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut req = client
+        .post(format!("{}/orders", server.base_url()))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer t")
+        .body(body);
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    let r = req.send().await.expect("an answer");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let body = json(r).await;
+    (status, headers, body)
+}
+
+async fn json(r: reqwest::Response) -> serde_json::Value {
+    let bytes = r.bytes().await.expect("a body");
+    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)
+}
+
+fn problem_type(headers: &reqwest::header::HeaderMap, body: &serde_json::Value) -> String {
+    assert_eq!(
+        headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/problem+json")
+    );
+    body["type"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn a_new_key_executes_and_a_repeat_replays_with_the_marker() {
+    let (server, client) = start(quick()).await;
+    let (s1, h1, b1) = order(&client, &server, Some("k-1"), r#"{"a":1}"#).await;
+    assert_eq!(s1, 201);
+    assert!(h1.get("idempotent-replayed").is_none());
+    let (s2, h2, b2) = order(&client, &server, Some("\"k-1\""), r#"{ "a" : 1 }"#).await;
+    assert_eq!(
+        (s2, &b2),
+        (201, &b1),
+        "the quoted form names the same key; JSON is canonical"
+    );
+    assert_eq!(
+        h2.get("idempotent-replayed").map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    assert_eq!(server.executions(), 1);
+    let count = json(
+        client
+            .get(format!("{}/count", server.base_url()))
+            .send()
+            .await
+            .expect("count"),
+    )
+    .await;
+    assert_eq!(count["count"], 1);
+}
+
+#[tokio::test]
+async fn refusals_are_problems_and_execute_nothing() {
+    let config = ServerConfig {
+        max_body: 64,
+        ..quick()
+    };
+    let (server, client) = start(config).await;
+    let (s, h, b) = order(&client, &server, None, "{}").await;
+    assert_eq!(
+        (s, problem_type(&h, &b).as_str()),
+        (400, "urn:idem:problem:missing-key")
+    );
+    let (s, h, b) = order(&client, &server, Some("a,b"), "{}").await;
+    assert_eq!(
+        (s, problem_type(&h, &b).as_str()),
+        (400, "urn:idem:problem:malformed-key")
+    );
+    let (s, h, b) = order(&client, &server, Some("k"), "{not json").await;
+    assert_eq!(
+        (s, problem_type(&h, &b).as_str()),
+        (400, "urn:idem:problem:invalid-json")
+    );
+    let big = Box::leak(format!("{{\"pad\":\"{}\"}}", "x".repeat(100)).into_boxed_str());
+    let (s, h, b) = order(&client, &server, Some("k"), big).await;
+    assert_eq!(
+        (s, problem_type(&h, &b).as_str()),
+        (413, "urn:idem:problem:body-too-large")
+    );
+    let (s, _, _) = order(&client, &server, Some("k"), r#"{"a":1}"#).await;
+    assert_eq!(s, 201);
+    let (s, h, b) = order(&client, &server, Some("k"), r#"{"a":2}"#).await;
+    assert_eq!(
+        (s, problem_type(&h, &b).as_str()),
+        (422, "urn:idem:problem:key-reuse-mismatch")
+    );
+    assert_eq!(b["detail"], "the request differs in: a");
+    assert_eq!(server.executions(), 1);
+    let r = client
+        .get(format!("{}/nowhere", server.base_url()))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 404);
+    let r = client
+        .get(format!("{}/orders", server.base_url()))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(
+        r.headers().get("allow").map(|v| v.as_bytes()),
+        Some(&b"POST"[..])
+    );
+}
+
+#[tokio::test]
+async fn a_full_store_refuses_new_keys_with_503_and_keeps_the_old_one() {
+    let config = ServerConfig {
+        limits: MemoryStoreLimits {
+            max_entries: 1,
+            ..MemoryStoreLimits::default()
+        },
+        ..quick()
+    };
+    let (server, client) = start(config).await;
+    let (s, _, first) = order(&client, &server, Some("one"), "{}").await;
+    assert_eq!(s, 201);
+    let (s, h, b) = order(&client, &server, Some("two"), "{}").await;
+    assert_eq!(
+        (s, problem_type(&h, &b).as_str()),
+        (503, "urn:idem:problem:store-full")
+    );
+    assert!(h.get("retry-after").is_some());
+    let (s, _, again) = order(&client, &server, Some("one"), "{}").await;
+    assert_eq!((s, again), (201, first), "the live record is never evicted");
+    assert_eq!(server.executions(), 1);
+    assert_eq!(server.stored_records(), 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_in_flight_gets_409_with_retry_after() {
+    let config = ServerConfig {
+        delay: Duration::from_millis(400),
+        ..ServerConfig::fast()
+    };
+    let (server, client) = start(config).await;
+    let first = {
+        let client = client.clone();
+        let url = server.base_url();
+        tokio::spawn(async move {
+            client
+                .post(format!("{url}/orders"))
+                .header("idempotency-key", "slow")
+                .body("{}")
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = client
+        .post(format!("{}/orders", server.base_url()))
+        .header("idempotency-key", "slow")
+        .body("{}")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 409);
+    assert_eq!(
+        r.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert_eq!(first.await.expect("task").expect("answer"), 201);
+    assert_eq!(server.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_key_is_scoped_by_principal() {
+    let (server, client) = start(quick()).await;
+    let send = |token: &'static str| {
+        client
+            .post(format!("{}/orders", server.base_url()))
+            .header("authorization", format!("Bearer {token}"))
+            .header("idempotency-key", "shared")
+            .body("{}")
+            .send()
+    };
+    let a = json(send("alice").await.expect("a")).await;
+    let b = json(send("bob").await.expect("b")).await;
+    assert_ne!(a["id"], b["id"]);
+    assert_eq!(server.executions(), 2);
+}
