@@ -91,6 +91,22 @@ impl Engine {
         Ok(Attempt::new(key, fingerprint))
     }
 
+    /// Refuses a body of `length` bytes, announced by `Content-Length` before it is read,
+    /// when it is larger than the fingerprint limit: throws the same `RangeError` (413,
+    /// `IDEM-LIMIT-1`) as [`Engine::attempt`] would after reading it.
+    #[wasm_bindgen(js_name = checkBodySize)]
+    pub fn check_body_size(&self, length: f64) -> JsResult<()> {
+        let max = self.fingerprint.max_body;
+        if length.is_finite() && length > max as f64 {
+            let e = idem_core::FingerprintError::BodyTooLarge {
+                len: length as usize,
+                max,
+            };
+            return Err(js(ErrorParts::fingerprint(&e)));
+        }
+        Ok(())
+    }
+
     /// Decides what to do with `attempt` given the stored record bytes (or `undefined`).
     /// `nonceHi`/`nonceLo` are 64 random bits that seed the version of a new record.
     pub fn decide(

@@ -1,0 +1,7 @@
+// Node (ESM) and Deno: the module is read from disk and compiled synchronously.
+import { readFileSync } from "node:fs";
+import { initSync } from "./idem_wasm.js";
+
+initSync({ module: readFileSync(new URL("./idem_wasm_bg.wasm", import.meta.url)) });
+
+export * from "./index.js";

@@ -1,0 +1,121 @@
+// Builds the npm package into dist/:
+//
+//   1. cargo builds idem-wasm for wasm32-unknown-unknown, optimised for size (the settings
+//      are passed as CARGO_PROFILE_RELEASE_* so that they apply to this build only);
+//   2. the wasm-bindgen CLI (the version pinned in Cargo.toml) writes the `web` glue, which
+//      every entry shares: Node and workerd initialise it synchronously, browsers, bundlers
+//      and Deno with top-level await;
+//   3. wasm-opt from the `binaryen` npm package shrinks the module (Debian's binaryen 108
+//      produces modules that fail to load; do not put it first on PATH);
+//   4. the JavaScript sources are copied, and esbuild bundles the CommonJS entry;
+//   5. the sizes are printed: the module raw, gzip and brotli, and the packed package.
+//
+// Usage: node scripts/build.mjs [--quiet]
+import { execFileSync } from "node:child_process";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { brotliCompressSync, constants, gzipSync } from "node:zlib";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const dist = join(root, "dist");
+const quiet = process.argv.includes("--quiet");
+const cargo = process.env.CARGO || "cargo";
+
+function run(cmd, args, opts = {}) {
+  execFileSync(cmd, args, { stdio: ["ignore", quiet ? "ignore" : "inherit", "inherit"], cwd: root, ...opts });
+}
+
+// 1. The module, built for size.
+const sizeProfile = {
+  CARGO_PROFILE_RELEASE_OPT_LEVEL: "z",
+  CARGO_PROFILE_RELEASE_LTO: "fat",
+  CARGO_PROFILE_RELEASE_CODEGEN_UNITS: "1",
+  CARGO_PROFILE_RELEASE_PANIC: "abort",
+  CARGO_PROFILE_RELEASE_DEBUG: "0",
+};
+run(cargo, ["build", "--quiet", "-p", "idem-wasm", "--target", "wasm32-unknown-unknown", "--release"], {
+  env: { ...process.env, ...sizeProfile },
+});
+const meta = JSON.parse(
+  execFileSync(cargo, ["metadata", "--format-version", "1", "--no-deps"], { cwd: root, encoding: "utf8" }),
+);
+const built = join(meta.target_directory, "wasm32-unknown-unknown", "release", "idem_wasm.wasm");
+
+// 2. The glue.
+const bindgenOut = join(meta.target_directory, "idem-wasm-bindgen");
+rmSync(bindgenOut, { recursive: true, force: true });
+run("wasm-bindgen", [
+  "--target",
+  "web",
+  "--no-typescript",
+  "--remove-name-section",
+  "--remove-producers-section",
+  "--out-dir",
+  bindgenOut,
+  built,
+]);
+
+// 3. The optimiser.
+rmSync(dist, { recursive: true, force: true });
+mkdirSync(dist, { recursive: true });
+const wasmOpt = join(root, "node_modules", ".bin", "wasm-opt");
+run(wasmOpt, [
+  "-Oz",
+  "--enable-bulk-memory",
+  "--enable-nontrapping-float-to-int",
+  "--enable-sign-ext",
+  "--enable-reference-types",
+  "--enable-multivalue",
+  "--enable-mutable-globals",
+  "--strip-debug",
+  "--strip-producers",
+  join(bindgenOut, "idem_wasm_bg.wasm"),
+  "-o",
+  join(dist, "idem_wasm_bg.wasm"),
+]);
+copyFileSync(join(bindgenOut, "idem_wasm.js"), join(dist, "idem_wasm.js"));
+
+// 4. The JavaScript API and its entries.
+for (const f of readdirSync(join(root, "js"))) {
+  if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(dist, f));
+}
+copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.ts"));
+run(join(root, "node_modules", ".bin", "esbuild"), [
+  join(dist, "node-cjs.js"),
+  "--bundle",
+  "--format=cjs",
+  "--platform=node",
+  "--target=node18",
+  "--log-level=warning",
+  "--log-override:empty-import-meta=silent",
+  `--outfile=${join(dist, "node.cjs")}`,
+]);
+rmSync(join(dist, "node-cjs.js"));
+
+// 5. Sizes.
+const wasm = readFileSync(join(dist, "idem_wasm_bg.wasm"));
+const gz = (b) => gzipSync(b, { level: 9 }).length;
+const br = (b) => brotliCompressSync(b, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }).length;
+const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+let raw = 0;
+let gzip = 0;
+let brotli = 0;
+for (const f of pkg.files) {
+  const b = readFileSync(join(root, f));
+  raw += b.length;
+  gzip += gz(b);
+  brotli += br(b);
+}
+const sizes = {
+  wasm: { raw: wasm.length, gzip: gz(wasm), brotli: br(wasm) },
+  package: { files: pkg.files.length, raw, gzip, brotli },
+};
+writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
+const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
+console.log(
+  `idem_wasm_bg.wasm: ${sizes.wasm.raw} B raw (${kib(sizes.wasm.raw)}), ${sizes.wasm.gzip} B gzip (${kib(sizes.wasm.gzip)}), ${sizes.wasm.brotli} B brotli (${kib(sizes.wasm.brotli)})`,
+);
+console.log(
+  `package (${pkg.files.length} files, each compressed): ${raw} B raw (${kib(raw)}), ${gzip} B gzip (${kib(gzip)}), ${brotli} B brotli (${kib(brotli)})`,
+);

@@ -1,0 +1,205 @@
+// Hand-written types of the idem-wasm package. `npm run typecheck` compiles
+// types/check.ts against this file.
+
+/** Durations are whole milliseconds. */
+export type Millis = number;
+
+/** How keys are parsed: an RFC 8941 sf-string only (`opaque-strict`), an sf-string or a
+ * Stripe-style bare key (`opaque`, the default), or a UUID (any version, v4 or v7). */
+export type KeyKind = "opaque" | "opaque-strict" | "uuid" | "uuid-v4" | "uuid-v7";
+
+/** What happens after an unknown outcome (a thrown handler, a 5xx): re-execute with
+ * `recovered: true` (default), store and replay the response, or hold the key (409). */
+export type UnknownOutcomePolicy = "reexecute" | "store" | "hold";
+
+/** What goes into the request fingerprint. */
+export interface FingerprintOptions {
+  /** Header names whose values are part of the fingerprint. */
+  headers?: string[];
+  /** Volatile JSON fields removed before hashing, as JSON Pointers (`*` matches any member). */
+  exclude?: string[];
+  /** When the body is canonicalised as JSON; `auto` (default) follows Content-Type. */
+  json?: "auto" | "always" | "never";
+  /** The largest body accepted, in bytes (default 1 MiB); larger bodies get 413. */
+  maxBody?: number;
+}
+
+/** A record as a store keeps it. Versions are decimal strings (u64 values). */
+export interface StoredRecord {
+  version: string;
+  value: Uint8Array;
+}
+
+/** A compare-and-set write: apply it only if the stored record's version equals `expect`
+ * (or, when `expect` is null, only if there is no record). `value: null` deletes. */
+export interface StoreWrite {
+  expect: string | null;
+  value: Uint8Array | null;
+  version: string;
+  /** When the record next changes on its own (ms since the epoch; 0 for a delete). */
+  deadline: number;
+}
+
+/** The store contract (IDEM-STORE-1). `apply` resolves to false, changing nothing, when the
+ * precondition fails. A store that cannot take a new key throws `StoreFullError`. */
+export interface IdempotencyStore {
+  load(key: string): Promise<StoredRecord | null> | StoredRecord | null;
+  apply(key: string, write: StoreWrite, now: number): Promise<boolean> | boolean;
+  /** Engine-side claim, for stores that decide next to their data (Durable Objects). */
+  claim?(key: string, attempt: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+}
+
+/** An event for logs and metrics: `executed`, `took-over`, `replayed`, `in-progress`,
+ * `mismatch`, `tombstone-hit`, `outcome-unknown-hit`, `rejected`, `completed`, `released`,
+ * `outcome-unknown`, `fenced-out`, `extended`. */
+export interface IdempotencyEvent {
+  name: string;
+  /** The idempotency key, or null when the request was refused before it was parsed. */
+  key: string | null;
+  /** A tombstone hit, a mismatch or a fenced-out completion: log it as a security event. */
+  securityRelevant: boolean;
+  fence?: number;
+  recovered?: boolean;
+  /** The requirement ID of a refusal. */
+  code?: string;
+  error?: unknown;
+}
+
+export interface IdempotencyOptions {
+  /** Where records live. */
+  store: IdempotencyStore;
+  /** Whether guarded requests must carry a key (default) or pass through without one. */
+  keys?: "required" | "optional";
+  keyKind?: KeyKind;
+  /** How long a completed response is replayed (default 24 h). */
+  responseTtl?: Millis;
+  /** How long a key is remembered, at least `responseTtl` (default 7 days). */
+  keyTtl?: Millis;
+  /** How long a claim lasts before another attempt may take over (default 60 s). */
+  lease?: Millis;
+  unknownOutcome?: UnknownOutcomePolicy;
+  /** A duplicate of a request in flight: 409 with Retry-After (`reject`, default), or wait
+   * up to `wait` ms for the first result, polling every `poll` ms (default 25). */
+  inFlight?: "reject" | { wait: Millis; poll?: Millis };
+  fingerprint?: FingerprintOptions;
+  /** The principal a key belongs to (default: the Authorization header). Stored only as a
+   * SHA-256 digest. */
+  scope?: (request: Request) => string | Promise<string>;
+  /** The route template for the scope (default: the URL path). */
+  route?: (request: Request, url: URL) => string | Promise<string>;
+  /** Guarded methods (default POST and PATCH); others pass through. */
+  methods?: string[];
+  onEvent?: (event: IdempotencyEvent) => void;
+  /** The clock (default Date.now). */
+  now?: () => number;
+}
+
+/** What a handler learns about the execution it runs. */
+export interface IdempotencyContext {
+  readonly key: string;
+  /** True when this execution takes over from an attempt whose lease expired: reconcile
+   * with whatever that attempt may have done before acting. */
+  readonly recovered: boolean;
+  readonly fence: number;
+  readonly leaseExpires: number;
+  /** A heartbeat: extends the lease by one lease period; rejects if it was taken over. */
+  extend(): Promise<void>;
+}
+
+/** Wraps a Fetch handler with Idempotency-Key semantics. */
+export function withIdempotency<Rest extends unknown[]>(
+  handler: (request: Request, ...rest: Rest) => Response | Promise<Response>,
+  options: IdempotencyOptions,
+): (request: Request, ...rest: Rest) => Promise<Response>;
+
+/** The context of a request that `withIdempotency` is executing (the request the handler
+ * received), or undefined for requests that pass through. */
+export function idempotencyOf(request: Request): IdempotencyContext | undefined;
+
+/** A request as plain data, for hosts that are not Fetch-shaped. */
+export interface PlainRequest {
+  method: string;
+  /** Path and query. */
+  target: string;
+  route?: string;
+  principal?: string;
+  /** The raw Idempotency-Key header value. */
+  key: string | null | undefined;
+  contentType?: string | null;
+  headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>;
+  body?: Uint8Array;
+}
+
+export interface PlainResponse {
+  status: number;
+  headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>;
+  body?: Uint8Array | string;
+}
+
+export interface PlainReply {
+  status: number;
+  /** A flat [name, value, …] list. */
+  headers: string[];
+  body: Uint8Array;
+  replayed: boolean;
+}
+
+/** The engine bound to a store; `withIdempotency` is built on it. */
+export class Idempotency {
+  constructor(options: IdempotencyOptions);
+  guards(method: string): boolean;
+  readonly keysRequired: boolean;
+  handle(request: PlainRequest, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
+}
+
+/** An in-process store (tests, single-process servers). */
+export class MemoryStore implements IdempotencyStore {
+  constructor(options?: { maxEntries?: number });
+  readonly size: number;
+  readonly expired: number;
+  readonly nextDeadline: number | undefined;
+  load(key: string): StoredRecord | null;
+  apply(key: string, write: StoreWrite, now: number): boolean;
+  /** Applies expiry to every record due at `now`; returns how many changed. */
+  sweep(now: number): number;
+}
+
+/** Minimal shapes of the Durable Object API this package uses. */
+export interface DurableObjectStorageLike {
+  get(key: string): Promise<unknown>;
+  put(entries: Record<string, unknown>): Promise<void>;
+  delete(key: string): Promise<boolean>;
+  list(options: { start?: string; end?: string; limit?: number }): Promise<Map<string, unknown>>;
+  getAlarm(): Promise<number | null>;
+  setAlarm(time: number): Promise<void>;
+}
+export interface DurableObjectStateLike {
+  storage: DurableObjectStorageLike;
+}
+export interface DurableObjectNamespaceLike {
+  idFromName(name: string): unknown;
+  get(id: unknown): { fetch(input: string, init?: RequestInit): Promise<Response> };
+}
+
+/** A Durable Object class that owns a shard of keys and makes claims next to its storage. */
+export class IdempotencyShard {
+  constructor(state: DurableObjectStateLike, env?: unknown);
+  fetch(request: Request): Promise<Response>;
+  claim(attempt: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+  apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
+  load(key: string): Promise<StoredRecord | null>;
+  alarm(): Promise<void>;
+}
+
+/** The store a worker uses: keys are spread over `shards` IdempotencyShard objects. */
+export class DurableObjectStore implements IdempotencyStore {
+  constructor(namespace: DurableObjectNamespaceLike, options?: { shards?: number; prefix?: string });
+  load(key: string): Promise<StoredRecord | null>;
+  apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
+  claim(key: string, attempt: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+}
+
+/** Thrown by a store that cannot take another key (IDEM-STORE-3). */
+export class StoreFullError extends Error {
+  readonly code: "IDEM-STORE-3";
+}
