@@ -5,7 +5,7 @@
 //!   [`suite::Report`]; [`report`] renders it for a terminal, as JSON and as JUnit XML.
 //! * [`server`] is the reference server: idem-core's engine over a `MemoryStore`, behind a
 //!   real HTTP/1.1 server, with deliberate [`server::Fault`]s that the suite must catch.
-//! * [`http`] is the harness's bounded HTTP layer; [`bench`] measures the reference server.
+//! * [`http`] is the harness's bounded HTTP layer; [`mod@bench`] measures the reference server.
 //! * [`cli`] is the command line (`run`, `serve`, `bench`).
 //!
 //! Every case cites a requirement of `spec/requirements.toml` and takes its level and

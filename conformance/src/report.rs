@@ -267,7 +267,7 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
             ("time", time.as_str()),
         ])
         .write_inner_content(|w| {
-            for (section, title) in SECTIONS {
+            for (section, _) in SECTIONS {
                 let cases: Vec<&CaseResult> = report
                     .cases
                     .iter()
@@ -295,9 +295,8 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
                         ("time", time.as_str()),
                     ])
                     .write_inner_content(|w| {
-                        let _ = title;
                         for c in &cases {
-                            testcase(w, report, c)?;
+                            testcase(w, c)?;
                         }
                         Ok(())
                     })?;
@@ -307,7 +306,7 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
     String::from_utf8(w.into_inner()).map_err(std::io::Error::other)
 }
 
-fn testcase(w: &mut Writer<Vec<u8>>, report: &Report, c: &CaseResult) -> std::io::Result<()> {
+fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult) -> std::io::Result<()> {
     let name = format!("{} {}", c.id, c.title);
     let classname = format!("idem-conformance.{}", c.section);
     let time = format!("{:.3}", c.duration_ms / 1000.0);
@@ -340,7 +339,6 @@ fn testcase(w: &mut Writer<Vec<u8>>, report: &Report, c: &CaseResult) -> std::io
         .clone()
         .or_else(|| c.reason.clone())
         .unwrap_or_default();
-    let _ = report;
     match c.verdict {
         Verdict::Pass => {
             element.write_empty()?;

@@ -489,8 +489,7 @@ async fn orders(state: Arc<State>, req: Request<Incoming>) -> Reply {
 async fn process(state: Arc<State>, order: Order) -> Reply {
     let key = match order.key {
         Ok(k) => k,
-        Err(e) if state.fault(Fault::NoKeyCheck) => {
-            let _ = e;
+        Err(_) if state.fault(Fault::NoKeyCheck) => {
             return match run_handler(&state, &order.body, false).await {
                 Handled::Response(r) => Ok(to_response(&r, false, &state)),
                 Handled::Crash => Err(Crashed),

@@ -2,8 +2,9 @@
 //! checks (an ID in `spec/requirements.toml`, whose level and sentence are read from there),
 //! and a one-line description of what it sends.
 //!
-//! One file per section. A case returns a [`Check`]; the runner turns a failed SHOULD into
-//! a non-strict verdict unless `--strict` is given, and a [`HarnessError`] into an error.
+//! One file per section. A case returns a check (pass with a confidence, fail, unsafe or
+//! skip); the runner turns a failed SHOULD into a non-strict verdict unless `--strict` is
+//! given, and a [`HarnessError`] into an error.
 
 mod concurrent;
 mod errors;
