@@ -210,6 +210,7 @@ export class IdempotencyShard {
     }
     const next = await this.#storage.list({ start: DEADLINE, end: DEADLINE + "\uffff", limit: 1 });
     this.#alarm = null;
+    if (next.size === 0) await this.#storage.deleteAlarm();
     for (const [indexKey] of next) {
       const deadline = Number(indexKey.slice(DEADLINE.length, DEADLINE.length + 16));
       this.#alarm = Math.max(deadline, now + 1);

@@ -172,6 +172,7 @@ export interface DurableObjectStorageLike {
   list(options: { start?: string; end?: string; limit?: number }): Promise<Map<string, unknown>>;
   getAlarm(): Promise<number | null>;
   setAlarm(time: number): Promise<void>;
+  deleteAlarm(): Promise<void>;
 }
 export interface DurableObjectStateLike {
   storage: DurableObjectStorageLike;

@@ -1,0 +1,555 @@
+// withIdempotency against the built package (resolved through package.json "exports").
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { describe, test } from "node:test";
+import { Idempotency, MemoryStore, StoreFullError, idempotencyOf, withIdempotency } from "idem-wasm";
+import { barrier, deferred, manualClock, serve } from "./helpers.mjs";
+
+const URL_ORDERS = "http://127.0.0.1/orders";
+
+function post(body, key = '"order-1"', extra = {}) {
+  const headers = { "content-type": "application/json", ...extra };
+  if (key !== null) headers["idempotency-key"] = key;
+  return new Request(URL_ORDERS, { method: "POST", headers, body: typeof body === "string" ? body : JSON.stringify(body) });
+}
+
+/** An order API whose side effect is a counter. */
+function orders(options = {}) {
+  const state = { executions: 0, events: [] };
+  const handler = withIdempotency(
+    async (request) => {
+      state.executions++;
+      const input = await request.json();
+      if (options.gate) await options.gate(request);
+      const status = input.fail ?? 201;
+      return new Response(JSON.stringify({ order: state.executions, input }), {
+        status,
+        headers: { "content-type": "application/json", "x-order": String(state.executions) },
+      });
+    },
+    { store: options.store ?? new MemoryStore(), onEvent: (e) => state.events.push(e), ...options.idem },
+  );
+  return { handler, state };
+}
+
+async function problem(response) {
+  assert.equal(response.headers.get("content-type"), "application/problem+json");
+  return response.json();
+}
+
+describe("replay", () => {
+  test("a retry gets the stored response byte for byte with Idempotent-Replayed (IDEM-REPLAY-1, IDEM-REPLAY-2)", async () => {
+    const { handler, state } = orders();
+    const first = await handler(post({ sku: "a", qty: 2 }));
+    assert.equal(first.status, 201);
+    assert.equal(first.headers.get("idempotent-replayed"), null);
+    const firstBody = new Uint8Array(await first.arrayBuffer());
+    for (let i = 0; i < 3; i++) {
+      const again = await handler(post({ qty: 2, sku: "a" })); // reordered members: same JSON (IDEM-FP-3)
+      assert.equal(again.status, 201);
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal(again.headers.get("x-order"), "1");
+      assert.equal(again.headers.get("content-type"), "application/json");
+      assert.deepEqual(new Uint8Array(await again.arrayBuffer()), firstBody);
+    }
+    assert.equal(state.executions, 1);
+    assert.deepEqual(
+      state.events.map((e) => e.name),
+      ["executed", "completed", "replayed", "replayed", "replayed"],
+    );
+  });
+
+  test("a deterministic 4xx is stored and replayed; a 5xx is not (IDEM-REPLAY-3, IDEM-OUT-4)", async () => {
+    const { handler, state } = orders();
+    assert.equal((await handler(post({ fail: 404 }, '"k4"'))).status, 404);
+    const replay = await handler(post({ fail: 404 }, '"k4"'));
+    assert.equal(replay.status, 404);
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(state.executions, 1);
+
+    assert.equal((await handler(post({ fail: 503 }, '"k5"'))).status, 503);
+    const retry = await handler(post({ fail: 503 }, '"k5"'));
+    assert.equal(retry.headers.get("idempotent-replayed"), null);
+    assert.equal(state.executions, 3);
+    assert.ok(state.events.some((e) => e.name === "took-over"));
+  });
+
+  test("a 429 releases the key: the next request executes as new (IDEM-OUT-2)", async () => {
+    const { handler, state } = orders();
+    assert.equal((await handler(post({ fail: 429 }))).status, 429);
+    assert.ok(state.events.some((e) => e.name === "released"));
+    assert.equal((await handler(post({ fail: 429 }))).status, 429);
+    assert.equal(state.executions, 2);
+  });
+
+  test("keys are scoped by credential, method and route (IDEM-SCOPE-1, IDEM-SCOPE-2)", async () => {
+    const { handler, state } = orders();
+    const alice = await handler(post({ a: 1 }, '"shared"', { authorization: "Bearer alice" }));
+    const bob = await handler(post({ a: 1 }, '"shared"', { authorization: "Bearer bob" }));
+    assert.equal(alice.headers.get("x-order"), "1");
+    assert.equal(bob.headers.get("x-order"), "2");
+    assert.equal(bob.headers.get("idempotent-replayed"), null);
+    const aliceAgain = await handler(post({ a: 1 }, '"shared"', { authorization: "Bearer alice" }));
+    assert.equal(aliceAgain.headers.get("x-order"), "1");
+    assert.equal(state.executions, 2);
+  });
+
+  test("unguarded methods and keyless requests with optional keys pass through", async () => {
+    const { handler, state } = orders({ idem: { keys: "optional" } });
+    assert.equal((await handler(post({ a: 1 }, null))).status, 201);
+    assert.equal((await handler(post({ a: 1 }, null))).status, 201);
+    assert.equal(state.executions, 2);
+    const get = withIdempotency(() => new Response("listing"), { store: new MemoryStore() });
+    assert.equal(await (await get(new Request(URL_ORDERS))).text(), "listing");
+  });
+
+  test("the handler reads the body and its idempotency context", async () => {
+    let seen;
+    const handler = withIdempotency(
+      async (request) => {
+        seen = { body: await request.text(), ctx: idempotencyOf(request) };
+        return new Response("ok");
+      },
+      { store: new MemoryStore() },
+    );
+    await handler(post({ x: 1 }, "bare-key-1"));
+    assert.equal(seen.body, '{"x":1}');
+    assert.equal(seen.ctx.key, "bare-key-1");
+    assert.equal(seen.ctx.recovered, false);
+    assert.equal(seen.ctx.fence, 1);
+  });
+});
+
+describe("concurrent duplicates", () => {
+  test("32 duplicates released together through the memory store: exactly one executes, the rest get 409 + Retry-After (IDEM-EXEC-1, IDEM-CONC-1, IDEM-JS-3)", async () => {
+    for (let round = 0; round < 5; round++) {
+      const gate = barrier();
+      const { handler, state } = orders({ gate: () => gate.wait() });
+      const key = `"race-${round}"`;
+      const responses = Array.from({ length: 32 }, () => handler(post({ sku: "x" }, key)));
+      // Let every request reach the store before the winner's handler may finish.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      gate.open();
+      const all = await Promise.all(responses);
+      const statuses = all.map((r) => r.status).sort();
+      assert.equal(state.executions, 1, `round ${round}`);
+      assert.equal(statuses.filter((s) => s === 201).length, 1);
+      assert.equal(statuses.filter((s) => s === 409).length, 31);
+      for (const r of all.filter((r) => r.status === 409)) {
+        assert.ok(Number(r.headers.get("retry-after")) >= 1);
+        const p = await problem(r);
+        assert.equal(p.type, "urn:idem:problem:in-progress");
+        assert.equal(p.requirement, "IDEM-CONC-1");
+      }
+    }
+  });
+
+  test("over real loopback connections, concurrent duplicates run the handler once", async () => {
+    let executions = 0;
+    let gate = barrier();
+    const handler = withIdempotency(
+      async () => {
+        executions++;
+        await gate.wait();
+        return new Response("made", { status: 201 });
+      },
+      { store: new MemoryStore() },
+    );
+    const server = await serve(handler);
+    try {
+      for (let round = 0; round < 3; round++) {
+        gate = barrier();
+        const start = barrier();
+        const sends = Array.from({ length: 16 }, async () => {
+          await start.wait();
+          const r = await fetch(`${server.url}/orders`, {
+            method: "POST",
+            headers: { "idempotency-key": `"net-${round}"`, "content-type": "application/json", connection: "close" },
+            body: "{}",
+            signal: AbortSignal.timeout(5000),
+          });
+          await r.arrayBuffer();
+          return { status: r.status, replayed: r.headers.get("idempotent-replayed") === "true" };
+        });
+        start.open();
+        setTimeout(() => gate.open(), 50);
+        const results = await Promise.all(sends);
+        // One original; every other answer is a 409 or, once it completed, a replay.
+        assert.equal(results.filter((r) => r.status === 201 && !r.replayed).length, 1);
+        assert.ok(results.every((r) => r.status === 409 || r.status === 201));
+        assert.equal(executions, round + 1);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe("mismatch", () => {
+  test("a changed payload gets 422 naming the fields and the original still replays (IDEM-FP-1, IDEM-FP-4)", async () => {
+    const { handler, state } = orders();
+    await handler(post({ amount: 10, currency: "usd" }));
+    const r = await handler(post({ amount: 11, currency: "usd" }));
+    assert.equal(r.status, 422);
+    const p = await problem(r);
+    assert.equal(p.type, "urn:idem:problem:key-reuse-mismatch");
+    assert.match(p.detail, /amount/);
+    assert.doesNotMatch(p.detail, /currency/);
+    const original = await handler(post({ currency: "usd", amount: 10 }));
+    assert.equal(original.headers.get("idempotent-replayed"), "true");
+    assert.equal(state.executions, 1);
+    assert.ok(state.events.find((e) => e.name === "mismatch").securityRelevant);
+  });
+
+  test("excluded volatile fields do not count as a change (IDEM-FP-5)", async () => {
+    const { handler, state } = orders({ idem: { fingerprint: { exclude: ["/sentAt"] } } });
+    await handler(post({ amount: 1, sentAt: 1 }));
+    const r = await handler(post({ amount: 1, sentAt: 2 }));
+    assert.equal(r.headers.get("idempotent-replayed"), "true");
+    assert.equal(state.executions, 1);
+  });
+});
+
+describe("missing and malformed keys", () => {
+  const cases = [
+    ["missing", null, "missing-key", "IDEM-KEY-3"],
+    ["empty", "", "missing-key", "IDEM-KEY-3"],
+    ["unterminated string", '"abc', "malformed-key", "IDEM-KEY-1"],
+    ["bad escape", '"a\\x"', "malformed-key", "IDEM-KEY-1"],
+    ["too long", `"${"k".repeat(256)}"`, "malformed-key", "IDEM-KEY-1"],
+    ["a list", '"a", "b"', "malformed-key", "IDEM-KEY-5"],
+    ["a bare key with a quote", 'ab"c', "malformed-key", "IDEM-KEY-1"],
+  ];
+  for (const [name, key, slug, code] of cases) {
+    test(`${name}: 400 ${slug}, nothing runs`, async () => {
+      const { handler, state } = orders();
+      const r = await handler(post({ a: 1 }, key));
+      assert.equal(r.status, 400);
+      const p = await problem(r);
+      assert.equal(p.type, `urn:idem:problem:${slug}`);
+      assert.equal(p.requirement, code === "IDEM-KEY-5" ? "IDEM-KEY-1" : code);
+      assert.equal(state.executions, 0);
+      assert.equal(state.events[0].code, code);
+    });
+  }
+
+  test("strict keys refuse bare tokens; UUID keys need the configured version (IDEM-KEY-2, IDEM-KEY-4)", async () => {
+    const strict = orders({ idem: { keyKind: "opaque-strict" } });
+    assert.equal((await strict.handler(post({}, "bare"))).status, 400);
+    assert.equal((await strict.handler(post({}, '"quoted"'))).status, 201);
+    const uuid = orders({ idem: { keyKind: "uuid-v4" } });
+    assert.equal((await uuid.handler(post({}, "not-a-uuid"))).status, 400);
+    const v7 = "018f6d2e-8a4b-7c3d-9e1f-0a1b2c3d4e5f";
+    assert.equal((await uuid.handler(post({}, v7))).status, 400);
+    const v4 = "9B2F1C3E-4A5D-4E6F-8A7B-0C1D2E3F4A5B";
+    assert.equal((await uuid.handler(post({}, v4))).status, 201);
+    const lower = await uuid.handler(post({}, v4.toLowerCase()));
+    assert.equal(lower.headers.get("idempotent-replayed"), "true");
+    assert.equal(uuid.state.executions, 1);
+  });
+
+  test("bodies: invalid JSON gets 400, an oversized body 413, before anything is claimed (IDEM-FP-6, IDEM-LIMIT-1)", async () => {
+    const store = new MemoryStore();
+    const { handler, state } = orders({ store, idem: { fingerprint: { maxBody: 64 } } });
+    const bad = await handler(post("{not json"));
+    assert.equal(bad.status, 400);
+    assert.equal((await problem(bad)).type, "urn:idem:problem:invalid-json");
+    const big = await handler(post({ pad: "x".repeat(100) }));
+    assert.equal(big.status, 413);
+    assert.equal((await problem(big)).type, "urn:idem:problem:body-too-large");
+    const announced = await handler(post({ a: 1 }, '"k"', { "content-length": "100000" }));
+    assert.equal(announced.status, 413);
+    assert.equal(state.executions, 0);
+    assert.equal(store.size, 0);
+  });
+});
+
+describe("leases", () => {
+  test("after the lease expires a retry takes over with recovered: true, and the stale completion is fenced out (IDEM-LEASE-1, IDEM-LEASE-2)", async () => {
+    const clock = manualClock();
+    const first = deferred();
+    const contexts = [];
+    let executions = 0;
+    const events = [];
+    const handler = withIdempotency(
+      async (request) => {
+        const n = ++executions;
+        contexts.push(idempotencyOf(request));
+        if (n === 1) await first.promise;
+        return new Response(`run ${n}`, { status: 201 });
+      },
+      { store: new MemoryStore(), lease: 1000, now: clock, onEvent: (e) => events.push(e.name) },
+    );
+    const zombie = handler(post({ a: 1 }));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    const early = await handler(post({ a: 1 }));
+    assert.equal(early.status, 409);
+    clock.advance(1001);
+    const takeover = await handler(post({ a: 1 }));
+    assert.equal(await takeover.text(), "run 2");
+    assert.equal(contexts[1].recovered, true);
+    assert.equal(contexts[1].fence, 2);
+    first.resolve();
+    // The zombie still gets its own response, but its result is not stored.
+    assert.equal(await (await zombie).text(), "run 1");
+    assert.ok(events.includes("fenced-out"));
+    const replay = await handler(post({ a: 1 }));
+    assert.equal(await replay.text(), "run 2");
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+  });
+
+  test("a heartbeat extends the lease; after a takeover it is refused (IDEM-LEASE-3)", async () => {
+    const clock = manualClock();
+    const release = deferred();
+    let ctx;
+    const handler = withIdempotency(
+      async (request) => {
+        ctx ??= idempotencyOf(request); // the first execution's context
+        await release.promise;
+        return new Response("done");
+      },
+      { store: new MemoryStore(), lease: 1000, now: clock },
+    );
+    const running = handler(post({}));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    clock.advance(800);
+    await ctx.extend();
+    clock.advance(800); // 1600 ms after the claim, 800 ms after the heartbeat
+    assert.equal((await handler(post({}))).status, 409);
+    clock.advance(1000);
+    const takeover = handler(post({}));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    await assert.rejects(ctx.extend(), (e) => e instanceof RangeError && e.code === "IDEM-LEASE-3");
+    release.resolve();
+    await running;
+    await takeover;
+  });
+
+  test("a handler that throws leaves the outcome unknown: the retry re-executes as a recovery (IDEM-OUT-3)", async () => {
+    let n = 0;
+    const recovered = [];
+    const handler = withIdempotency(
+      async (request) => {
+        recovered.push(idempotencyOf(request).recovered);
+        if (++n === 1) throw new Error("crash");
+        return new Response("ok");
+      },
+      { store: new MemoryStore() },
+    );
+    await assert.rejects(handler(post({})), /crash/);
+    assert.equal((await handler(post({}))).status, 200);
+    assert.deepEqual(recovered, [false, true]);
+  });
+
+  test("with unknownOutcome: hold, a key whose handler threw is refused with 409 outcome-unknown", async () => {
+    const handler = withIdempotency(
+      async () => {
+        throw new Error("crash");
+      },
+      { store: new MemoryStore(), unknownOutcome: "hold" },
+    );
+    await assert.rejects(handler(post({})));
+    const r = await handler(post({}));
+    assert.equal(r.status, 409);
+    assert.equal((await problem(r)).type, "urn:idem:problem:outcome-unknown");
+  });
+});
+
+describe("in-flight wait policy", () => {
+  test("a duplicate waits for the first result and gets the replay (IDEM-CONC-1)", async () => {
+    const { handler, state } = orders({
+      gate: () => new Promise((resolve) => setTimeout(resolve, 80)),
+      idem: { inFlight: { wait: 2000, poll: 10 } },
+    });
+    const [a, b] = await Promise.all([handler(post({ a: 1 })), (async () => {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      return handler(post({ a: 1 }));
+    })()]);
+    assert.equal(a.status, 201);
+    assert.equal(b.status, 201);
+    assert.equal(b.headers.get("idempotent-replayed"), "true");
+    assert.equal(await b.text(), await a.text());
+    assert.equal(state.executions, 1);
+  });
+
+  test("only the latest waiter keeps waiting; an earlier one is answered at once", async () => {
+    const release = deferred();
+    const { handler, state } = orders({ gate: () => release.promise, idem: { inFlight: { wait: 5000, poll: 10 } } });
+    const first = handler(post({ a: 1 }));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    const older = handler(post({ a: 1 }));
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    const newer = handler(post({ a: 1 }));
+    const olderResponse = await older;
+    assert.equal(olderResponse.status, 409);
+    release.resolve();
+    const newerResponse = await newer;
+    assert.equal(newerResponse.headers.get("idempotent-replayed"), "true");
+    assert.equal((await first).status, 201);
+    assert.equal(state.executions, 1);
+  });
+
+  test("the wait is bounded: past it the duplicate gets 409", async () => {
+    const release = deferred();
+    const { handler } = orders({ gate: () => release.promise, idem: { inFlight: { wait: 60, poll: 10 } } });
+    const first = handler(post({ a: 1 }));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const started = Date.now();
+    const dup = await handler(post({ a: 1 }));
+    assert.equal(dup.status, 409);
+    assert.ok(Date.now() - started >= 50);
+    release.resolve();
+    await first;
+  });
+});
+
+describe("stores", () => {
+  test("expiry: a tombstoned key gets 410 and a forgotten key runs again (IDEM-TTL-1, IDEM-TTL-2, IDEM-TTL-3, IDEM-TTL-4)", async () => {
+    const clock = manualClock();
+    const store = new MemoryStore();
+    const { handler, state } = orders({ store, idem: { responseTtl: 1000, keyTtl: 5000, now: clock } });
+    await handler(post({ a: 1 }));
+    clock.advance(999);
+    assert.equal((await handler(post({ a: 1 }))).headers.get("idempotent-replayed"), "true");
+    clock.advance(1);
+    const gone = await handler(post({ a: 1 }));
+    assert.equal(gone.status, 410);
+    assert.equal((await problem(gone)).type, "urn:idem:problem:key-expired");
+    assert.ok(state.events.find((e) => e.name === "tombstone-hit").securityRelevant);
+    assert.equal(store.sweep(clock()), 1); // the record becomes a tombstone
+    clock.advance(4000);
+    assert.equal(store.sweep(clock()), 1); // and is deleted with its key
+    assert.equal(store.size, 0);
+    assert.equal((await handler(post({ a: 1 }))).status, 201);
+    assert.equal(state.executions, 2);
+  });
+
+  test("a full store refuses new claims with 503 store-full and runs nothing (IDEM-STORE-3)", async () => {
+    const { handler, state } = orders({ store: new MemoryStore({ maxEntries: 2 }) });
+    await handler(post({}, '"a"'));
+    await handler(post({}, '"b"'));
+    const r = await handler(post({}, '"c"'));
+    assert.equal(r.status, 503);
+    assert.ok(r.headers.get("retry-after"));
+    assert.equal((await problem(r)).type, "urn:idem:problem:store-full");
+    assert.equal(state.executions, 2);
+    assert.equal((await handler(post({}, '"a"'))).headers.get("idempotent-replayed"), "true");
+  });
+
+  test("a failing store refuses with 503 store-unavailable and runs nothing; a failed completion still answers (IDEM-STORE-4, IDEM-OUT-5)", async () => {
+    const inner = new MemoryStore();
+    let failLoads = true;
+    let failApplies = false;
+    const store = {
+      load: (k) => {
+        if (failLoads) throw new Error("down");
+        return inner.load(k);
+      },
+      apply: (k, w, now) => {
+        if (failApplies && w.expect !== null) throw new Error("down");
+        return inner.apply(k, w, now);
+      },
+    };
+    const { handler, state } = orders({ store });
+    const r = await handler(post({}));
+    assert.equal(r.status, 503);
+    assert.equal((await problem(r)).type, "urn:idem:problem:store-unavailable");
+    assert.equal(state.executions, 0);
+    failLoads = false;
+    failApplies = true;
+    const done = await handler(post({}));
+    assert.equal(done.status, 201);
+    assert.equal(state.executions, 1);
+    assert.ok(state.events.some((e) => e.code === "IDEM-STORE-4"));
+  });
+
+  test("a custom store's StoreFullError maps to 503 store-full", async () => {
+    const store = {
+      load: () => null,
+      apply: () => {
+        throw new StoreFullError();
+      },
+    };
+    const { handler } = orders({ store });
+    assert.equal((await problem(await handler(post({})))).type, "urn:idem:problem:store-full");
+  });
+
+  test("stored bytes that are not a record are an error, never a claim (IDEM-REC-1)", async () => {
+    const store = { load: () => ({ version: "1", value: new Uint8Array([1, 2, 3]) }), apply: () => true };
+    const { handler, state } = orders({ store });
+    await assert.rejects(handler(post({})), (e) => e instanceof RangeError && e.code === "IDEM-REC-1");
+    assert.equal(state.executions, 0);
+  });
+});
+
+describe("options", () => {
+  const bad = [
+    [{}, "IDEM-JS-1"],
+    [{ store: {} }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), lease: 0 }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), lease: -1 }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), lease: 1.5 }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), responseTtl: "1d" }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), unknownOutcome: "retry" }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), keyKind: "ulid" }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), keys: "sometimes" }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), inFlight: { wait: -1 } }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), fingerprint: { json: "xml" } }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), fingerprint: { unknown: true } }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), responseTTL: 5 }, "IDEM-JS-1"],
+    [{ store: new MemoryStore(), responseTtl: 5000, keyTtl: 1000 }, "IDEM-TTL-2"],
+  ];
+  for (const [options, code] of bad) {
+    test(`refuses ${JSON.stringify(options)} with RangeError ${code} (IDEM-JS-1)`, () => {
+      assert.throws(
+        () => withIdempotency(() => new Response(), options),
+        (e) => e instanceof RangeError && e.code === code,
+      );
+    });
+  }
+  test("a bad MemoryStore size is refused", () => {
+    assert.throws(() => new MemoryStore({ maxEntries: 0 }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  });
+});
+
+describe("plain API and packaging", () => {
+  test("Idempotency#handle runs once and replays, with plain objects", async () => {
+    const idem = new Idempotency({ store: new MemoryStore() });
+    let runs = 0;
+    const req = () => ({
+      method: "POST",
+      target: "/pay?x=1",
+      key: '"p1"',
+      contentType: "application/json",
+      body: new TextEncoder().encode('{"amount":5}'),
+    });
+    const run = () => {
+      runs++;
+      return { status: 201, headers: { "content-type": "text/plain" }, body: "paid" };
+    };
+    const a = await idem.handle(req(), run);
+    const b = await idem.handle(req(), run);
+    assert.equal(a.replayed, false);
+    assert.equal(b.replayed, true);
+    assert.equal(new TextDecoder().decode(b.body), "paid");
+    assert.deepEqual(b.headers.slice(0, 2), ["content-type", "text/plain"]);
+    assert.equal(runs, 1);
+  });
+
+  test("the CommonJS entry loads and works", async () => {
+    const require = createRequire(import.meta.url);
+    const cjs = require("idem-wasm");
+    assert.equal(typeof cjs.withIdempotency, "function");
+    const handler = cjs.withIdempotency(() => new Response("x", { status: 201 }), { store: new cjs.MemoryStore() });
+    assert.equal((await handler(post({}))).status, 201);
+    assert.equal((await handler(post({}))).headers.get("idempotent-replayed"), "true");
+  });
+
+  test("204 responses are stored and replayed without a body", async () => {
+    const handler = withIdempotency(() => new Response(null, { status: 204 }), { store: new MemoryStore() });
+    assert.equal((await handler(post({}))).status, 204);
+    const again = await handler(post({}));
+    assert.equal(again.status, 204);
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+  });
+});

@@ -1,0 +1,141 @@
+// The Durable Object store, against an in-memory fake of the Durable Object storage API.
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { DurableObjectStore, IdempotencyShard, withIdempotency } from "idem-wasm";
+import { FakeNamespace, barrier, manualClock } from "./helpers.mjs";
+
+function post(key, body = { amount: 1 }) {
+  return new Request("https://api.example/orders", {
+    method: "POST",
+    headers: { "idempotency-key": key, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+function worker(options = {}) {
+  const namespace = new FakeNamespace(IdempotencyShard);
+  const state = { executions: 0 };
+  const handler = withIdempotency(
+    async (request) => {
+      state.executions++;
+      await request.json();
+      if (options.gate) await options.gate();
+      return new Response(`order ${state.executions}`, { status: 201 });
+    },
+    { store: new DurableObjectStore(namespace, { shards: 4 }), ...options.idem },
+  );
+  return { namespace, handler, state };
+}
+
+describe("Durable Object store", () => {
+  test("claims, replays and mismatches through the shard objects", async () => {
+    const { namespace, handler, state } = worker();
+    assert.equal((await handler(post('"a"'))).status, 201);
+    const replay = await handler(post('"a"'));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(await replay.text(), "order 1");
+    assert.equal((await handler(post('"a"', { amount: 2 }))).status, 422);
+    for (let i = 0; i < 20; i++) await handler(post(`"k${i}"`));
+    assert.equal(state.executions, 21);
+    assert.ok(namespace.objects.size > 1, "keys spread over several shards");
+  });
+
+  test("concurrent duplicates through one shard: the claim is made before any other await (IDEM-JS-3)", async () => {
+    for (let round = 0; round < 5; round++) {
+      const gate = barrier();
+      const { handler, state } = worker({ gate: () => gate.wait() });
+      const all = Array.from({ length: 32 }, () => handler(post(`"dup-${round}"`)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      gate.open();
+      const statuses = (await Promise.all(all)).map((r) => r.status);
+      assert.equal(state.executions, 1);
+      assert.equal(statuses.filter((s) => s === 201).length, 1);
+      assert.equal(statuses.filter((s) => s === 409).length, 31);
+    }
+  });
+
+  test("records survive the object's restart (memory lost, storage kept)", async () => {
+    const { namespace, handler, state } = worker();
+    await handler(post('"persist"'));
+    namespace.restart();
+    const again = await handler(post('"persist"'));
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.equal(state.executions, 1);
+  });
+
+  test("concurrent claims in one object after a restart both read storage, and only one wins", async () => {
+    const { namespace, handler, state } = worker();
+    await handler(post('"warm"'));
+    namespace.restart();
+    const gate = barrier();
+    const w = worker({ gate: () => gate.wait() });
+    w.namespace.objects = namespace.objects;
+    const all = Array.from({ length: 8 }, () => w.handler(post('"cold"')));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    gate.open();
+    const statuses = (await Promise.all(all)).map((r) => r.status);
+    assert.equal(w.state.executions, 1);
+    assert.equal(statuses.filter((s) => s === 201).length, 1);
+    assert.equal(state.executions, 1);
+  });
+
+  test("alarms drive expiry from each record's deadline (IDEM-TTL-4)", async () => {
+    const clock = manualClock(Date.now());
+    const { namespace, handler, state } = worker({ idem: { responseTtl: 1000, keyTtl: 3000, now: clock } });
+    await handler(post('"exp"'));
+    const [entry] = [...namespace.objects.values()].filter((e) => e.storage.alarm !== null);
+    assert.ok(entry, "an alarm was set");
+    assert.equal(entry.storage.alarm, clock() + 1000);
+    // The alarm fires at the response deadline: the record becomes a tombstone.
+    const realNow = Date.now;
+    try {
+      Date.now = () => clock() + 1000;
+      await entry.object.alarm();
+      const gone = await handler(post('"exp"'));
+      assert.equal(gone.status, 410); // served from the tombstone
+      assert.equal(entry.storage.alarm, clock() + 3000);
+      Date.now = () => clock() + 3000;
+      await entry.object.alarm();
+    } finally {
+      Date.now = realNow;
+    }
+    const records = [...entry.storage.map.keys()].filter((k) => k.startsWith("r:"));
+    assert.deepEqual(records, []);
+    assert.equal(entry.storage.alarm, null);
+    clock.advance(3000);
+    assert.equal((await handler(post('"exp"'))).status, 201);
+    assert.equal(state.executions, 2);
+  });
+
+  test("damaged wire bytes are refused and claim nothing (IDEM-JS-2)", async () => {
+    const shard = new IdempotencyShard({ storage: new (await import("./helpers.mjs")).FakeStorage() });
+    await assert.rejects(
+      shard.claim(new Uint8Array([0x41, 0xff, 0xff]), "{}", Date.now(), 1, 2),
+      (e) => e instanceof RangeError && e.code === "IDEM-JS-2",
+    );
+    const response = await shard.fetch(
+      new Request("https://idem-shard.invalid/claim", { method: "POST", body: new Uint8Array([1, 2, 3]), headers: { "x-idem-now": "1" } }),
+    );
+    assert.equal(response.status, 400);
+    assert.equal(response.headers.get("x-idem-code"), "IDEM-JS-2");
+  });
+
+  test("a store that cannot be reached answers 503 and runs nothing (IDEM-STORE-4)", async () => {
+    let executions = 0;
+    const broken = { idFromName: (n) => n, get: () => ({ fetch: async () => new Response("boom", { status: 500 }) }) };
+    const handler = withIdempotency(
+      () => {
+        executions++;
+        return new Response("x");
+      },
+      { store: new DurableObjectStore(broken) },
+    );
+    const r = await handler(post('"z"'));
+    assert.equal(r.status, 503);
+    assert.equal(executions, 0);
+  });
+
+  test("the store needs a namespace binding (IDEM-JS-1)", () => {
+    assert.throws(() => new DurableObjectStore({}), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  });
+});
