@@ -1,0 +1,61 @@
+// Compiled by `npm run typecheck` against the hand-written index.d.ts: every public shape is
+// used the way the README shows, so a type that drifts from the code fails here.
+import {
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  MemoryStore,
+  StoreFullError,
+  idempotencyOf,
+  withIdempotency,
+  type IdempotencyEvent,
+  type IdempotencyStore,
+  type StoreWrite,
+} from "./index.js";
+
+const store = new MemoryStore({ maxEntries: 10 });
+const events: IdempotencyEvent[] = [];
+const handler = withIdempotency(
+  async (request: Request, env: { DB: string }) => {
+    const ctx = idempotencyOf(request);
+    if (ctx?.recovered) await ctx.extend();
+    return new Response(env.DB, { status: 201 });
+  },
+  {
+    store,
+    keys: "required",
+    keyKind: "uuid-v7",
+    responseTtl: 86_400_000,
+    keyTtl: 7 * 86_400_000,
+    lease: 60_000,
+    unknownOutcome: "reexecute",
+    inFlight: { wait: 5_000, poll: 25 },
+    fingerprint: { headers: ["x-api-version"], exclude: ["/sentAt"], json: "auto", maxBody: 1 << 20 },
+    scope: (r) => r.headers.get("authorization") ?? "",
+    route: (_r, url) => url.pathname,
+    methods: ["POST"],
+    onEvent: (e) => events.push(e),
+  },
+);
+const answered: Promise<Response> = handler(new Request("https://x/orders", { method: "POST" }), { DB: "db" });
+void answered;
+
+const custom: IdempotencyStore = {
+  load: async (_key: string) => null,
+  apply: async (_key: string, write: StoreWrite, _now: number) => write.expect === null,
+};
+const plain = new Idempotency({ store: custom });
+void plain.handle({ method: "POST", target: "/pay", key: '"k"' }, () => ({ status: 200, body: "ok" })).then((r) => {
+  const replayed: boolean = r.replayed;
+  const body: Uint8Array = r.body;
+  return [replayed, body];
+});
+
+declare const namespace: { idFromName(name: string): unknown; get(id: unknown): { fetch(input: string, init?: RequestInit): Promise<Response> } };
+const doStore = new DurableObjectStore(namespace, { shards: 16 });
+void withIdempotency(() => new Response("ok"), { store: doStore });
+declare const state: ConstructorParameters<typeof IdempotencyShard>[0];
+const shard = new IdempotencyShard(state);
+void shard.alarm();
+const full: string = new StoreFullError().code;
+void full;
