@@ -57,7 +57,7 @@ fuzz_target!(|ops: Vec<Operation>| {
                 }
             }
             Operation::Advance(ms) => now = UnixMillis(now.0 + u64::from(ms)),
-            Operation::Back(ms) => now = UnixMillis(now.0 - u64::from(ms)),
+            Operation::Back(ms) => now = UnixMillis(now.0.saturating_sub(u64::from(ms))),
             Operation::Sweep => {
                 store.sweep(now);
             }
