@@ -121,5 +121,8 @@ fn validate(r: &Record) -> Result<(), DecodeError> {
             return Err(DecodeError::Invalid("response status outside 100-599"));
         }
     }
+    if let RecordState::Counter { session } = &r.state {
+        session.validate().map_err(DecodeError::Invalid)?;
+    }
     Ok(())
 }

@@ -119,6 +119,141 @@ pub enum RejectReason {
     KeyExpired,
     /// A previous attempt's outcome is unknown and the policy holds the key (`IDEM-OUT-3`).
     OutcomeUnknown,
+    /// The key names another request: a different payload under a time or counter key
+    /// (including a counter that wrapped onto a slot still in flight or retained). Never
+    /// replayed, never executed (`IDEM-TIME-4`, `IDEM-CTR-7`).
+    Collision,
+    /// The key is older than the server remembers: a time key past its maximum age, or a
+    /// counter below the low-water mark. Never executed (`IDEM-TIME-3`, `IDEM-CTR-6`).
+    Stale,
+    /// A time key further in the future than the allowed clock skew (`IDEM-TIME-2`).
+    FromFuture {
+        /// How far ahead of the server's clock, in milliseconds.
+        ahead_ms: u64,
+    },
+    /// A counter key from a client without a session (`IDEM-CTR-3`).
+    UnknownClient,
+    /// A counter key from an epoch older than the session's (`IDEM-CTR-4`).
+    StaleEpoch,
+    /// A counter key from an epoch newer than the session's, never opened (`IDEM-CTR-4`).
+    UnknownEpoch,
+    /// A sequence number or low-water mark that does not fit in the session's bits
+    /// (`IDEM-CTR-1`).
+    InvalidSequence,
+    /// A low-water mark beyond the next sequence number (`IDEM-CTR-11`).
+    InvalidLowWater,
+    /// A sequence number that skips a whole window or more (`IDEM-CTR-9`). Retrying after
+    /// the missing numbers have arrived can succeed.
+    SequenceGap {
+        /// The next sequence number the session expects.
+        next: u64,
+    },
+    /// Taking the sequence number would slide the window over a slot still in flight or
+    /// outcome-unknown (`IDEM-CTR-10`).
+    WindowFull {
+        /// Seconds until the blocking slot's lease ends, at least 1.
+        retry_after_secs: u64,
+    },
+    /// A token this server did not issue for this scope (`IDEM-TOKEN-3`).
+    TokenForged,
+    /// An authentic token that was never stored, or was lost (`IDEM-TOKEN-4`).
+    TokenUnknown,
+    /// An authentic token presented after its expiry without having been consumed
+    /// (`IDEM-TOKEN-4`).
+    TokenExpired,
+}
+
+impl RejectReason {
+    /// The event for this refusal (`IDEM-EVT-1`).
+    pub fn event(&self) -> Event {
+        match self {
+            RejectReason::KeyExpired => Event::TombstoneHit,
+            RejectReason::OutcomeUnknown => Event::OutcomeUnknownHit,
+            RejectReason::Collision => Event::Collision,
+            RejectReason::Stale => Event::Stale,
+            RejectReason::TokenForged => Event::Forged,
+            _ => Event::Rejected,
+        }
+    }
+
+    /// The error response for this refusal.
+    pub fn problem(&self) -> Problem {
+        match self {
+            RejectReason::KeyExpired => Problem::KEY_EXPIRED,
+            RejectReason::OutcomeUnknown => Problem::OUTCOME_UNKNOWN,
+            RejectReason::Collision => Problem::KEY_COLLISION,
+            RejectReason::Stale => Problem::KEY_STALE,
+            RejectReason::FromFuture { .. } => Problem::KEY_FROM_FUTURE,
+            RejectReason::UnknownClient => Problem::UNKNOWN_CLIENT,
+            RejectReason::StaleEpoch => Problem::STALE_EPOCH,
+            RejectReason::UnknownEpoch => Problem::UNKNOWN_EPOCH,
+            RejectReason::InvalidSequence => Problem::MALFORMED_KEY,
+            RejectReason::InvalidLowWater => Problem::INVALID_LOW_WATER,
+            RejectReason::SequenceGap { .. } => Problem::COUNTER_GAP,
+            RejectReason::WindowFull { .. } => Problem::COUNTER_WINDOW_FULL,
+            RejectReason::TokenForged => Problem::TOKEN_FORGED,
+            RejectReason::TokenUnknown => Problem::TOKEN_UNKNOWN,
+            RejectReason::TokenExpired => Problem::TOKEN_EXPIRED,
+        }
+    }
+
+    /// The `Retry-After` to send with the refusal, in seconds, for refusals that a later
+    /// retry of the same request can overcome.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            RejectReason::WindowFull { retry_after_secs } => Some(*retry_after_secs),
+            RejectReason::SequenceGap { .. } | RejectReason::OutcomeUnknown => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectReason::KeyExpired => {
+                f.write_str("the response for this key has expired; the key cannot be reused yet")
+            }
+            RejectReason::OutcomeUnknown => {
+                f.write_str("the outcome of an earlier attempt with this key is being reconciled")
+            }
+            RejectReason::Collision => {
+                f.write_str("this key is already used by a request with a different payload")
+            }
+            RejectReason::Stale => {
+                f.write_str("this key is older than the server remembers; it can never run")
+            }
+            RejectReason::FromFuture { ahead_ms } => write!(
+                f,
+                "the key's timestamp is {ahead_ms} ms ahead of the server's clock"
+            ),
+            RejectReason::UnknownClient => {
+                f.write_str("the client has no session; open one before sending counter keys")
+            }
+            RejectReason::StaleEpoch => {
+                f.write_str("the key's epoch is older than the session's current epoch")
+            }
+            RejectReason::UnknownEpoch => {
+                f.write_str("the key's epoch was never opened for this session")
+            }
+            RejectReason::InvalidSequence => {
+                f.write_str("the sequence number does not fit in the session's bits")
+            }
+            RejectReason::InvalidLowWater => {
+                f.write_str("the low-water mark is beyond the next sequence number")
+            }
+            RejectReason::SequenceGap { next } => write!(
+                f,
+                "the sequence number skips a whole window; the next expected is {next}"
+            ),
+            RejectReason::WindowFull { .. } => f.write_str(
+                "the window cannot move past an earlier request that is still in progress",
+            ),
+            RejectReason::TokenForged => f.write_str("the token was not issued by this server"),
+            RejectReason::TokenUnknown => f.write_str("the token is not known to this server"),
+            RejectReason::TokenExpired => f.write_str("the token has expired"),
+        }
+    }
 }
 
 /// The engine's answer to one attempt.
@@ -171,8 +306,7 @@ impl Decision {
             Decision::Replay(_) => Event::Replayed,
             Decision::InProgress { .. } => Event::InProgress,
             Decision::Mismatch { .. } => Event::Mismatch,
-            Decision::Rejected(RejectReason::KeyExpired) => Event::TombstoneHit,
-            Decision::Rejected(RejectReason::OutcomeUnknown) => Event::OutcomeUnknownHit,
+            Decision::Rejected(reason) => reason.event(),
         }
     }
 
@@ -183,8 +317,7 @@ impl Decision {
             Decision::Execute { .. } | Decision::Replay(_) => None,
             Decision::InProgress { .. } => Some(Problem::IN_PROGRESS),
             Decision::Mismatch { .. } => Some(Problem::MISMATCH),
-            Decision::Rejected(RejectReason::KeyExpired) => Some(Problem::KEY_EXPIRED),
-            Decision::Rejected(RejectReason::OutcomeUnknown) => Some(Problem::OUTCOME_UNKNOWN),
+            Decision::Rejected(reason) => Some(reason.problem()),
         }
     }
 }
@@ -285,6 +418,24 @@ impl Engine {
         let Some(record) = stored.filter(|r| now < r.key_expires) else {
             return self.claim(now, attempt, precondition, None);
         };
+        match record.state {
+            // A server-issued token: the first request consumes it (`IDEM-TOKEN-2`); the
+            // record's version chain continues so that versions never repeat.
+            RecordState::Issued { expires } if now >= expires => {
+                return Decision::Rejected(RejectReason::TokenExpired);
+            }
+            RecordState::Issued { .. } => {
+                let consume = Attempt {
+                    nonce: record.version.wrapping_add(1),
+                    ..*attempt
+                };
+                return self.claim(now, &consume, precondition, None);
+            }
+            // A counter session is not a key: whatever reached it under an engine scope
+            // names another kind of record (`IDEM-KIND-1`).
+            RecordState::Counter { .. } => return Decision::Rejected(RejectReason::Collision),
+            _ => {}
+        }
         if !record.fingerprint.matches(attempt.fingerprint) {
             return Decision::Mismatch {
                 differing: record.fingerprint.differing_fields(attempt.fingerprint),
@@ -305,6 +456,10 @@ impl Engine {
                 Decision::Rejected(RejectReason::KeyExpired)
             }
             RecordState::OutcomeUnknown { .. } => Decision::Rejected(RejectReason::OutcomeUnknown),
+            // Handled above, before the fingerprint comparison.
+            RecordState::Issued { .. } | RecordState::Counter { .. } => {
+                Decision::Rejected(RejectReason::Collision)
+            }
         }
     }
 

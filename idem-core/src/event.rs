@@ -35,6 +35,16 @@ pub enum Event {
     FencedOut,
     /// A lease was extended by a heartbeat.
     Extended,
+    /// A time or counter key named another request's record (different payload, or a wrapped
+    /// counter): refused.
+    Collision,
+    /// A key older than the server remembers (a time key past its age, a counter below the
+    /// low-water mark): a late retry or a replayed capture. Security-relevant.
+    Stale,
+    /// A token that this server did not issue. Security-relevant: someone is guessing.
+    Forged,
+    /// An inbox delivery of a message already processed, acknowledged without processing.
+    Duplicate,
 }
 
 impl Event {
@@ -54,6 +64,10 @@ impl Event {
             Event::OutcomeUnknown => "outcome-unknown",
             Event::FencedOut => "fenced-out",
             Event::Extended => "extended",
+            Event::Collision => "collision",
+            Event::Stale => "stale",
+            Event::Forged => "forged",
+            Event::Duplicate => "duplicate",
         }
     }
 
@@ -63,7 +77,7 @@ impl Event {
     pub fn is_security_relevant(&self) -> bool {
         matches!(
             self,
-            Event::TombstoneHit | Event::Mismatch | Event::FencedOut
+            Event::TombstoneHit | Event::Mismatch | Event::FencedOut | Event::Stale | Event::Forged
         )
     }
 }

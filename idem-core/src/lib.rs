@@ -55,6 +55,15 @@ mod record;
 mod store;
 mod time;
 
+// Key kinds beyond the IETF draft's opaque keys, and the client side.
+mod client;
+mod counter;
+mod derive;
+mod inbox;
+mod kind;
+mod timekey;
+mod token;
+
 pub use codec::{
     decode_record, encode_record, DecodeError, MAX_RECORD_BYTES, RECORD_FORMAT_VERSION,
 };
@@ -75,3 +84,19 @@ pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
 pub use store::{Applied, Claim, Finish, Store};
 pub use time::UnixMillis;
+
+pub use client::{
+    backoff_ms, decode_entry, encode_entry, uuid_v4_key, ClientError, Completion, EntryDecodeError,
+    EntryState, GiveUp, KeyAnswer, NetworkError, Next, OutboxEntry, Response, RetryPolicy,
+    ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES,
+};
+pub use counter::{
+    parse_counter_key, serial_cmp, CounterAttempt, CounterClaim, CounterConfig, CounterDecision,
+    CounterError, CounterKey, CounterLease, CounterSession, CounterSlot, Counters, OpenedSession,
+    SlotState, MAX_WINDOW,
+};
+pub use derive::{derive_key, sub_key, DeriveError, DERIVED_PREFIX, SUB_KEY_LABEL_LEN};
+pub use inbox::{Delivery, Inbox};
+pub use kind::{KindConfigError, KindKeyError, MAX_CLIENT_ID_LEN};
+pub use timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
+pub use token::{IssuedToken, TokenSecret, Tokens, TOKEN_LEN, TOKEN_PREFIX};

@@ -103,6 +103,91 @@ impl Problem {
         "The request body is not valid JSON",
         "IDEM-FP-6"
     );
+    /// A time or counter key that names another request: a different payload with the same
+    /// (scope, client, timestamp), or a counter slot (possibly reached by a wrap) that holds
+    /// another request. 422 like a key-reuse mismatch: retrying the same key cannot
+    /// succeed; the type tells the client to choose a new key rather than fix a bug.
+    pub const KEY_COLLISION: Problem = problem!(
+        422,
+        "key-collision",
+        "The Idempotency-Key collides with another request",
+        "IDEM-TIME-4"
+    );
+    /// A time key older than the maximum age, or a counter below the low-water mark. 412, as
+    /// OASIS Repeatable Requests answers a stale first-sent time: the key's precondition
+    /// (that the server still remembers it) does not hold.
+    pub const KEY_STALE: Problem = problem!(
+        412,
+        "key-stale",
+        "The Idempotency-Key is older than the server remembers",
+        "IDEM-TIME-3"
+    );
+    /// A time key too far ahead of the server's clock: the client's clock is wrong.
+    pub const KEY_FROM_FUTURE: Problem = problem!(
+        400,
+        "key-from-future",
+        "The Idempotency-Key timestamp is too far in the future",
+        "IDEM-TIME-2"
+    );
+    /// A counter key from a client that has no session.
+    pub const UNKNOWN_CLIENT: Problem = problem!(
+        412,
+        "unknown-client",
+        "The client has no session for counter keys",
+        "IDEM-CTR-3"
+    );
+    /// A counter key from an epoch older than the session's.
+    pub const STALE_EPOCH: Problem = problem!(
+        412,
+        "stale-epoch",
+        "The counter key's epoch has been replaced",
+        "IDEM-CTR-4"
+    );
+    /// A counter key from an epoch the session never opened.
+    pub const UNKNOWN_EPOCH: Problem = problem!(
+        412,
+        "unknown-epoch",
+        "The counter key's epoch is unknown",
+        "IDEM-CTR-4"
+    );
+    /// A low-water mark beyond the next sequence number.
+    pub const INVALID_LOW_WATER: Problem = problem!(
+        400,
+        "invalid-low-water",
+        "The low-water mark is beyond the next sequence number",
+        "IDEM-CTR-11"
+    );
+    /// A counter that skips a whole window: retry once the missing numbers have arrived.
+    pub const COUNTER_GAP: Problem = problem!(
+        409,
+        "counter-gap",
+        "The sequence number is too far ahead",
+        "IDEM-CTR-9"
+    );
+    /// The window cannot slide past a request still in progress: retry later.
+    pub const COUNTER_WINDOW_FULL: Problem = problem!(
+        409,
+        "counter-window-full",
+        "Too many earlier requests are still in progress",
+        "IDEM-CTR-10"
+    );
+    /// A token this server did not issue for this scope.
+    pub const TOKEN_FORGED: Problem = problem!(
+        400,
+        "token-forged",
+        "The token was not issued by this server",
+        "IDEM-TOKEN-3"
+    );
+    /// An authentic token that the store does not hold.
+    pub const TOKEN_UNKNOWN: Problem =
+        problem!(400, "token-unknown", "The token is unknown", "IDEM-TOKEN-4");
+    /// An authentic token presented after its expiry without having been used.
+    pub const TOKEN_EXPIRED: Problem = problem!(
+        410,
+        "token-expired",
+        "The token has expired",
+        "IDEM-TOKEN-4"
+    );
 
     /// The problem for a refused key: empty header values count as missing keys.
     pub fn for_key_error(e: &KeyError) -> Problem {

@@ -85,6 +85,18 @@ pub enum RecordState {
     /// The response has expired; the key and fingerprint are remembered until
     /// `key_expires` so that a late retry is refused, not executed again (`IDEM-TTL-3`).
     Tombstone,
+    /// A server-issued token that no request has presented yet (`IDEM-TOKEN-1`). The first
+    /// matching request consumes it and the record becomes in-flight like any other.
+    Issued {
+        /// The token is refused after this time (also the record's `key_expires`).
+        expires: UnixMillis,
+    },
+    /// The session of a counter-key client: its epoch, window and slots (`IDEM-CTR-12`).
+    /// Its `fence` and `fingerprint` are unused: slots carry their own.
+    Counter {
+        /// The session.
+        session: Arc<crate::counter::CounterSession>,
+    },
 }
 
 /// What a store should do with a record at a given time.
@@ -138,6 +150,7 @@ impl Record {
             .sum();
         let state = match &self.state {
             RecordState::Completed { response, .. } => response.size(),
+            RecordState::Counter { session } => session.size(),
             _ => 0,
         };
         core::mem::size_of::<Record>() + fields + state

@@ -1,0 +1,627 @@
+//! The client side (`IDEM-CLIENT-1` to `IDEM-CLIENT-7`): an outbox entry per logical request,
+//! as a sans-IO state machine. It never reads a clock or draws random numbers; the caller
+//! passes `now` and a random `u64` into every decision.
+
+use crate::key::{KeyError, MAX_KEY_LEN};
+use crate::time::UnixMillis;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::time::Duration;
+
+/// How an entry retries. See `spec/KINDS.md` for the reasons behind the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The first backoff's upper bound (`IDEM-CLIENT-3`). Default 200 ms.
+    pub base: Duration,
+    /// The largest backoff's upper bound. Default 20 s.
+    pub cap: Duration,
+    /// The most sends, the first one included. Default 10.
+    pub max_attempts: u32,
+    /// How long after the first send the entry keeps retrying (`IDEM-CLIENT-4`). Default 10
+    /// minutes, well inside the server's default 24-hour response retention, so every retry
+    /// still finds the record.
+    pub deadline: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(200),
+            cap: Duration::from_secs(20),
+            max_attempts: 10,
+            deadline: Duration::from_secs(600),
+        }
+    }
+}
+
+/// How a final response ended the interaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Completion {
+    /// 2xx (or 3xx): the request took effect, or was replayed.
+    Succeeded,
+    /// A deterministic 4xx: the request was refused and will be refused again.
+    Rejected,
+}
+
+/// Why an entry stopped retrying without a final response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum GiveUp {
+    /// The deadline passed, or the next retry would come after it.
+    Deadline,
+    /// The attempt budget is spent.
+    Budget,
+    /// The server no longer knows the key (its response expired, the key is stale, the
+    /// session or epoch is unknown), after an attempt that may have been processed.
+    KeyForgotten,
+}
+
+/// Where an entry is. Entries in `Answered`, `Processed`, `Failed` and `Undetermined` are
+/// final: nothing more will be sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum EntryState {
+    /// Not sent yet.
+    Created,
+    /// A send is under way; its result has not been reported.
+    Sent,
+    /// Waiting to send again.
+    Waiting {
+        /// Not before this time.
+        until: UnixMillis,
+    },
+    /// A final response arrived.
+    Answered {
+        /// Succeeded or rejected.
+        class: Completion,
+        /// Its status.
+        status: u16,
+    },
+    /// The application has acted on the final response; the entry may be deleted.
+    Processed {
+        /// Succeeded or rejected.
+        class: Completion,
+        /// Its status.
+        status: u16,
+    },
+    /// Given up, and no attempt can have been processed: nothing happened.
+    Failed {
+        /// Why.
+        reason: GiveUp,
+    },
+    /// Given up, and an attempt may have been processed: the outcome is unknown and must be
+    /// reconciled some other way. Never reported as success or failure (`IDEM-CLIENT-4`).
+    Undetermined {
+        /// Why.
+        reason: GiveUp,
+    },
+}
+
+/// What the server's answer says about the key, beyond the status; read it from the
+/// `application/problem+json` type with [`KeyAnswer::from_problem_type`], or set
+/// [`KeyAnswer::NotProcessed`] for a host's own marker on a 5xx that did nothing.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+pub enum KeyAnswer {
+    /// Nothing beyond the status.
+    #[default]
+    Unspecified,
+    /// This attempt was refused before anything ran (a malformed key, a full store, a
+    /// counter gap, …).
+    NotProcessed,
+    /// Another attempt with the key is running or its outcome is held: some attempt is
+    /// (or was) processing it.
+    KeyBusy,
+    /// The server no longer knows what happened to the key.
+    Forgotten,
+}
+
+impl KeyAnswer {
+    /// The answer for an idem problem type (`urn:idem:problem:…`); other types are
+    /// [`KeyAnswer::Unspecified`].
+    pub fn from_problem_type(type_uri: &str) -> KeyAnswer {
+        let Some(slug) = type_uri.strip_prefix("urn:idem:problem:") else {
+            return KeyAnswer::Unspecified;
+        };
+        match slug {
+            "in-progress" | "outcome-unknown" => KeyAnswer::KeyBusy,
+            "key-expired" | "key-stale" | "unknown-client" | "stale-epoch" | "unknown-epoch"
+            | "token-unknown" | "token-expired" => KeyAnswer::Forgotten,
+            "missing-key"
+            | "malformed-key"
+            | "key-reuse-mismatch"
+            | "key-collision"
+            | "key-from-future"
+            | "invalid-low-water"
+            | "counter-gap"
+            | "counter-window-full"
+            | "token-forged"
+            | "store-full"
+            | "store-unavailable"
+            | "body-too-large"
+            | "invalid-json" => KeyAnswer::NotProcessed,
+            _ => KeyAnswer::Unspecified,
+        }
+    }
+}
+
+/// A response to one send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// The status, 200 to 599 (1xx responses are never final and are not reported).
+    pub status: u16,
+    /// `Retry-After` in seconds, if the response had one (convert an HTTP date first).
+    pub retry_after_secs: Option<u64>,
+    /// What the response says about the key.
+    pub answer: KeyAnswer,
+}
+
+/// A send that got no response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NetworkError {
+    /// Nothing left the client (the connection could not be opened): not processed.
+    NotSent,
+    /// The request may have reached the server (reset, timeout, abort): its effect is
+    /// unknown.
+    Lost,
+}
+
+/// What the entry should do next.
+#[must_use = "a Next says whether to retry, and when"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The interaction is complete with a final response (`IDEM-CLIENT-2`).
+    Complete {
+        /// Succeeded or rejected.
+        class: Completion,
+        /// The final status.
+        status: u16,
+    },
+    /// Send again, with the same key and payload, at `at` (`IDEM-CLIENT-3`).
+    Retry {
+        /// Not before this time.
+        at: UnixMillis,
+    },
+    /// Given up; nothing was processed.
+    Failed {
+        /// Why.
+        reason: GiveUp,
+    },
+    /// Given up; an attempt may have been processed (`IDEM-CLIENT-4`).
+    Undetermined {
+        /// Why.
+        reason: GiveUp,
+    },
+}
+
+/// A call the entry refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The key is not a valid idempotency key.
+    InvalidKey(KeyError),
+    /// The payload differs from the one the entry was created with (`IDEM-CLIENT-1`).
+    PayloadChanged,
+    /// The entry is not waiting to be sent (it is in flight or final).
+    NotSendable(EntryState),
+    /// The backoff has not ended.
+    NotDue {
+        /// When it ends.
+        at: UnixMillis,
+    },
+    /// A result was reported for an entry that is not in flight.
+    NothingInFlight(EntryState),
+    /// [`OutboxEntry::mark_processed`] on an entry without a final response.
+    NotAnswered(EntryState),
+    /// A response status outside 200-599.
+    InvalidStatus(u16),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::InvalidKey(e) => write!(f, "invalid idempotency key: {e}"),
+            ClientError::PayloadChanged => f.write_str(
+                "the payload differs from the first send; a retry must send the same payload",
+            ),
+            ClientError::NotSendable(s) => write!(f, "the entry cannot be sent in state {s:?}"),
+            ClientError::NotDue { at } => write!(f, "the next send is due at {at}"),
+            ClientError::NothingInFlight(s) => {
+                write!(f, "no send is in flight (state {s:?})")
+            }
+            ClientError::NotAnswered(s) => write!(f, "no final response yet (state {s:?})"),
+            ClientError::InvalidStatus(s) => write!(f, "invalid response status {s}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ClientError {}
+
+/// One logical request: its key, its payload digest, and where it is. Serialisable
+/// ([`encode_entry`]), so pending keys survive a restart.
+///
+/// ```text
+///            send               final response            mark_processed
+///  created ───────▶ sent ───────────────────────▶ answered ──────────────▶ processed
+///                   │  ▲
+///     retryable     │  │ send (same key, same payload), not before `until`
+///     result        ▼  │
+///                 waiting ──── deadline or budget spent ──▶ undetermined (an attempt may
+///                                                            have been processed)
+///                                                         ▶ failed (none was)
+/// ```
+///
+/// # Driving an entry
+///
+/// 1. [`OutboxEntry::new`] with the key (from [`uuid_v4_key`], or any valid key) and the
+///    digest of the payload; persist it ([`encode_entry`]) before the first send, so a crash
+///    cannot lose the key.
+/// 2. Before each send call [`OutboxEntry::send`] with the digest of what is about to be
+///    sent: a changed payload is refused (`IDEM-CLIENT-1`).
+/// 3. Pass the result to [`OutboxEntry::on_result`]: a [`Response`] (status, `Retry-After`
+///    in seconds, and the [`KeyAnswer`] read from the problem type) or a [`NetworkError`].
+///    It answers [`Next`]: complete, retry at a time, failed, or undetermined.
+/// 4. After a restart, an entry found in [`EntryState::Sent`] lost its response: report
+///    [`NetworkError::Lost`] for it.
+///
+/// [`OutboxEntry::decide`] is the same decision without changing the entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutboxEntry {
+    key: String,
+    payload: [u8; 32],
+    state: EntryState,
+    attempts: u32,
+    first_sent: Option<UnixMillis>,
+    maybe_processed: bool,
+    last_status: Option<u16>,
+}
+
+/// Checks a client key: 1 to 255 characters of visible ASCII or space.
+fn check_key(key: &str) -> Result<(), KeyError> {
+    if key.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(KeyError::TooLong { len: key.len() });
+    }
+    match key
+        .bytes()
+        .enumerate()
+        .find(|(_, b)| !(0x20..=0x7e).contains(b))
+    {
+        Some((at, byte)) => Err(KeyError::InvalidByte { at, byte }),
+        None => Ok(()),
+    }
+}
+
+impl OutboxEntry {
+    /// A new entry for one logical request with `key` and the digest of its payload (for
+    /// example SHA-256 of the body, or [`Fingerprint::digest`](crate::Fingerprint)).
+    pub fn new(key: impl Into<String>, payload: [u8; 32]) -> Result<OutboxEntry, ClientError> {
+        let key = key.into();
+        check_key(&key).map_err(ClientError::InvalidKey)?;
+        Ok(OutboxEntry {
+            key,
+            payload,
+            state: EntryState::Created,
+            attempts: 0,
+            first_sent: None,
+            maybe_processed: false,
+            last_status: None,
+        })
+    }
+
+    /// The key to send.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The payload digest.
+    pub fn payload(&self) -> &[u8; 32] {
+        &self.payload
+    }
+
+    /// The state.
+    pub fn state(&self) -> EntryState {
+        self.state
+    }
+
+    /// Sends so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// When the first send happened.
+    pub fn first_sent(&self) -> Option<UnixMillis> {
+        self.first_sent
+    }
+
+    /// Whether some attempt may have been processed by the server.
+    pub fn maybe_processed(&self) -> bool {
+        self.maybe_processed
+    }
+
+    /// The status of the last response, if any.
+    pub fn last_status(&self) -> Option<u16> {
+        self.last_status
+    }
+
+    /// Whether nothing more will be sent.
+    pub fn is_final(&self) -> bool {
+        !matches!(
+            self.state,
+            EntryState::Created | EntryState::Sent | EntryState::Waiting { .. }
+        )
+    }
+
+    /// When the entry next wants to be sent: now for a new entry, the end of the backoff
+    /// for a waiting one, never otherwise.
+    pub fn next_send(&self, now: UnixMillis) -> Option<UnixMillis> {
+        match self.state {
+            EntryState::Created => Some(now),
+            EntryState::Waiting { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// The time after which it gives up, once it has been sent.
+    pub fn deadline(&self, policy: &RetryPolicy) -> Option<UnixMillis> {
+        self.first_sent.map(|t| t.saturating_add(policy.deadline))
+    }
+
+    /// Records a send of `payload` at `now` and returns its attempt number (1 for the
+    /// first). Refused when the payload changed (`IDEM-CLIENT-1`), before the backoff ends,
+    /// or when the entry is in flight or final.
+    pub fn send(&mut self, now: UnixMillis, payload: &[u8; 32]) -> Result<u32, ClientError> {
+        match self.state {
+            EntryState::Created => {}
+            EntryState::Waiting { until } if now < until => {
+                return Err(ClientError::NotDue { at: until })
+            }
+            EntryState::Waiting { .. } => {}
+            other => return Err(ClientError::NotSendable(other)),
+        }
+        if payload != &self.payload {
+            return Err(ClientError::PayloadChanged);
+        }
+        self.state = EntryState::Sent;
+        self.attempts = self.attempts.saturating_add(1);
+        self.first_sent.get_or_insert(now);
+        Ok(self.attempts)
+    }
+
+    /// Decides what the result of the send in flight means, without changing the entry.
+    /// `random` is a uniformly random `u64` for the jitter.
+    pub fn decide(
+        &self,
+        policy: &RetryPolicy,
+        now: UnixMillis,
+        random: u64,
+        result: Result<&Response, NetworkError>,
+    ) -> Result<Next, ClientError> {
+        self.evaluate(policy, now, random, result)
+            .map(|(next, _)| next)
+    }
+
+    /// Reports the result of the send in flight and moves the entry on: the decision of
+    /// [`OutboxEntry::decide`], applied.
+    pub fn on_result(
+        &mut self,
+        policy: &RetryPolicy,
+        now: UnixMillis,
+        random: u64,
+        result: Result<&Response, NetworkError>,
+    ) -> Result<Next, ClientError> {
+        let (next, maybe_processed) = self.evaluate(policy, now, random, result)?;
+        self.maybe_processed = maybe_processed;
+        if let Ok(r) = result {
+            self.last_status = Some(r.status);
+        }
+        self.state = match next {
+            Next::Complete { class, status } => EntryState::Answered { class, status },
+            Next::Retry { at } => EntryState::Waiting { until: at },
+            Next::Failed { reason } => EntryState::Failed { reason },
+            Next::Undetermined { reason } => EntryState::Undetermined { reason },
+        };
+        Ok(next)
+    }
+
+    /// The decision and the new `maybe_processed`.
+    fn evaluate(
+        &self,
+        policy: &RetryPolicy,
+        now: UnixMillis,
+        random: u64,
+        result: Result<&Response, NetworkError>,
+    ) -> Result<(Next, bool), ClientError> {
+        if self.state != EntryState::Sent {
+            return Err(ClientError::NothingInFlight(self.state));
+        }
+        let mut maybe = self.maybe_processed;
+        let give_up = |reason, maybe: bool| {
+            if maybe {
+                Next::Undetermined { reason }
+            } else {
+                Next::Failed { reason }
+            }
+        };
+        let retry_after = match result {
+            Err(NetworkError::NotSent) => None,
+            Err(NetworkError::Lost) => {
+                maybe = true;
+                None
+            }
+            Ok(r) => {
+                let status = r.status;
+                match status {
+                    200..=399 => {
+                        let class = Completion::Succeeded;
+                        return Ok((Next::Complete { class, status }, maybe));
+                    }
+                    // Refused before processing, retrying is the remedy.
+                    408 | 425 | 429 => {
+                        maybe |= r.answer == KeyAnswer::KeyBusy;
+                    }
+                    // The key is held by another attempt (IETF draft §2.7): possibly ours.
+                    409 => {
+                        maybe |= r.answer != KeyAnswer::NotProcessed;
+                    }
+                    400..=499 => {
+                        if r.answer == KeyAnswer::Forgotten && maybe {
+                            return Ok((give_up(GiveUp::KeyForgotten, true), maybe));
+                        }
+                        let class = Completion::Rejected;
+                        return Ok((Next::Complete { class, status }, maybe));
+                    }
+                    500..=599 => {
+                        maybe |= r.answer != KeyAnswer::NotProcessed;
+                    }
+                    _ => return Err(ClientError::InvalidStatus(status)),
+                }
+                r.retry_after_secs
+            }
+        };
+        if self.attempts >= policy.max_attempts {
+            return Ok((give_up(GiveUp::Budget, maybe), maybe));
+        }
+        let deadline = self
+            .first_sent
+            .unwrap_or(now)
+            .saturating_add(policy.deadline);
+        let at = now.saturating_add(Duration::from_millis(backoff_ms(
+            policy,
+            self.attempts,
+            random,
+            retry_after,
+        )));
+        if at > deadline {
+            return Ok((give_up(GiveUp::Deadline, maybe), maybe));
+        }
+        Ok((Next::Retry { at }, maybe))
+    }
+
+    /// Records that the application acted on the final response.
+    pub fn mark_processed(&mut self) -> Result<(), ClientError> {
+        match self.state {
+            EntryState::Answered { class, status } => {
+                self.state = EntryState::Processed { class, status };
+                Ok(())
+            }
+            other => Err(ClientError::NotAnswered(other)),
+        }
+    }
+}
+
+/// The delay before the send that follows attempt number `attempt` (1-based): "full
+/// jitter", uniform in `[0, min(cap, base * 2^(attempt-1))]`, and never less than
+/// `Retry-After` (`IDEM-CLIENT-3`).
+pub fn backoff_ms(
+    policy: &RetryPolicy,
+    attempt: u32,
+    random: u64,
+    retry_after_secs: Option<u64>,
+) -> u64 {
+    let base = u64::try_from(policy.base.as_millis()).unwrap_or(u64::MAX);
+    let cap = u64::try_from(policy.cap.as_millis()).unwrap_or(u64::MAX);
+    let exp = attempt.saturating_sub(1).min(63);
+    let ceiling = base.saturating_mul(1u64 << exp).min(cap);
+    // Scale the random value into [0, ceiling] without the bias of a modulo.
+    let jitter = ((u128::from(random) * (u128::from(ceiling) + 1)) >> 64) as u64;
+    let floor = retry_after_secs.map_or(0, |s| s.saturating_mul(1000));
+    jitter.max(floor)
+}
+
+/// A UUID version 4 key from 128 random bits (RFC 9562 §5.4), for clients that have no
+/// UUID generator of their own.
+pub fn uuid_v4_key(random: [u64; 2]) -> String {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&random[0].to_le_bytes());
+    bytes[8..].copy_from_slice(&random[1].to_le_bytes());
+    let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+    let mut buf = uuid::Uuid::encode_buffer();
+    String::from(uuid.hyphenated().encode_lower(&mut buf))
+}
+
+/// The format version written by [`encode_entry`].
+pub const ENTRY_FORMAT_VERSION: u8 = 1;
+/// The largest encoded entry [`decode_entry`] accepts.
+pub const MAX_ENTRY_BYTES: usize = 1024;
+const ENTRY_MAGIC: &[u8; 2] = b"iO";
+
+/// Why bytes are not an outbox entry (`IDEM-CLIENT-6`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EntryDecodeError {
+    /// More than [`MAX_ENTRY_BYTES`].
+    TooLarge {
+        /// The input's size.
+        len: usize,
+    },
+    /// The input does not start with the entry magic.
+    NotAnEntry,
+    /// A format version this build cannot read.
+    UnsupportedVersion(u8),
+    /// The structure is damaged or truncated, or bytes follow it.
+    Malformed,
+    /// The structure decodes but breaks an invariant (the message names it).
+    Invalid(&'static str),
+}
+
+impl fmt::Display for EntryDecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryDecodeError::TooLarge { len } => write!(
+                f,
+                "outbox entry of {len} bytes exceeds the limit of {MAX_ENTRY_BYTES}"
+            ),
+            EntryDecodeError::NotAnEntry => f.write_str("not an outbox entry (bad magic)"),
+            EntryDecodeError::UnsupportedVersion(v) => {
+                write!(f, "unsupported outbox entry format version {v}")
+            }
+            EntryDecodeError::Malformed => f.write_str("outbox entry is malformed"),
+            EntryDecodeError::Invalid(why) => write!(f, "invalid outbox entry: {why}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for EntryDecodeError {}
+
+/// Encodes an entry: the magic `iO`, a format-version byte, then the entry in `postcard`.
+pub fn encode_entry(entry: &OutboxEntry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + entry.key.len());
+    out.extend_from_slice(ENTRY_MAGIC);
+    out.push(ENTRY_FORMAT_VERSION);
+    // Serialising plain data into a Vec cannot fail.
+    postcard::to_extend(entry, out).unwrap_or_default()
+}
+
+/// Decodes an entry written by [`encode_entry`], checking its invariants; never panics.
+pub fn decode_entry(bytes: &[u8]) -> Result<OutboxEntry, EntryDecodeError> {
+    if bytes.len() > MAX_ENTRY_BYTES {
+        return Err(EntryDecodeError::TooLarge { len: bytes.len() });
+    }
+    if bytes.len() < 3 || &bytes[..2] != ENTRY_MAGIC {
+        return Err(EntryDecodeError::NotAnEntry);
+    }
+    if bytes[2] != ENTRY_FORMAT_VERSION {
+        return Err(EntryDecodeError::UnsupportedVersion(bytes[2]));
+    }
+    let (entry, rest): (OutboxEntry, _) =
+        postcard::take_from_bytes(&bytes[3..]).map_err(|_| EntryDecodeError::Malformed)?;
+    if !rest.is_empty() {
+        return Err(EntryDecodeError::Malformed);
+    }
+    check_key(&entry.key).map_err(|_| EntryDecodeError::Invalid("invalid key"))?;
+    let sent = entry.attempts > 0;
+    if sent != entry.first_sent.is_some() || sent == (entry.state == EntryState::Created) {
+        return Err(EntryDecodeError::Invalid(
+            "attempts, first send and state disagree",
+        ));
+    }
+    if entry.last_status.is_some_and(|s| !(200..=599).contains(&s)) {
+        return Err(EntryDecodeError::Invalid("status outside 200-599"));
+    }
+    Ok(entry)
+}

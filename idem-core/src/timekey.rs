@@ -1,0 +1,203 @@
+//! Unix-time keys: a client timestamp in milliseconds, optionally with a client id
+//! (`IDEM-TIME-1` to `IDEM-TIME-5`).
+
+use crate::engine::{Attempt, Decision, Engine, RejectReason};
+use crate::fingerprint::Fingerprint;
+use crate::key::{RecordKey, Scope};
+use crate::kind::KindKeyError;
+use crate::kind::{claim_with, kind_scope, parse_decimal, valid_client_id, KindConfigError};
+use crate::record::Record;
+use crate::store::{Claim, Store};
+use crate::time::UnixMillis;
+use alloc::format;
+use alloc::string::String;
+use core::time::Duration;
+
+/// A parsed time key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TimeKey {
+    /// The client that chose the timestamp, if the key names one.
+    pub client: Option<String>,
+    /// The timestamp.
+    pub at: UnixMillis,
+}
+
+/// Parses a time key: `<millis>` or `<client>:<millis>`, where `millis` is an unsigned
+/// decimal number of milliseconds since the Unix epoch (at most 64 bits) and `client` is 1
+/// to 64 characters of `A-Z a-z 0-9 - . _ ~` (`IDEM-TIME-1`). The key is what
+/// [`parse_opaque_strict`](crate::parse_opaque_strict) or
+/// [`parse_opaque_lenient`](crate::parse_opaque_lenient) took out of the header.
+pub fn parse_time_key(key: &str) -> Result<TimeKey, KindKeyError> {
+    if key.is_empty() {
+        return Err(KindKeyError::Empty);
+    }
+    let (client, millis) = match key.split_once(':') {
+        None => (None, key),
+        Some((client, millis)) => {
+            if !valid_client_id(client) {
+                return Err(KindKeyError::BadClientId);
+            }
+            (Some(String::from(client)), millis)
+        }
+    };
+    let at = UnixMillis(parse_decimal(millis, "timestamp")?);
+    Ok(TimeKey { client, at })
+}
+
+/// Settings for time keys. See `spec/KINDS.md` for the reasons behind the defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimeKeyConfig {
+    /// How far ahead of the server's clock a timestamp may be (`IDEM-TIME-2`). Default 5
+    /// minutes: more than the skew of any clock kept by NTP, less than would let a client
+    /// with a wrong clock pile up keys.
+    pub max_ahead: Duration,
+    /// How old a timestamp may be (`IDEM-TIME-3`). Default 24 hours, the default response
+    /// retention: a retry is either answered from the record or refused as stale.
+    pub max_age: Duration,
+}
+
+impl Default for TimeKeyConfig {
+    fn default() -> Self {
+        TimeKeyConfig {
+            max_ahead: Duration::from_secs(5 * 60),
+            max_age: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The engine for time keys: an [`Engine`] plus the time window.
+///
+/// A host parses the key ([`parse_time_key`]), then either calls [`TimeKeys::claim`] on its
+/// [`Store`], or reads the record under [`TimeKeys::record_key`] and calls
+/// [`TimeKeys::decide`]. Completion, heartbeats and expiry go through
+/// [`TimeKeys::engine`] as for opaque keys (for example [`Store::finish`]).
+///
+/// A timestamp is a cheap key, but two clients (or one client twice) can pick the same
+/// millisecond for different requests, and a server that forgets old keys must not let an old
+/// timestamp run again. So a time key is accepted only inside a window around `now`:
+///
+/// * at most [`TimeKeyConfig::max_ahead`] in the future (clock skew), else 400
+///   `key-from-future`;
+/// * younger than [`TimeKeyConfig::max_age`], else 412 `key-stale` (as OASIS Repeatable
+///   Requests answers a stale `Repeatability-First-Sent`).
+///
+/// [`TimeKeys::new`] requires `max_age + max_ahead <= key_ttl`. A record created at `c` for a
+/// timestamp `t` was accepted with `t <= c + max_ahead`, and lives until at least
+/// `c + key_ttl >= t - max_ahead + key_ttl >= t + max_age`; a later attempt with `t` is
+/// accepted only while `now < t + max_age`. So whenever `t` is accepted its record (if any)
+/// is still there: a key whose record was purged can never run again. The argument needs a
+/// clock that does not jump back by more than `key_ttl - max_age - max_ahead` after a purge
+/// (six days with the defaults); see `spec/KINDS.md`.
+///
+/// Inside the window the engine decides as for any key, with one difference: the same
+/// (scope, client, timestamp) with a different payload is a **collision**
+/// ([`RejectReason::Collision`], 422 `key-collision`), never a replay and never an execution.
+#[derive(Clone, Debug)]
+pub struct TimeKeys {
+    engine: Engine,
+    config: TimeKeyConfig,
+    max_ahead_ms: u64,
+    max_age_ms: u64,
+}
+
+impl TimeKeys {
+    /// Time keys over `engine`; refuses a window that would outlive the key retention.
+    pub fn new(engine: Engine, config: TimeKeyConfig) -> Result<TimeKeys, KindConfigError> {
+        if config.max_age.is_zero() {
+            return Err(KindConfigError::ZeroDuration("max_age"));
+        }
+        if config
+            .max_age
+            .checked_add(config.max_ahead)
+            .is_none_or(|d| d > engine.config().key_ttl)
+        {
+            return Err(KindConfigError::ExceedsKeyRetention("max_age + max_ahead"));
+        }
+        Ok(TimeKeys {
+            max_ahead_ms: millis(config.max_ahead),
+            max_age_ms: millis(config.max_age),
+            engine,
+            config,
+        })
+    }
+
+    /// The engine (for [`Engine::complete`], [`Store::finish`], expiry).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TimeKeyConfig {
+        &self.config
+    }
+
+    /// Where the record for `key` lives: in the time-key scope of `scope` (`IDEM-KIND-1`),
+    /// under the client id and the timestamp as a canonical decimal, so `007` and `7` name
+    /// the same record.
+    pub fn record_key(&self, scope: &Scope, key: &TimeKey) -> RecordKey {
+        RecordKey::new(
+            kind_scope(scope, "time"),
+            format!("{}:{}", key.client.as_deref().unwrap_or(""), key.at.0),
+        )
+    }
+
+    /// Whether `key` is inside the window at `now` (`IDEM-TIME-2`, `IDEM-TIME-3`).
+    pub fn check(&self, now: UnixMillis, key: &TimeKey) -> Result<(), RejectReason> {
+        let ahead = now.until(key.at);
+        if ahead > self.max_ahead_ms {
+            return Err(RejectReason::FromFuture { ahead_ms: ahead });
+        }
+        if key.at.until(now) >= self.max_age_ms {
+            return Err(RejectReason::Stale);
+        }
+        Ok(())
+    }
+
+    /// Decides an attempt whose `attempt.key` is [`TimeKeys::record_key`] of `key`, given the
+    /// record read for it. Outside the window: rejected. Inside: as [`Engine::decide`],
+    /// except that a different payload is a [`RejectReason::Collision`] (`IDEM-TIME-4`).
+    pub fn decide(
+        &self,
+        now: UnixMillis,
+        key: &TimeKey,
+        attempt: &Attempt<'_>,
+        stored: Option<&Record>,
+    ) -> Decision {
+        if let Err(reason) = self.check(now, key) {
+            return Decision::Rejected(reason);
+        }
+        match self.engine.decide(now, attempt, stored) {
+            Decision::Mismatch { .. } => Decision::Rejected(RejectReason::Collision),
+            other => other,
+        }
+    }
+
+    /// Reads, decides and claims on `store`, deciding again after a lost race, like
+    /// [`Store::claim`]. An attempt outside the window never reads the store.
+    pub fn claim<S: Store + ?Sized>(
+        &self,
+        store: &mut S,
+        now: UnixMillis,
+        scope: &Scope,
+        key: &TimeKey,
+        fingerprint: &Fingerprint,
+        nonce: u64,
+    ) -> Result<Claim, S::Error> {
+        if let Err(reason) = self.check(now, key) {
+            return Ok(Claim::Done(Decision::Rejected(reason)));
+        }
+        let record_key = self.record_key(scope, key);
+        let attempt = Attempt {
+            key: &record_key,
+            fingerprint,
+            nonce,
+        };
+        claim_with(store, now, &record_key, |stored| {
+            self.decide(now, key, &attempt, stored)
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

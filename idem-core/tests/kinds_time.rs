@@ -1,0 +1,534 @@
+//! Unix-time keys: parsing, the window around `now`, collisions, retries, and a model test
+//! with clock jumps and purges.
+use idem_core::*;
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn fp(body: &str) -> Fingerprint {
+    FingerprintSpec::default()
+        .fingerprint(&RequestParts {
+            method: "POST",
+            target: "/orders",
+            content_type: Some("application/json"),
+            headers: &[],
+            body: body.as_bytes(),
+        })
+        .unwrap()
+}
+
+fn scope() -> Scope {
+    Scope::new("alice", "POST", "/orders")
+}
+
+fn keys() -> TimeKeys {
+    TimeKeys::new(Engine::default(), TimeKeyConfig::default()).unwrap()
+}
+
+fn response(body: &str) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+#[test]
+fn parses_timestamps_with_and_without_client() {
+    // IDEM-TIME-1
+    assert_eq!(
+        parse_time_key("1700000000000").unwrap(),
+        TimeKey {
+            client: None,
+            at: UnixMillis(T0)
+        }
+    );
+    assert_eq!(
+        parse_time_key("dev-7.a_b~c:1700000000000").unwrap(),
+        TimeKey {
+            client: Some("dev-7.a_b~c".into()),
+            at: UnixMillis(T0)
+        }
+    );
+    assert_eq!(
+        parse_time_key("18446744073709551615").unwrap().at,
+        UnixMillis(u64::MAX)
+    );
+}
+
+#[test]
+fn refuses_bad_timestamps_with_a_clear_reason() {
+    // IDEM-TIME-1
+    let cases: &[(&str, KindKeyError)] = &[
+        ("", KindKeyError::Empty),
+        (
+            "-1700000000000",
+            KindKeyError::Negative { field: "timestamp" },
+        ),
+        ("c:-5", KindKeyError::Negative { field: "timestamp" }),
+        (
+            "+1700000000000",
+            KindKeyError::NotNumeric { field: "timestamp" },
+        ),
+        (
+            "17000000000a0",
+            KindKeyError::NotNumeric { field: "timestamp" },
+        ),
+        ("1.5", KindKeyError::NotNumeric { field: "timestamp" }),
+        ("1e12", KindKeyError::NotNumeric { field: "timestamp" }),
+        (" 17", KindKeyError::NotNumeric { field: "timestamp" }),
+        ("c:", KindKeyError::NotNumeric { field: "timestamp" }),
+        ("c:1:2", KindKeyError::NotNumeric { field: "timestamp" }),
+        (
+            "18446744073709551616",
+            KindKeyError::TooLarge { field: "timestamp" },
+        ),
+        (
+            "99999999999999999999999999",
+            KindKeyError::TooLarge { field: "timestamp" },
+        ),
+        (":1700000000000", KindKeyError::BadClientId),
+        ("a b:1700000000000", KindKeyError::BadClientId),
+        ("a/b:1700000000000", KindKeyError::BadClientId),
+        ("é:1700000000000", KindKeyError::BadClientId),
+    ];
+    for (key, want) in cases {
+        let err = parse_time_key(key).unwrap_err();
+        assert_eq!(&err, want, "{key:?}");
+        assert_eq!(err.problem(), Problem::MALFORMED_KEY);
+        assert!(!err.to_string().is_empty());
+    }
+    let long = format!("{}:{T0}", "c".repeat(MAX_CLIENT_ID_LEN + 1));
+    assert_eq!(parse_time_key(&long), Err(KindKeyError::BadClientId));
+    let ok = format!("{}:{T0}", "c".repeat(MAX_CLIENT_ID_LEN));
+    assert!(parse_time_key(&ok).is_ok());
+}
+
+#[test]
+fn config_may_not_outlive_the_key_retention() {
+    // IDEM-TIME-3
+    let engine = Engine::default();
+    let ttl = engine.config().key_ttl;
+    let too_long = TimeKeyConfig {
+        max_ahead: Duration::from_secs(60),
+        max_age: ttl,
+    };
+    assert_eq!(
+        TimeKeys::new(engine.clone(), too_long).unwrap_err(),
+        KindConfigError::ExceedsKeyRetention("max_age + max_ahead")
+    );
+    let zero = TimeKeyConfig {
+        max_ahead: Duration::from_secs(60),
+        max_age: Duration::ZERO,
+    };
+    assert!(matches!(
+        TimeKeys::new(engine.clone(), zero),
+        Err(KindConfigError::ZeroDuration(_))
+    ));
+    let exact = TimeKeyConfig {
+        max_ahead: Duration::from_secs(60),
+        max_age: ttl - Duration::from_secs(60),
+    };
+    assert!(TimeKeys::new(engine, exact).is_ok());
+}
+
+#[test]
+fn far_future_keys_are_refused_and_nothing_is_claimed() {
+    // IDEM-TIME-2
+    let tk = keys();
+    let mut store = MemoryStore::default();
+    let now = UnixMillis(T0);
+    let skew = 5 * 60 * 1000;
+    for ahead in [skew + 1, 3_600_000, u64::MAX - T0] {
+        let key = TimeKey {
+            client: None,
+            at: UnixMillis(T0 + ahead),
+        };
+        let claim = tk
+            .claim(&mut store, now, &scope(), &key, &fp("{}"), 1)
+            .unwrap();
+        let Claim::Done(d) = claim else {
+            panic!("executed a key from the future")
+        };
+        assert_eq!(
+            d,
+            Decision::Rejected(RejectReason::FromFuture { ahead_ms: ahead })
+        );
+        assert_eq!(d.problem(), Some(Problem::KEY_FROM_FUTURE));
+        assert_eq!(d.problem().unwrap().status, 400);
+        assert_eq!(d.event(), Event::Rejected);
+    }
+    // At the edge of the skew it runs.
+    let edge = TimeKey {
+        client: None,
+        at: UnixMillis(T0 + skew),
+    };
+    assert!(matches!(
+        tk.claim(&mut store, now, &scope(), &edge, &fp("{}"), 1)
+            .unwrap(),
+        Claim::Execute { .. }
+    ));
+    assert_eq!(store.stats().entries, 1);
+}
+
+#[test]
+fn stale_keys_are_refused_and_never_run() {
+    // IDEM-TIME-3
+    let tk = keys();
+    let mut store = MemoryStore::default();
+    let now = UnixMillis(T0);
+    let age = 24 * 3600 * 1000;
+    for old in [0, 1, T0 - age, T0 - age - 1] {
+        let key = TimeKey {
+            client: Some("c1".into()),
+            at: UnixMillis(old),
+        };
+        let claim = tk
+            .claim(&mut store, now, &scope(), &key, &fp("{}"), 1)
+            .unwrap();
+        assert_eq!(claim, Claim::Done(Decision::Rejected(RejectReason::Stale)));
+        let Claim::Done(d) = claim else {
+            unreachable!()
+        };
+        assert_eq!(d.problem(), Some(Problem::KEY_STALE));
+        assert_eq!(d.problem().unwrap().status, 412);
+        assert!(d.event().is_security_relevant());
+    }
+    assert_eq!(store.stats().entries, 0, "nothing was claimed");
+    let young = TimeKey {
+        client: Some("c1".into()),
+        at: UnixMillis(T0 - age + 1),
+    };
+    assert!(matches!(
+        tk.claim(&mut store, now, &scope(), &young, &fp("{}"), 1)
+            .unwrap(),
+        Claim::Execute { .. }
+    ));
+}
+
+#[test]
+fn a_purged_key_can_never_run_again() {
+    // IDEM-TIME-3
+    let tk = keys();
+    let engine = tk.engine().clone();
+    let mut store = MemoryStore::default();
+    let key = TimeKey {
+        client: Some("c1".into()),
+        at: UnixMillis(T0),
+    };
+    let now = UnixMillis(T0);
+    let Claim::Execute { lease, .. } = tk
+        .claim(&mut store, now, &scope(), &key, &fp("{}"), 9)
+        .unwrap()
+    else {
+        panic!()
+    };
+    let _ = store
+        .finish(&engine, now, &lease, Outcome::Final(response("a")))
+        .unwrap();
+    // Every later time, up to and past the purge of the record, refuses or replays.
+    let ttl = engine.config().key_ttl.as_millis() as u64;
+    for later in [1, 3_600_000, 86_399_999, 86_400_000, ttl, ttl + 1, 10 * ttl] {
+        let at = UnixMillis(T0 + later);
+        store.sweep(at);
+        match tk
+            .claim(&mut store, at, &scope(), &key, &fp("{}"), 9)
+            .unwrap()
+        {
+            Claim::Done(Decision::Replay(r)) => assert_eq!(r.body, b"a"),
+            Claim::Done(Decision::Rejected(RejectReason::Stale | RejectReason::KeyExpired)) => {}
+            other => panic!("{later}: {other:?}"),
+        }
+    }
+    assert_eq!(store.stats().entries, 0, "the record was purged");
+}
+
+#[test]
+fn a_different_payload_is_a_collision_never_replayed_never_run() {
+    // IDEM-TIME-4
+    let tk = keys();
+    let engine = tk.engine().clone();
+    let mut store = MemoryStore::default();
+    let now = UnixMillis(T0);
+    let key = TimeKey {
+        client: Some("c1".into()),
+        at: UnixMillis(T0 - 10),
+    };
+    let Claim::Execute { lease, .. } = tk
+        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":1}"#), 1)
+        .unwrap()
+    else {
+        panic!()
+    };
+    // While the first is in flight: a collision, not "in progress".
+    let other = tk
+        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":2}"#), 2)
+        .unwrap();
+    assert_eq!(
+        other,
+        Claim::Done(Decision::Rejected(RejectReason::Collision))
+    );
+    let before = store.get(&tk.record_key(&scope(), &key)).cloned();
+    let _ = store
+        .finish(&engine, now, &lease, Outcome::Final(response("first")))
+        .unwrap();
+    let done = store.get(&tk.record_key(&scope(), &key)).cloned().unwrap();
+    assert_ne!(Some(&done), before.as_ref());
+    // After completion: still a collision, and the record is unchanged by it.
+    let Claim::Done(d) = tk
+        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":2}"#), 2)
+        .unwrap()
+    else {
+        panic!("a collision executed")
+    };
+    assert_eq!(d, Decision::Rejected(RejectReason::Collision));
+    assert_eq!(d.problem(), Some(Problem::KEY_COLLISION));
+    assert_eq!(d.problem().unwrap().status, 422);
+    assert_eq!(d.event(), Event::Collision);
+    assert_eq!(store.get(&tk.record_key(&scope(), &key)), Some(&done));
+    // The original still replays.
+    match tk
+        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":1}"#), 3)
+        .unwrap()
+    {
+        Claim::Done(Decision::Replay(r)) => assert_eq!(r.body, b"first"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn clients_and_scopes_keep_timestamps_apart() {
+    // IDEM-TIME-4 IDEM-KIND-1
+    let tk = keys();
+    let mut store = MemoryStore::default();
+    let now = UnixMillis(T0);
+    let at = UnixMillis(T0);
+    let anon = TimeKey { client: None, at };
+    let c1 = TimeKey {
+        client: Some("c1".into()),
+        at,
+    };
+    let c2 = TimeKey {
+        client: Some("c2".into()),
+        at,
+    };
+    for k in [&anon, &c1, &c2] {
+        assert!(matches!(
+            tk.claim(&mut store, now, &scope(), k, &fp("{}"), 1)
+                .unwrap(),
+            Claim::Execute { .. }
+        ));
+    }
+    let bob = Scope::new("bob", "POST", "/orders");
+    assert!(matches!(
+        tk.claim(&mut store, now, &bob, &c1, &fp("{}"), 1).unwrap(),
+        Claim::Execute { .. }
+    ));
+    // A time key never shares a record with an opaque key of the same text.
+    let rk = tk.record_key(&scope(), &anon);
+    assert_ne!(rk.scope, scope());
+    let opaque = RecordKey::new(scope(), rk.key.clone());
+    assert!(store.get(&opaque).is_none());
+    // Leading zeros name the same record.
+    let padded = parse_time_key(&format!("c1:000{T0}")).unwrap();
+    assert_eq!(
+        tk.record_key(&scope(), &padded),
+        tk.record_key(&scope(), &c1)
+    );
+}
+
+#[test]
+fn the_same_payload_is_a_retry() {
+    // IDEM-TIME-5
+    let tk = keys();
+    let engine = tk.engine().clone();
+    let mut store = MemoryStore::default();
+    let now = UnixMillis(T0);
+    let key = parse_time_key(&format!("c1:{T0}")).unwrap();
+    let body = r#"{"a":1,"b":2}"#;
+    let Claim::Execute { lease, recovered } = tk
+        .claim(&mut store, now, &scope(), &key, &fp(body), 1)
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(!recovered);
+    assert_eq!(
+        tk.claim(&mut store, now, &scope(), &key, &fp(body), 2)
+            .unwrap(),
+        Claim::Done(Decision::InProgress {
+            retry_after_secs: 60
+        })
+    );
+    // After the lease ends, a retry takes over.
+    let later = UnixMillis(T0 + 61_000);
+    let Claim::Execute {
+        lease: second,
+        recovered,
+    } = tk
+        .claim(
+            &mut store,
+            later,
+            &scope(),
+            &key,
+            &fp(r#"{ "b":2, "a":1 }"#),
+            3,
+        )
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(recovered);
+    assert_eq!(second.fence, lease.fence + 1);
+    assert_eq!(
+        store
+            .finish(&engine, later, &lease, Outcome::Final(response("zombie")))
+            .unwrap(),
+        Finish::FencedOut
+    );
+    let _ = store
+        .finish(&engine, later, &second, Outcome::Final(response("ok")))
+        .unwrap();
+    match tk
+        .claim(&mut store, later, &scope(), &key, &fp(body), 4)
+        .unwrap()
+    {
+        Claim::Done(Decision::Replay(r)) => assert_eq!(r.body, b"ok"),
+        other => panic!("{other:?}"),
+    }
+}
+
+// --- Model test ---------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// A request from `client` with a timestamp `offset_ms` from now and payload `payload`.
+    Send {
+        client: u8,
+        offset_ms: i64,
+        payload: u8,
+    },
+    /// Repeat an earlier request exactly (a client retry).
+    Retry { pick: usize },
+    /// Finish the oldest running handler (final response) or let it crash.
+    Finish { crash: bool },
+    /// Move the clock; backward jumps stay within the margin the config allows.
+    Clock { jump_ms: i64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..3, -120_000i64..20_000, 0u8..3)
+            .prop_map(|(client, offset_ms, payload)| Op::Send { client, offset_ms, payload }),
+        3 => any::<usize>().prop_map(|pick| Op::Retry { pick }),
+        3 => any::<bool>().prop_map(|crash| Op::Finish { crash }),
+        2 => prop_oneof![
+            -200_000i64..200_000,
+            Just(1_000_000i64),
+            Just(5_000_000i64),
+        ]
+        .prop_map(|jump_ms| Op::Clock { jump_ms }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// For random interleavings with clock jumps and purges: no collision is ever replayed or
+    /// executed, a (scope, client, timestamp) runs for one payload only, and never runs again
+    /// from scratch once it ran (even after its record was purged).
+    #[test]
+    fn time_keys_never_run_twice_or_replay_a_collision(ops in proptest::collection::vec(op(), 1..120)) {
+        // IDEM-TIME-3 IDEM-TIME-4 IDEM-TIME-5
+        let engine = Engine::new(Config {
+            response_ttl: Duration::from_secs(300),
+            key_ttl: Duration::from_secs(1_000),
+            lease: Duration::from_secs(30),
+            ..Config::default()
+        }).unwrap();
+        let config = TimeKeyConfig {
+            max_ahead: Duration::from_secs(10),
+            max_age: Duration::from_secs(100),
+        };
+        // Backward jumps up to key_ttl - max_age - max_ahead keep the guarantee.
+        let margin_ms = 890_000i64;
+        let tk = TimeKeys::new(engine.clone(), config).unwrap();
+        let mut store = MemoryStore::default();
+        let mut now = T0;
+        let mut max_now = T0;
+        let mut sent: Vec<(TimeKey, u8)> = Vec::new();
+        // (client, timestamp) -> the payload that ran first
+        let mut ran: HashMap<(Option<String>, u64), u8> = HashMap::new();
+        let mut running: Vec<(Lease, u8)> = Vec::new();
+        let scope = scope();
+        for op in ops {
+            let request = match op {
+                Op::Send { client, offset_ms, payload } => {
+                    let at = (now as i64 + offset_ms) as u64;
+                    let key = TimeKey { client: (client > 0).then(|| format!("c{client}")), at: UnixMillis(at) };
+                    sent.push((key.clone(), payload));
+                    Some((key, payload))
+                }
+                Op::Retry { pick } if !sent.is_empty() => Some(sent[pick % sent.len()].clone()),
+                Op::Retry { .. } => None,
+                Op::Finish { crash } => {
+                    if !running.is_empty() {
+                        let (lease, payload) = running.remove(0);
+                        if !crash {
+                            let body = format!("payload-{payload}");
+                            let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Final(response(&body))).unwrap();
+                        }
+                    }
+                    None
+                }
+                Op::Clock { jump_ms } => {
+                    let floor = max_now as i64 - margin_ms;
+                    now = (now as i64 + jump_ms).max(floor).max(0) as u64;
+                    max_now = max_now.max(now);
+                    store.sweep(UnixMillis(now));
+                    None
+                }
+            };
+            let Some((key, payload)) = request else { continue };
+            let body = format!("{{\"p\":{payload}}}");
+            let claim = tk.claim(&mut store, UnixMillis(now), &scope, &key, &fp(&body), now ^ 0x5555).unwrap();
+            let id = (key.client.clone(), key.at.0);
+            match claim {
+                Claim::Execute { lease, recovered } => {
+                    // Inside the window, always.
+                    prop_assert!(key.at.0 <= now + 10_000 && now - key.at.0.min(now) < 100_000);
+                    match ran.get(&id) {
+                        // Once a (client, timestamp) ran, only a takeover of the same
+                        // request may run it again.
+                        Some(first) => {
+                            prop_assert!(recovered, "{id:?} ran again from scratch");
+                            prop_assert_eq!(*first, payload, "a collision executed");
+                        }
+                        None => {
+                            prop_assert!(!recovered);
+                            ran.insert(id, payload);
+                        }
+                    }
+                    running.retain(|(l, _)| l.key != lease.key);
+                    running.push((lease, payload));
+                }
+                Claim::Done(Decision::Replay(r)) => {
+                    prop_assert_eq!(ran.get(&id), Some(&payload));
+                    prop_assert_eq!(r.body.clone(), format!("payload-{payload}").into_bytes(), "a collision was replayed");
+                }
+                Claim::Done(Decision::Rejected(RejectReason::Collision)) => {
+                    prop_assert!(ran.get(&id).is_some_and(|p| *p != payload));
+                }
+                Claim::Done(Decision::InProgress { .. }) => {
+                    prop_assert_eq!(ran.get(&id), Some(&payload));
+                }
+                Claim::Done(Decision::Rejected(
+                    RejectReason::Stale | RejectReason::FromFuture { .. } | RejectReason::KeyExpired,
+                )) => {}
+                Claim::Done(other) => prop_assert!(false, "unexpected {:?}", other),
+            }
+        }
+    }
+}
