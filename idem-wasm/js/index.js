@@ -4,3 +4,4 @@ export { Idempotency, idempotencyOf, withIdempotency } from "./server.js";
 export { MemoryStore } from "./stores.js";
 export { DurableObjectStore, IdempotencyShard } from "./shard.js";
 export { StoreFullError } from "./util.js";
+export { idempotentFetch } from "./client.js";

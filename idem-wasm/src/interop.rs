@@ -632,3 +632,79 @@ pub fn decode_claim(bytes: &[u8]) -> Result<Claim, ErrorParts> {
         }
     })
 }
+
+// --- The client ---------------------------------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RetryText {
+    base: Option<f64>,
+    cap: Option<f64>,
+    max_attempts: Option<f64>,
+    deadline: Option<f64>,
+}
+
+/// Parses the client's retry options (JSON text, milliseconds).
+pub fn parse_retry(text: &str) -> Result<idem_core::RetryPolicy, ErrorParts> {
+    let r: RetryText = serde_json::from_str(text)
+        .map_err(|e| ErrorParts::options(format!("invalid retry options: {e}")))?;
+    let d = idem_core::RetryPolicy::default();
+    let attempts = match r.max_attempts {
+        None => d.max_attempts,
+        Some(n) if n.fract() == 0.0 && (1.0..=1_000_000.0).contains(&n) => n as u32,
+        Some(_) => {
+            return Err(ErrorParts::options(
+                "retry.maxAttempts must be a whole number from 1 to 1000000",
+            ))
+        }
+    };
+    Ok(idem_core::RetryPolicy {
+        base: duration("retry.base", r.base, d.base)?,
+        cap: duration("retry.cap", r.cap, d.cap)?,
+        max_attempts: attempts,
+        deadline: duration("retry.deadline", r.deadline, d.deadline)?,
+    })
+}
+
+/// The `code` of a client error: `IDEM-CLIENT-1` for a changed payload, `IDEM-KEY-1` for a
+/// bad key, `IDEM-CLIENT-7` for a call in the wrong state.
+pub fn client_error(e: &idem_core::ClientError) -> ErrorParts {
+    use idem_core::ClientError as E;
+    let code = match e {
+        E::PayloadChanged => "IDEM-CLIENT-1",
+        E::InvalidKey(_) => "IDEM-KEY-1",
+        E::InvalidStatus(_) => "IDEM-CLIENT-2",
+        _ => "IDEM-CLIENT-7",
+    };
+    ErrorParts::range(code, e.to_string())
+}
+
+/// A UUID v7 key (RFC 9562 §5.7) from the time and 80 random bits.
+pub fn uuid_v7_key(now: UnixMillis, random: [u8; 10]) -> String {
+    let uuid = uuid::Builder::from_unix_timestamp_millis(now.0, &random).into_uuid();
+    let mut buf = uuid::Uuid::encode_buffer();
+    String::from(uuid.hyphenated().encode_lower(&mut buf))
+}
+
+/// A state's name for JavaScript.
+pub fn state_name(s: &idem_core::EntryState) -> &'static str {
+    use idem_core::EntryState as S;
+    match s {
+        S::Created => "created",
+        S::Sent => "sent",
+        S::Waiting { .. } => "waiting",
+        S::Answered { .. } => "answered",
+        S::Processed { .. } => "processed",
+        S::Failed { .. } => "failed",
+        S::Undetermined { .. } => "undetermined",
+    }
+}
+
+/// A give-up reason's name for JavaScript.
+pub fn give_up_name(g: idem_core::GiveUp) -> &'static str {
+    match g {
+        idem_core::GiveUp::Deadline => "deadline",
+        idem_core::GiveUp::Budget => "budget",
+        idem_core::GiveUp::KeyForgotten => "key-forgotten",
+    }
+}

@@ -6,6 +6,7 @@ import {
   IdempotencyShard,
   MemoryStore,
   StoreFullError,
+  idempotentFetch,
   idempotencyOf,
   withIdempotency,
   type IdempotencyEvent,
@@ -59,3 +60,24 @@ const shard = new IdempotencyShard(state);
 void shard.alarm();
 const full: string = new StoreFullError().code;
 void full;
+
+const saved = new Map<string, Uint8Array>();
+void (async () => {
+  const result = await idempotentFetch(
+    "https://api.example/orders",
+    { method: "POST", body: "{}", headers: { "content-type": "application/json" } },
+    {
+      keyVersion: 7,
+      retry: { base: 100, cap: 5_000, maxAttempts: 5, deadline: 60_000 },
+      id: "order-42",
+      persist: { load: (id) => saved.get(id), save: (id, b) => void saved.set(id, b), delete: (id) => void saved.delete(id) },
+    },
+  );
+  if (result.outcome === "completed") {
+    const status: number = result.status;
+    void status;
+  } else if (result.outcome === "undetermined") {
+    const reason: string | undefined = result.reason;
+    void reason;
+  }
+})();

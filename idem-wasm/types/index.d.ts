@@ -204,3 +204,41 @@ export class DurableObjectStore implements IdempotencyStore {
 export class StoreFullError extends Error {
   readonly code: "IDEM-STORE-3";
 }
+
+/** Where pending client entries are kept between sends (localStorage, a file, a table). */
+export interface OutboxPersistence {
+  load(id: string): Promise<Uint8Array | null | undefined> | Uint8Array | null | undefined;
+  save(id: string, entry: Uint8Array): Promise<void> | void;
+  delete(id: string): Promise<void> | void;
+}
+
+export interface IdempotentFetchOptions {
+  /** Use this key instead of generating one. */
+  key?: string;
+  /** The generated key's UUID version (default 4). */
+  keyVersion?: 4 | 7;
+  /** How the key is written: an RFC 8941 sf-string (`"…"`, default) or bare. */
+  keyFormat?: "sf-string" | "bare";
+  /** Backoff with full jitter: first ceiling `base` (default 200 ms), at most `cap`
+   * (20 s), at most `maxAttempts` sends (10), within `deadline` of the first send (10 min). */
+  retry?: { base?: Millis; cap?: Millis; maxAttempts?: number; deadline?: Millis };
+  /** Saves the entry before every send; with `id`, a restart resumes with the same key. */
+  persist?: OutboxPersistence;
+  /** The logical request's id under which `persist` keeps its entry. */
+  id?: string;
+  signal?: AbortSignal;
+  fetch?: typeof fetch;
+  now?: () => number;
+}
+
+export type IdempotentFetchResult =
+  | { outcome: "completed" | "rejected"; key: string; attempts: number; status: number; response?: Response }
+  | { outcome: "failed" | "undetermined"; key: string; attempts: number; status?: number; reason?: "deadline" | "budget" | "key-forgotten" };
+
+/** `fetch` with an Idempotency-Key kept across retries, driven by the core's client state
+ * machine. `undetermined` means some attempt may have been processed. */
+export function idempotentFetch(
+  input: RequestInfo | URL,
+  init?: RequestInit,
+  options?: IdempotentFetchOptions,
+): Promise<IdempotentFetchResult>;

@@ -1,0 +1,180 @@
+// The client side: `idempotentFetch(input, init, options)`. The retry decisions are the
+// core's outbox entry (idem-core's client state machine, compiled to WebAssembly): this file
+// sends, reports each result, waits as told, and persists the entry between sends.
+import { Outbox } from "./idem_wasm.js";
+import { randomHalves, rangeError, sleep } from "./util.js";
+
+const RETRY_NAMES = ["base", "cap", "maxAttempts", "deadline"];
+
+/** Network errors that mean nothing left the client: the connection was never opened. */
+const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
+
+function networkErrorWasLost(err) {
+  for (let e = err; e != null; e = e.cause) {
+    if (NOT_SENT_CODES.has(e.code)) return false;
+  }
+  return true;
+}
+
+/** `Retry-After` in seconds: delta-seconds or an HTTP date. */
+function retryAfterSeconds(value, now) {
+  if (value === null) return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v);
+  const date = Date.parse(v);
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - now) / 1000));
+}
+
+async function problemType(response) {
+  const type = response.headers.get("content-type") ?? "";
+  if (!type.toLowerCase().startsWith("application/problem+json")) return undefined;
+  try {
+    const body = await response.clone().json();
+    return typeof body?.type === "string" ? body.type : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function newKey(version, now) {
+  // Random values are drawn here, inside the call, never at module load.
+  if (version === 7) return Outbox.keyV7(now, crypto.getRandomValues(new Uint8Array(10)));
+  const r = crypto.getRandomValues(new Uint32Array(4));
+  return Outbox.keyV4(r[0], r[1], r[2], r[3]);
+}
+
+function checkOptions(options) {
+  if (options.key !== undefined && typeof options.key !== "string") throw rangeError("IDEM-JS-1", "options.key must be a string");
+  if (options.keyVersion !== undefined && options.keyVersion !== 4 && options.keyVersion !== 7) {
+    throw rangeError("IDEM-JS-1", "options.keyVersion must be 4 or 7");
+  }
+  const p = options.persist;
+  if (p !== undefined && !(p && typeof p.load === "function" && typeof p.save === "function" && typeof p.delete === "function")) {
+    throw rangeError("IDEM-JS-1", "options.persist must implement load(id), save(id, bytes) and delete(id)");
+  }
+  if (p !== undefined && typeof options.id !== "string") {
+    throw rangeError("IDEM-JS-1", "options.id (the logical request's id) is required with options.persist");
+  }
+  if (options.keyFormat !== undefined && options.keyFormat !== "sf-string" && options.keyFormat !== "bare") {
+    throw rangeError("IDEM-JS-1", 'options.keyFormat must be "sf-string" or "bare"');
+  }
+}
+
+/**
+ * `fetch` with an Idempotency-Key, retried until the interaction is complete.
+ *
+ * The key is generated once (a UUID v4, or v7 with `keyVersion: 7`) and sent with every
+ * retry; retries follow the core's client state machine: exponential backoff with full
+ * jitter, never sooner than `Retry-After`, within `retry.deadline` and `retry.maxAttempts`.
+ * A changed payload for the same logical request is refused (IDEM-CLIENT-1). With
+ * `persist` and `id`, the entry is saved before every send, so a restart resumes with the
+ * same key.
+ *
+ * Resolves to `{ outcome, key, attempts, response?, status?, reason? }` where `outcome` is
+ * `completed` (2xx/3xx), `rejected` (a deterministic 4xx), `failed` (given up, and nothing
+ * can have been processed) or `undetermined` (given up, and some attempt may have been
+ * processed: reconcile before trying again with a new key).
+ */
+export async function idempotentFetch(input, init = {}, options = {}) {
+  checkOptions(options);
+  const now = options.now ?? Date.now;
+  const doFetch = options.fetch ?? globalThis.fetch;
+  const retry = {};
+  for (const name of RETRY_NAMES) if (options.retry?.[name] !== undefined) retry[name] = options.retry[name];
+  const retryText = JSON.stringify(retry);
+
+  const template = new Request(input, init);
+  const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
+  const method = template.method;
+  const url = template.url;
+  const digest = Outbox.digest(method, url, template.headers.get("content-type") ?? undefined, body ?? new Uint8Array(0));
+
+  let entry = null;
+  if (options.persist) {
+    const saved = await options.persist.load(options.id);
+    if (saved != null) entry = Outbox.fromBytes(saved, retryText);
+  }
+  entry ??= new Outbox(options.key ?? newKey(options.keyVersion ?? 4, now()), digest, retryText);
+  const save = async () => {
+    if (options.persist) await options.persist.save(options.id, entry.encode());
+  };
+  const finish = async (result) => {
+    if (options.persist) await options.persist.delete(options.id);
+    entry.free();
+    return result;
+  };
+
+  try {
+    let next = null;
+    if (entry.state === "sent") {
+      // Saved in flight: the process stopped before the response arrived. Its effect is unknown.
+      const [hi, lo] = randomHalves();
+      next = entry.onNetworkError(now(), hi, lo, true);
+      await save();
+    } else if (entry.state !== "created" && entry.state !== "waiting") {
+      return await finish({ outcome: entry.state === "answered" || entry.state === "processed" ? "completed" : entry.state, key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
+    }
+    for (;;) {
+      if (next !== null) {
+        const kind = next.kind;
+        if (kind === "failed" || kind === "undetermined") {
+          const reason = next.reason;
+          next.free();
+          return await finish({ outcome: kind, key: entry.key, attempts: entry.attempts, status: entry.lastStatus, reason });
+        }
+        next.free();
+      }
+      const due = entry.nextSend(now());
+      if (due !== undefined && due > now()) await sleep(due - now(), options.signal);
+      if (options.signal?.aborted) throw options.signal.reason ?? new Error("aborted");
+      entry.send(now(), digest);
+      await save();
+      const headers = new Headers(template.headers);
+      headers.set("idempotency-key", options.keyFormat === "bare" ? entry.key : `"${entry.key}"`);
+      let response;
+      try {
+        response = await doFetch(url, {
+          method,
+          headers,
+          body,
+          redirect: init.redirect,
+          signal: options.signal,
+        });
+      } catch (err) {
+        if (options.signal?.aborted) throw err;
+        const [hi, lo] = randomHalves();
+        next = entry.onNetworkError(now(), hi, lo, networkErrorWasLost(err));
+        await save();
+        continue;
+      }
+      const [hi, lo] = randomHalves();
+      next = entry.onResponse(
+        now(),
+        hi,
+        lo,
+        response.status,
+        retryAfterSeconds(response.headers.get("retry-after"), now()),
+        await problemType(response),
+        false,
+      );
+      await save();
+      if (next.kind === "complete") {
+        const succeeded = next.succeeded;
+        next.free();
+        entry.markProcessed();
+        return await finish({
+          outcome: succeeded ? "completed" : "rejected",
+          key: entry.key,
+          attempts: entry.attempts,
+          status: response.status,
+          response,
+        });
+      }
+      // A response that does not end the interaction is not returned: drain it.
+      await response.arrayBuffer().catch(() => {});
+    }
+  } catch (err) {
+    if (entry.__wbg_ptr !== 0) entry.free();
+    throw err;
+  }
+}
