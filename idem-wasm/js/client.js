@@ -124,8 +124,10 @@ export async function idempotentFetch(input, init = {}, options = {}) {
         }
         next.free();
       }
-      const due = entry.nextSend(now());
-      if (due !== undefined && due > now()) await sleep(due - now(), options.signal);
+      // Timers may fire a little early against the clock: wait until the backoff has ended.
+      for (let due = entry.nextSend(now()); due !== undefined && due > now() && !options.signal?.aborted; ) {
+        await sleep(due - now() + 1, options.signal);
+      }
       if (options.signal?.aborted) throw options.signal.reason ?? new Error("aborted");
       entry.send(now(), digest);
       await save();
