@@ -513,3 +513,73 @@ async fn run_case(target: &Target, http: &Http, case: &'static Case) -> CaseResu
     result.exchanges = ctx.log.take();
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_parse() {
+        assert_eq!(Profile::parse("ietf"), Ok(Profile::ietf()));
+        let stripe = Profile::parse("stripe").expect("stripe");
+        assert!(!stripe.keys_required);
+        assert_eq!(
+            (stripe.bad_key, stripe.conflict, stripe.mismatch),
+            (400, 409, 400)
+        );
+        let custom = Profile::parse("400/409/400").expect("codes");
+        assert_eq!((custom.conflict, custom.mismatch), (409, 400));
+        assert!(custom.keys_required);
+        for bad in [
+            "",
+            "400/409",
+            "400/409/422/500",
+            "4OO/409/422",
+            "99/409/422",
+            "ietf2",
+        ] {
+            assert!(Profile::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn selection_by_prefix_keeps_suite_order() {
+        let ids = |p: &[&str]| {
+            select(&p.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .map(|cs| cs.iter().map(|c| c.id).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            ids(&["keys/3", "concurrent"]).expect("known"),
+            ["concurrent/1", "concurrent/2", "keys/3"]
+        );
+        assert_eq!(ids(&[]).expect("all").len(), cases::all().len());
+        assert!(ids(&["nope"]).is_err());
+    }
+
+    #[test]
+    fn exit_codes_rank_unsafe_over_fail_over_error() {
+        let case = |v: Verdict| CaseResult {
+            id: "x/1".into(),
+            section: "x".into(),
+            level: "MUST".into(),
+            requirement: "IDEM-EXEC-1".into(),
+            requirement_text: String::new(),
+            title: String::new(),
+            verdict: v,
+            confidence: None,
+            reason: None,
+            expected: None,
+            observed: None,
+            notes: Vec::new(),
+            duration_ms: 0.0,
+            exchanges: Vec::new(),
+        };
+        let code = |vs: &[Verdict]| {
+            Report::compute_exit_code(&vs.iter().map(|v| case(*v)).collect::<Vec<_>>())
+        };
+        assert_eq!(code(&[Verdict::Pass, Verdict::Skip, Verdict::NonStrict]), 0);
+        assert_eq!(code(&[Verdict::Pass, Verdict::Error]), 3);
+        assert_eq!(code(&[Verdict::Error, Verdict::Fail]), 1);
+        assert_eq!(code(&[Verdict::Fail, Verdict::Unsafe, Verdict::Error]), 2);
+    }
+}

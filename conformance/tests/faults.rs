@@ -58,6 +58,34 @@ async fn the_reference_server_passes_every_case() {
         .all(|c| c.confidence == Some(suite::Confidence::High)));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_oracles_passes_say_how_sure_they_are() {
+    let report = run_against(ServerConfig::fast(), |t| {
+        t.count_url = None;
+        t.id_pointer = None;
+        t.rounds = 2;
+    })
+    .await;
+    assert_eq!(report.exit_code, 0, "{}", describe(&report));
+    let confidence = |id: &str| report.case(id).and_then(|c| c.confidence);
+    // The replay marker still vouches for a replay; key refusals are trusted not to run.
+    assert_eq!(confidence("replay/1"), Some(suite::Confidence::Medium));
+    assert_eq!(confidence("keys/1"), Some(suite::Confidence::Medium));
+    assert_eq!(
+        confidence("lost-response/1"),
+        Some(suite::Confidence::Medium)
+    );
+    // One success per round, the rest refused as in progress.
+    assert_eq!(confidence("concurrent/1"), Some(suite::Confidence::Medium));
+    for c in &report.cases {
+        assert!(
+            c.reason.as_deref().is_some_and(|r| !r.is_empty()),
+            "{} says why",
+            c.id
+        );
+    }
+}
+
 /// What a fault must do to the verdicts.
 struct Expect {
     fault: Fault,
