@@ -5,6 +5,7 @@ use std::process::{Command, ExitCode};
 
 mod util;
 mod wasm;
+mod worker;
 
 use util::{cargo, run, step};
 
@@ -50,7 +51,8 @@ fn setup() -> Result<(), String> {
             run(Command::new("rustup").args(["component", "add", c]))?;
         }
     }
-    wasm::setup()
+    wasm::setup()?;
+    worker::setup()
 }
 
 fn test() -> Result<(), String> {
@@ -82,5 +84,6 @@ fn test() -> Result<(), String> {
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     step("test: rust workspace");
     run(cargo().args(["test", "--workspace", "--quiet"]))?;
-    wasm::test()
+    wasm::test()?;
+    worker::test()
 }
