@@ -74,7 +74,7 @@ fn section_title(section: &str) -> &str {
 fn exchange_text(out: &mut String, e: &Exchange) {
     let _ = writeln!(
         out,
-        "      ── {} (at {:.1} ms, {:.1} ms)",
+        "      ── {} (sent at {:.1} ms, answered in {:.1} ms)",
         e.label, e.at_ms, e.elapsed_ms
     );
     let _ = writeln!(out, "      > {} {}", e.request.method, e.request.url);

@@ -313,6 +313,7 @@ pub struct Summary {
     /// Failed.
     pub fail: usize,
     /// Unsafe.
+    #[serde(rename = "unsafe")]
     pub unsafe_: usize,
     /// Skipped.
     pub skip: usize,

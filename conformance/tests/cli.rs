@@ -161,6 +161,7 @@ fn an_unsafe_server_exits_2_and_both_reports_say_why() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written"))
             .expect("valid JSON");
     assert_eq!(report["exit_code"], 2);
+    assert_eq!(report["summary"]["unsafe"], 1);
     assert_eq!(report["fault"], "no-lock");
     let cases = report["cases"].as_array().expect("cases");
     assert_eq!(cases.len(), 2);
