@@ -201,6 +201,35 @@ fn a_failing_server_exits_1_and_a_passing_selection_exits_0() {
         "--quiet",
     ]);
     assert_eq!(code(&o), 0, "{}", text(&o.stdout));
+    let o = run(&[
+        "run",
+        "--case",
+        "replay",
+        "--case",
+        "keys/6",
+        "--key-style",
+        "bare",
+        "--quiet",
+    ]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stdout));
+    // The stripe profile does not require keys and expects 400 for a changed payload; the
+    // reference server answers 422.
+    let o = run(&[
+        "run",
+        "--profile",
+        "stripe",
+        "--case",
+        "keys/1",
+        "--case",
+        "mismatch",
+        "--quiet",
+    ]);
+    assert_eq!(code(&o), 1, "{}", text(&o.stdout));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("SKIP") && out.contains("refused with 400"),
+        "{out}"
+    );
     // A missed SHOULD is non-strict (exit 0) unless --strict makes it count.
     let o = run(&[
         "run",

@@ -15,6 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 enum Hostile {
     /// Reads the request and never answers.
     Slow,
+    /// Starts an answer and then sends one byte every 50 ms, forever.
+    Drip,
     /// Answers 200 with an endless body.
     Huge,
     /// Answers bytes that are not HTTP, then closes.
@@ -55,6 +57,13 @@ async fn serve(kind: Hostile, mut stream: TcpStream, most: Arc<AtomicU64>) {
             // Hold the connection open without a byte of answer, for longer than any
             // sane timeout; the task is aborted with the server.
             tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Hostile::Drip => {
+            read_some(&mut stream).await;
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n").await;
+            while stream.write_all(b"x").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         Hostile::Huge => {
             read_some(&mut stream).await;
@@ -137,6 +146,7 @@ async fn hostile_servers_give_bounded_error_verdicts() {
     let mut runs = tokio::task::JoinSet::new();
     for kind in [
         Hostile::Slow,
+        Hostile::Drip,
         Hostile::Huge,
         Hostile::Garbage,
         Hostile::Reset,
@@ -153,7 +163,7 @@ async fn hostile_servers_give_bounded_error_verdicts() {
         // Each case stops at its first error: about one timeout per case at worst.
         assert!(took < Duration::from_secs(40), "{kind:?} took {took:?}");
         match kind {
-            Hostile::Slow => assert_all_errors(kind, &report, "timed out"),
+            Hostile::Slow | Hostile::Drip => assert_all_errors(kind, &report, "timed out"),
             Hostile::Huge => {
                 assert_all_errors(kind, &report, "larger than 65536 bytes");
                 // The harness stopped reading at its cap: what the server could push is
