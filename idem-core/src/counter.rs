@@ -196,14 +196,14 @@ impl CounterSession {
         self.slots.iter().find(|s| s.seq == seq)
     }
 
-    /// The first slot at or after `low`, before `to`, that the window may not drop.
-    fn first_unsettled_before(&self, to: u64) -> Option<&CounterSlot> {
-        // Slots below `low` are at a distance of at least 2^bits - window, far beyond
+    /// The first slot in `[from, to)` that the window may not drop.
+    fn first_unsettled_between(&self, from: u64, to: u64) -> Option<&CounterSlot> {
+        // Slots below `from` are at a distance of at least 2^bits - window, far beyond
         // `limit`, so they are never counted.
-        let limit = self.dist(self.low, to);
+        let limit = self.dist(from, to);
         self.slots
             .iter()
-            .find(|s| self.dist(self.low, s.seq) < limit && s.state.unsettled())
+            .find(|s| self.dist(from, s.seq) < limit && s.state.unsettled())
     }
 
     /// Bytes held, for store accounting.
@@ -609,7 +609,9 @@ impl Counters {
                 if d > used {
                     return Rejected(RejectReason::InvalidLowWater);
                 }
-                low = session.first_unsettled_before(w).map_or(w, |s| s.seq);
+                low = session
+                    .first_unsettled_between(session.low, w)
+                    .map_or(w, |s| s.seq);
             }
         }
 
@@ -632,11 +634,7 @@ impl Counters {
         } else {
             low
         };
-        let view = CounterSession {
-            low,
-            ..session.clone()
-        };
-        if let Some(blocker) = view.first_unsettled_before(new_low) {
+        if let Some(blocker) = session.first_unsettled_between(low, new_low) {
             let retry_after_secs = match blocker.state {
                 SlotState::InFlight { lease_expires } => {
                     now.until(lease_expires).div_ceil(1000).max(1)
@@ -725,10 +723,12 @@ impl Counters {
             slots.push(new);
         }
         let next_session = CounterSession {
+            epoch: session.epoch,
+            bits: session.bits,
+            window: session.window,
             low,
             next,
             slots,
-            ..session.clone()
         };
         let key = RecordKey::new(
             kind_scope(attempt.scope, "counter"),
