@@ -210,12 +210,12 @@ fn client(c: &mut Criterion) {
     let payload = [3u8; 32];
     let mut sent = OutboxEntry::new(uuid_v4_key([1, 2]), payload).unwrap();
     sent.send(NOW, &payload).unwrap();
-    let ok = Response {
+    let ok = ClientResponse {
         status: 201,
         retry_after_secs: None,
         answer: KeyAnswer::Unspecified,
     };
-    let busy = Response {
+    let busy = ClientResponse {
         status: 409,
         retry_after_secs: Some(2),
         answer: KeyAnswer::from_problem_type("urn:idem:problem:in-progress"),
@@ -240,7 +240,7 @@ fn client(c: &mut Criterion) {
                 let next = e
                     .on_result(&policy, NOW, 99, Err(NetworkError::Lost))
                     .unwrap();
-                let Next::Retry { at } = next else {
+                let NextStep::Retry { at } = next else {
                     unreachable!()
                 };
                 black_box(e.send(at, &payload).unwrap());

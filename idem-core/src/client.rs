@@ -147,7 +147,7 @@ impl KeyAnswer {
 
 /// A response to one send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Response {
+pub struct ClientResponse {
     /// The status, 200 to 599 (1xx responses are never final and are not reported).
     pub status: u16,
     /// `Retry-After` in seconds, if the response had one (convert an HTTP date first).
@@ -167,9 +167,9 @@ pub enum NetworkError {
 }
 
 /// What the entry should do next.
-#[must_use = "a Next says whether to retry, and when"]
+#[must_use = "a NextStep says whether to retry, and when"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
+pub enum NextStep {
     /// The interaction is complete with a final response (`IDEM-CLIENT-2`).
     Complete {
         /// Succeeded or rejected.
@@ -259,9 +259,9 @@ impl std::error::Error for ClientError {}
 ///    cannot lose the key.
 /// 2. Before each send call [`OutboxEntry::send`] with the digest of what is about to be
 ///    sent: a changed payload is refused (`IDEM-CLIENT-1`).
-/// 3. Pass the result to [`OutboxEntry::on_result`]: a [`Response`] (status, `Retry-After`
+/// 3. Pass the result to [`OutboxEntry::on_result`]: a [`ClientResponse`] (status, `Retry-After`
 ///    in seconds, and the [`KeyAnswer`] read from the problem type) or a [`NetworkError`].
-///    It answers [`Next`]: complete, retry at a time, failed, or undetermined.
+///    It answers [`NextStep`]: complete, retry at a time, failed, or undetermined.
 /// 4. After a restart, an entry found in [`EntryState::Sent`] lost its response: report
 ///    [`NetworkError::Lost`] for it.
 ///
@@ -398,8 +398,8 @@ impl OutboxEntry {
         policy: &RetryPolicy,
         now: UnixMillis,
         random: u64,
-        result: Result<&Response, NetworkError>,
-    ) -> Result<Next, ClientError> {
+        result: Result<&ClientResponse, NetworkError>,
+    ) -> Result<NextStep, ClientError> {
         self.evaluate(policy, now, random, result)
             .map(|(next, _)| next)
     }
@@ -411,18 +411,18 @@ impl OutboxEntry {
         policy: &RetryPolicy,
         now: UnixMillis,
         random: u64,
-        result: Result<&Response, NetworkError>,
-    ) -> Result<Next, ClientError> {
+        result: Result<&ClientResponse, NetworkError>,
+    ) -> Result<NextStep, ClientError> {
         let (next, maybe_processed) = self.evaluate(policy, now, random, result)?;
         self.maybe_processed = maybe_processed;
         if let Ok(r) = result {
             self.last_status = Some(r.status);
         }
         self.state = match next {
-            Next::Complete { class, status } => EntryState::Answered { class, status },
-            Next::Retry { at } => EntryState::Waiting { until: at },
-            Next::Failed { reason } => EntryState::Failed { reason },
-            Next::Undetermined { reason } => EntryState::Undetermined { reason },
+            NextStep::Complete { class, status } => EntryState::Answered { class, status },
+            NextStep::Retry { at } => EntryState::Waiting { until: at },
+            NextStep::Failed { reason } => EntryState::Failed { reason },
+            NextStep::Undetermined { reason } => EntryState::Undetermined { reason },
         };
         Ok(next)
     }
@@ -433,17 +433,17 @@ impl OutboxEntry {
         policy: &RetryPolicy,
         now: UnixMillis,
         random: u64,
-        result: Result<&Response, NetworkError>,
-    ) -> Result<(Next, bool), ClientError> {
+        result: Result<&ClientResponse, NetworkError>,
+    ) -> Result<(NextStep, bool), ClientError> {
         if self.state != EntryState::Sent {
             return Err(ClientError::NothingInFlight(self.state));
         }
         let mut maybe = self.maybe_processed;
         let give_up = |reason, maybe: bool| {
             if maybe {
-                Next::Undetermined { reason }
+                NextStep::Undetermined { reason }
             } else {
-                Next::Failed { reason }
+                NextStep::Failed { reason }
             }
         };
         let retry_after = match result {
@@ -457,7 +457,7 @@ impl OutboxEntry {
                 match status {
                     200..=399 => {
                         let class = Completion::Succeeded;
-                        return Ok((Next::Complete { class, status }, maybe));
+                        return Ok((NextStep::Complete { class, status }, maybe));
                     }
                     // Refused before processing, retrying is the remedy.
                     408 | 425 | 429 => {
@@ -472,7 +472,7 @@ impl OutboxEntry {
                             return Ok((give_up(GiveUp::KeyForgotten, true), maybe));
                         }
                         let class = Completion::Rejected;
-                        return Ok((Next::Complete { class, status }, maybe));
+                        return Ok((NextStep::Complete { class, status }, maybe));
                     }
                     500..=599 => {
                         maybe |= r.answer != KeyAnswer::NotProcessed;
@@ -498,7 +498,7 @@ impl OutboxEntry {
         if at > deadline {
             return Ok((give_up(GiveUp::Deadline, maybe), maybe));
         }
-        Ok((Next::Retry { at }, maybe))
+        Ok((NextStep::Retry { at }, maybe))
     }
 
     /// Records that the application acted on the final response.

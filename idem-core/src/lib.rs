@@ -86,9 +86,9 @@ pub use store::{Applied, Claim, Finish, Store};
 pub use time::UnixMillis;
 
 pub use client::{
-    backoff_ms, decode_entry, encode_entry, uuid_v4_key, ClientError, Completion, EntryDecodeError,
-    EntryState, GiveUp, KeyAnswer, NetworkError, Next, OutboxEntry, Response, RetryPolicy,
-    ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES,
+    backoff_ms, decode_entry, encode_entry, uuid_v4_key, ClientError, ClientResponse, Completion,
+    EntryDecodeError, EntryState, GiveUp, KeyAnswer, NetworkError, NextStep, OutboxEntry,
+    RetryPolicy, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES,
 };
 pub use counter::{
     parse_counter_key, serial_cmp, CounterAttempt, CounterClaim, CounterConfig, CounterDecision,

@@ -70,7 +70,9 @@ impl Default for TimeKeyConfig {
 /// A host parses the key ([`parse_time_key`]), then either calls [`TimeKeys::claim`] on its
 /// [`Store`], or reads the record under [`TimeKeys::record_key`] and calls
 /// [`TimeKeys::decide`]. Completion, heartbeats and expiry go through
-/// [`TimeKeys::engine`] as for opaque keys (for example [`Store::finish`]).
+/// [`TimeKeys::engine`] as for opaque keys (for example [`Store::finish`]). Never claim a
+/// time key with [`Store::claim`] or [`Engine::decide`] directly: they skip the window and
+/// would replay or run what this type refuses.
 ///
 /// A timestamp is a cheap key, but two clients (or one client twice) can pick the same
 /// millisecond for different requests, and a server that forgets old keys must not let an old

@@ -47,7 +47,9 @@ pub struct IssuedToken {
 ///
 /// Issue with [`Tokens::issue`] and apply its write; on each request call [`Tokens::claim`]
 /// (or read the record under [`Tokens::record_key`] and call [`Tokens::decide`]);
-/// complete through [`Tokens::engine`] as for any key ([`Store::finish`]).
+/// complete through [`Tokens::engine`] as for any key ([`Store::finish`]). Never claim a
+/// token with [`Store::claim`] or [`Engine::decide`] directly: to them an unknown token is
+/// simply a new key, and it would run.
 ///
 /// The server hands out a token (for example with the form that will submit the request);
 /// the client sends it back as its idempotency key. The first request that presents the

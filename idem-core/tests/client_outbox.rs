@@ -17,8 +17,8 @@ fn sent(now: u64) -> OutboxEntry {
     e
 }
 
-fn response(status: u16) -> Response {
-    Response {
+fn response(status: u16) -> ClientResponse {
+    ClientResponse {
         status,
         retry_after_secs: None,
         answer: KeyAnswer::Unspecified,
@@ -63,7 +63,7 @@ fn a_changed_payload_is_never_sent() {
     assert_eq!(e.state(), EntryState::Created);
     assert_eq!(e.attempts(), 0);
     e.send(UnixMillis(T0), &PAYLOAD).unwrap();
-    let Next::Retry { at } = e
+    let NextStep::Retry { at } = e
         .on_result(&policy(), UnixMillis(T0), 0, Err(NetworkError::Lost))
         .unwrap()
     else {
@@ -93,7 +93,7 @@ fn final_responses_complete_and_nothing_else_does() {
         let next = e
             .on_result(&policy(), UnixMillis(T0), 7, Ok(&response(status)))
             .unwrap();
-        assert_eq!(next, Next::Complete { class, status });
+        assert_eq!(next, NextStep::Complete { class, status });
         assert_eq!(e.state(), EntryState::Answered { class, status });
         assert!(e.is_final());
         e.mark_processed().unwrap();
@@ -105,13 +105,13 @@ fn final_responses_complete_and_nothing_else_does() {
         let next = e
             .decide(&policy(), UnixMillis(T0), 7, Ok(&response(status)))
             .unwrap();
-        assert!(matches!(next, Next::Retry { .. }), "{status}: {next:?}");
+        assert!(matches!(next, NextStep::Retry { .. }), "{status}: {next:?}");
     }
     for err in [NetworkError::NotSent, NetworkError::Lost] {
         let e = sent(T0);
         assert!(matches!(
             e.decide(&policy(), UnixMillis(T0), 7, Err(err)).unwrap(),
-            Next::Retry { .. }
+            NextStep::Retry { .. }
         ));
     }
     for bad in [0, 99, 100, 101, 199, 600, 999] {
@@ -148,7 +148,7 @@ fn backoff_is_full_jitter_capped_and_honours_retry_after() {
     }
     // The entry uses it: the retry time is now + backoff, never before Retry-After.
     let mut e = sent(T0);
-    let r = Response {
+    let r = ClientResponse {
         status: 503,
         retry_after_secs: Some(30),
         answer: KeyAnswer::NotProcessed,
@@ -156,7 +156,7 @@ fn backoff_is_full_jitter_capped_and_honours_retry_after() {
     let next = e.on_result(&p, UnixMillis(T0 + 10), 0, Ok(&r)).unwrap();
     assert_eq!(
         next,
-        Next::Retry {
+        NextStep::Retry {
             at: UnixMillis(T0 + 30_010)
         }
     );
@@ -181,13 +181,13 @@ fn giving_up_is_undetermined_unless_nothing_can_have_run() {
     // Only refusals that did nothing: failed.
     let mut e = sent(T0);
     let mut now = T0;
-    let not_processed = Response {
+    let not_processed = ClientResponse {
         status: 503,
         retry_after_secs: None,
         answer: KeyAnswer::NotProcessed,
     };
     for _ in 0..2 {
-        let Next::Retry { at } = e
+        let NextStep::Retry { at } = e
             .on_result(&p, UnixMillis(now), 1, Ok(&not_processed))
             .unwrap()
         else {
@@ -201,7 +201,7 @@ fn giving_up_is_undetermined_unless_nothing_can_have_run() {
         .unwrap();
     assert_eq!(
         last,
-        Next::Failed {
+        NextStep::Failed {
             reason: GiveUp::Budget
         }
     );
@@ -217,7 +217,7 @@ fn giving_up_is_undetermined_unless_nothing_can_have_run() {
         Err(NetworkError::Lost),
         Ok(response(500)),
         Ok(response(409)),
-        Ok(Response {
+        Ok(ClientResponse {
             status: 429,
             retry_after_secs: None,
             answer: KeyAnswer::KeyBusy,
@@ -225,18 +225,18 @@ fn giving_up_is_undetermined_unless_nothing_can_have_run() {
     ] {
         let mut e = sent(T0);
         let r = unknown.as_ref().map_err(|e| *e);
-        let Next::Retry { at } = e.on_result(&p, UnixMillis(T0), 1, r).unwrap() else {
+        let NextStep::Retry { at } = e.on_result(&p, UnixMillis(T0), 1, r).unwrap() else {
             panic!()
         };
         assert!(e.maybe_processed(), "{unknown:?}");
         e.send(at, &PAYLOAD).unwrap();
-        let Next::Retry { at } = e.on_result(&p, at, 1, Ok(&not_processed)).unwrap() else {
+        let NextStep::Retry { at } = e.on_result(&p, at, 1, Ok(&not_processed)).unwrap() else {
             panic!()
         };
         e.send(at, &PAYLOAD).unwrap();
         assert_eq!(
             e.on_result(&p, at, 1, Err(NetworkError::NotSent)).unwrap(),
-            Next::Undetermined {
+            NextStep::Undetermined {
                 reason: GiveUp::Budget
             }
         );
@@ -247,14 +247,14 @@ fn giving_up_is_undetermined_unless_nothing_can_have_run() {
         ..RetryPolicy::default()
     };
     let mut e = sent(T0);
-    let late = Response {
+    let late = ClientResponse {
         status: 503,
         retry_after_secs: Some(11),
         answer: KeyAnswer::Unspecified,
     };
     assert_eq!(
         e.on_result(&p, UnixMillis(T0), 1, Ok(&late)).unwrap(),
-        Next::Undetermined {
+        NextStep::Undetermined {
             reason: GiveUp::Deadline
         }
     );
@@ -263,7 +263,7 @@ fn giving_up_is_undetermined_unless_nothing_can_have_run() {
     assert_eq!(
         e.on_result(&p, UnixMillis(T0 + 10_001), 1, Err(NetworkError::NotSent))
             .unwrap(),
-        Next::Failed {
+        NextStep::Failed {
             reason: GiveUp::Deadline
         }
     );
@@ -283,7 +283,7 @@ fn a_forgotten_key_after_a_possible_execution_is_undetermined() {
     ] {
         let answer = KeyAnswer::from_problem_type(problem.type_uri);
         assert_eq!(answer, KeyAnswer::Forgotten, "{}", problem.slug);
-        let r = Response {
+        let r = ClientResponse {
             status: problem.status,
             retry_after_secs: None,
             answer,
@@ -292,14 +292,14 @@ fn a_forgotten_key_after_a_possible_execution_is_undetermined() {
         let mut e = sent(T0);
         assert_eq!(
             e.on_result(&policy(), UnixMillis(T0), 1, Ok(&r)).unwrap(),
-            Next::Complete {
+            NextStep::Complete {
                 class: Completion::Rejected,
                 status: problem.status
             }
         );
         // After a lost response: the first attempt may have run; nobody can say.
         let mut e = sent(T0);
-        let Next::Retry { at } = e
+        let NextStep::Retry { at } = e
             .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
             .unwrap()
         else {
@@ -308,7 +308,7 @@ fn a_forgotten_key_after_a_possible_execution_is_undetermined() {
         e.send(at, &PAYLOAD).unwrap();
         assert_eq!(
             e.on_result(&policy(), at, 1, Ok(&r)).unwrap(),
-            Next::Undetermined {
+            NextStep::Undetermined {
                 reason: GiveUp::KeyForgotten
             }
         );
@@ -349,7 +349,7 @@ fn problem_types_map_to_what_they_say_about_the_key() {
     // A counter gap is a 409 that says this key never ran: the retry does not make the
     // outcome uncertain.
     let e = sent(T0);
-    let gap = Response {
+    let gap = ClientResponse {
         status: 409,
         retry_after_secs: Some(1),
         answer: KeyAnswer::from_problem_type(Problem::COUNTER_GAP.type_uri),
@@ -358,7 +358,7 @@ fn problem_types_map_to_what_they_say_about_the_key() {
     assert!(matches!(
         e2.on_result(&policy(), UnixMillis(T0), 1, Ok(&gap))
             .unwrap(),
-        Next::Retry { .. }
+        NextStep::Retry { .. }
     ));
     assert!(!e2.maybe_processed());
 }
@@ -532,7 +532,7 @@ proptest! {
                 now = now.max(at.0);
             }
             prop_assert_eq!(entry.send(UnixMillis(now), &PAYLOAD).unwrap(), entry.attempts());
-            let result: Result<Response, NetworkError> = if f.network == 0 {
+            let result: Result<ClientResponse, NetworkError> = if f.network == 0 {
                 Err(NetworkError::NotSent)
             } else {
                 let attempt = Attempt { key: &key, fingerprint: &fingerprint, nonce: i as u64 };
@@ -547,7 +547,7 @@ proptest! {
                                 // A recovered handler reconciles: the effect happens once.
                                 if !recovered || effects == 0 { effects += 1; }
                                 let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Final(stored(201))).unwrap();
-                                Some(Response { status: 201, retry_after_secs: None, answer: KeyAnswer::Unspecified })
+                                Some(ClientResponse { status: 201, retry_after_secs: None, answer: KeyAnswer::Unspecified })
                             }
                             1 => {
                                 if !recovered || effects == 0 { effects += 1; }
@@ -560,7 +560,7 @@ proptest! {
                             }
                             _ => {
                                 let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Retryable).unwrap();
-                                Some(Response {
+                                Some(ClientResponse {
                                     status: 503,
                                     retry_after_secs: Some(1),
                                     answer: KeyAnswer::from_problem_type(Problem::STORE_UNAVAILABLE.type_uri),
@@ -571,7 +571,7 @@ proptest! {
                     Claim::Done(Decision::Replay(r)) => Some(response(r.status)),
                     Claim::Done(d) => {
                         let p = d.problem().unwrap();
-                        Some(Response {
+                        Some(ClientResponse {
                             status: p.status,
                             retry_after_secs: match d { Decision::InProgress { retry_after_secs } => Some(retry_after_secs), _ => None },
                             answer: KeyAnswer::from_problem_type(p.type_uri),
@@ -590,7 +590,7 @@ proptest! {
             }
             let next = entry.on_result(&policy, UnixMillis(now), f.random, result.as_ref().map_err(|e| *e)).unwrap();
             match next {
-                Next::Retry { at } => {
+                NextStep::Retry { at } => {
                     prop_assert!(at.0 >= now);
                     prop_assert!(at.0 <= now + 20_000.max(result.as_ref().ok().and_then(|r| r.retry_after_secs).unwrap_or(0) * 1000));
                     continue;
@@ -603,16 +603,16 @@ proptest! {
         }
         prop_assert!(effects <= 1, "the effect happened twice");
         match outcome {
-            Some(Next::Complete { class, status }) => {
+            Some(NextStep::Complete { class, status }) => {
                 prop_assert_eq!(Some(status), last_delivered, "complete without a final response");
                 match class {
                     Completion::Succeeded => prop_assert_eq!(effects, 1),
                     Completion::Rejected => prop_assert!((400..500).contains(&status)),
                 }
             }
-            Some(Next::Failed { .. }) => prop_assert_eq!(effects, 0, "reported failed after an effect"),
-            Some(Next::Undetermined { .. }) => prop_assert!(entry.maybe_processed()),
-            Some(Next::Retry { .. }) => unreachable!(),
+            Some(NextStep::Failed { .. }) => prop_assert_eq!(effects, 0, "reported failed after an effect"),
+            Some(NextStep::Undetermined { .. }) => prop_assert!(entry.maybe_processed()),
+            Some(NextStep::Retry { .. }) => unreachable!(),
             None => prop_assert!(!entry.is_final()),
         }
     }
