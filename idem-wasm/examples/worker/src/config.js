@@ -1,0 +1,92 @@
+// The worker's settings, read from its environment (`[vars]` in wrangler.toml, or
+// `wrangler dev --var NAME:value`, or bindings given to Miniflare). Plain JavaScript with no
+// import, so that Node tests can check it directly.
+
+/** Every variable the worker reads, with its default. */
+export const DEFAULTS = Object.freeze({
+  IDEM_KEYS: "required",
+  IDEM_KEY_KIND: "opaque",
+  IDEM_RESPONSE_TTL_MS: "86400000",
+  IDEM_KEY_TTL_MS: "604800000",
+  IDEM_LEASE_MS: "60000",
+  IDEM_IN_FLIGHT: "reject",
+  IDEM_UNKNOWN_OUTCOME: "reexecute",
+  IDEM_MAX_BODY_BYTES: "65536",
+  IDEM_SHARDS: "16",
+  IDEM_LOG_EVENTS: "security",
+  UNPROTECTED_ROUTE: "off",
+});
+
+/** A setting the worker refuses; `variable` names the culprit. */
+export class ConfigError extends Error {
+  constructor(variable, message) {
+    super(`${variable}: ${message}`);
+    this.name = "ConfigError";
+    this.variable = variable;
+  }
+}
+
+function text(env, name) {
+  const value = env?.[name];
+  if (value === undefined || value === null || value === "") return DEFAULTS[name];
+  return String(value).trim();
+}
+
+function wholeNumber(env, name, { min = 1, max = Number.MAX_SAFE_INTEGER } = {}) {
+  const raw = text(env, name);
+  if (!/^[0-9]+$/.test(raw)) throw new ConfigError(name, `must be a whole number, not "${raw}"`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, not ${n}`);
+  return n;
+}
+
+function oneOf(env, name, allowed) {
+  const raw = text(env, name);
+  if (!allowed.includes(raw)) {
+    throw new ConfigError(name, `must be one of ${allowed.map((a) => `"${a}"`).join(", ")}, not "${raw}"`);
+  }
+  return raw;
+}
+
+function inFlight(env) {
+  const raw = text(env, "IDEM_IN_FLIGHT");
+  if (raw === "reject") return "reject";
+  const wait = /^wait:([0-9]+)$/.exec(raw);
+  if (wait !== null && Number(wait[1]) > 0 && Number(wait[1]) <= 60_000) return { wait: Number(wait[1]) };
+  throw new ConfigError("IDEM_IN_FLIGHT", `must be "reject" or "wait:MS" (1 to 60000 ms), not "${raw}"`);
+}
+
+/**
+ * The settings in `env`, checked. Throws `ConfigError` on the first bad variable. The
+ * engine checks the rest (for example that the key retention is at least the response
+ * retention) when the options reach it.
+ */
+export function readConfig(env) {
+  const responseTtl = wholeNumber(env, "IDEM_RESPONSE_TTL_MS");
+  const keyTtl = wholeNumber(env, "IDEM_KEY_TTL_MS");
+  if (keyTtl < responseTtl) {
+    throw new ConfigError("IDEM_KEY_TTL_MS", `must be at least IDEM_RESPONSE_TTL_MS (${responseTtl}), not ${keyTtl}`);
+  }
+  return {
+    idempotency: {
+      keys: oneOf(env, "IDEM_KEYS", ["required", "optional"]),
+      keyKind: oneOf(env, "IDEM_KEY_KIND", ["opaque", "opaque-strict", "uuid", "uuid-v4", "uuid-v7"]),
+      responseTtl,
+      keyTtl,
+      lease: wholeNumber(env, "IDEM_LEASE_MS"),
+      inFlight: inFlight(env),
+      unknownOutcome: oneOf(env, "IDEM_UNKNOWN_OUTCOME", ["reexecute", "store", "hold"]),
+      fingerprint: { maxBody: wholeNumber(env, "IDEM_MAX_BODY_BYTES", { max: 100 * 1024 * 1024 }) },
+    },
+    shards: wholeNumber(env, "IDEM_SHARDS", { max: 1024 }),
+    logEvents: oneOf(env, "IDEM_LOG_EVENTS", ["off", "security", "all"]),
+    unprotectedRoute: oneOf(env, "UNPROTECTED_ROUTE", ["on", "off"]) === "on",
+  };
+}
+
+/** The variables that `readConfig` reads, as one string: a cache key for the settings. */
+export function configKey(env) {
+  return Object.keys(DEFAULTS)
+    .map((name) => `${name}=${text(env, name)}`)
+    .join("\n");
+}

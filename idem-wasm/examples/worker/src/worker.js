@@ -1,0 +1,176 @@
+// An orders API on Cloudflare Workers whose `POST /orders` is safe to retry: idem-wasm's
+// `withIdempotency` claims each Idempotency-Key in a Durable Object before the handler runs,
+// stores the response before it is returned, and replays it to every retry.
+//
+//   POST /orders              create an order (Idempotency-Key required by default)
+//   GET  /count               how many times the order handler has run: the side-effect oracle
+//   POST /unprotected/orders  the same handler without withIdempotency, for the benchmark
+//                             (only with UNPROTECTED_ROUTE = "on")
+//
+// Bindings (wrangler.toml): IDEM, the `IdempotencyShard` Durable Object class from idem-wasm,
+// one object per key shard addressed by name; LEDGER, the `OrderLedger` class below, which
+// holds the side effect. Settings come from the environment: see config.js.
+//
+// From an installed package this import is `from "idem-wasm"`; wrangler's bundler picks the
+// package's "workerd" entry. Here it names that entry in the package being built next door.
+import { DurableObject } from "cloudflare:workers";
+import { DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
+import { ConfigError, configKey, readConfig } from "./config.js";
+
+export { IdempotencyShard };
+
+const LEDGER_NAME = "orders";
+
+/**
+ * The side effect: a ledger of order executions in one Durable Object. `record` counts an
+ * execution and returns its number; `count` is what `GET /count` answers.
+ */
+export class OrderLedger extends DurableObject {
+  #count = 0;
+
+  constructor(state, env) {
+    super(state, env);
+    state.blockConcurrencyWhile(async () => {
+      this.#count = (await state.storage.get("count")) ?? 0;
+    });
+  }
+
+  /** Counts one execution of the order handler; resolves once it is stored. */
+  async record() {
+    this.#count += 1;
+    const n = this.#count;
+    await this.ctx.storage.put("count", n);
+    return n;
+  }
+
+  /** The number of executions stored so far. */
+  count() {
+    return this.#count;
+  }
+}
+
+const EXAMPLE_PROBLEM = "urn:idem-example:problem:";
+
+/** An `application/problem+json` response (RFC 9457) for refusals of the example itself;
+ * idem-wasm renders its own (`urn:idem:problem:*`). */
+function problem(status, slug, title, detail, headers = {}) {
+  return new Response(JSON.stringify({ type: EXAMPLE_PROBLEM + slug, title, status, detail }), {
+    status,
+    headers: { "content-type": "application/problem+json", ...headers },
+  });
+}
+
+function ledger(env) {
+  return env.LEDGER.get(env.LEDGER.idFromName(LEDGER_NAME));
+}
+
+/** A promise that never settles. */
+const hang = () => new Promise(() => {});
+
+/**
+ * The order handler: validates the order, records it in the ledger (the side effect), and
+ * answers 201 with the order. The body's optional `outcome` simulates what real payment
+ * back ends do: "decline" answers a deterministic 402 (stored and replayed), "unavailable" a
+ * 503 (an unknown outcome: not stored, the retry runs again), and "crash" makes the first
+ * attempt die without an answer (the key stays in flight until its lease ends; the retry that
+ * takes over is told it recovers, and succeeds).
+ */
+async function createOrder(request, env) {
+  const type = request.headers.get("content-type") ?? "";
+  if (!/^application\/json\s*(;|$)/i.test(type)) {
+    return problem(415, "unsupported-media-type", "Orders are JSON", "send Content-Type: application/json");
+  }
+  let order;
+  try {
+    order = JSON.parse(await request.text());
+  } catch {
+    return problem(400, "invalid-order", "The order is not valid JSON", "the body must be a JSON object");
+  }
+  if (order === null || typeof order !== "object" || Array.isArray(order)) {
+    return problem(400, "invalid-order", "The order is not a JSON object", "the body must be a JSON object");
+  }
+  const recovered = idempotencyOf(request)?.recovered ?? false;
+  const n = await ledger(env).record();
+  const json = (status, body, headers) => Response.json(body, { status, headers });
+  switch (order.outcome) {
+    case "decline":
+      return json(402, { error: "card_declined", execution: n });
+    case "unavailable":
+      return json(503, { error: "unavailable", execution: n });
+    case "crash":
+      // A promise that never settles and no pending I/O: workerd cancels the request and
+      // answers 500 itself, so withIdempotency never records an outcome. That is a real
+      // crash from the key's point of view: only the lease ends it.
+      if (!recovered) await hang();
+      break;
+    default:
+      break;
+  }
+  const id = `ord_${String(n).padStart(6, "0")}`;
+  return json(201, { id, execution: n, recovered }, { location: `/orders/${id}` });
+}
+
+/** What one environment (one set of settings and bindings) needs, built on first use:
+ * engines draw random values, which Workers allow only inside a request. */
+const prepared = new Map();
+
+function prepare(env) {
+  const key = configKey(env);
+  let entry = prepared.get(key);
+  if (entry !== undefined && entry.idem === env.IDEM) return entry;
+  let config;
+  let orders;
+  try {
+    config = readConfig(env);
+    const { logEvents } = config;
+    orders = withIdempotency(createOrder, {
+      ...config.idempotency,
+      store: new DurableObjectStore(env.IDEM, { shards: config.shards }),
+      onEvent:
+        logEvents === "off"
+          ? undefined
+          : (event) => {
+              if (event.securityRelevant) console.warn("idempotency", event.name, event.key ?? "");
+              else if (logEvents === "all") console.log("idempotency", event.name, event.key ?? "");
+            },
+    });
+  } catch (err) {
+    if (!(err instanceof ConfigError || err?.code === "IDEM-JS-1")) throw err;
+    entry = { idem: env.IDEM, error: err.message };
+    prepared.set(key, entry);
+    return entry;
+  }
+  if (prepared.size >= 4) prepared.clear();
+  entry = { idem: env.IDEM, config, orders };
+  prepared.set(key, entry);
+  return entry;
+}
+
+function methodNotAllowed(allow) {
+  return problem(405, "method-not-allowed", "Method not allowed", `use ${allow}`, { allow });
+}
+
+export default {
+  async fetch(request, env, ctx) {
+    const { pathname } = new URL(request.url);
+    const setup = prepare(env);
+    if (setup.error !== undefined) {
+      return problem(500, "misconfigured", "The worker is misconfigured", setup.error);
+    }
+    switch (pathname) {
+      case "/orders":
+        if (request.method !== "POST") return methodNotAllowed("POST");
+        return setup.orders(request, env, ctx);
+      case "/count":
+        if (request.method !== "GET") return methodNotAllowed("GET");
+        return Response.json({ count: await ledger(env).count() }, { headers: { "cache-control": "no-store" } });
+      case "/unprotected/orders":
+        if (!setup.config.unprotectedRoute) break;
+        if (request.method !== "POST") return methodNotAllowed("POST");
+        return createOrder(request, env);
+      default:
+        break;
+    }
+    return problem(404, "not-found", "Not found", `no route for ${pathname}`);
+  },
+};

@@ -1,0 +1,164 @@
+// The conformance suite against the worker under workerd: every case, with the count
+// oracle, 32 concurrent duplicates per round over 5 rounds, lost responses, two principals,
+// stored and released error outcomes, a crash taken over after the lease, and the expiry
+// windows (IDEM-EXEC-1, IDEM-CONC-1, IDEM-LEASE-1, IDEM-TTL-1, IDEM-TTL-2, IDEM-TTL-3).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { PACKAGE_DIR, removeDir, startWorker, tempDir } from "./runtime.mjs";
+
+const CONCURRENCY = 32;
+const ROUNDS = 5;
+// Short retention and lease, so that the opt-in expiry and lease cases run in seconds.
+const RESPONSE_TTL_MS = 2000;
+const KEY_TTL_MS = 4000;
+const LEASE_MS = 1000;
+
+/** The release build of idem-conformance: $IDEM_CONFORMANCE, or the workspace's target dir. */
+function conformanceBinary() {
+  const root = join(PACKAGE_DIR, "..");
+  const candidates = [
+    process.env.IDEM_CONFORMANCE,
+    process.env.CARGO_TARGET_DIR && join(process.env.CARGO_TARGET_DIR, "release/idem-conformance"),
+    join(root, "target/release/idem-conformance"),
+  ].filter(Boolean);
+  const found = candidates.find((p) => existsSync(p));
+  assert.ok(
+    found,
+    `idem-conformance is not built (looked at ${candidates.join(", ")}): run \`cargo build --release -p idem-conformance\` or set IDEM_CONFORMANCE`,
+  );
+  return found;
+}
+
+function run(bin, args, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (c) => (stdout += c));
+    child.stderr.on("data", (c) => (stderr += c));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.on("error", (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+const order = (outcome) => JSON.stringify({ amount: 4200, currency: "eur", outcome });
+
+test("idem-conformance passes every case against the worker under workerd", { timeout: 150_000 }, async () => {
+  const bin = conformanceBinary();
+  const dir = tempDir();
+  const worker = await startWorker({
+    persist: join(dir, "state"),
+    vars: {
+      IDEM_RESPONSE_TTL_MS: String(RESPONSE_TTL_MS),
+      IDEM_KEY_TTL_MS: String(KEY_TTL_MS),
+      IDEM_LEASE_MS: String(LEASE_MS),
+    },
+  });
+  try {
+    const json = join(dir, "conformance.json");
+    const junit = join(dir, "conformance.xml");
+    const { url } = worker;
+    const result = await run(
+      bin,
+      [
+        "run",
+        `${url}/orders`,
+        "--count-url",
+        `${url}/count`,
+        "--concurrency",
+        String(CONCURRENCY),
+        "--rounds",
+        String(ROUNDS),
+        "-H",
+        "Authorization: Bearer a",
+        "--second-credential",
+        "Authorization: Bearer b",
+        "--response-ttl",
+        String(RESPONSE_TTL_MS / 1000),
+        "--key-ttl",
+        String(KEY_TTL_MS / 1000),
+        "--lease",
+        String(LEASE_MS / 1000),
+        "--crash-body",
+        order("crash"),
+        "--decline-body",
+        order("decline"),
+        "--fail-body",
+        order("unavailable"),
+        "--json",
+        json,
+        "--junit",
+        junit,
+        "--quiet",
+      ],
+      120_000,
+    );
+    const output = `${result.stdout}\n${result.stderr}`;
+    assert.equal(result.code, 0, `idem-conformance exited with ${result.code ?? result.signal}:\n${output}`);
+
+    const report = JSON.parse(readFileSync(json, "utf8"));
+    assert.equal(report.exit_code, 0);
+    assert.deepEqual(
+      report.summary,
+      { pass: report.cases.length, non_strict: 0, fail: 0, unsafe: 0, skip: 0, error: 0 },
+      output,
+    );
+    const byId = new Map(report.cases.map((c) => [c.id, c]));
+    // Every case ran (none skipped for a missing option) and passed on the oracle's word.
+    for (const id of [
+      "lost-response/1",
+      "replay/1",
+      "replay/2",
+      "concurrent/1",
+      "concurrent/2",
+      "mismatch/1",
+      "keys/1",
+      "keys/2",
+      "keys/3",
+      "keys/4",
+      "keys/5",
+      "keys/6",
+      "errors/1",
+      "errors/2",
+      "scope/1",
+      "lease/1",
+      "expiry/1",
+      "expiry/2",
+      "expiry/3",
+    ]) {
+      const c = byId.get(id);
+      assert.ok(c, `case ${id} is missing from the report`);
+      assert.equal(c.verdict, "pass", `${id}: ${c.reason}`);
+    }
+    for (const c of report.cases) {
+      if (c.level === "MUST") assert.equal(c.verdict, "pass", `${c.id}: ${c.reason}`);
+    }
+    // Concurrent duplicates: every round fired 32 requests, and the count oracle saw one
+    // execution per round.
+    const concurrent = byId.get("concurrent/1");
+    assert.equal(concurrent.confidence, "high", concurrent.reason);
+    assert.match(concurrent.reason, new RegExp(`exactly one execution in each of ${ROUNDS} rounds`));
+    const rounds = concurrent.notes.filter((n) => /^round \d+:/.test(n));
+    assert.equal(rounds.length, ROUNDS);
+    for (const note of rounds) {
+      const answered = [...note.matchAll(/(\d{3})×(\d+)/g)].reduce((sum, m) => sum + Number(m[2]), 0);
+      assert.equal(answered, CONCURRENCY, note);
+    }
+    const lost = byId.get("lost-response/1");
+    assert.equal(lost.confidence, "high", lost.reason);
+    assert.match(readFileSync(junit, "utf8"), /<testsuite[^>]* failures="0"/);
+  } finally {
+    await worker.dispose();
+    removeDir(dir);
+  }
+});
