@@ -20,7 +20,9 @@ pub(crate) fn parse_patterns(pointers: &[String]) -> Vec<Vec<String>> {
         .iter()
         .map(|p| {
             let path = p.strip_prefix('/').unwrap_or(p);
-            path.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect()
+            path.split('/')
+                .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                .collect()
         })
         .collect()
 }
@@ -35,7 +37,12 @@ pub(crate) fn canonicalise(
 ) -> Result<(), serde_json::Error> {
     let roots: Vec<&[String]> = patterns.iter().map(Vec::as_slice).collect();
     let mut de = serde_json::Deserializer::from_slice(body);
-    Canon { out, patterns: &roots, fields: Some(fields) }.deserialize(&mut de)?;
+    Canon {
+        out,
+        patterns: &roots,
+        fields: Some(fields),
+    }
+    .deserialize(&mut de)?;
     de.end()
 }
 
@@ -49,14 +56,20 @@ struct Canon<'a, 'p> {
 
 /// The patterns that continue below `token`, and whether one of them ends there (the value
 /// at `token` is excluded).
-fn descend<'p>(patterns: &[&'p [String]], token: &str, index: Option<usize>) -> (Vec<&'p [String]>, bool) {
+fn descend<'p>(
+    patterns: &[&'p [String]],
+    token: &str,
+    index: Option<usize>,
+) -> (Vec<&'p [String]>, bool) {
     let mut next = Vec::new();
     let mut excluded = false;
     for p in patterns {
         let Some((first, rest)) = p.split_first() else {
             continue;
         };
-        let hit = first == "*" || first == token || index.is_some_and(|i| first.parse::<usize>() == Ok(i));
+        let hit = first == "*"
+            || first == token
+            || index.is_some_and(|i| first.parse::<usize>() == Ok(i));
         if hit {
             if rest.is_empty() {
                 excluded = true;
@@ -82,7 +95,8 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
         f.write_str("any JSON value")
     }
     fn visit_bool<E>(self, v: bool) -> Result<(), E> {
-        self.out.extend_from_slice(if v { b"true" } else { b"false" });
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
         Ok(())
     }
     fn visit_unit<E>(self) -> Result<(), E> {
@@ -104,7 +118,8 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
             let i = v as i64;
             write_int(self.out, i.unsigned_abs(), i < 0);
         } else {
-            self.out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+            self.out
+                .extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
         }
         Ok(())
     }
@@ -134,7 +149,11 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
             if !first {
                 self.out.push(b',');
             }
-            let seed = Canon { out: &mut *self.out, patterns: &child, fields: None };
+            let seed = Canon {
+                out: &mut *self.out,
+                patterns: &child,
+                fields: None,
+            };
             if seq.next_element_seed(seed)?.is_none() {
                 self.out.truncate(mark);
                 break;
@@ -159,7 +178,11 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
                 continue;
             }
             let start = scratch.len();
-            map.next_value_seed(Canon { out: &mut scratch, patterns: &child, fields: None })?;
+            map.next_value_seed(Canon {
+                out: &mut scratch,
+                patterns: &child,
+                fields: None,
+            })?;
             members.push((key, start, scratch.len()));
         }
         // Sorted by UTF-8 bytes; of duplicate names the last one wins, as in serde_json.
@@ -183,7 +206,10 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
                 let d = Sha256::digest(value);
                 let mut first = [0u8; 8];
                 first.copy_from_slice(&d[..8]);
-                fields.push(FieldDigest { name: String::from(&**name), digest: u64::from_le_bytes(first) });
+                fields.push(FieldDigest {
+                    name: String::from(&**name),
+                    digest: u64::from_le_bytes(first),
+                });
             }
         }
         self.out.push(b'}');
@@ -251,7 +277,14 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
         };
         out.extend_from_slice(&bytes[start..i]);
         if esc.is_empty() {
-            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ]);
         } else {
             out.extend_from_slice(esc);
         }

@@ -225,9 +225,12 @@ impl FingerprintSpec {
         if json {
             let patterns = crate::canon::parse_patterns(&self.exclude);
             let mut canon = Vec::with_capacity(req.body.len());
-            crate::canon::canonicalise(req.body, &patterns, &mut canon, &mut fields).map_err(|e| {
-                FingerprintError::InvalidJson { line: e.line(), column: e.column() }
-            })?;
+            crate::canon::canonicalise(req.body, &patterns, &mut canon, &mut fields).map_err(
+                |e| FingerprintError::InvalidJson {
+                    line: e.line(),
+                    column: e.column(),
+                },
+            )?;
             h.update(b"J");
             put(&mut h, &canon);
         } else {
