@@ -540,7 +540,7 @@ pub struct Outbox {
 /// What the outbox says to do after a result.
 #[wasm_bindgen]
 pub struct Next {
-    next: idem_core::Next,
+    next: idem_core::NextStep,
 }
 
 #[wasm_bindgen]
@@ -549,10 +549,10 @@ impl Next {
     #[wasm_bindgen(getter)]
     pub fn kind(&self) -> String {
         String::from(match self.next {
-            idem_core::Next::Complete { .. } => "complete",
-            idem_core::Next::Retry { .. } => "retry",
-            idem_core::Next::Failed { .. } => "failed",
-            idem_core::Next::Undetermined { .. } => "undetermined",
+            idem_core::NextStep::Complete { .. } => "complete",
+            idem_core::NextStep::Retry { .. } => "retry",
+            idem_core::NextStep::Failed { .. } => "failed",
+            idem_core::NextStep::Undetermined { .. } => "undetermined",
         })
     }
 
@@ -560,7 +560,7 @@ impl Next {
     #[wasm_bindgen(getter)]
     pub fn at(&self) -> Option<f64> {
         match self.next {
-            idem_core::Next::Retry { at } => Some(interop::to_ms(at)),
+            idem_core::NextStep::Retry { at } => Some(interop::to_ms(at)),
             _ => None,
         }
     }
@@ -571,7 +571,7 @@ impl Next {
     pub fn succeeded(&self) -> bool {
         matches!(
             self.next,
-            idem_core::Next::Complete {
+            idem_core::NextStep::Complete {
                 class: idem_core::Completion::Succeeded,
                 ..
             }
@@ -582,7 +582,7 @@ impl Next {
     #[wasm_bindgen(getter)]
     pub fn reason(&self) -> Option<String> {
         match self.next {
-            idem_core::Next::Failed { reason } | idem_core::Next::Undetermined { reason } => {
+            idem_core::NextStep::Failed { reason } | idem_core::NextStep::Undetermined { reason } => {
                 Some(String::from(interop::give_up_name(reason)))
             }
             _ => None,
@@ -736,7 +736,7 @@ impl Outbox {
                 idem_core::KeyAnswer::from_problem_type,
             )
         };
-        let response = idem_core::Response {
+        let response = idem_core::ClientResponse {
             status,
             retry_after_secs: retry_after_secs
                 .filter(|s| s.is_finite() && *s >= 0.0)
@@ -769,7 +769,7 @@ impl Outbox {
         now: f64,
         hi: u32,
         lo: u32,
-        result: Result<&idem_core::Response, idem_core::NetworkError>,
+        result: Result<&idem_core::ClientResponse, idem_core::NetworkError>,
     ) -> JsResult<Next> {
         let next = self
             .entry
