@@ -92,7 +92,8 @@ pub struct Attempt<'a> {
 
 /// The right to run the handler for one record, fenced: a [`Write`] built from a lease
 /// applies only while the record is still the one this lease created (`IDEM-LEASE-2`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Leases serialise (serde), so an asynchronous host can keep one across a suspension.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Lease {
     /// The record.
     pub key: RecordKey,
@@ -111,7 +112,7 @@ pub struct Lease {
 }
 
 /// Why the engine refuses a request without running it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum RejectReason {
     /// The key's response has expired but the key is still remembered: a late retry, or a
@@ -258,7 +259,7 @@ impl fmt::Display for RejectReason {
 
 /// The engine's answer to one attempt.
 #[must_use = "a Decision must be acted on: an Execute carries a claim that must be applied"]
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 // A Decision is returned once and matched at once; boxing Execute would put an allocation
 // on every claim to save a move.
 #[allow(clippy::large_enum_variant)]
@@ -292,6 +293,12 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The answer when a key's record keeps changing under the claim loop
+    /// ([`crate::MAX_LOST_RACES`] lost races in a row): another attempt is busy with it.
+    pub const CONTENDED: Decision = Decision::InProgress {
+        retry_after_secs: 1,
+    };
+
     /// The event a host should log or count for this decision (`IDEM-EVT-1`).
     pub fn event(&self) -> Event {
         match self {

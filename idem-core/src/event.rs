@@ -2,7 +2,7 @@ use core::fmt;
 
 /// Something a host should log or count (`IDEM-EVT-1`). Every decision and every completion
 /// yields exactly one event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum Event {
     /// A new key was claimed; the handler runs.
@@ -48,6 +48,28 @@ pub enum Event {
 }
 
 impl Event {
+    /// Every event, once (`TookOver` with fence 0 stands for all its fences), for hosts that
+    /// register counters up front.
+    pub const ALL: &'static [Event] = &[
+        Event::Executed,
+        Event::TookOver { fence: 0 },
+        Event::Replayed,
+        Event::InProgress,
+        Event::Mismatch,
+        Event::TombstoneHit,
+        Event::OutcomeUnknownHit,
+        Event::Rejected,
+        Event::Completed,
+        Event::Released,
+        Event::OutcomeUnknown,
+        Event::FencedOut,
+        Event::Extended,
+        Event::Collision,
+        Event::Stale,
+        Event::Forged,
+        Event::Duplicate,
+    ];
+
     /// A stable name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -85,5 +107,49 @@ impl Event {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Event;
+
+    /// An exhaustive match: a new variant fails to compile here until it gets an index, and
+    /// then fails the test until `Event::ALL` lists it.
+    fn index(e: Event) -> usize {
+        match e {
+            Event::Executed => 0,
+            Event::TookOver { .. } => 1,
+            Event::Replayed => 2,
+            Event::InProgress => 3,
+            Event::Mismatch => 4,
+            Event::TombstoneHit => 5,
+            Event::OutcomeUnknownHit => 6,
+            Event::Rejected => 7,
+            Event::Completed => 8,
+            Event::Released => 9,
+            Event::OutcomeUnknown => 10,
+            Event::FencedOut => 11,
+            Event::Extended => 12,
+            Event::Collision => 13,
+            Event::Stale => 14,
+            Event::Forged => 15,
+            Event::Duplicate => 16,
+        }
+    }
+
+    #[test]
+    fn all_lists_every_event_once() {
+        // IDEM-EVT-1
+        let mut seen = [false; 17];
+        for e in Event::ALL {
+            assert!(!seen[index(*e)], "{e} listed twice");
+            seen[index(*e)] = true;
+        }
+        assert!(seen.iter().all(|s| *s));
+        let mut names: std::vec::Vec<&str> = Event::ALL.iter().map(Event::name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Event::ALL.len());
     }
 }

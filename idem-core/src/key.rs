@@ -378,7 +378,9 @@ fn is_tchar(c: u8) -> bool {
 /// replayed across scopes. The default scope is principal + method + route: one tenant's key
 /// never replays another tenant's response, and a key sent to `POST /orders` never answers
 /// `POST /refunds`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Scope(String);
 
 impl Scope {
@@ -407,7 +409,9 @@ impl Scope {
 }
 
 /// The identity of a record: a key inside its scope.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct RecordKey {
     /// The namespace.
     pub scope: Scope,

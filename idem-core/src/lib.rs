@@ -82,7 +82,7 @@ pub use key::{
 pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats};
 pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-pub use store::{Applied, Claim, Finish, Store};
+pub use store::{Applied, Claim, Finish, Store, MAX_LOST_RACES};
 pub use time::UnixMillis;
 
 pub use client::{

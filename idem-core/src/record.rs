@@ -158,7 +158,7 @@ impl Record {
 }
 
 /// The condition under which a store applies a [`Write`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Precondition {
     /// No record exists for the key.
     Absent,
@@ -167,7 +167,7 @@ pub enum Precondition {
 }
 
 /// What a [`Write`] does when its precondition holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WriteOp {
     /// Store this record.
     Put(Record),
@@ -179,7 +179,7 @@ pub enum WriteOp {
 /// stored under `key` satisfies `precondition`, perform `op`; otherwise change nothing and
 /// report a lost race. Dropping a `Write` unapplied loses a claim or a result.
 #[must_use = "a Write does nothing until a store applies it"]
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Write {
     /// The record the write is for.
     pub key: RecordKey,

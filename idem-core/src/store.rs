@@ -16,6 +16,12 @@ pub enum Applied {
     Conflict,
 }
 
+/// Lost races [`Store::claim`] tolerates before it answers [`Decision::CONTENDED`]. Each lost
+/// race means another attempt wrote this key; a handful in a row means it is being fought
+/// over, and the honest answer is "in progress". Asynchronous hosts running their own claim
+/// loop use the same bound.
+pub const MAX_LOST_RACES: usize = 8;
+
 /// A place that keeps records: the one thing the engine needs from a database.
 ///
 /// # Contract (`IDEM-STORE-1`)
@@ -54,9 +60,7 @@ pub trait Store {
         now: UnixMillis,
         attempt: &Attempt<'_>,
     ) -> Result<Claim, Self::Error> {
-        // Each lost race means another attempt wrote this key; a handful in a row means it
-        // is being fought over, and the honest answer is "in progress".
-        for _ in 0..8 {
+        for _ in 0..MAX_LOST_RACES {
             let current = self.load(attempt.key)?;
             match engine.decide(now, attempt, current.as_ref()) {
                 Decision::Execute {
@@ -70,9 +74,7 @@ pub trait Store {
                 other => return Ok(Claim::Done(other)),
             }
         }
-        Ok(Claim::Done(Decision::InProgress {
-            retry_after_secs: 1,
-        }))
+        Ok(Claim::Done(Decision::CONTENDED))
     }
 
     /// Records the outcome of the handler that ran under `lease`.
@@ -87,13 +89,7 @@ pub trait Store {
             Ok(w) => w,
             Err(e) => return Ok(Finish::Invalid(e)),
         };
-        let finish = match &write.op {
-            WriteOp::Delete => Finish::Released,
-            WriteOp::Put(r) if matches!(r.state, crate::RecordState::Completed { .. }) => {
-                Finish::Stored
-            }
-            WriteOp::Put(_) => Finish::OutcomeUnknown,
-        };
+        let finish = Finish::of(&write);
         Ok(match self.apply(now, write)? {
             Applied::Applied => finish,
             Applied::Conflict => Finish::FencedOut,
@@ -103,7 +99,7 @@ pub trait Store {
 
 /// The result of [`Store::claim`].
 #[must_use = "an Execute claim holds a lease that must be finished"]
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Claim {
     /// This attempt holds the lease: run the handler, then [`Store::finish`].
     Execute {
@@ -149,6 +145,19 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// What applying a completion write from [`Engine::complete`] means, for hosts that
+    /// apply it themselves (an asynchronous store): stored, released or outcome-unknown.
+    /// A refused precondition is [`Finish::FencedOut`] instead.
+    pub fn of(write: &Write) -> Finish {
+        match &write.op {
+            WriteOp::Delete => Finish::Released,
+            WriteOp::Put(r) if matches!(r.state, crate::RecordState::Completed { .. }) => {
+                Finish::Stored
+            }
+            WriteOp::Put(_) => Finish::OutcomeUnknown,
+        }
+    }
+
     /// The event for this completion.
     pub fn event(&self) -> Event {
         match self {
