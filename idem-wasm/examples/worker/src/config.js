@@ -14,6 +14,7 @@ export const DEFAULTS = Object.freeze({
   IDEM_MAX_BODY_BYTES: "65536",
   IDEM_SHARDS: "16",
   IDEM_LOG_EVENTS: "security",
+  ORDER_DELAY_MS: "0",
   UNPROTECTED_ROUTE: "off",
 });
 
@@ -80,6 +81,7 @@ export function readConfig(env) {
     },
     shards: wholeNumber(env, "IDEM_SHARDS", { max: 1024 }),
     logEvents: oneOf(env, "IDEM_LOG_EVENTS", ["off", "security", "all"]),
+    orderDelayMs: wholeNumber(env, "ORDER_DELAY_MS", { min: 0, max: 60_000 }),
     unprotectedRoute: oneOf(env, "UNPROTECTED_ROUTE", ["on", "off"]) === "on",
   };
 }

@@ -15,7 +15,16 @@
 // package's "workerd" entry. Here it names that entry in the package being built next door.
 import { DurableObject } from "cloudflare:workers";
 import { DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
+import { initSync } from "../../../dist/idem_wasm.js";
+import wasm from "../../../dist/idem_wasm_bg.wasm";
 import { ConfigError, configKey, readConfig } from "./config.js";
+
+// The package marks all of its files `"sideEffects": false`, so a bundler (wrangler's
+// esbuild) keeps what the workerd entry re-exports but drops the entry's own body, and with
+// it the `initSync` call. Initialising here as well is harmless when nothing is dropped (as
+// under Miniflare, which loads the modules unbundled): `initSync` does nothing the second
+// time. No random value is drawn here.
+initSync({ module: wasm });
 
 export { IdempotencyShard };
 
@@ -73,9 +82,9 @@ const hang = () => new Promise(() => {});
  * back ends do: "decline" answers a deterministic 402 (stored and replayed), "unavailable" a
  * 503 (an unknown outcome: not stored, the retry runs again), and "crash" makes the first
  * attempt die without an answer (the key stays in flight until its lease ends; the retry that
- * takes over is told it recovers, and succeeds).
+ * takes over is told it recovers, and succeeds). ORDER_DELAY_MS simulates slow work.
  */
-async function createOrder(request, env) {
+async function createOrder(request, env, delayMs) {
   const type = request.headers.get("content-type") ?? "";
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     return problem(415, "unsupported-media-type", "Orders are JSON", "send Content-Type: application/json");
@@ -91,6 +100,7 @@ async function createOrder(request, env) {
   }
   const recovered = idempotencyOf(request)?.recovered ?? false;
   const n = await ledger(env).record();
+  if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
   const json = (status, body, headers) => Response.json(body, { status, headers });
   switch (order.outcome) {
     case "decline":
@@ -120,10 +130,11 @@ function prepare(env) {
   if (entry !== undefined && entry.idem === env.IDEM) return entry;
   let config;
   let orders;
+  let handler;
   try {
     config = readConfig(env);
     const { logEvents } = config;
-    orders = withIdempotency(createOrder, {
+    const options = {
       ...config.idempotency,
       store: new DurableObjectStore(env.IDEM, { shards: config.shards }),
       onEvent:
@@ -133,7 +144,15 @@ function prepare(env) {
               if (event.securityRelevant) console.warn("idempotency", event.name, event.key ?? "");
               else if (logEvents === "all") console.log("idempotency", event.name, event.key ?? "");
             },
-    });
+    };
+    handler = (request, env) => createOrder(request, env, config.orderDelayMs);
+    const shared = withIdempotency(handler, options);
+    // Under the wait policy, a waiter is woken early by the next waiter for the same key
+    // through an AbortController, and workerd refuses to let one request abort a controller
+    // that another request created ("Cannot perform I/O on behalf of a different request").
+    // So each request gets a wrapper of its own there: waiters of different requests never
+    // touch each other, and each waits until the first result is stored or its bound passes.
+    orders = config.idempotency.inFlight === "reject" ? shared : (...args) => withIdempotency(handler, options)(...args);
   } catch (err) {
     if (!(err instanceof ConfigError || err?.code === "IDEM-JS-1")) throw err;
     entry = { idem: env.IDEM, error: err.message };
@@ -141,7 +160,7 @@ function prepare(env) {
     return entry;
   }
   if (prepared.size >= 4) prepared.clear();
-  entry = { idem: env.IDEM, config, orders };
+  entry = { idem: env.IDEM, config, orders, handler };
   prepared.set(key, entry);
   return entry;
 }
@@ -153,6 +172,11 @@ function methodNotAllowed(allow) {
 export default {
   async fetch(request, env, ctx) {
     const { pathname } = new URL(request.url);
+    if (pathname === "/count") {
+      // The oracle needs no settings: it answers even when they are wrong.
+      if (request.method !== "GET") return methodNotAllowed("GET");
+      return Response.json({ count: await ledger(env).count() }, { headers: { "cache-control": "no-store" } });
+    }
     const setup = prepare(env);
     if (setup.error !== undefined) {
       return problem(500, "misconfigured", "The worker is misconfigured", setup.error);
@@ -161,13 +185,10 @@ export default {
       case "/orders":
         if (request.method !== "POST") return methodNotAllowed("POST");
         return setup.orders(request, env, ctx);
-      case "/count":
-        if (request.method !== "GET") return methodNotAllowed("GET");
-        return Response.json({ count: await ledger(env).count() }, { headers: { "cache-control": "no-store" } });
       case "/unprotected/orders":
         if (!setup.config.unprotectedRoute) break;
         if (request.method !== "POST") return methodNotAllowed("POST");
-        return createOrder(request, env);
+        return setup.handler(request, env);
       default:
         break;
     }

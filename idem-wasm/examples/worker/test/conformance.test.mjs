@@ -15,6 +15,9 @@ const ROUNDS = 5;
 const RESPONSE_TTL_MS = 2000;
 const KEY_TTL_MS = 4000;
 const LEASE_MS = 1000;
+// Handler work: long enough that concurrent duplicates overlap the first attempt and some
+// get 409 in progress (concurrent/2 checks their Retry-After).
+const ORDER_DELAY_MS = 50;
 
 /** The release build of idem-conformance: $IDEM_CONFORMANCE, or the workspace's target dir. */
 function conformanceBinary() {
@@ -62,6 +65,7 @@ test("idem-conformance passes every case against the worker under workerd", { ti
       IDEM_RESPONSE_TTL_MS: String(RESPONSE_TTL_MS),
       IDEM_KEY_TTL_MS: String(KEY_TTL_MS),
       IDEM_LEASE_MS: String(LEASE_MS),
+      ORDER_DELAY_MS: String(ORDER_DELAY_MS),
     },
   });
   try {

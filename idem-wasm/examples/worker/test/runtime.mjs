@@ -92,9 +92,10 @@ export function post(url, { key, body = '{"amount":4200,"currency":"eur"}', head
  * One HTTP/1.1 request on its own connection, written byte for byte (header values that
  * Fetch would refuse or normalise: raw bytes, repeated headers). `head` is the list of header
  * lines without Host and Content-Length. Resolves to `{ status, headers, body }` with header
- * names in lower case; rejects after `timeout` ms.
+ * names in lower case; rejects after `timeout` ms. With `release` (a promise), the connection
+ * is opened at once and the request written when `release` resolves.
  */
-export function rawRequest(url, { method = "POST", path = "/orders", head = [], body = Buffer.alloc(0), timeout = 10_000 }) {
+export function rawRequest(url, { method = "POST", path = "/orders", head = [], body = Buffer.alloc(0), timeout = 10_000, release }) {
   const { hostname, port } = new URL(url);
   const payload = Buffer.isBuffer(body) ? body : Buffer.from(body);
   const lines = [`${method} ${path} HTTP/1.1`, `host: ${hostname}:${port}`, "connection: close", ...head, `content-length: ${payload.length}`];
@@ -102,22 +103,53 @@ export function rawRequest(url, { method = "POST", path = "/orders", head = [], 
   return new Promise((resolve, reject) => {
     const socket = connect({ host: hostname, port: Number(port) });
     const chunks = [];
-    const timer = setTimeout(() => socket.destroy(new Error(`no answer within ${timeout} ms`)), timeout);
-    socket.on("connect", () => socket.write(request));
-    socket.on("data", (c) => chunks.push(c));
-    socket.on("error", (err) => {
+    let settled = false;
+    const finish = (err, value) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
-      reject(err);
+      socket.destroy();
+      if (err) reject(err);
+      else resolve(value);
+    };
+    const timer = setTimeout(() => finish(new Error(`no answer within ${timeout} ms`)), timeout);
+    socket.on("connect", async () => {
+      if (release !== undefined) await release;
+      socket.write(request);
+    });
+    socket.on("data", (c) => {
+      chunks.push(c);
+      const response = completeResponse(Buffer.concat(chunks));
+      if (response !== null) finish(null, response);
+    });
+    // A server that answers before reading the whole body (413) may reset the connection
+    // while the request is still being written: the answer read before the reset counts.
+    let failure = null;
+    socket.on("error", (err) => {
+      failure = err;
     });
     socket.on("close", () => {
-      clearTimeout(timer);
       try {
-        resolve(parseResponse(Buffer.concat(chunks)));
+        finish(null, parseResponse(Buffer.concat(chunks)));
       } catch (err) {
-        reject(err);
+        finish(failure ?? err);
       }
     });
   });
+}
+
+/** The response in `bytes` once all of it has arrived (by Content-Length or the last
+ * chunk), else null. */
+function completeResponse(bytes) {
+  const end = bytes.indexOf("\r\n\r\n");
+  if (end < 0) return null;
+  const head = bytes.subarray(0, end).toString("latin1");
+  const length = /\r\ncontent-length:\s*(\d+)/i.exec(head);
+  if (length !== null) return bytes.length - end - 4 >= Number(length[1]) ? parseResponse(bytes) : null;
+  if (/\r\ntransfer-encoding:\s*chunked/i.test(head)) {
+    return bytes.subarray(end).includes("\r\n0\r\n\r\n") ? parseResponse(bytes) : null;
+  }
+  return null;
 }
 
 function parseResponse(bytes) {

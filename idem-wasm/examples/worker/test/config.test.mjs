@@ -1,0 +1,106 @@
+// The worker's settings: wrangler.toml's [vars] match the defaults in config.js, good values
+// become withIdempotency options, and bad ones are refused with the variable's name.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { ConfigError, DEFAULTS, configKey, readConfig } from "../src/config.js";
+import { EXAMPLE_DIR } from "./runtime.mjs";
+
+const { unstable_getMiniflareWorkerOptions } = await import("wrangler");
+
+test("wrangler.toml sets every variable the worker reads, to its default", () => {
+  const { bindings } = unstable_getMiniflareWorkerOptions(join(EXAMPLE_DIR, "wrangler.toml")).workerOptions;
+  assert.deepEqual(bindings, { ...DEFAULTS });
+});
+
+test("the defaults become withIdempotency options", () => {
+  assert.deepEqual(readConfig({}), {
+    idempotency: {
+      keys: "required",
+      keyKind: "opaque",
+      responseTtl: 86_400_000,
+      keyTtl: 604_800_000,
+      lease: 60_000,
+      inFlight: "reject",
+      unknownOutcome: "reexecute",
+      fingerprint: { maxBody: 65_536 },
+    },
+    shards: 16,
+    logEvents: "security",
+    orderDelayMs: 0,
+    unprotectedRoute: false,
+  });
+});
+
+test("values from the environment are read, numbers or strings, with the wait policy", () => {
+  const config = readConfig({
+    IDEM_KEYS: "optional",
+    IDEM_KEY_KIND: "uuid-v7",
+    IDEM_RESPONSE_TTL_MS: 1000,
+    IDEM_KEY_TTL_MS: " 2000 ",
+    IDEM_LEASE_MS: "500",
+    IDEM_IN_FLIGHT: "wait:2500",
+    IDEM_UNKNOWN_OUTCOME: "hold",
+    IDEM_MAX_BODY_BYTES: "10",
+    IDEM_SHARDS: "1",
+    IDEM_LOG_EVENTS: "off",
+    ORDER_DELAY_MS: "250",
+    UNPROTECTED_ROUTE: "on",
+  });
+  assert.deepEqual(config.idempotency, {
+    keys: "optional",
+    keyKind: "uuid-v7",
+    responseTtl: 1000,
+    keyTtl: 2000,
+    lease: 500,
+    inFlight: { wait: 2500 },
+    unknownOutcome: "hold",
+    fingerprint: { maxBody: 10 },
+  });
+  assert.equal(config.shards, 1);
+  assert.equal(config.unprotectedRoute, true);
+  assert.equal(config.orderDelayMs, 250);
+  assert.equal(config.logEvents, "off");
+  // An empty value means the default.
+  assert.equal(readConfig({ IDEM_SHARDS: "" }).shards, 16);
+});
+
+test("bad values are refused, naming the variable", () => {
+  const cases = [
+    [{ IDEM_LEASE_MS: "1.5" }, "IDEM_LEASE_MS"],
+    [{ IDEM_LEASE_MS: "0" }, "IDEM_LEASE_MS"],
+    [{ IDEM_LEASE_MS: "-1" }, "IDEM_LEASE_MS"],
+    [{ IDEM_RESPONSE_TTL_MS: "1e3" }, "IDEM_RESPONSE_TTL_MS"],
+    [{ IDEM_RESPONSE_TTL_MS: "9007199254740993" }, "IDEM_RESPONSE_TTL_MS"],
+    [{ IDEM_RESPONSE_TTL_MS: "5000", IDEM_KEY_TTL_MS: "4999" }, "IDEM_KEY_TTL_MS"],
+    [{ IDEM_KEYS: "sometimes" }, "IDEM_KEYS"],
+    [{ IDEM_KEY_KIND: "counter" }, "IDEM_KEY_KIND"],
+    [{ IDEM_IN_FLIGHT: "wait:0" }, "IDEM_IN_FLIGHT"],
+    [{ IDEM_IN_FLIGHT: "wait:60001" }, "IDEM_IN_FLIGHT"],
+    [{ IDEM_IN_FLIGHT: "queue" }, "IDEM_IN_FLIGHT"],
+    [{ IDEM_UNKNOWN_OUTCOME: "retry" }, "IDEM_UNKNOWN_OUTCOME"],
+    [{ IDEM_MAX_BODY_BYTES: "1MiB" }, "IDEM_MAX_BODY_BYTES"],
+    [{ IDEM_SHARDS: "0" }, "IDEM_SHARDS"],
+    [{ IDEM_SHARDS: "1025" }, "IDEM_SHARDS"],
+    [{ IDEM_LOG_EVENTS: "verbose" }, "IDEM_LOG_EVENTS"],
+    [{ UNPROTECTED_ROUTE: "yes" }, "UNPROTECTED_ROUTE"],
+    [{ ORDER_DELAY_MS: "60001" }, "ORDER_DELAY_MS"],
+    [{ ORDER_DELAY_MS: "-5" }, "ORDER_DELAY_MS"],
+  ];
+  for (const [env, variable] of cases) {
+    assert.throws(
+      () => readConfig(env),
+      (err) => err instanceof ConfigError && err.variable === variable && err.message.startsWith(`${variable}: `),
+      JSON.stringify(env),
+    );
+  }
+});
+
+test("the cache key changes with every variable and ignores others", () => {
+  const base = configKey({});
+  assert.equal(configKey({ OTHER: "x" }), base);
+  assert.equal(configKey({ IDEM_SHARDS: "16" }), base);
+  for (const name of Object.keys(DEFAULTS)) {
+    assert.notEqual(configKey({ [name]: "changed" }), base, name);
+  }
+});
