@@ -27,7 +27,8 @@ const OPTION_NAMES = new Set([
   "now",
 ]);
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
-// A claim that loses this many races in a row answers "in progress", as `Store::claim` does.
+// A claim that loses this many races in a row answers "in progress", as `Store::claim` does
+// (idem-core's MAX_LOST_RACES).
 const MAX_CLAIM_ROUNDS = 8;
 
 let securityRelevant = null;

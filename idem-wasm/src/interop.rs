@@ -12,9 +12,8 @@ use alloc::vec::Vec;
 use core::time::Duration;
 use idem_core::{
     Claim, CompleteError, Config, ConfigError, Decision, DecodeError, Event, Fingerprint,
-    FingerprintError, FingerprintSpec, JsonMode, KeyError, Lease, Precondition, Problem, RecordKey,
-    RejectReason, Scope, StoredResponse, UnixMillis, UnknownOutcomePolicy, UuidVersion, Write,
-    WriteOp,
+    FingerprintError, FingerprintSpec, JsonMode, KeyError, Precondition, Problem, RecordKey, Scope,
+    UnixMillis, UnknownOutcomePolicy, UuidVersion, Write, WriteOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -372,35 +371,16 @@ impl StoreWrite {
 /// The event a completion write yields once applied, as [`idem_core::Store::finish`]
 /// classifies it: stored, released, or outcome-unknown.
 pub fn completion_event(write: &Write) -> Event {
-    match &write.op {
-        WriteOp::Delete => Event::Released,
-        WriteOp::Put(r) if matches!(r.state, idem_core::RecordState::Completed { .. }) => {
-            Event::Completed
-        }
-        WriteOp::Put(_) => Event::OutcomeUnknown,
-    }
+    idem_core::Finish::of(write).event()
 }
 
 /// Every event the core defines that is security-relevant (`IDEM-EVT-1`).
 pub fn security_events() -> Vec<Event> {
-    [
-        Event::Executed,
-        Event::TookOver { fence: 0 },
-        Event::Replayed,
-        Event::InProgress,
-        Event::Mismatch,
-        Event::TombstoneHit,
-        Event::OutcomeUnknownHit,
-        Event::Rejected,
-        Event::Completed,
-        Event::Released,
-        Event::OutcomeUnknown,
-        Event::FencedOut,
-        Event::Extended,
-    ]
-    .into_iter()
-    .filter(Event::is_security_relevant)
-    .collect()
+    Event::ALL
+        .iter()
+        .copied()
+        .filter(Event::is_security_relevant)
+        .collect()
 }
 
 /// An HTTP reply: status, header pairs, body.
@@ -462,15 +442,10 @@ pub fn decision_reply(decision: &Decision) -> Option<Reply> {
             };
             Some(problem_reply(Problem::MISMATCH, &detail, None))
         }
-        Decision::Rejected(RejectReason::OutcomeUnknown) => Some(problem_reply(
-            Problem::OUTCOME_UNKNOWN,
-            "the outcome of an earlier attempt with this key is being reconciled",
-            Some(1),
-        )),
-        Decision::Rejected(_) => Some(problem_reply(
-            Problem::KEY_EXPIRED,
-            "the response for this key has expired; use a new key",
-            None,
+        Decision::Rejected(reason) => Some(problem_reply(
+            reason.problem(),
+            &reason.to_string(),
+            reason.retry_after_secs(),
         )),
     }
 }
@@ -495,51 +470,6 @@ pub fn store_reply(full: bool, detail: &str) -> Reply {
 const WIRE_ATTEMPT: u8 = b'A';
 const WIRE_DECISION: u8 = b'D';
 
-#[derive(Serialize, Deserialize)]
-struct WireKey {
-    scope: String,
-    key: String,
-}
-
-impl WireKey {
-    fn from_core(k: &RecordKey) -> WireKey {
-        WireKey {
-            scope: String::from(k.scope.as_str()),
-            key: k.key.clone(),
-        }
-    }
-    fn into_core(self) -> RecordKey {
-        RecordKey::new(Scope::custom(self.scope), self.key)
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-struct WireLease {
-    key: WireKey,
-    version: u64,
-    fence: u64,
-    expires: u64,
-    fingerprint: Fingerprint,
-    created: u64,
-    key_expires: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-enum WireDecision {
-    Execute { lease: WireLease, recovered: bool },
-    Replay(StoredResponse),
-    InProgress { retry_after_secs: u64 },
-    Mismatch { differing: Vec<String> },
-    KeyExpired,
-    OutcomeUnknown,
-}
-
-#[derive(Serialize, Deserialize)]
-struct WireAttempt {
-    key: WireKey,
-    fingerprint: Fingerprint,
-}
-
 fn tagged<T: Serialize>(tag: u8, value: &T) -> Vec<u8> {
     // Serialising plain data into a Vec cannot fail.
     postcard::to_extend(value, alloc::vec![tag]).unwrap_or_default()
@@ -557,80 +487,23 @@ fn untag<'a, T: Deserialize<'a>>(tag: u8, what: &str, bytes: &'a [u8]) -> Result
 
 /// Encodes an attempt for the Durable Object that owns its key.
 pub fn encode_attempt(key: &RecordKey, fingerprint: &Fingerprint) -> Vec<u8> {
-    tagged(
-        WIRE_ATTEMPT,
-        &WireAttempt {
-            key: WireKey::from_core(key),
-            fingerprint: fingerprint.clone(),
-        },
-    )
+    tagged(WIRE_ATTEMPT, &(key, fingerprint))
 }
 
 /// Decodes an attempt.
 pub fn decode_attempt(bytes: &[u8]) -> Result<(RecordKey, Fingerprint), ErrorParts> {
-    let a: WireAttempt = untag(WIRE_ATTEMPT, "attempt", bytes)?;
-    Ok((a.key.into_core(), a.fingerprint))
+    untag(WIRE_ATTEMPT, "attempt", bytes)
 }
 
 /// Encodes a claim (a decision whose write the object has applied) for the worker that
 /// asked.
 pub fn encode_claim(claim: &Claim) -> Vec<u8> {
-    let wire = match claim {
-        Claim::Execute { lease, recovered } => WireDecision::Execute {
-            lease: WireLease {
-                key: WireKey::from_core(&lease.key),
-                version: lease.version,
-                fence: lease.fence,
-                expires: lease.expires.0,
-                fingerprint: lease.fingerprint.clone(),
-                created: lease.created.0,
-                key_expires: lease.key_expires.0,
-            },
-            recovered: *recovered,
-        },
-        Claim::Done(Decision::Replay(r)) => WireDecision::Replay(StoredResponse::clone(r)),
-        Claim::Done(Decision::InProgress { retry_after_secs }) => WireDecision::InProgress {
-            retry_after_secs: *retry_after_secs,
-        },
-        Claim::Done(Decision::Mismatch { differing }) => WireDecision::Mismatch {
-            differing: differing.clone(),
-        },
-        Claim::Done(Decision::Rejected(RejectReason::OutcomeUnknown)) => {
-            WireDecision::OutcomeUnknown
-        }
-        // `Claim::Done` never holds an execute decision; the remaining refusal is the
-        // expired key.
-        Claim::Done(_) => WireDecision::KeyExpired,
-    };
-    tagged(WIRE_DECISION, &wire)
+    tagged(WIRE_DECISION, claim)
 }
 
 /// Decodes a claim.
 pub fn decode_claim(bytes: &[u8]) -> Result<Claim, ErrorParts> {
-    let w: WireDecision = untag(WIRE_DECISION, "claim", bytes)?;
-    Ok(match w {
-        WireDecision::Execute { lease, recovered } => Claim::Execute {
-            lease: Lease {
-                key: lease.key.into_core(),
-                version: lease.version,
-                fence: lease.fence,
-                expires: UnixMillis(lease.expires),
-                fingerprint: lease.fingerprint,
-                created: UnixMillis(lease.created),
-                key_expires: UnixMillis(lease.key_expires),
-            },
-            recovered,
-        },
-        WireDecision::Replay(r) => Claim::Done(Decision::Replay(alloc::sync::Arc::new(r))),
-        WireDecision::InProgress { retry_after_secs } => {
-            Claim::Done(Decision::InProgress { retry_after_secs })
-        }
-        WireDecision::Mismatch { differing } => Claim::Done(Decision::Mismatch { differing }),
-        WireDecision::KeyExpired => Claim::Done(Decision::Rejected(RejectReason::KeyExpired)),
-        WireDecision::OutcomeUnknown => {
-            Claim::Done(Decision::Rejected(RejectReason::OutcomeUnknown))
-        }
-    })
+    untag(WIRE_DECISION, "claim", bytes)
 }
 
 // --- The client ---------------------------------------------------------------------------

@@ -361,9 +361,7 @@ impl Decision {
                 recovered: self.recovered,
             },
             (None, Some(done)) => done.clone(),
-            (None, None) => Claim::Done(CoreDecision::InProgress {
-                retry_after_secs: 1,
-            }),
+            (None, None) => Claim::Done(CoreDecision::CONTENDED),
         };
         interop::encode_claim(&claim)
     }
@@ -372,9 +370,7 @@ impl Decision {
     /// fought over, and the honest answer is "in progress" (as [`idem_core::Store::claim`]
     /// answers).
     pub fn contended() -> Decision {
-        Decision::from_core(CoreDecision::InProgress {
-            retry_after_secs: 1,
-        })
+        Decision::from_core(CoreDecision::CONTENDED)
     }
 
     /// Reads a decision sent by [`Decision::encode_claim`]. Throws a `RangeError`
@@ -582,7 +578,8 @@ impl Next {
     #[wasm_bindgen(getter)]
     pub fn reason(&self) -> Option<String> {
         match self.next {
-            idem_core::NextStep::Failed { reason } | idem_core::NextStep::Undetermined { reason } => {
+            idem_core::NextStep::Failed { reason }
+            | idem_core::NextStep::Undetermined { reason } => {
                 Some(String::from(interop::give_up_name(reason)))
             }
             _ => None,

@@ -336,7 +336,8 @@ fn damaged_wire_bytes_are_refused_with_idem_js_2() {
 }
 
 #[test]
-fn only_mismatch_tombstone_and_fencing_events_are_security_relevant() {
+fn security_events_are_the_cores() {
+    // IDEM-EVT-1
     let names: Vec<&str> = security_events().iter().map(Event::name).collect();
-    assert_eq!(names, ["mismatch", "tombstone-hit", "fenced-out"]);
+    assert_eq!(names, ["mismatch", "tombstone-hit", "fenced-out", "stale", "forged"]);
 }
