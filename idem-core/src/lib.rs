@@ -32,6 +32,16 @@
 //! [`Record::expire`]; the engine also reads expiry times directly from the record, so a
 //! store that sweeps late is never less safe, only larger.
 //!
+//! # Other key kinds and the client side
+//!
+//! Besides opaque and UUID keys, the crate has first-class key kinds, each with its own
+//! rules over the same records and the same store contract: client timestamps
+//! ([`TimeKeys`]), wrapping per-client counters with a window and a low-water mark
+//! ([`Counters`]), server-issued one-time tokens ([`Tokens`]), keys derived from the request
+//! ([`derive_key`], [`sub_key`]), and an [`Inbox`] for receivers of redelivered messages. The
+//! client half of the protocol is [`OutboxEntry`]: when to retry with the same key, and when
+//! to give up as *undetermined* rather than failed. `spec/KINDS.md` has the rules.
+//!
 //! The requirement IDs cited in the docs (`IDEM-…`) are defined in `spec/requirements.toml`.
 #![no_std]
 #![forbid(unsafe_code)]
