@@ -339,5 +339,8 @@ fn damaged_wire_bytes_are_refused_with_idem_js_2() {
 fn security_events_are_the_cores() {
     // IDEM-EVT-1
     let names: Vec<&str> = security_events().iter().map(Event::name).collect();
-    assert_eq!(names, ["mismatch", "tombstone-hit", "fenced-out", "stale", "forged"]);
+    assert_eq!(
+        names,
+        ["mismatch", "tombstone-hit", "fenced-out", "stale", "forged"]
+    );
 }
