@@ -1,0 +1,140 @@
+// `npm run bench`: the cost of withIdempotency at the edge. One local workerd (Miniflare,
+// 127.0.0.1, Durable Object state in a temporary directory) serves the same order handler on
+// two routes, POST /orders with withIdempotency over the Durable Object store and
+// POST /unprotected/orders without it, and autocannon drives both in one run: the
+// unprotected route, the protected route with a fresh key per request (claim, handler,
+// completion), and the protected route replaying completed keys. The three alternate in
+// rounds, so that a change in the machine's load touches all three alike; each row adds up
+// its rounds (requests per second over the time spent in them, percentiles over every
+// response's latency). Bounded: a fixed number of requests, and each phase stops after a
+// time limit.
+//
+//   npm run bench -- [--requests N] [--rounds R] [--connections C] [--storage disk|memory]
+import autocannon from "autocannon";
+import { randomUUID } from "node:crypto";
+import { cpus, loadavg } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { removeDir, startWorker, tempDir } from "../test/runtime.mjs";
+
+const MINIFLARE_VERSION = JSON.parse(readFileSync(createRequire(import.meta.url).resolve("miniflare/package.json"), "utf8")).version;
+
+const { values } = parseArgs({
+  options: {
+    requests: { type: "string", default: "6000" },
+    rounds: { type: "string", default: "6" },
+    connections: { type: "string", default: "8" },
+    "phase-seconds": { type: "string", default: "30" },
+    storage: { type: "string", default: "disk" },
+  },
+});
+const REQUESTS = Number(values.requests);
+const ROUNDS = Number(values.rounds);
+const CONNECTIONS = Number(values.connections);
+const PHASE_LIMIT_MS = Number(values["phase-seconds"]) * 1000;
+const BODY = '{"amount":4200,"currency":"eur","description":"bench"}';
+const HEADERS = { "content-type": "application/json", authorization: "Bearer bench" };
+
+/** A row's totals over its rounds. */
+function tally(name) {
+  return { name, ok: 0, other: 0, ms: 0, latencies: [] };
+}
+
+/** One autocannon phase of `amount` requests into `row`, stopped after PHASE_LIMIT_MS at the
+ * latest. */
+function phase(row, url, amount, setupRequest) {
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url,
+        method: "POST",
+        headers: HEADERS,
+        body: BODY,
+        connections: CONNECTIONS,
+        amount,
+        timeout: 10,
+        requests: setupRequest ? [{ setupRequest }] : undefined,
+      },
+      (err, result) => {
+        clearTimeout(timer);
+        if (err) return reject(err);
+        if (row !== null) {
+          row.ok += result["2xx"];
+          row.other += result.non2xx + result.errors + result.timeouts;
+          row.ms += result.finish - result.start;
+        }
+        resolve();
+      },
+    );
+    if (row !== null) instance.on("response", (_client, _status, _bytes, ms) => row.latencies.push(ms));
+    const timer = setTimeout(() => instance.stop(), PHASE_LIMIT_MS);
+  });
+}
+
+const withKey = (key) => (req) => ({ ...req, headers: { ...req.headers, "idempotency-key": key } });
+const freshKey = (req) => withKey(`"${randomUUID()}"`)(req);
+
+function percentile(sorted, p) {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+function summary(row) {
+  const sorted = Float64Array.from(row.latencies).sort();
+  return { ...row, rps: row.ok / (row.ms / 1000), p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
+}
+
+const dir = tempDir("idem-worker-bench-");
+const onDisk = values.storage !== "memory";
+const worker = await startWorker({ persist: onDisk ? join(dir, "state") : undefined, vars: { UNPROTECTED_ROUTE: "on" } });
+try {
+  const protectedUrl = `${worker.url}/orders`;
+  const unprotectedUrl = `${worker.url}/unprotected/orders`;
+  // Warm-up: both routes, fresh keys, not reported.
+  await phase(null, unprotectedUrl, 500);
+  await phase(null, protectedUrl, 500, freshKey);
+  // The keys the replay phase repeats, completed first.
+  const replayKeys = Array.from({ length: CONNECTIONS * 4 }, () => `"${randomUUID()}"`);
+  for (const key of replayKeys) {
+    const r = await fetch(protectedUrl, { method: "POST", headers: { ...HEADERS, "idempotency-key": key }, body: BODY });
+    if (r.status !== 201) throw new Error(`setting up replays: ${r.status} ${await r.text()}`);
+    await r.arrayBuffer();
+  }
+  let next = 0;
+  const replayKey = (req) => withKey(replayKeys[next++ % replayKeys.length])(req);
+
+  const loadBefore = loadavg()[0];
+  const started = Date.now();
+  const plain = tally("without withIdempotency (POST /unprotected/orders)");
+  const fresh = tally("withIdempotency, fresh keys (POST /orders)");
+  const replays = tally("withIdempotency, replays (POST /orders)");
+  const perRound = Math.ceil(REQUESTS / ROUNDS);
+  for (let round = 0; round < ROUNDS; round++) {
+    await phase(plain, unprotectedUrl, perRound);
+    await phase(fresh, protectedUrl, perRound, freshKey);
+    await phase(replays, protectedUrl, perRound, replayKey);
+  }
+  const rows = [plain, fresh, replays].map(summary);
+  const [base] = rows;
+  console.log(
+    `\nworkerd (Miniflare ${MINIFLARE_VERSION}), Node ${process.versions.node}, ${cpus().length} cores, 127.0.0.1, ` +
+      `${CONNECTIONS} keep-alive connections, ${perRound * ROUNDS} requests per route in ${ROUNDS} alternating rounds, ` +
+      `Durable Object state ${onDisk ? "on disk" : "in memory"}; ${((Date.now() - started) / 1000).toFixed(1)} s, ` +
+      `load average ${loadBefore.toFixed(2)} before, ${loadavg()[0].toFixed(2)} after\n`,
+  );
+  console.log("| route | req/s | p50 ms | p99 ms | req/s ratio to unprotected | requests | non-2xx/errors |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+  for (const r of rows) {
+    console.log(
+      `| ${r.name} | ${Math.round(r.rps).toLocaleString("en-US")} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.rps / base.rps).toFixed(2)} | ${r.ok + r.other} | ${r.other} |`,
+    );
+  }
+  if (rows.some((r) => r.other > 0)) {
+    console.error("\nsome requests did not succeed: the numbers above are not comparable");
+    process.exitCode = 1;
+  }
+} finally {
+  await worker.dispose();
+  removeDir(dir);
+}
