@@ -80,9 +80,11 @@ const hang = () => new Promise(() => {});
  * The order handler: validates the order, records it in the ledger (the side effect), and
  * answers 201 with the order. The body's optional `outcome` simulates what real payment
  * back ends do: "decline" answers a deterministic 402 (stored and replayed), "unavailable" a
- * 503 (an unknown outcome: not stored, the retry runs again), and "crash" makes the first
- * attempt die without an answer (the key stays in flight until its lease ends; the retry that
- * takes over is told it recovers, and succeeds). ORDER_DELAY_MS simulates slow work.
+ * 503 (an unknown outcome: not stored, the retry runs again), "error" makes the first attempt
+ * throw (an unknown outcome too: the retry takes over at once, told it recovers), and "crash"
+ * makes the first attempt die without an answer (the key stays in flight until its lease
+ * ends; the retry that takes over is told it recovers, and succeeds). ORDER_DELAY_MS
+ * simulates slow work.
  */
 async function createOrder(request, env, delayMs) {
   const type = request.headers.get("content-type") ?? "";
@@ -107,6 +109,9 @@ async function createOrder(request, env, delayMs) {
       return json(402, { error: "card_declined", execution: n });
     case "unavailable":
       return json(503, { error: "unavailable", execution: n });
+    case "error":
+      if (!recovered) throw new Error("the payment provider failed mid-request");
+      break;
     case "crash":
       // A promise that never settles and no pending I/O: workerd cancels the request and
       // answers 500 itself, so withIdempotency never records an outcome. That is a real
@@ -120,8 +125,9 @@ async function createOrder(request, env, delayMs) {
   return json(201, { id, execution: n, recovered }, { location: `/orders/${id}` });
 }
 
-/** What one environment (one set of settings and bindings) needs, built on first use:
- * engines draw random values, which Workers allow only inside a request. */
+/** What one environment (one set of settings and bindings) needs, built on its first
+ * request and kept for the next ones. Never at module load: the bindings arrive with the
+ * request, and Workers refuse to generate random values outside a request handler. */
 const prepared = new Map();
 
 function prepare(env) {
@@ -171,27 +177,39 @@ function methodNotAllowed(allow) {
 
 export default {
   async fetch(request, env, ctx) {
-    const { pathname } = new URL(request.url);
-    if (pathname === "/count") {
-      // The oracle needs no settings: it answers even when they are wrong.
-      if (request.method !== "GET") return methodNotAllowed("GET");
-      return Response.json({ count: await ledger(env).count() }, { headers: { "cache-control": "no-store" } });
+    try {
+      return await route(request, env, ctx);
+    } catch (err) {
+      // When the order handler threw, withIdempotency has recorded the unknown outcome
+      // before the error got here: the retry with the same key takes over as recovered.
+      console.error("request failed", err);
+      return problem(500, "internal", "The request failed", "an internal error stopped the request; retry with the same key");
     }
-    const setup = prepare(env);
-    if (setup.error !== undefined) {
-      return problem(500, "misconfigured", "The worker is misconfigured", setup.error);
-    }
-    switch (pathname) {
-      case "/orders":
-        if (request.method !== "POST") return methodNotAllowed("POST");
-        return setup.orders(request, env, ctx);
-      case "/unprotected/orders":
-        if (!setup.config.unprotectedRoute) break;
-        if (request.method !== "POST") return methodNotAllowed("POST");
-        return setup.handler(request, env);
-      default:
-        break;
-    }
-    return problem(404, "not-found", "Not found", `no route for ${pathname}`);
   },
 };
+
+/** Dispatches a request to its route. */
+async function route(request, env, ctx) {
+  const { pathname } = new URL(request.url);
+  if (pathname === "/count") {
+    // The oracle needs no settings: it answers even when they are wrong.
+    if (request.method !== "GET") return methodNotAllowed("GET");
+    return Response.json({ count: await ledger(env).count() }, { headers: { "cache-control": "no-store" } });
+  }
+  const setup = prepare(env);
+  if (setup.error !== undefined) {
+    return problem(500, "misconfigured", "The worker is misconfigured", setup.error);
+  }
+  switch (pathname) {
+    case "/orders":
+      if (request.method !== "POST") return methodNotAllowed("POST");
+      return setup.orders(request, env, ctx);
+    case "/unprotected/orders":
+      if (!setup.config.unprotectedRoute) break;
+      if (request.method !== "POST") return methodNotAllowed("POST");
+      return setup.handler(request, env);
+    default:
+      break;
+  }
+  return problem(404, "not-found", "Not found", `no route for ${pathname}`);
+}
