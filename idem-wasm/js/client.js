@@ -2,7 +2,7 @@
 // core's outbox entry (idem-core's client state machine, compiled to WebAssembly): this file
 // sends, reports each result, waits as told, and persists the entry between sends.
 import { Outbox } from "./idem_wasm.js";
-import { randomHalves, rangeError, sleep } from "./util.js";
+import { random32, rangeError, sleep } from "./util.js";
 
 const RETRY_NAMES = ["base", "cap", "maxAttempts", "deadline"];
 
@@ -79,9 +79,12 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   checkOptions(options);
   const now = options.now ?? Date.now;
   const doFetch = options.fetch ?? globalThis.fetch;
-  const retry = {};
-  for (const name of RETRY_NAMES) if (options.retry?.[name] !== undefined) retry[name] = options.retry[name];
-  const retryText = JSON.stringify(retry);
+  const retry = RETRY_NAMES.map((name) => {
+    const value = options.retry?.[name];
+    if (value == null) return NaN;
+    if (typeof value !== "number") throw rangeError("IDEM-JS-1", `retry.${name} must be a number`);
+    return value;
+  });
 
   const template = new Request(input, init);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
@@ -92,9 +95,9 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   let entry = null;
   if (options.persist) {
     const saved = await options.persist.load(options.id);
-    if (saved != null) entry = Outbox.fromBytes(saved, retryText);
+    if (saved != null) entry = Outbox.fromBytes(saved, retry);
   }
-  entry ??= new Outbox(options.key ?? newKey(options.keyVersion ?? 4, now()), digest, retryText);
+  entry ??= new Outbox(options.key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.encode());
   };
@@ -108,8 +111,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
     let next = null;
     if (entry.state === "sent") {
       // Saved in flight: the process stopped before the response arrived. Its effect is unknown.
-      const [hi, lo] = randomHalves();
-      next = entry.onNetworkError(now(), hi, lo, true);
+      next = entry.onNetworkError(now(), random32(), random32(), true);
       await save();
     } else if (entry.state !== "created" && entry.state !== "waiting") {
       return await finish({ outcome: entry.state === "answered" || entry.state === "processed" ? "completed" : entry.state, key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
@@ -144,16 +146,14 @@ export async function idempotentFetch(input, init = {}, options = {}) {
         });
       } catch (err) {
         if (options.signal?.aborted) throw err;
-        const [hi, lo] = randomHalves();
-        next = entry.onNetworkError(now(), hi, lo, networkErrorWasLost(err));
+        next = entry.onNetworkError(now(), random32(), random32(), networkErrorWasLost(err));
         await save();
         continue;
       }
-      const [hi, lo] = randomHalves();
       next = entry.onResponse(
         now(),
-        hi,
-        lo,
+        random32(),
+        random32(),
         response.status,
         retryAfterSeconds(response.headers.get("retry-after"), now()),
         await problemType(response),

@@ -2,13 +2,25 @@
 // `Idempotency` class underneath it for hosts that are not Fetch-shaped.
 //
 // Every decision is the engine's (idem-core, compiled to WebAssembly). This file only moves
-// data: it reads the request, loads the record from the store, asks the engine, applies the
-// engine's compare-and-set write, runs the handler and stores its outcome before the
-// response is returned. Because stores are asynchronous, the claim loop runs here, the way
-// `Store::claim` runs it in Rust: load, decide, conditional write, and on a lost race decide
-// again (IDEM-JS-3).
-import { Decision, DecisionKind, Engine, securityEvents, storeProblem } from "./idem_wasm.js";
-import { flatHeaders, pairsOf, randomHalves, rangeError, sleep } from "./util.js";
+// data: it reads the request, claims the key, runs the handler and stores its outcome before
+// the response is returned. With the MemoryStore the records live inside the module and a
+// request is three calls: identify (`begin`), claim (`claimIn`, idem-core's Store::claim)
+// and complete (`finishIn`, Store::finish). Other stores are asynchronous, so the claim loop
+// runs here, the way Store::claim runs it in Rust: load, decide, conditional write, and on a
+// lost race decide again (IDEM-JS-3).
+import { Engine, eventNames, securityMask, storeProblem } from "./idem_wasm.js";
+import { recordsOf } from "./stores.js";
+import {
+  flatHeaders,
+  listText,
+  pairsOf,
+  random32,
+  rangeError,
+  readReply,
+  readWrite,
+  sleep,
+  writeEvent,
+} from "./util.js";
 
 const OPTION_NAMES = new Set([
   "store",
@@ -26,12 +38,36 @@ const OPTION_NAMES = new Set([
   "onEvent",
   "now",
 ]);
+const FINGERPRINT_NAMES = new Set(["headers", "exclude", "json", "maxBody"]);
+const UNKNOWN_OUTCOMES = ["reexecute", "store", "hold"];
+const KEY_KINDS = ["opaque", "opaque-strict", "uuid", "uuid-v4", "uuid-v7"];
+const JSON_MODES = ["auto", "always", "never"];
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+const EMPTY = new Uint8Array(0);
 // A claim that loses this many races in a row answers "in progress", as `Store::claim` does
 // (idem-core's MAX_LOST_RACES).
 const MAX_CLAIM_ROUNDS = 8;
 
-let securityRelevant = null;
+// Claim codes (src/interop.rs): the low three bits are the kind, bit 3 is `recovered`, the
+// rest is the event's index.
+const EXECUTE = 0;
+const REPLAY = 1;
+const IN_PROGRESS = 2;
+const FULL = 5;
+// What the handler's run came to (src/host.rs, `Ran`).
+const ANSWERED = 0;
+const THREW = 1;
+
+let events = null;
+function eventName(index) {
+  events ??= { names: eventNames().split(","), security: securityMask() };
+  return events.names[index];
+}
+function securityRelevant(name) {
+  eventName(0);
+  const i = events.names.indexOf(name);
+  return i >= 0 && (events.security & (1 << i)) !== 0;
+}
 
 /** Per-request idempotency context, for handlers: see `idempotencyOf`. */
 const contexts = new WeakMap();
@@ -88,7 +124,8 @@ function checkOptions(options) {
   }
 }
 
-function engineOptions(o) {
+/** The engine options as text: what a Durable Object needs to build the same engine. */
+function engineOptionsText(o) {
   return JSON.stringify({
     responseTtl: o.responseTtl,
     keyTtl: o.keyTtl,
@@ -99,18 +136,54 @@ function engineOptions(o) {
   });
 }
 
-/** Reads a Reply (wasm) into plain data and frees it. */
-function takeReply(reply) {
-  try {
-    return { status: reply.status, headers: reply.headers, body: reply.body };
-  } finally {
-    reply.free();
-  }
+function num(name, value) {
+  if (value == null) return NaN;
+  if (typeof value !== "number") throw rangeError("IDEM-JS-1", `${name} must be a number`);
+  return value;
 }
 
-/** Reads a Write (wasm) into the shape stores take. */
-function storeWrite(write) {
-  return { expect: write.expect ?? null, value: write.value ?? null, version: write.version, deadline: write.deadline };
+function pick(name, value, choices) {
+  if (value == null) return NaN;
+  const i = choices.indexOf(value);
+  if (i < 0) throw rangeError("IDEM-JS-1", `${name} must be ${choices.map((c) => `"${c}"`).join(", ")}`);
+  return i;
+}
+
+function names(name, value) {
+  if (value == null) return "";
+  if (!(Array.isArray(value) && value.every((v) => typeof v === "string"))) {
+    throw rangeError("IDEM-JS-1", `${name} must be an array of strings`);
+  }
+  return listText(value);
+}
+
+/**
+ * The engine for these options (`responseTtl`, `keyTtl`, `lease`, `unknownOutcome`,
+ * `keyKind`, `fingerprint`; other properties are ignored). Throws a RangeError (IDEM-JS-1,
+ * or IDEM-TTL-2 when `keyTtl < responseTtl`).
+ */
+export function createEngine(o) {
+  const f = o.fingerprint ?? {};
+  if (typeof f !== "object") throw rangeError("IDEM-JS-1", "options.fingerprint must be an object");
+  for (const name of Object.keys(f)) {
+    if (!FINGERPRINT_NAMES.has(name)) throw rangeError("IDEM-JS-1", `unknown option "fingerprint.${name}"`);
+  }
+  const numbers = [
+    num("responseTtl", o.responseTtl),
+    num("keyTtl", o.keyTtl),
+    num("lease", o.lease),
+    pick("unknownOutcome", o.unknownOutcome, UNKNOWN_OUTCOMES),
+    pick("keyKind", o.keyKind, KEY_KINDS),
+    pick("fingerprint.json", f.json, JSON_MODES),
+    num("fingerprint.maxBody", f.maxBody),
+  ];
+  return new Engine(numbers, names("fingerprint.headers", f.headers), names("fingerprint.exclude", f.exclude));
+}
+
+function problemReply(bytes) {
+  const reply = readReply(bytes);
+  reply.replayed = false;
+  return reply;
 }
 
 /**
@@ -122,11 +195,10 @@ export class Idempotency {
   #engine;
   #optionsText;
   #store;
+  #records;
   #required;
   #methods;
   #inFlight;
-  #scope;
-  #route;
   #onEvent;
   #now;
   #fingerprintHeaders;
@@ -134,14 +206,13 @@ export class Idempotency {
 
   constructor(options) {
     checkOptions(options);
-    this.#optionsText = engineOptions(options);
-    this.#engine = new Engine(this.#optionsText);
+    this.#optionsText = engineOptionsText(options);
+    this.#engine = createEngine(options);
     this.#store = options.store;
+    this.#records = recordsOf(options.store);
     this.#required = options.keys !== "optional";
     this.#methods = new Set((options.methods ?? ["POST", "PATCH"]).map((m) => m.toUpperCase()));
     this.#inFlight = options.inFlight && options.inFlight !== "reject" ? options.inFlight : null;
-    this.#scope = options.scope ?? null;
-    this.#route = options.route ?? null;
     this.#onEvent = options.onEvent ?? null;
     this.#now = options.now ?? Date.now;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
@@ -158,10 +229,8 @@ export class Idempotency {
   }
 
   #emit(name, key, extra) {
-    if (this.#onEvent === null) return;
-    securityRelevant ??= new Set(securityEvents());
     try {
-      this.#onEvent({ name, key, securityRelevant: securityRelevant.has(name), ...extra });
+      this.#onEvent({ name, key, securityRelevant: securityRelevant(name), ...extra });
     } catch {
       // A failing hook never changes how a request is answered.
     }
@@ -177,144 +246,126 @@ export class Idempotency {
    * headers as a flat `[name, value, …]` list.
    */
   async handle(input, run) {
-    const prepared = this.prepare(input);
-    if (prepared.reply) return { ...prepared.reply, replayed: false };
-    const attempt = prepared.attempt;
-    try {
-      const claim = await this.claim(attempt);
-      if (claim.reply) return claim.reply;
-      const context = claim.context;
+    const target = input.target;
+    const slot = this.begin(
+      input.key,
+      input.principal ?? "",
+      input.method,
+      input.route ?? routeOf(target),
+      target,
+      input.contentType,
+      input.headers,
+      input.body ?? EMPTY,
+    );
+    if (slot < 0) return this.problem();
+    return this.serve(slot, plainReply, async (context) => {
       let out;
       try {
         out = await run(context);
       } catch (err) {
-        await this.fail(attempt, context);
+        await this.finish(slot, context, THREW, 0, null, EMPTY);
         throw err;
       }
       const headers = flatHeaders(out.headers);
-      const body = typeof out.body === "string" ? new TextEncoder().encode(out.body) : (out.body ?? new Uint8Array(0));
-      await this.complete(attempt, context, out.status, headers, body);
+      const body = typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
+      await this.finish(slot, context, ANSWERED, out.status, headers, body);
       return { status: out.status, headers, body, replayed: false };
-    } finally {
-      attempt.free();
-    }
+    });
   }
 
-  /** Identifies a request: `{ attempt }`, or `{ reply }` with the problem for a bad key or
-   * body (IDEM-KEY-1, IDEM-KEY-3, IDEM-FP-6, IDEM-LIMIT-1). */
-  prepare(input) {
-    const headerList = [];
-    if (this.#fingerprintHeaders.length > 0 && input.headers != null) {
-      const flat = flatHeaders(input.headers);
+  /** Identifies a request: its slot (an integer), or -1 for a missing or malformed key or an
+   * unusable body, answered by `problem()` (IDEM-KEY-1, IDEM-KEY-3, IDEM-FP-6,
+   * IDEM-LIMIT-1). `headers` is only read for the fingerprint headers. */
+  begin(key, principal, method, route, target, contentType, headers, body) {
+    let selected = "";
+    if (this.#fingerprintHeaders.length > 0 && headers != null) {
+      const flat = flatHeaders(headers);
+      const list = [];
       for (let i = 0; i < flat.length; i += 2) {
-        if (this.#fingerprintHeaders.includes(flat[i])) headerList.push(flat[i], flat[i + 1]);
+        if (this.#fingerprintHeaders.includes(flat[i])) list.push(flat[i], flat[i + 1]);
       }
+      selected = listText(list);
     }
-    try {
-      const attempt = this.#engine.attempt(
-        input.key ?? undefined,
-        input.principal ?? "",
-        input.method,
-        input.route ?? input.target.split("?", 1)[0],
-        input.target,
-        input.contentType ?? undefined,
-        headerList,
-        input.body ?? new Uint8Array(0),
-      );
-      return { attempt };
-    } catch (err) {
-      if (err?.problem === undefined) throw err;
-      this.#emit("rejected", null, { code: err.code });
-      const headers = ["content-type", "application/problem+json"];
-      return { reply: { status: err.status, headers, body: new TextEncoder().encode(err.problem) } };
-    }
+    return this.#engine.begin(key ?? undefined, principal, method, route, target, contentType ?? undefined, selected, body);
   }
 
-  /** Refuses a body longer than the fingerprint limit before it is read (IDEM-LIMIT-1). */
+  /** The reply to the last refused request (`begin` gave -1, `checkBodySize` false). */
+  problem() {
+    if (this.#onEvent !== null) this.#emit("rejected", null, { code: this.#engine.problemCode() });
+    return problemReply(this.#engine.reply(-1));
+  }
+
+  /** Whether a body of this many bytes may be read: false past the fingerprint limit
+   * (IDEM-LIMIT-1), answered by `problem()`. */
   checkBodySize(length) {
-    try {
-      this.#engine.checkBodySize(length);
-      return null;
-    } catch (err) {
-      if (err?.problem === undefined) throw err;
-      this.#emit("rejected", null, { code: err.code });
-      return {
-        status: err.status,
-        headers: ["content-type", "application/problem+json"],
-        body: new TextEncoder().encode(err.problem),
-        replayed: false,
-      };
-    }
+    return this.#engine.checkBodySize(length);
   }
 
-  /** Claims the key: `{ context }` when this request executes, or `{ reply }` (replay,
-   * 409 in progress, 422 mismatch, 410, 503) otherwise. */
-  async claim(attempt) {
-    let decision = await this.#decide(attempt);
-    if (!(decision instanceof Decision)) return decision;
-    if (decision.kind === DecisionKind.InProgress && this.#inFlight !== null) {
-      decision.free();
-      decision = await this.#wait(attempt);
-      if (!(decision instanceof Decision)) return decision;
-    }
-    return this.#answer(attempt, decision);
-  }
-
-  #answer(attempt, decision) {
+  /** Claims the slot's key and answers: `execute(context)` when this request runs, or
+   * `answer(reply)` with the engine's reply (replay, 409, 422, 410, 503). Ends the slot. */
+  async serve(slot, answer, execute) {
+    const engine = this.#engine;
     try {
-      const key = attempt.key;
-      this.#emit(decision.event, key, decision.recovered ? { recovered: true } : undefined);
-      if (decision.kind !== DecisionKind.Execute) {
-        const reply = takeReply(decision.reply());
-        reply.replayed = decision.kind === DecisionKind.Replay;
-        return { reply };
+      let code = this.#records !== null ? engine.claimIn(this.#records, slot, this.#now(), random32(), random32()) : await this.#claim(slot);
+      if (typeof code !== "number") return answer(code);
+      if ((code & 7) === IN_PROGRESS && this.#inFlight !== null) {
+        code = await this.#wait(slot);
+        if (typeof code !== "number") return answer(code);
       }
-      const lease = decision.takeLease();
+      const kind = code & 7;
+      if (kind === FULL) return answer(this.#storeFailed(slot, null, true));
+      const recovered = (code & 8) !== 0;
+      if (this.#onEvent !== null) this.#emit(eventName(code >> 4), engine.key(slot), recovered ? { recovered } : undefined);
+      if (kind !== EXECUTE) {
+        const reply = readReply(engine.reply(slot));
+        reply.replayed = kind === REPLAY;
+        return answer(reply);
+      }
       const context = {
-        key,
-        recovered: decision.recovered,
-        fence: lease.fence,
-        leaseExpires: lease.expires,
-        lease,
-        extend: () => this.#extend(attempt, context),
+        key: engine.key(slot),
+        recovered,
+        fence: engine.fence(slot),
+        leaseExpires: engine.expires(slot),
+        extend: () => this.#extend(slot, context),
       };
-      return { context };
+      return await execute(context);
     } finally {
-      decision.free();
+      engine.end(slot);
     }
   }
 
-  /** One claim: through the store's own engine-side claim (a Durable Object), or the CAS
-   * loop. Resolves to a Decision, or to `{ reply }` when the store failed (IDEM-STORE-3,
-   * IDEM-STORE-4). */
-  async #decide(attempt) {
+  #storeFailed(slot, error, full) {
+    if (this.#onEvent !== null) {
+      this.#emit("rejected", this.#engine.key(slot), { code: full ? "IDEM-STORE-3" : "IDEM-STORE-4", error: error ?? undefined });
+    }
+    return problemReply(storeProblem(full, full ? "the idempotency store is full" : "the idempotency store is unavailable"));
+  }
+
+  /** One claim in an asynchronous store: through the store's own engine-side claim (a
+   * Durable Object), or the compare-and-set loop. Resolves to a claim code, or to a reply
+   * when the store failed (IDEM-STORE-3, IDEM-STORE-4). */
+  async #claim(slot) {
+    const engine = this.#engine;
     const store = this.#store;
-    const storageKey = attempt.storageKey;
+    const storageKey = engine.storageKey(slot);
     try {
       if (typeof store.claim === "function") {
-        const [hi, lo] = randomHalves();
-        const bytes = await store.claim(storageKey, attempt.encode(), this.#optionsText, this.#now(), hi, lo);
-        return Decision.decodeClaim(bytes);
+        const bytes = await store.claim(storageKey, engine.encodeAttempt(slot), this.#optionsText, this.#now(), random32(), random32());
+        return engine.claimEncoded(slot, bytes);
       }
       for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
         const current = await store.load(storageKey);
-        const [hi, lo] = randomHalves();
-        const decision = this.#engine.decide(this.#now(), attempt, hi, lo, current?.value ?? undefined);
-        if (decision.kind !== DecisionKind.Execute) return decision;
-        const write = decision.takeWrite();
-        const applied = await store.apply(storageKey, storeWrite(write), this.#now());
-        write.free();
-        if (applied) return decision;
-        decision.free();
+        const code = engine.decide(slot, this.#now(), random32(), random32(), current?.value ?? undefined);
+        if ((code & 7) !== EXECUTE) return code;
+        if (await store.apply(storageKey, readWrite(engine.takeWrite()), this.#now())) {
+          engine.commit(slot);
+          return code;
+        }
       }
-      return Decision.contended();
+      return engine.contended(slot);
     } catch (err) {
       if (err?.code === "IDEM-REC-1") throw err;
-      const full = err?.code === "IDEM-STORE-3";
-      this.#emit("rejected", attempt.key, { code: full ? "IDEM-STORE-3" : "IDEM-STORE-4", error: err });
-      const reply = takeReply(storeProblem(full, full ? "the idempotency store is full" : "the idempotency store is unavailable"));
-      reply.replayed = false;
-      return { reply };
+      return this.#storeFailed(slot, err, err?.code === "IDEM-STORE-3");
     }
   }
 
@@ -322,8 +373,8 @@ export class Idempotency {
    * replay it), its lease ends (then take over), or the bound passes (then 409). Only the
    * latest waiter for a key keeps waiting: an earlier one is answered at once with the
    * engine's current decision, since its client has retried and stopped listening. */
-  async #wait(attempt) {
-    const storageKey = attempt.storageKey;
+  async #wait(slot) {
+    const storageKey = this.#engine.storageKey(slot);
     const superseded = new AbortController();
     this.#waiters.get(storageKey)?.abort();
     this.#waiters.set(storageKey, superseded);
@@ -333,73 +384,95 @@ export class Idempotency {
       for (;;) {
         const left = until - this.#now();
         if (left > 0 && !superseded.signal.aborted) await sleep(Math.min(poll, left), superseded.signal);
-        const decision = await this.#decide(attempt);
-        if (!(decision instanceof Decision) || decision.kind !== DecisionKind.InProgress) return decision;
-        if (superseded.signal.aborted || this.#now() >= until) return decision;
-        decision.free();
+        const code =
+          this.#records !== null
+            ? this.#engine.claimIn(this.#records, slot, this.#now(), random32(), random32())
+            : await this.#claim(slot);
+        if (typeof code !== "number" || (code & 7) !== IN_PROGRESS) return code;
+        if (superseded.signal.aborted || this.#now() >= until) return code;
       }
     } finally {
       if (this.#waiters.get(storageKey) === superseded) this.#waiters.delete(storageKey);
     }
   }
 
-  async #apply(attempt, write, context) {
-    const lease = write.takeLease();
-    const event = write.event;
+  /** Applies a write to an asynchronous store and reports its event. */
+  async #apply(slot, bytes, context) {
     let applied;
     try {
-      applied = await this.#store.apply(attempt.storageKey, storeWrite(write), this.#now());
+      applied = await this.#store.apply(this.#engine.storageKey(slot), readWrite(bytes), this.#now());
     } catch (err) {
       // IDEM-OUT-5: the response is still sent; the lease is left to expire.
-      this.#emit("rejected", context.key, { code: "IDEM-STORE-4", error: err });
-      lease?.free();
+      if (this.#onEvent !== null) this.#emit("rejected", context.key, { code: "IDEM-STORE-4", error: err });
       return false;
-    } finally {
-      write.free();
     }
-    this.#emit(applied ? event : "fenced-out", context.key, { fence: context.fence });
-    if (lease) {
-      if (applied) {
-        context.lease.free();
-        context.lease = lease;
-        context.leaseExpires = lease.expires;
-      } else {
-        lease.free();
-      }
-    }
+    if (this.#onEvent !== null) this.#emit(applied ? eventName(writeEvent(bytes)) : "fenced-out", context.key, { fence: context.fence });
     return applied;
   }
 
-  /** Stores the handler's response under the request's lease (IDEM-OUT-5: before the
-   * response leaves). Resolves to false when the lease was fenced out (IDEM-LEASE-2) or the
-   * store failed; the response is sent either way. */
-  async complete(attempt, context, status, flatHeaderList, body) {
-    try {
-      return await this.#apply(attempt, this.#engine.complete(this.#now(), context.lease, status, flatHeaderList, body), context);
-    } finally {
-      context.lease.free();
+  /** Stores the handler's outcome under the slot's lease (IDEM-OUT-5: before the response
+   * leaves): `ran` is 0 (answered with status, a flat header list and the body bytes) or 1
+   * (threw). Resolves to false when the lease was fenced out (IDEM-LEASE-2) or the store
+   * failed; the response is sent either way. */
+  finish(slot, context, ran, status, headers, body) {
+    const engine = this.#engine;
+    const text = headers === null ? "" : listText(headers);
+    if (this.#records !== null) {
+      const event = eventName(engine.finishIn(this.#records, slot, this.#now(), ran, status, text, body));
+      if (this.#onEvent !== null) this.#emit(event, context.key, { fence: context.fence });
+      return event !== "fenced-out";
     }
+    return this.#apply(slot, engine.complete(slot, this.#now(), ran, status, text, body), context);
   }
 
-  /** Records that the handler threw: an unknown outcome under the configured policy. */
-  async fail(attempt, context) {
-    try {
-      return await this.#apply(attempt, this.#engine.fail(this.#now(), context.lease), context);
-    } finally {
-      context.lease.free();
+  async #extend(slot, context) {
+    const engine = this.#engine;
+    let ok;
+    if (this.#records !== null) {
+      ok = engine.extendIn(this.#records, slot, this.#now());
+      if (this.#onEvent !== null) this.#emit(ok ? "extended" : "fenced-out", context.key, { fence: context.fence });
+    } else {
+      ok = await this.#apply(slot, engine.extend(slot, this.#now()), context);
+      if (ok) engine.commit(slot);
     }
-  }
-
-  async #extend(attempt, context) {
-    const write = this.#engine.extend(this.#now(), context.lease);
-    const ok = await this.#apply(attempt, write, context);
     if (!ok) throw rangeError("IDEM-LEASE-2", "the lease was taken over by another attempt");
+    context.leaseExpires = engine.expires(slot);
   }
 }
 
+const textEncoder = new TextEncoder();
+
+function plainReply(reply) {
+  return reply;
+}
+
+/** The route of a target: its path. */
+function routeOf(target) {
+  const q = target.indexOf("?");
+  return q < 0 ? target : target.slice(0, q);
+}
+
+/** Path and query of a request URL, as `url.pathname + url.search` gives them (a URL that
+ * is not plain http(s) goes through the URL parser). */
+function targetOf(href) {
+  const scheme = href.startsWith("https://") ? 8 : href.startsWith("http://") ? 7 : 0;
+  const path = scheme === 0 ? -1 : href.indexOf("/", scheme);
+  if (path < 0) {
+    const url = new URL(href);
+    return url.pathname + url.search;
+  }
+  let end = href.indexOf("#", path);
+  if (end < 0) end = href.length;
+  // An empty query ("?" alone) is no query, as `url.search` says.
+  if (href.charCodeAt(end - 1) === 63 && href.indexOf("?", path) === end - 1) end--;
+  return href.slice(path, end);
+}
+
 function toResponse(reply) {
-  const headers = pairsOf(reply.headers);
-  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, { status: reply.status, headers });
+  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, {
+    status: reply.status,
+    headers: pairsOf(reply.headers),
+  });
 }
 
 /**
@@ -422,47 +495,42 @@ export function withIdempotency(handler, options) {
     const key = headers.get("idempotency-key");
     if (key === null && !idem.keysRequired) return handler(request, ...rest);
     const length = headers.get("content-length");
-    if (length !== null) {
-      const tooLarge = idem.checkBodySize(Number(length));
-      if (tooLarge) return toResponse(tooLarge);
-    }
-    const body = request.body === null ? new Uint8Array(0) : new Uint8Array(await request.arrayBuffer());
-    const url = new URL(request.url);
-    const principal = scope ? await scope(request) : (headers.get("authorization") ?? "");
-    const prepared = idem.prepare({
-      method,
-      target: url.pathname + url.search,
-      route: route ? await route(request, url) : url.pathname,
-      principal: String(principal ?? ""),
+    if (length !== null && !idem.checkBodySize(Number(length))) return toResponse(idem.problem());
+    const hasBody = request.body !== null;
+    const body = hasBody ? new Uint8Array(await request.arrayBuffer()) : EMPTY;
+    const href = request.url;
+    const target = targetOf(href);
+    const principal = scope ? await scope(request) : headers.get("authorization");
+    const slot = idem.begin(
       key,
-      contentType: headers.get("content-type"),
+      String(principal ?? ""),
+      method,
+      route ? await route(request, new URL(href)) : routeOf(target),
+      target,
+      headers.get("content-type"),
       headers,
       body,
-    });
-    if (prepared.reply) return toResponse(prepared.reply);
-    const attempt = prepared.attempt;
-    try {
-      const claim = await idem.claim(attempt);
-      if (claim.reply) return toResponse(claim.reply);
-      const context = claim.context;
-      const forHandler = request.body === null ? request : new Request(request, { body });
+    );
+    if (slot < 0) return toResponse(idem.problem());
+    return idem.serve(slot, toResponse, async (context) => {
+      // The handler gets a request it can read: the body was read for the fingerprint.
+      const forHandler = hasBody ? new Request(request, { body }) : request;
       contexts.set(forHandler, context);
       let response;
       try {
         response = await handler(forHandler, ...rest);
       } catch (err) {
-        await idem.fail(attempt, context);
+        await idem.finish(slot, context, THREW, 0, null, EMPTY);
         throw err;
       }
-      const bytes = new Uint8Array(await response.arrayBuffer());
-      await idem.complete(attempt, context, response.status, flatHeaders(response.headers), bytes);
-      return new Response(NULL_BODY_STATUS.has(response.status) ? null : bytes, {
-        status: response.status,
-        statusText: response.statusText,
-        headers: response.headers,
-      });
-    } finally {
-      attempt.free();
-    }
+      const status = response.status;
+      const nullBody = NULL_BODY_STATUS.has(status) || response.body === null;
+      const bytes = nullBody ? EMPTY : new Uint8Array(await response.arrayBuffer());
+      await idem.finish(slot, context, ANSWERED, status, flatHeaders(response.headers), bytes);
+      // The body was read to store it: the caller gets the same response with the bytes.
+      return nullBody
+        ? response
+        : new Response(bytes, { status, statusText: response.statusText, headers: response.headers });
+    });
   };
 }

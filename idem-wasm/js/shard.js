@@ -14,8 +14,9 @@
 // other locations, and even "not found" answers are cached, so two requests with one key in
 // two places would both see no record and both run. Claims need one serialised writer per
 // key, which is what a Durable Object is.
-import { Attempt, DecisionKind, Engine, expire } from "./idem_wasm.js";
-import { rangeError } from "./util.js";
+import { expire } from "./idem_wasm.js";
+import { createEngine } from "./server.js";
+import { rangeError, readWrite } from "./util.js";
 
 const RECORD = "r:";
 const DEADLINE = "d:";
@@ -89,7 +90,13 @@ export class IdempotencyShard {
   #engine(optionsText) {
     let engine = this.#engines.get(optionsText);
     if (engine === undefined) {
-      engine = new Engine(optionsText);
+      let options;
+      try {
+        options = JSON.parse(optionsText);
+      } catch {
+        throw rangeError("IDEM-JS-1", "invalid options text");
+      }
+      engine = createEngine(options ?? {});
       if (this.#engines.size >= 8) this.#engines.clear();
       this.#engines.set(optionsText, engine);
     }
@@ -143,34 +150,28 @@ export class IdempotencyShard {
   /** Reads, decides and claims in one step; returns the engine's claim for the worker. */
   async claim(attemptBytes, optionsText, now, hi, lo) {
     const engine = this.#engine(optionsText);
-    const attempt = Attempt.decode(attemptBytes);
+    const slot = engine.beginEncoded(attemptBytes);
     try {
-      const key = attempt.storageKey;
+      const key = engine.storageKey(slot);
       const current = await this.#read(key);
       // From here to the write nothing is awaited: the claim is atomic.
-      const decision = engine.decide(now, attempt, hi >>> 0, lo >>> 0, current?.value);
-      try {
-        let ops = null;
-        let deadline = 0;
-        if (decision.kind === DecisionKind.Execute) {
-          const w = decision.takeWrite();
-          const write = { expect: w.expect ?? null, value: w.value ?? null, version: w.version, deadline: w.deadline };
-          w.free();
-          ops = this.#write(key, current, write);
-          if (ops === null) throw new Error("claim write lost against the copy in memory");
-          deadline = write.deadline;
-        }
-        const out = decision.encodeClaim();
-        if (ops !== null) {
-          await Promise.all(ops);
-          await this.#schedule(deadline);
-        }
-        return out;
-      } finally {
-        decision.free();
+      const code = engine.decide(slot, now, hi >>> 0, lo >>> 0, current?.value);
+      let ops = null;
+      let deadline = 0;
+      if ((code & 7) === 0) {
+        const write = readWrite(engine.takeWrite());
+        ops = this.#write(key, current, write);
+        if (ops === null) throw new Error("claim write lost against the copy in memory");
+        deadline = write.deadline;
       }
+      const out = engine.encodeClaim(slot);
+      if (ops !== null) {
+        await Promise.all(ops);
+        await this.#schedule(deadline);
+      }
+      return out;
     } finally {
-      attempt.free();
+      engine.end(slot);
     }
   }
 
@@ -201,10 +202,10 @@ export class IdempotencyShard {
         await this.#storage.delete(indexKey);
         continue;
       }
-      const w = expire(now, current.value);
-      if (w === undefined) continue;
-      const write = { expect: current.version, value: w.value ?? null, version: w.version, deadline: w.deadline };
-      w.free();
+      const bytes = expire(now, current.value);
+      if (bytes === undefined) continue;
+      const write = readWrite(bytes);
+      write.expect = current.version;
       const ops = this.#write(key, current, write);
       if (ops !== null) await Promise.all(ops);
     }

@@ -1,21 +1,18 @@
 // Small helpers shared by the server, the stores and the client.
 
-/** 64 random bits as two u32 halves, from a pool refilled with crypto.getRandomValues.
+/** A random u32 from a pool refilled with crypto.getRandomValues.
  *
  * The pool is filled on first use, never at module load: Cloudflare Workers refuse to
  * generate random values outside a request handler. */
 let pool = null;
 let next = 0;
-export function randomHalves() {
+export function random32() {
   if (pool === null || next >= pool.length) {
     pool ??= new Uint32Array(256);
     crypto.getRandomValues(pool);
     next = 0;
   }
-  const hi = pool[next];
-  const lo = pool[next + 1];
-  next += 2;
-  return [hi, lo];
+  return pool[next++];
 }
 
 /** A header list (Headers, an array of pairs, or a record) as a flat [name, value, …] list
@@ -40,6 +37,68 @@ export function flatHeaders(headers) {
     else if (value !== undefined) out.push(String(name).toLowerCase(), String(value));
   }
   return out;
+}
+
+// --- The layouts shared with the Rust layer (src/interop.rs) ---------------------------------
+
+/** A list of strings as one string: each item as its length (UTF-16 code units), a colon and
+ * the item. */
+export function listText(items) {
+  let text = "";
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i];
+    text += item.length + ":" + item;
+  }
+  return text;
+}
+
+/** The items of a list text. */
+export function parseList(text) {
+  const out = [];
+  for (let i = 0; i < text.length; ) {
+    const colon = text.indexOf(":", i);
+    const start = colon + 1;
+    i = start + Number(text.slice(i, colon));
+    out.push(text.slice(start, i));
+  }
+  return out;
+}
+
+const textDecoder = new TextDecoder();
+
+/** UTF-8 text, with a fast path for short ASCII (header names and values). */
+function utf8(bytes, start, end) {
+  if (end - start <= 512) {
+    let i = start;
+    while (i < end && bytes[i] < 0x80) i++;
+    if (i === end) return String.fromCharCode.apply(null, bytes.subarray(start, end));
+  }
+  return textDecoder.decode(bytes.subarray(start, end));
+}
+
+function u32(bytes, at) {
+  return (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
+}
+
+/** Reply bytes: `{ status, headers: [name, value, …], body }`. */
+export function readReply(bytes) {
+  const end = 8 + u32(bytes, 4);
+  return { status: u32(bytes, 0), headers: parseList(utf8(bytes, 8, end)), body: bytes.subarray(end) };
+}
+
+/** Write bytes: the write as stores take it, `{ expect, value, version, deadline }`. */
+export function readWrite(bytes) {
+  const flags = bytes[0];
+  let at = 12;
+  const expect = flags & 1 ? utf8(bytes, at, (at += bytes[2])) : null;
+  const version = utf8(bytes, at, (at += bytes[3]));
+  const deadline = new DataView(bytes.buffer, bytes.byteOffset + 4, 8).getFloat64(0, true);
+  return { expect, value: flags & 2 ? bytes.slice(at) : null, version, deadline };
+}
+
+/** The event index in write bytes (255: none). */
+export function writeEvent(bytes) {
+  return bytes[1];
 }
 
 /** A flat [name, value, …] list as the pairs a Response accepts. */

@@ -1,10 +1,27 @@
 //! Every conversion between JavaScript values and idem-core types, in one place.
 //!
-//! Most of this module is plain Rust (options text → [`Config`], header lists → pairs, core
-//! errors → [`ErrorParts`], decisions → HTTP replies, the Durable Object wire format), so it
-//! is tested natively by `cargo test -p idem-wasm` (`tests/interop.rs`). Only
-//! [`ErrorParts::into_js`] touches a JavaScript value; the package's Node tests check the
-//! errors it builds.
+//! Most of this module is plain Rust (option numbers → [`Config`], list texts → pairs, core
+//! errors → [`ErrorParts`], decisions → HTTP replies, writes and replies → the byte layouts
+//! the JavaScript side reads, the Durable Object wire format), so it is tested natively by
+//! `cargo test -p idem-wasm` (`tests/interop.rs`). Only [`ErrorParts::into_js`] touches a
+//! JavaScript value; the package's Node tests check the errors it builds.
+//!
+//! # Layouts shared with `js/wire.js`
+//!
+//! Data crosses the boundary in as few calls as possible, as numbers, one string or one
+//! byte array, never as JSON text:
+//!
+//! * **List text**: a list of strings as one string, each item written as its length in
+//!   UTF-16 code units (a JavaScript string's `length`), a colon, and the item:
+//!   `["ab", "c"]` is `2:ab1:c`. Header lists are flat `[name, value, …]` lists.
+//! * **Reply bytes**: `u32` status, `u32` byte length of the head, the head (the header list
+//!   as list text, UTF-8), then the body. Integers are little-endian.
+//! * **Write bytes**: flags (`1`: a version is expected, `2`: a record is put, else the
+//!   record is deleted), the event index (`255`: none), the lengths of the expected version
+//!   and the new version (decimal ASCII), the deadline as an `f64`, the two versions, then
+//!   the encoded record.
+//! * **Claim codes**: a `u32` whose low three bits are the [`Kind`], bit 3 is `recovered`,
+//!   and bits 4 and up are the event's index in [`Event::ALL`].
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -120,47 +137,39 @@ impl ErrorParts {
         ErrorParts::range(code, e.to_string())
     }
 
-    /// Builds the JavaScript error: `code`, and for request errors `status`, `type` and
-    /// `problem` (the `application/problem+json` body).
+    /// The reply for an error about an HTTP request (`application/problem+json`).
+    pub fn reply(&self) -> Option<Reply> {
+        self.problem.map(|p| problem_reply(p, &self.message, None))
+    }
+
+    /// Builds the JavaScript error, with the `code` property.
     pub fn into_js(self) -> wasm_bindgen::JsValue {
         use wasm_bindgen::JsValue;
         let error: js_sys::Error = match self.kind {
             ErrorKind::Range => js_sys::RangeError::new(&self.message).into(),
             ErrorKind::Error => js_sys::Error::new(&self.message),
         };
-        let set = |name: &str, value: JsValue| {
-            // Setting a property on a fresh Error object cannot fail.
-            let _ = js_sys::Reflect::set(&error, &JsValue::from_str(name), &value);
-        };
-        set("code", JsValue::from_str(self.code));
-        if let Some(p) = self.problem {
-            set("status", JsValue::from(p.status));
-            set("type", JsValue::from_str(p.type_uri));
-            set("problem", JsValue::from_str(&p.to_json(&self.message)));
-        }
+        // Setting a property on a fresh Error object cannot fail.
+        let _ = js_sys::Reflect::set(&error, &JsValue::from_str("code"), &self.code.into());
         error.into()
     }
 }
 
-/// How keys are parsed (`IDEM-KEY-1`, `IDEM-KEY-2`, `IDEM-KEY-4`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+/// How keys are parsed (`IDEM-KEY-1`, `IDEM-KEY-2`, `IDEM-KEY-4`). The discriminants are
+/// the numbers the JavaScript side passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum KeyKind {
-    /// An RFC 8941 sf-string only.
-    #[serde(rename = "opaque-strict")]
-    OpaqueStrict,
-    /// An sf-string or a Stripe-style bare key (the default).
+    /// An sf-string or a Stripe-style bare key (the default; `"opaque"`).
     #[default]
-    #[serde(rename = "opaque")]
-    Opaque,
-    /// A UUID of any version (as an sf-string or bare).
-    #[serde(rename = "uuid")]
-    Uuid,
-    /// A UUID v4.
-    #[serde(rename = "uuid-v4")]
-    UuidV4,
-    /// A UUID v7.
-    #[serde(rename = "uuid-v7")]
-    UuidV7,
+    Opaque = 0,
+    /// An RFC 8941 sf-string only (`"opaque-strict"`).
+    OpaqueStrict = 1,
+    /// A UUID of any version, as an sf-string or bare (`"uuid"`).
+    Uuid = 2,
+    /// A UUID v4 (`"uuid-v4"`).
+    UuidV4 = 3,
+    /// A UUID v7 (`"uuid-v7"`).
+    UuidV7 = 4,
 }
 
 impl KeyKind {
@@ -180,27 +189,6 @@ impl KeyKind {
     }
 }
 
-/// The engine options as the JS layer passes them (JSON text, durations in milliseconds).
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct OptionsText {
-    response_ttl: Option<f64>,
-    key_ttl: Option<f64>,
-    lease: Option<f64>,
-    unknown_outcome: Option<String>,
-    key_kind: Option<KeyKind>,
-    fingerprint: Option<FingerprintText>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct FingerprintText {
-    headers: Option<Vec<String>>,
-    exclude: Option<Vec<String>>,
-    json: Option<String>,
-    max_body: Option<f64>,
-}
-
 /// Everything the engine side of the JS API is configured with.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -210,6 +198,29 @@ pub struct Options {
     pub key_kind: KeyKind,
     /// What goes into fingerprints.
     pub fingerprint: FingerprintSpec,
+}
+
+/// The positions of the option numbers passed to [`options`]. `NaN` (or a missing number)
+/// means the default.
+pub mod opt {
+    /// `responseTtl`, ms.
+    pub const RESPONSE_TTL: usize = 0;
+    /// `keyTtl`, ms.
+    pub const KEY_TTL: usize = 1;
+    /// `lease`, ms.
+    pub const LEASE: usize = 2;
+    /// `unknownOutcome`: 0 `reexecute`, 1 `store`, 2 `hold`.
+    pub const UNKNOWN_OUTCOME: usize = 3;
+    /// `keyKind`: a [`super::KeyKind`] discriminant.
+    pub const KEY_KIND: usize = 4;
+    /// `fingerprint.json`: 0 `auto`, 1 `always`, 2 `never`.
+    pub const JSON: usize = 5;
+    /// `fingerprint.maxBody`, bytes.
+    pub const MAX_BODY: usize = 6;
+}
+
+fn number(numbers: &[f64], at: usize) -> Option<f64> {
+    numbers.get(at).copied().filter(|n| !n.is_nan())
 }
 
 fn duration(name: &str, ms: Option<f64>, default: Duration) -> Result<Duration, ErrorParts> {
@@ -222,46 +233,52 @@ fn duration(name: &str, ms: Option<f64>, default: Duration) -> Result<Duration, 
     Ok(Duration::from_millis(ms as u64))
 }
 
-/// Parses the options JSON text.
-pub fn parse_options(text: &str) -> Result<Options, ErrorParts> {
-    let o: OptionsText = serde_json::from_str(text)
-        .map_err(|e| ErrorParts::options(format!("invalid options: {e}")))?;
+fn choice(name: &str, n: Option<f64>, count: u8) -> Result<u8, ErrorParts> {
+    match n {
+        None => Ok(0),
+        Some(n) if n.fract() == 0.0 && (0.0..f64::from(count)).contains(&n) => Ok(n as u8),
+        Some(_) => Err(ErrorParts::options(format!("{name} is not a known choice"))),
+    }
+}
+
+/// The engine options from the numbers the JavaScript side passes (see [`opt`]) and the
+/// fingerprint's header names and excluded fields as list texts.
+pub fn options(numbers: &[f64], headers: &str, exclude: &str) -> Result<Options, ErrorParts> {
     let defaults = Config::default();
-    let unknown_outcome = match o.unknown_outcome.as_deref() {
-        None | Some("reexecute") => UnknownOutcomePolicy::Reexecute,
-        Some("store") => UnknownOutcomePolicy::Store,
-        Some("hold") => UnknownOutcomePolicy::Hold,
-        Some(other) => {
-            return Err(ErrorParts::options(format!(
-                "unknownOutcome must be \"reexecute\", \"store\" or \"hold\", not \"{other}\""
-            )))
-        }
+    let unknown_outcome = match choice("unknownOutcome", number(numbers, opt::UNKNOWN_OUTCOME), 3)?
+    {
+        0 => UnknownOutcomePolicy::Reexecute,
+        1 => UnknownOutcomePolicy::Store,
+        _ => UnknownOutcomePolicy::Hold,
     };
     let config = Config {
-        response_ttl: duration("responseTtl", o.response_ttl, defaults.response_ttl)?,
-        key_ttl: duration("keyTtl", o.key_ttl, defaults.key_ttl)?,
-        lease: duration("lease", o.lease, defaults.lease)?,
+        response_ttl: duration(
+            "responseTtl",
+            number(numbers, opt::RESPONSE_TTL),
+            defaults.response_ttl,
+        )?,
+        key_ttl: duration("keyTtl", number(numbers, opt::KEY_TTL), defaults.key_ttl)?,
+        lease: duration("lease", number(numbers, opt::LEASE), defaults.lease)?,
         unknown_outcome,
     };
-    let f = o.fingerprint.unwrap_or_default();
-    let mut fingerprint = FingerprintSpec::default();
-    if let Some(h) = f.headers {
-        fingerprint.headers = h;
-    }
-    if let Some(x) = f.exclude {
-        fingerprint.exclude = x;
-    }
-    fingerprint.json = match f.json.as_deref() {
-        None | Some("auto") => JsonMode::Auto,
-        Some("always") => JsonMode::Always,
-        Some("never") => JsonMode::Never,
-        Some(other) => {
-            return Err(ErrorParts::options(format!(
-                "fingerprint.json must be \"auto\", \"always\" or \"never\", not \"{other}\""
-            )))
-        }
+    let key_kind = match choice("keyKind", number(numbers, opt::KEY_KIND), 5)? {
+        0 => KeyKind::Opaque,
+        1 => KeyKind::OpaqueStrict,
+        2 => KeyKind::Uuid,
+        3 => KeyKind::UuidV4,
+        _ => KeyKind::UuidV7,
     };
-    if let Some(max) = f.max_body {
+    let mut fingerprint = FingerprintSpec {
+        headers: owned(list(headers)?),
+        exclude: owned(list(exclude)?),
+        ..FingerprintSpec::default()
+    };
+    fingerprint.json = match choice("fingerprint.json", number(numbers, opt::JSON), 3)? {
+        0 => JsonMode::Auto,
+        1 => JsonMode::Always,
+        _ => JsonMode::Never,
+    };
+    if let Some(max) = number(numbers, opt::MAX_BODY) {
         if !(max.fract() == 0.0 && (0.0..=MAX_DURATION_MS as f64).contains(&max)) {
             return Err(ErrorParts::options(
                 "fingerprint.maxBody must be a whole number of bytes",
@@ -271,9 +288,13 @@ pub fn parse_options(text: &str) -> Result<Options, ErrorParts> {
     }
     Ok(Options {
         config,
-        key_kind: o.key_kind.unwrap_or_default(),
+        key_kind,
         fingerprint,
     })
+}
+
+fn owned(items: Vec<&str>) -> Vec<String> {
+    items.into_iter().map(String::from).collect()
 }
 
 /// Milliseconds from JavaScript (`Date.now()`) as core time; negative or non-finite values
@@ -296,10 +317,9 @@ pub fn u64_from_halves(hi: u32, lo: u32) -> u64 {
     (u64::from(hi) << 32) | u64::from(lo)
 }
 
-/// The scope of a request: the principal enters only as a SHA-256 digest (the first 16
-/// bytes, in hex), so credentials never reach a store, and no choice of principal, method
-/// and route makes two scopes collide (`IDEM-SCOPE-1`, `IDEM-SCOPE-2`).
-pub fn scope(principal: &str, method: &str, route: &str) -> Scope {
+/// The principal as it enters a scope: a SHA-256 digest (the first 16 bytes, in hex), so
+/// credentials never reach a store.
+pub fn principal_digest(principal: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(principal.as_bytes());
     let mut hex = String::with_capacity(32);
@@ -307,25 +327,69 @@ pub fn scope(principal: &str, method: &str, route: &str) -> Scope {
         hex.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
         hex.push(char::from_digit(u32::from(b & 15), 16).unwrap_or('0'));
     }
-    Scope::new(&hex, method, route)
+    hex
 }
 
-/// Pairs a flat `[name, value, name, value, …]` list (an odd trailing name is dropped).
-pub fn pairs(flat: Vec<String>) -> Vec<(String, String)> {
-    let mut out = Vec::with_capacity(flat.len() / 2);
-    let mut it = flat.into_iter();
-    while let (Some(n), Some(v)) = (it.next(), it.next()) {
-        out.push((n, v));
+/// The scope of a request: the principal enters only as its digest
+/// ([`principal_digest`]), and no choice of principal, method and route makes two scopes
+/// collide (`IDEM-SCOPE-1`, `IDEM-SCOPE-2`).
+pub fn scope(principal: &str, method: &str, route: &str) -> Scope {
+    Scope::new(&principal_digest(principal), method, route)
+}
+
+/// The items of a list text (see the module docs). Throws `IDEM-JS-2` for text that is not
+/// a list.
+pub fn list(text: &str) -> Result<Vec<&str>, ErrorParts> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (len, tail) = rest
+            .split_once(':')
+            .and_then(|(n, tail)| Some((n.parse::<usize>().ok()?, tail)))
+            .ok_or_else(|| ErrorParts::wire("list"))?;
+        let (item, tail) = split_utf16(tail, len).ok_or_else(|| ErrorParts::wire("list"))?;
+        out.push(item);
+        rest = tail;
+    }
+    Ok(out)
+}
+
+/// Splits `s` after `units` UTF-16 code units, if that is a character boundary.
+fn split_utf16(s: &str, units: usize) -> Option<(&str, &str)> {
+    let mut seen = 0;
+    for (i, c) in s.char_indices() {
+        if seen == units {
+            return Some(s.split_at(i));
+        }
+        seen += c.len_utf16();
+    }
+    (seen == units).then_some((s, ""))
+}
+
+/// Appends `item` to a list text.
+pub fn push_item(out: &mut String, item: &str) {
+    use core::fmt::Write as _;
+    let _ = write!(out, "{}:", item.encode_utf16().count());
+    out.push_str(item);
+}
+
+/// Header pairs from a flat list text `name:value:…`; an odd trailing name is dropped.
+pub fn pairs(text: &str) -> Result<Vec<(String, String)>, ErrorParts> {
+    let items = list(text)?;
+    Ok(items
+        .chunks_exact(2)
+        .map(|p| (String::from(p[0]), String::from(p[1])))
+        .collect())
+}
+
+/// Header pairs as a flat list text.
+pub fn flatten(pairs: &[(String, String)]) -> String {
+    let mut out = String::new();
+    for (n, v) in pairs {
+        push_item(&mut out, n);
+        push_item(&mut out, v);
     }
     out
-}
-
-/// Flattens header pairs for JavaScript.
-pub fn flatten(pairs: &[(String, String)]) -> Vec<String> {
-    pairs
-        .iter()
-        .flat_map(|(n, v)| [n.clone(), v.clone()])
-        .collect()
 }
 
 /// A write as a store sees it: the value to put (`None` deletes), the expected current
@@ -366,6 +430,54 @@ impl StoreWrite {
             },
         }
     }
+
+    /// The write bytes (see the module docs), with the event the write yields once applied.
+    pub fn encode(&self, event: Option<Event>) -> Vec<u8> {
+        let expect = self.expect.as_deref().unwrap_or("");
+        let value = self.value.as_deref().unwrap_or(&[]);
+        let mut out = Vec::with_capacity(12 + expect.len() + self.version.len() + value.len());
+        out.push(u8::from(self.expect.is_some()) | (u8::from(self.value.is_some()) << 1));
+        out.push(event.map_or(NO_EVENT, event_index));
+        out.push(expect.len() as u8);
+        out.push(self.version.len() as u8);
+        out.extend_from_slice(&self.deadline.to_le_bytes());
+        out.extend_from_slice(expect.as_bytes());
+        out.extend_from_slice(self.version.as_bytes());
+        out.extend_from_slice(value);
+        out
+    }
+}
+
+/// The event index that means "no event" in write bytes.
+pub const NO_EVENT: u8 = 255;
+
+/// The index of `event` in [`Event::ALL`] (events with data compare by name).
+pub fn event_index(event: Event) -> u8 {
+    Event::ALL
+        .iter()
+        .position(|e| e.name() == event.name())
+        .map_or(NO_EVENT, |i| i as u8)
+}
+
+/// The names of [`Event::ALL`], comma-separated, in index order.
+pub fn event_names() -> String {
+    let mut out = String::new();
+    for (i, e) in Event::ALL.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(e.name());
+    }
+    out
+}
+
+/// A bit mask over event indices: the security-relevant events (`IDEM-EVT-1`).
+pub fn security_mask() -> u32 {
+    Event::ALL
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.is_security_relevant())
+        .fold(0, |mask, (i, _)| mask | (1 << i))
 }
 
 /// The event a completion write yields once applied, as [`idem_core::Store::finish`]
@@ -374,13 +486,50 @@ pub fn completion_event(write: &Write) -> Event {
     idem_core::Finish::of(write).event()
 }
 
-/// Every event the core defines that is security-relevant (`IDEM-EVT-1`).
-pub fn security_events() -> Vec<Event> {
-    Event::ALL
-        .iter()
-        .copied()
-        .filter(Event::is_security_relevant)
-        .collect()
+/// What a claim tells the host to do: the low bits of a claim code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Run the handler under the lease.
+    Execute = 0,
+    /// Send the stored response again.
+    Replay = 1,
+    /// Another attempt holds the lease: 409 with `Retry-After`.
+    InProgress = 2,
+    /// The key was used for a different request: 422.
+    Mismatch = 3,
+    /// Refused: the key's response expired (410) or its outcome is unknown (409).
+    Rejected = 4,
+    /// The store is full (`IDEM-STORE-3`): 503, nothing runs.
+    Full = 5,
+}
+
+/// A claim code (see the module docs).
+pub fn code(kind: Kind, recovered: bool, event: Event) -> u32 {
+    kind as u32 | (u32::from(recovered) << 3) | (u32::from(event_index(event)) << 4)
+}
+
+/// The claim code of a claim.
+pub fn claim_code(claim: &Claim) -> u32 {
+    let (kind, recovered) = match claim {
+        Claim::Execute { recovered, .. } => (Kind::Execute, *recovered),
+        Claim::Done(Decision::Replay(_)) => (Kind::Replay, false),
+        Claim::Done(Decision::InProgress { .. }) => (Kind::InProgress, false),
+        Claim::Done(Decision::Mismatch { .. }) => (Kind::Mismatch, false),
+        Claim::Done(_) => (Kind::Rejected, false),
+    };
+    code(kind, recovered, claim.event())
+}
+
+/// Parses a storage key ([`RecordKey::storage_key`]) back into the record key.
+pub fn parse_storage_key(s: &str) -> Option<RecordKey> {
+    let (len, rest) = s.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    if !rest.is_char_boundary(len) {
+        return None;
+    }
+    let (scope, key) = rest.split_at(len);
+    let key = RecordKey::new(Scope::custom(scope), key);
+    (key.storage_key() == s).then_some(key)
 }
 
 /// An HTTP reply: status, header pairs, body.
@@ -392,6 +541,19 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     /// Body.
     pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The reply bytes (see the module docs).
+    pub fn encode(&self) -> Vec<u8> {
+        let head = flatten(&self.headers);
+        let mut out = Vec::with_capacity(8 + head.len() + self.body.len());
+        out.extend_from_slice(&u32::from(self.status).to_le_bytes());
+        out.extend_from_slice(&(head.len() as u32).to_le_bytes());
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(&self.body);
+        out
+    }
 }
 
 /// The reply for a problem: `application/problem+json` with the core's body.
@@ -418,7 +580,8 @@ pub fn decision_reply(decision: &Decision) -> Option<Reply> {
     match decision {
         Decision::Execute { .. } => None,
         Decision::Replay(r) => {
-            let mut headers = r.headers.clone();
+            let mut headers = Vec::with_capacity(r.headers.len() + 1);
+            headers.extend_from_slice(&r.headers);
             headers.push((String::from("idempotent-replayed"), String::from("true")));
             Some(Reply {
                 status: r.status,
@@ -464,8 +627,8 @@ pub fn store_reply(full: bool, detail: &str) -> Reply {
 // --- The Durable Object wire format -----------------------------------------------------
 //
 // A worker computes the attempt (key, scope, fingerprint) and sends it to the Durable Object
-// that owns the key's shard; the object decides next to its storage and sends the decision
-// back. Both travel as postcard bytes of these mirror types, prefixed with a tag byte.
+// that owns the key's shard; the object decides next to its storage and sends the claim
+// back. Both travel as postcard bytes of the core's serde types, prefixed with a tag byte.
 
 const WIRE_ATTEMPT: u8 = b'A';
 const WIRE_DECISION: u8 = b'D';
@@ -508,21 +671,11 @@ pub fn decode_claim(bytes: &[u8]) -> Result<Claim, ErrorParts> {
 
 // --- The client ---------------------------------------------------------------------------
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RetryText {
-    base: Option<f64>,
-    cap: Option<f64>,
-    max_attempts: Option<f64>,
-    deadline: Option<f64>,
-}
-
-/// Parses the client's retry options (JSON text, milliseconds).
-pub fn parse_retry(text: &str) -> Result<idem_core::RetryPolicy, ErrorParts> {
-    let r: RetryText = serde_json::from_str(text)
-        .map_err(|e| ErrorParts::options(format!("invalid retry options: {e}")))?;
+/// The client's retry policy from `[base, cap, maxAttempts, deadline]` (ms; `NaN` for the
+/// default).
+pub fn retry_policy(numbers: &[f64]) -> Result<idem_core::RetryPolicy, ErrorParts> {
     let d = idem_core::RetryPolicy::default();
-    let attempts = match r.max_attempts {
+    let attempts = match number(numbers, 2) {
         None => d.max_attempts,
         Some(n) if n.fract() == 0.0 && (1.0..=1_000_000.0).contains(&n) => n as u32,
         Some(_) => {
@@ -532,10 +685,10 @@ pub fn parse_retry(text: &str) -> Result<idem_core::RetryPolicy, ErrorParts> {
         }
     };
     Ok(idem_core::RetryPolicy {
-        base: duration("retry.base", r.base, d.base)?,
-        cap: duration("retry.cap", r.cap, d.cap)?,
+        base: duration("retry.base", number(numbers, 0), d.base)?,
+        cap: duration("retry.cap", number(numbers, 1), d.cap)?,
         max_attempts: attempts,
-        deadline: duration("retry.deadline", r.deadline, d.deadline)?,
+        deadline: duration("retry.deadline", number(numbers, 3), d.deadline)?,
     })
 }
 

@@ -1,26 +1,27 @@
 //! WASM bindings of idem-core: the engine of the `idem-wasm` npm package.
 //!
 //! This layer has no idempotency logic of its own. Each method converts its JavaScript
-//! arguments ([`interop`]), calls idem-core, and converts the answer back. Time and random
+//! arguments ([`interop`]), calls idem-core (through [`host::Host`], which keeps each
+//! request's attempt in a numbered slot), and converts the answer back. Time and random
 //! values come from JavaScript. Errors are real JavaScript errors (`RangeError` for bad
 //! input) whose `code` property is the ID of the requirement in `spec/requirements.toml`
-//! that the input broke; errors about an HTTP request also carry `status`, `type` and
-//! `problem` (the `application/problem+json` body).
+//! that the input broke; a refused request is not an error but a reply
+//! (`application/problem+json`).
 //!
-//! The JavaScript API in `idem-wasm/src/js/` drives these classes: it reads the request,
-//! loads the record from an async store, asks [`Engine::decide`], applies the returned
-//! [`Write`] with the store's compare-and-set, runs the handler, and stores the outcome with
-//! [`Engine::complete`] before the response leaves.
+//! The JavaScript API (`idem-wasm/js/`) drives these classes. With the in-process store
+//! ([`Records`]: idem-core's `MemoryStore`, inside the module) a request costs two calls
+//! besides identifying it: [`Engine::claim_in`] and [`Engine::finish_in`]. With an
+//! asynchronous store (a Durable Object, a database) the JavaScript side loads the record,
+//! asks [`Engine::decide`], applies the returned compare-and-set write, runs the handler,
+//! and stores the outcome with [`Engine::complete`] before the response leaves.
 
 extern crate alloc;
 
+pub mod host;
 pub mod interop;
 
-use idem_core::{
-    Attempt as CoreAttempt, Claim, Decision as CoreDecision, Event, Fingerprint,
-    Lease as CoreLease, Outcome, RecordKey, RequestParts, StoredResponse, Write as CoreWrite,
-};
-use interop::{ErrorParts, KeyKind, Reply as ReplyParts, StoreWrite};
+use host::{Host, Incoming};
+use interop::ErrorParts;
 use wasm_bindgen::prelude::*;
 
 type JsResult<T> = Result<T, JsValue>;
@@ -29,500 +30,362 @@ fn js(e: ErrorParts) -> JsValue {
     e.into_js()
 }
 
-/// The idempotency engine with its key and fingerprint settings.
+/// The idempotency engine with its key and fingerprint settings, and the attempts in
+/// flight, each in a numbered slot (see [`host`]).
 #[wasm_bindgen]
 pub struct Engine {
-    engine: idem_core::Engine,
-    key_kind: KeyKind,
-    fingerprint: idem_core::FingerprintSpec,
+    host: Host,
 }
 
 #[wasm_bindgen]
 impl Engine {
-    /// An engine from the options JSON text (durations in milliseconds). Throws a
-    /// `RangeError` (`IDEM-JS-1`, or `IDEM-TTL-2` when `keyTtl < responseTtl`).
+    /// An engine from the option numbers (see [`interop::opt`]; durations in milliseconds,
+    /// `NaN` for a default) and the fingerprint's header names and excluded fields as list
+    /// texts. Throws a `RangeError` (`IDEM-JS-1`, or `IDEM-TTL-2` when
+    /// `keyTtl < responseTtl`).
     #[wasm_bindgen(constructor)]
-    pub fn new(options: &str) -> JsResult<Engine> {
-        let o = interop::parse_options(options).map_err(js)?;
-        let engine = idem_core::Engine::new(o.config).map_err(|e| js(ErrorParts::config(&e)))?;
+    pub fn new(numbers: &[f64], headers: &str, exclude: &str) -> JsResult<Engine> {
+        let options = interop::options(numbers, headers, exclude).map_err(js)?;
         Ok(Engine {
-            engine,
-            key_kind: o.key_kind,
-            fingerprint: o.fingerprint,
+            host: Host::new(options).map_err(js)?,
         })
     }
 
     /// Identifies a request: parses the key header (`undefined` when absent), builds the
     /// scope from the principal, method and route, and fingerprints method, target, the
-    /// selected headers (a flat `[name, value, …]` list) and the body. Throws a `RangeError`
-    /// with the problem response for a missing or malformed key or an unusable body.
+    /// selected headers (a flat list text) and the body. Returns the slot, or `-1` for a
+    /// missing or malformed key or an unusable body, whose problem `reply(-1)` renders.
     #[allow(clippy::too_many_arguments)]
-    pub fn attempt(
-        &self,
+    pub fn begin(
+        &mut self,
         key: Option<String>,
         principal: &str,
         method: &str,
         route: &str,
         target: &str,
         content_type: Option<String>,
-        headers: Vec<String>,
+        headers: &str,
         body: &[u8],
-    ) -> JsResult<Attempt> {
-        let key = self
-            .key_kind
-            .parse(key.as_deref())
-            .map_err(|e| js(ErrorParts::key(&e)))?;
-        let pairs = interop::pairs(headers);
-        let header_refs: Vec<(&str, &[u8])> = pairs
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_bytes()))
-            .collect();
-        let fingerprint = self
-            .fingerprint
-            .fingerprint(&RequestParts {
-                method,
-                target,
-                content_type: content_type.as_deref(),
-                headers: &header_refs,
-                body,
-            })
-            .map_err(|e| js(ErrorParts::fingerprint(&e)))?;
-        let key = RecordKey::new(interop::scope(principal, method, route), key);
-        Ok(Attempt::new(key, fingerprint))
-    }
-
-    /// Refuses a body of `length` bytes, announced by `Content-Length` before it is read,
-    /// when it is larger than the fingerprint limit: throws the same `RangeError` (413,
-    /// `IDEM-LIMIT-1`) as [`Engine::attempt`] would after reading it.
-    #[wasm_bindgen(js_name = checkBodySize)]
-    pub fn check_body_size(&self, length: f64) -> JsResult<()> {
-        let max = self.fingerprint.max_body;
-        if length.is_finite() && length > max as f64 {
-            let e = idem_core::FingerprintError::BodyTooLarge {
-                len: length as usize,
-                max,
-            };
-            return Err(js(ErrorParts::fingerprint(&e)));
+    ) -> JsResult<i32> {
+        let req = Incoming {
+            key: key.as_deref(),
+            principal,
+            method,
+            route,
+            target,
+            content_type: content_type.as_deref(),
+            headers,
+            body,
+        };
+        match self.host.begin(&req) {
+            Ok(t) => Ok(t as i32),
+            Err(e) if e.problem.is_some() => {
+                self.host.fail_with(e);
+                Ok(-1)
+            }
+            Err(e) => Err(js(e)),
         }
-        Ok(())
     }
 
-    /// Decides what to do with `attempt` given the stored record bytes (or `undefined`).
-    /// `nonceHi`/`nonceLo` are 64 random bits that seed the version of a new record.
-    pub fn decide(
-        &self,
+    /// Opens a slot for an attempt sent by [`Engine::encode_attempt`] (a Durable Object
+    /// does). Throws a `RangeError` (`IDEM-JS-2`).
+    #[wasm_bindgen(js_name = beginEncoded)]
+    pub fn begin_encoded(&mut self, bytes: &[u8]) -> JsResult<u32> {
+        self.host.begin_encoded(bytes).map_err(js)
+    }
+
+    /// False for a body of `length` bytes, announced by `Content-Length` before it is read,
+    /// that is larger than the fingerprint limit (413, `IDEM-LIMIT-1`; `reply(-1)`).
+    #[wasm_bindgen(js_name = checkBodySize)]
+    pub fn check_body_size(&mut self, length: f64) -> bool {
+        match self.host.check_body_size(length) {
+            Ok(()) => true,
+            Err(e) => {
+                self.host.fail_with(e);
+                false
+            }
+        }
+    }
+
+    /// The requirement ID of the last refused request (`reply(-1)`).
+    #[wasm_bindgen(js_name = problemCode)]
+    pub fn problem_code(&self) -> String {
+        String::from(self.host.problem_code())
+    }
+
+    /// Closes a slot.
+    pub fn end(&mut self, slot: u32) {
+        self.host.end(slot);
+    }
+
+    /// The key the store keeps the record under (scope and key, length-prefixed).
+    #[wasm_bindgen(js_name = storageKey)]
+    pub fn storage_key(&self, slot: u32) -> JsResult<String> {
+        self.host.storage_key(slot).map_err(js)
+    }
+
+    /// The idempotency key as parsed (a UUID in lowercase).
+    pub fn key(&self, slot: u32) -> JsResult<String> {
+        self.host.key(slot).map(String::from).map_err(js)
+    }
+
+    /// The attempt as bytes, for the Durable Object that owns its key.
+    #[wasm_bindgen(js_name = encodeAttempt)]
+    pub fn encode_attempt(&self, slot: u32) -> JsResult<Vec<u8>> {
+        self.host.encode_attempt(slot).map_err(js)
+    }
+
+    /// The lease's fencing number: it grows on every takeover.
+    pub fn fence(&self, slot: u32) -> JsResult<f64> {
+        self.host.fence(slot).map(|f| f as f64).map_err(js)
+    }
+
+    /// When the lease ends, in milliseconds since the epoch.
+    pub fn expires(&self, slot: u32) -> JsResult<f64> {
+        self.host.expires(slot).map(interop::to_ms).map_err(js)
+    }
+
+    /// Claims the key in the in-process store: a claim code (see [`interop`]). `nonceHi` and
+    /// `nonceLo` are 64 random bits that seed the version of a new record.
+    #[wasm_bindgen(js_name = claimIn)]
+    pub fn claim_in(
+        &mut self,
+        store: &mut Records,
+        slot: u32,
         now: f64,
-        attempt: &Attempt,
+        nonce_hi: u32,
+        nonce_lo: u32,
+    ) -> JsResult<u32> {
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host
+            .claim_in(&mut store.store, slot, interop::millis(now), nonce)
+            .map_err(js)
+    }
+
+    /// Decides given the stored record bytes (or `undefined`), for an asynchronous store: a
+    /// claim code. On execute, `takeWrite()` gives the claim write; once the store applied
+    /// it, `commit(slot)`. Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a
+    /// record.
+    pub fn decide(
+        &mut self,
+        slot: u32,
+        now: f64,
         nonce_hi: u32,
         nonce_lo: u32,
         stored: Option<Vec<u8>>,
-    ) -> JsResult<Decision> {
-        let record = match stored {
-            Some(bytes) => {
-                Some(idem_core::decode_record(&bytes).map_err(|e| js(ErrorParts::record(&e)))?)
-            }
-            None => None,
-        };
-        let decision = self.engine.decide(
-            interop::millis(now),
-            &CoreAttempt {
-                key: &attempt.key,
-                fingerprint: &attempt.fingerprint,
-                nonce: interop::u64_from_halves(nonce_hi, nonce_lo),
-            },
-            record.as_ref(),
-        );
-        Ok(Decision::from_core(decision))
+    ) -> JsResult<u32> {
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host
+            .decide(slot, interop::millis(now), nonce, stored.as_deref())
+            .map_err(js)
     }
 
-    /// The write that stores the handler's response under `lease`, classified by status
-    /// (`IDEM-OUT-4`). `headers` is a flat `[name, value, …]` list.
-    pub fn complete(
-        &self,
+    /// The store applied the claim write (or a heartbeat's write): the slot holds the lease.
+    pub fn commit(&mut self, slot: u32) -> JsResult<()> {
+        self.host.commit(slot).map_err(js)
+    }
+
+    /// The answer after a claim lost the race several times in a row: "in progress" (as
+    /// idem-core's `Store::claim` answers).
+    pub fn contended(&mut self, slot: u32) -> JsResult<u32> {
+        self.host.contended(slot).map_err(js)
+    }
+
+    /// The claim as bytes for the worker that asked (a Durable Object calls this after it
+    /// applied the claim write).
+    #[wasm_bindgen(js_name = encodeClaim)]
+    pub fn encode_claim(&self, slot: u32) -> JsResult<Vec<u8>> {
+        self.host.encode_claim(slot).map_err(js)
+    }
+
+    /// Takes a claim sent by [`Engine::encode_claim`]: a claim code. Throws a `RangeError`
+    /// (`IDEM-JS-2`).
+    #[wasm_bindgen(js_name = claimEncoded)]
+    pub fn claim_encoded(&mut self, slot: u32, bytes: &[u8]) -> JsResult<u32> {
+        self.host.claim_encoded(slot, bytes).map_err(js)
+    }
+
+    /// The reply bytes (see [`interop`]) of a claim that did not execute, or with `-1` of
+    /// the last refused request.
+    pub fn reply(&self, slot: i32) -> Vec<u8> {
+        self.host.reply(slot)
+    }
+
+    /// Stores the outcome in the in-process store: `ran` is 0 (answered with `status`,
+    /// `headers` as a flat list text and `body`), 1 (threw) or 2 (nothing happened).
+    /// Returns the event's index.
+    #[wasm_bindgen(js_name = finishIn)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_in(
+        &mut self,
+        store: &mut Records,
+        slot: u32,
         now: f64,
-        lease: &Lease,
+        ran: u8,
         status: u16,
-        headers: Vec<String>,
+        headers: &str,
         body: Vec<u8>,
-    ) -> JsResult<Write> {
-        let outcome = Outcome::classify(StoredResponse {
-            status,
-            headers: interop::pairs(headers),
-            body,
-        });
-        self.finish(now, lease, outcome)
+    ) -> JsResult<u8> {
+        let outcome = Host::outcome(ran, status, headers, body).map_err(js)?;
+        self.host
+            .finish_in(&mut store.store, slot, interop::millis(now), outcome)
+            .map_err(js)
     }
 
-    /// The write for a handler that threw: an unknown outcome, under the configured policy
-    /// (`IDEM-OUT-3`).
-    pub fn fail(&self, now: f64, lease: &Lease) -> JsResult<Write> {
-        self.finish(now, lease, Outcome::Unknown(None))
+    /// The completion write bytes (see [`Engine::finish_in`] for the arguments) for an
+    /// asynchronous store.
+    #[allow(clippy::too_many_arguments)]
+    pub fn complete(
+        &mut self,
+        slot: u32,
+        now: f64,
+        ran: u8,
+        status: u16,
+        headers: &str,
+        body: Vec<u8>,
+    ) -> JsResult<Vec<u8>> {
+        let outcome = Host::outcome(ran, status, headers, body).map_err(js)?;
+        self.host
+            .complete(slot, interop::millis(now), outcome)
+            .map_err(js)?;
+        Ok(self.host.take_write())
     }
 
-    /// The write for a handler that reports that nothing happened: the key is released
-    /// (`IDEM-OUT-2`).
-    pub fn release(&self, now: f64, lease: &Lease) -> JsResult<Write> {
-        self.finish(now, lease, Outcome::Retryable)
+    /// A heartbeat in the in-process store (`IDEM-LEASE-3`): false when the lease was taken
+    /// over. Throws a `RangeError` (`IDEM-LEASE-3`) after the lease has ended.
+    #[wasm_bindgen(js_name = extendIn)]
+    pub fn extend_in(&mut self, store: &mut Records, slot: u32, now: f64) -> JsResult<bool> {
+        self.host
+            .extend_in(&mut store.store, slot, interop::millis(now))
+            .map_err(js)
     }
 
-    fn finish(&self, now: f64, lease: &Lease, outcome: Outcome) -> JsResult<Write> {
-        let write = self
-            .engine
-            .complete(interop::millis(now), &lease.lease, outcome)
-            .map_err(|e| js(ErrorParts::complete(&e)))?;
-        let event = interop::completion_event(&write);
-        Ok(Write::new(&write, Some(event), None))
+    /// A heartbeat's write bytes for an asynchronous store; once applied, `commit(slot)`.
+    pub fn extend(&mut self, slot: u32, now: f64) -> JsResult<Vec<u8>> {
+        self.host.extend(slot, interop::millis(now)).map_err(js)?;
+        Ok(self.host.take_write())
     }
 
-    /// A heartbeat (`IDEM-LEASE-3`): the write that extends `lease`; once the store has
-    /// applied it, `takeLease()` gives the extended lease. Throws a `RangeError`
-    /// (`IDEM-LEASE-3`) after the lease has ended.
-    pub fn extend(&self, now: f64, lease: &Lease) -> JsResult<Write> {
-        let (next, write) = self
-            .engine
-            .extend(interop::millis(now), &lease.lease)
-            .map_err(|e| js(ErrorParts::complete(&e)))?;
-        Ok(Write::new(&write, Some(Event::Extended), Some(next)))
+    /// The claim write bytes of the last `decide`.
+    #[wasm_bindgen(js_name = takeWrite)]
+    pub fn take_write(&mut self) -> Vec<u8> {
+        self.host.take_write()
     }
 
     /// The lease duration in milliseconds.
     #[wasm_bindgen(getter, js_name = leaseMs)]
     pub fn lease_ms(&self) -> f64 {
-        self.engine.config().lease.as_millis() as f64
+        self.host.lease_ms()
     }
 }
 
-/// One request as the engine sees it: its record key and fingerprint.
+/// The in-process store: idem-core's `MemoryStore` (a hash map with a deadline index,
+/// limits on entries and bytes), inside the module.
 #[wasm_bindgen]
-pub struct Attempt {
-    key: RecordKey,
-    fingerprint: Fingerprint,
-}
-
-impl Attempt {
-    fn new(key: RecordKey, fingerprint: Fingerprint) -> Attempt {
-        Attempt { key, fingerprint }
-    }
+pub struct Records {
+    store: idem_core::MemoryStore,
 }
 
 #[wasm_bindgen]
-impl Attempt {
-    /// The key the store keeps the record under (scope and key, length-prefixed).
-    #[wasm_bindgen(getter, js_name = storageKey)]
-    pub fn storage_key(&self) -> String {
-        self.key.storage_key()
-    }
-
-    /// The idempotency key as parsed (a UUID in lowercase).
-    #[wasm_bindgen(getter)]
-    pub fn key(&self) -> String {
-        self.key.key.clone()
-    }
-
-    /// The attempt as bytes, for the Durable Object that owns its key.
-    pub fn encode(&self) -> Vec<u8> {
-        interop::encode_attempt(&self.key, &self.fingerprint)
-    }
-
-    /// Reads an attempt sent by [`Attempt::encode`]. Throws a `RangeError` (`IDEM-JS-2`).
-    pub fn decode(bytes: &[u8]) -> JsResult<Attempt> {
-        let (key, fingerprint) = interop::decode_attempt(bytes).map_err(js)?;
-        Ok(Attempt::new(key, fingerprint))
-    }
-}
-
-/// What a decision tells the host to do.
-#[wasm_bindgen]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecisionKind {
-    /// Apply the write, then run the handler under the lease.
-    Execute = 0,
-    /// Send the stored response again.
-    Replay = 1,
-    /// Another attempt holds the lease: 409 with `Retry-After`.
-    InProgress = 2,
-    /// The key was used for a different request: 422.
-    Mismatch = 3,
-    /// Refused: the key's response expired (410) or its outcome is unknown (409).
-    Rejected = 4,
-}
-
-/// The engine's answer to one attempt.
-#[wasm_bindgen]
-pub struct Decision {
-    kind: DecisionKind,
-    event: Event,
-    recovered: bool,
-    lease: Option<CoreLease>,
-    write: Option<CoreWrite>,
-    claim: Option<Claim>,
-}
-
-impl Decision {
-    fn from_core(d: CoreDecision) -> Decision {
-        let event = d.event();
-        match d {
-            CoreDecision::Execute {
-                lease,
-                write,
-                recovered,
-            } => Decision {
-                kind: DecisionKind::Execute,
-                event,
-                recovered,
-                lease: Some(lease),
-                write: Some(write),
-                claim: None,
-            },
-            other => Decision::from_claim(Claim::Done(other)),
+impl Records {
+    /// A store that holds at most `maxEntries` records and `maxBytes` bytes of keys and
+    /// records.
+    #[wasm_bindgen(constructor)]
+    pub fn new(max_entries: f64, max_bytes: f64) -> Records {
+        Records {
+            store: idem_core::MemoryStore::new(idem_core::MemoryStoreLimits {
+                max_entries: max_entries as usize,
+                max_bytes: max_bytes as usize,
+            }),
         }
     }
 
-    fn from_claim(claim: Claim) -> Decision {
-        let event = claim.event();
-        let kind = match &claim {
-            Claim::Execute { .. } => DecisionKind::Execute,
-            Claim::Done(CoreDecision::Replay(_)) => DecisionKind::Replay,
-            Claim::Done(CoreDecision::InProgress { .. }) => DecisionKind::InProgress,
-            Claim::Done(CoreDecision::Mismatch { .. }) => DecisionKind::Mismatch,
-            Claim::Done(_) => DecisionKind::Rejected,
-        };
-        match claim {
-            Claim::Execute { lease, recovered } => Decision {
-                kind,
-                event,
-                recovered,
-                lease: Some(lease),
-                write: None,
-                claim: None,
-            },
-            done => Decision {
-                kind,
-                event,
-                recovered: false,
-                lease: None,
-                write: None,
-                claim: Some(done),
-            },
-        }
+    /// Records held.
+    #[wasm_bindgen(getter)]
+    pub fn size(&self) -> f64 {
+        self.store.stats().entries as f64
+    }
+
+    /// Records expired so far.
+    #[wasm_bindgen(getter)]
+    pub fn expired(&self) -> f64 {
+        self.store.stats().expired as f64
+    }
+
+    /// Bytes held, as counted against the byte limit.
+    #[wasm_bindgen(getter)]
+    pub fn bytes(&self) -> f64 {
+        self.store.stats().bytes as f64
+    }
+
+    /// The earliest deadline of any record (ms since the epoch), or `undefined`.
+    #[wasm_bindgen(getter, js_name = nextDeadline)]
+    pub fn next_deadline(&self) -> Option<f64> {
+        self.store.next_deadline().map(interop::to_ms)
+    }
+
+    /// Applies expiry to every record due at `now`; returns how many changed.
+    pub fn sweep(&mut self, now: f64) -> f64 {
+        self.store.sweep(interop::millis(now)) as f64
+    }
+
+    /// The encoded record under a storage key, or `undefined`.
+    pub fn load(&self, key: &str) -> Option<Vec<u8>> {
+        host::store_load(&self.store, key).map(|(_, value)| value)
+    }
+
+    /// The version of the record under a storage key, or `undefined`.
+    pub fn version(&self, key: &str) -> Option<String> {
+        host::store_load(&self.store, key).map(|(version, _)| version.to_string())
+    }
+
+    /// Applies a compare-and-set write under a storage key: 0 conflict, 1 applied, 2 full.
+    /// Throws a `RangeError` (`IDEM-JS-1` for a key that is not a storage key, `IDEM-REC-1`
+    /// for bytes that are not a record).
+    pub fn apply(
+        &mut self,
+        key: &str,
+        expect: Option<String>,
+        value: Option<Vec<u8>>,
+        now: f64,
+    ) -> JsResult<u8> {
+        host::store_apply(
+            &mut self.store,
+            interop::millis(now),
+            key,
+            expect.as_deref(),
+            value.as_deref(),
+        )
+        .map(|a| a as u8)
+        .map_err(js)
     }
 }
 
+/// The write bytes that apply the passage of time to a stored record at `now` (drop an
+/// expired response, delete an expired key), or `undefined` when nothing is due
+/// (`IDEM-TTL-4`). Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
 #[wasm_bindgen]
-impl Decision {
-    /// What to do.
-    #[wasm_bindgen(getter)]
-    pub fn kind(&self) -> DecisionKind {
-        self.kind
-    }
-
-    /// Whether an execute decision takes over from an attempt whose lease expired.
-    #[wasm_bindgen(getter)]
-    pub fn recovered(&self) -> bool {
-        self.recovered
-    }
-
-    /// The event name (`IDEM-EVT-1`).
-    #[wasm_bindgen(getter)]
-    pub fn event(&self) -> String {
-        String::from(self.event.name())
-    }
-
-    /// The lease of an execute decision (once).
-    #[wasm_bindgen(js_name = takeLease)]
-    pub fn take_lease(&mut self) -> Option<Lease> {
-        self.lease.take().map(|lease| Lease { lease })
-    }
-
-    /// The claim write of an execute decision (once); `undefined` for a decision that came
-    /// from a Durable Object, which applied it already.
-    #[wasm_bindgen(js_name = takeWrite)]
-    pub fn take_write(&mut self) -> Option<Write> {
-        self.write
-            .take()
-            .map(|w| Write::new(&w, Some(Event::Executed), None))
-    }
-
-    /// The HTTP reply of a decision that does not execute.
-    pub fn reply(&self) -> Option<Reply> {
-        match &self.claim {
-            Some(Claim::Done(d)) => interop::decision_reply(d).map(Reply::from),
-            _ => None,
-        }
-    }
-
-    /// The decision as bytes for the worker that asked (a Durable Object calls this after it
-    /// applied the claim write). Call before `takeLease()`.
-    #[wasm_bindgen(js_name = encodeClaim)]
-    pub fn encode_claim(&self) -> Vec<u8> {
-        let claim = match (&self.lease, &self.claim) {
-            (Some(lease), _) => Claim::Execute {
-                lease: lease.clone(),
-                recovered: self.recovered,
-            },
-            (None, Some(done)) => done.clone(),
-            (None, None) => Claim::Done(CoreDecision::CONTENDED),
-        };
-        interop::encode_claim(&claim)
-    }
-
-    /// The answer after a claim lost the race several times in a row: the key is being
-    /// fought over, and the honest answer is "in progress" (as [`idem_core::Store::claim`]
-    /// answers).
-    pub fn contended() -> Decision {
-        Decision::from_core(CoreDecision::CONTENDED)
-    }
-
-    /// Reads a decision sent by [`Decision::encode_claim`]. Throws a `RangeError`
-    /// (`IDEM-JS-2`).
-    #[wasm_bindgen(js_name = decodeClaim)]
-    pub fn decode_claim(bytes: &[u8]) -> JsResult<Decision> {
-        Ok(Decision::from_claim(
-            interop::decode_claim(bytes).map_err(js)?,
-        ))
-    }
+pub fn expire(now: f64, value: &[u8]) -> JsResult<Option<Vec<u8>>> {
+    host::expire(interop::millis(now), value).map_err(js)
 }
 
-/// The right to run the handler for one record, fenced (`IDEM-LEASE-1`, `IDEM-LEASE-2`).
-#[wasm_bindgen]
-pub struct Lease {
-    lease: CoreLease,
-}
-
-#[wasm_bindgen]
-impl Lease {
-    /// The fencing number: it grows on every takeover.
-    #[wasm_bindgen(getter)]
-    pub fn fence(&self) -> f64 {
-        self.lease.fence as f64
-    }
-
-    /// When the lease ends, in milliseconds since the epoch.
-    #[wasm_bindgen(getter)]
-    pub fn expires(&self) -> f64 {
-        interop::to_ms(self.lease.expires)
-    }
-}
-
-/// A compare-and-set write for a store (`IDEM-STORE-1`).
-#[wasm_bindgen]
-pub struct Write {
-    parts: StoreWrite,
-    event: Option<Event>,
-    lease: Option<CoreLease>,
-}
-
-impl Write {
-    fn new(write: &CoreWrite, event: Option<Event>, lease: Option<CoreLease>) -> Write {
-        Write {
-            parts: StoreWrite::from_core(write),
-            event,
-            lease,
-        }
-    }
-}
-
-#[wasm_bindgen]
-impl Write {
-    /// The version the stored record must have, or `undefined` when no record may exist.
-    #[wasm_bindgen(getter)]
-    pub fn expect(&self) -> Option<String> {
-        self.parts.expect.clone()
-    }
-
-    /// The encoded record to store, or `undefined` to delete it.
-    #[wasm_bindgen(getter)]
-    pub fn value(&self) -> Option<Vec<u8>> {
-        self.parts.value.clone()
-    }
-
-    /// The stored record's version after the write (empty for a delete).
-    #[wasm_bindgen(getter)]
-    pub fn version(&self) -> String {
-        self.parts.version.clone()
-    }
-
-    /// When the stored record next changes on its own (ms since the epoch; 0 for a delete):
-    /// the time for an alarm or a sweep (`IDEM-TTL-4`).
-    #[wasm_bindgen(getter)]
-    pub fn deadline(&self) -> f64 {
-        self.parts.deadline
-    }
-
-    /// The event once the write is applied (`IDEM-EVT-1`); `undefined` for expiry writes.
-    #[wasm_bindgen(getter)]
-    pub fn event(&self) -> Option<String> {
-        self.event.map(|e| String::from(e.name()))
-    }
-
-    /// The extended lease of a heartbeat write (once, after the store applied it).
-    #[wasm_bindgen(js_name = takeLease)]
-    pub fn take_lease(&mut self) -> Option<Lease> {
-        self.lease.take().map(|lease| Lease { lease })
-    }
-}
-
-/// An HTTP reply: status, a flat header list and the body.
-#[wasm_bindgen]
-pub struct Reply {
-    parts: ReplyParts,
-}
-
-impl From<ReplyParts> for Reply {
-    fn from(parts: ReplyParts) -> Reply {
-        Reply { parts }
-    }
-}
-
-#[wasm_bindgen]
-impl Reply {
-    /// The status code.
-    #[wasm_bindgen(getter)]
-    pub fn status(&self) -> u16 {
-        self.parts.status
-    }
-
-    /// The headers as a flat `[name, value, …]` list.
-    #[wasm_bindgen(getter)]
-    pub fn headers(&self) -> Vec<String> {
-        interop::flatten(&self.parts.headers)
-    }
-
-    /// The body.
-    #[wasm_bindgen(getter)]
-    pub fn body(&self) -> Vec<u8> {
-        self.parts.body.clone()
-    }
-}
-
-/// The write that applies the passage of time to a stored record at `now` (drop an expired
-/// response, delete an expired key), or `undefined` when nothing is due (`IDEM-TTL-4`).
-/// Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
-#[wasm_bindgen]
-pub fn expire(now: f64, value: &[u8]) -> JsResult<Option<Write>> {
-    let record = idem_core::decode_record(value).map_err(|e| js(ErrorParts::record(&e)))?;
-    // The write's key is not used by JS stores (they key by storage key), and expiry needs
-    // no configuration.
-    let key = RecordKey::new(idem_core::Scope::custom(String::new()), String::new());
-    Ok(idem_core::Engine::default()
-        .expire(interop::millis(now), &key, &record)
-        .map(|w| Write::new(&w, None, None)))
-}
-
-/// The reply when the store fails: `store-full` (`IDEM-STORE-3`) or `store-unavailable`
-/// (`IDEM-STORE-4`), both 503 with `Retry-After`.
+/// The reply bytes when the store fails: `store-full` (`IDEM-STORE-3`) or
+/// `store-unavailable` (`IDEM-STORE-4`), both 503 with `Retry-After`.
 #[wasm_bindgen(js_name = storeProblem)]
-pub fn store_problem(full: bool, detail: &str) -> Reply {
-    interop::store_reply(full, detail).into()
+pub fn store_problem(full: bool, detail: &str) -> Vec<u8> {
+    interop::store_reply(full, detail).encode()
 }
 
-/// The names of the security-relevant events (`IDEM-EVT-1`).
-#[wasm_bindgen(js_name = securityEvents)]
-pub fn security_events() -> Vec<String> {
-    interop::security_events()
-        .iter()
-        .map(|e| String::from(e.name()))
-        .collect()
+/// The event names in index order, comma-separated (`IDEM-EVT-1`).
+#[wasm_bindgen(js_name = eventNames)]
+pub fn event_names() -> String {
+    interop::event_names()
+}
+
+/// The security-relevant events as a bit mask over event indices (`IDEM-EVT-1`).
+#[wasm_bindgen(js_name = securityMask)]
+pub fn security_mask() -> u32 {
+    interop::security_mask()
 }
 
 /// One logical client request: the core's outbox entry (`IDEM-CLIENT-1` to
@@ -590,10 +453,10 @@ impl Next {
 #[wasm_bindgen]
 impl Outbox {
     /// A new entry for `key` and the payload digest (32 bytes, from [`Outbox::digest`]), with
-    /// the retry options JSON text (`base`, `cap`, `maxAttempts`, `deadline`; ms).
+    /// the retry options `[base, cap, maxAttempts, deadline]` (ms; `NaN` for a default).
     #[wasm_bindgen(constructor)]
-    pub fn new(key: &str, payload: &[u8], retry: &str) -> JsResult<Outbox> {
-        let policy = interop::parse_retry(retry).map_err(js)?;
+    pub fn new(key: &str, payload: &[u8], retry: &[f64]) -> JsResult<Outbox> {
+        let policy = interop::retry_policy(retry).map_err(js)?;
         let entry = idem_core::OutboxEntry::new(key, digest32(payload)?)
             .map_err(|e| js(interop::client_error(&e)))?;
         Ok(Outbox { entry, policy })
@@ -602,8 +465,8 @@ impl Outbox {
     /// Restores an entry saved with [`Outbox::encode`]. Throws a `RangeError`
     /// (`IDEM-CLIENT-6`) for bytes that are not an entry.
     #[wasm_bindgen(js_name = fromBytes)]
-    pub fn from_bytes(bytes: &[u8], retry: &str) -> JsResult<Outbox> {
-        let policy = interop::parse_retry(retry).map_err(js)?;
+    pub fn from_bytes(bytes: &[u8], retry: &[f64]) -> JsResult<Outbox> {
+        let policy = interop::retry_policy(retry).map_err(js)?;
         let entry = idem_core::decode_entry(bytes).map_err(|e| {
             js(ErrorParts {
                 kind: interop::ErrorKind::Range,
@@ -632,7 +495,7 @@ impl Outbox {
             max_body: usize::MAX,
             ..idem_core::FingerprintSpec::default()
         };
-        let parts = RequestParts {
+        let parts = idem_core::RequestParts {
             method,
             target: url,
             content_type: content_type.as_deref(),

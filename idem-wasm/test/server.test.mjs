@@ -474,6 +474,44 @@ describe("stores", () => {
     assert.equal((await problem(await handler(post({})))).type, "urn:idem:problem:store-full");
   });
 
+  test("a MemoryStore full by bytes refuses new keys with 503 but completes what runs (IDEM-STORE-3)", async () => {
+    const store = new MemoryStore({ maxBytes: 1500 });
+    const { handler, state } = orders({ store });
+    assert.equal((await handler(post({ note: "x".repeat(200) }, '"a"'))).status, 201);
+    assert.ok(store.bytes > 200 && store.bytes <= 1500, `bytes held: ${store.bytes}`);
+    const big = await handler(post({ note: "y".repeat(900) }, '"b"'));
+    assert.equal(big.status, 201, "the claim fits; its response is stored even past the limit");
+    const refused = await handler(post({}, '"c"'));
+    assert.equal(refused.status, 503);
+    assert.equal((await problem(refused)).type, "urn:idem:problem:store-full");
+    assert.equal(state.executions, 2);
+    assert.ok(state.events.some((e) => e.name === "rejected" && e.code === "IDEM-STORE-3"));
+    assert.equal((await handler(post({ note: "x".repeat(200) }, '"a"'))).headers.get("idempotent-replayed"), "true");
+  });
+
+  test("the MemoryStore's generic interface takes the engine's storage keys only (IDEM-STORE-1)", async () => {
+    const inner = new MemoryStore();
+    const keys = new Set();
+    // A custom store that forwards to a MemoryStore runs the JavaScript claim loop.
+    const store = {
+      load: (k) => (keys.add(k), inner.load(k)),
+      apply: (k, w, now) => inner.apply(k, w, now),
+    };
+    const { handler, state } = orders({ store });
+    await handler(post({ a: 1 }));
+    assert.equal((await handler(post({ a: 1 }))).headers.get("idempotent-replayed"), "true");
+    assert.equal(state.executions, 1);
+    const [key] = keys;
+    const record = inner.load(key);
+    assert.match(record.version, /^[0-9]+$/);
+    assert.ok(record.value instanceof Uint8Array);
+    assert.equal(inner.apply(key, { expect: "1", value: null, version: "", deadline: 0 }, Date.now()), false);
+    assert.throws(() => inner.load("not a key") ?? inner.apply("not a key", { expect: null, value: record.value }, 0), (e) => e.code === "IDEM-JS-1");
+    assert.throws(() => inner.apply(key, { expect: record.version, value: new Uint8Array([1, 2]) }, 0), (e) => e.code === "IDEM-REC-1");
+    assert.equal(inner.apply(key, { expect: record.version, value: null, version: "", deadline: 0 }, Date.now()), true);
+    assert.equal(inner.size, 0);
+  });
+
   test("stored bytes that are not a record are an error, never a claim (IDEM-REC-1)", async () => {
     const store = { load: () => ({ version: "1", value: new Uint8Array([1, 2, 3]) }), apply: () => true };
     const { handler, state } = orders({ store });
@@ -508,7 +546,9 @@ describe("options", () => {
     });
   }
   test("a bad MemoryStore size is refused", () => {
-    assert.throws(() => new MemoryStore({ maxEntries: 0 }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+    for (const limits of [{ maxEntries: 0 }, { maxEntries: 1.5 }, { maxBytes: 0 }, { maxBytes: "1mb" }]) {
+      assert.throws(() => new MemoryStore(limits), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+    }
   });
 });
 
@@ -543,6 +583,57 @@ describe("plain API and packaging", () => {
     const handler = cjs.withIdempotency(() => new Response("x", { status: 201 }), { store: new cjs.MemoryStore() });
     assert.equal((await handler(post({}))).status, 201);
     assert.equal((await handler(post({}))).headers.get("idempotent-replayed"), "true");
+  });
+
+  test("the target is the URL's path and query: an empty query and a fragment do not count", async () => {
+    const { handler, state } = orders();
+    const at = (url) =>
+      new Request(url, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": "k" }, body: "{}" });
+    assert.equal((await handler(at("http://127.0.0.1/orders?"))).status, 201);
+    assert.equal((await handler(at("http://127.0.0.1/orders#x"))).headers.get("idempotent-replayed"), "true");
+    assert.equal((await handler(at("http://127.0.0.1/orders?a=1"))).status, 422, "another query is another request");
+    assert.equal(state.executions, 1);
+  });
+
+  test("response headers round-trip exactly, including non-ASCII values and repeated names", async () => {
+    const handler = withIdempotency(
+      () => {
+        const headers = new Headers({ "x-note": "caf\u00e9" });
+        headers.append("set-cookie", "a=1");
+        headers.append("set-cookie", "b=2");
+        headers.append("x-list", "1");
+        headers.append("x-list", "2");
+        return new Response("ok", { status: 201, headers });
+      },
+      { store: new MemoryStore() },
+    );
+    const first = await handler(post({}));
+    const again = await handler(post({}));
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(again.headers.getSetCookie(), ["a=1", "b=2"]);
+    assert.equal(again.headers.get("x-list"), first.headers.get("x-list"));
+    assert.equal(again.headers.get("x-note"), "caf\u00e9");
+    assert.equal(await again.text(), "ok");
+  });
+
+  test("Idempotency#handle: a throwing handler leaves the outcome unknown, and the retry recovers (IDEM-OUT-3)", async () => {
+    const idem = new Idempotency({ store: new MemoryStore() });
+    const req = { method: "POST", target: "/pay", key: "t1", contentType: "text/plain", body: new TextEncoder().encode("x") };
+    await assert.rejects(idem.handle(req, () => { throw new Error("boom"); }), /boom/);
+    let context;
+    const reply = await idem.handle(req, (ctx) => {
+      context = ctx;
+      return { status: 200, headers: [["x-a", "1"]], body: new Uint8Array([1, 2, 3]) };
+    });
+    assert.equal(context.recovered, true);
+    assert.equal(context.key, "t1");
+    assert.deepEqual(reply.headers, ["x-a", "1"]);
+    const replay = await idem.handle(req, () => assert.fail("must not run"));
+    assert.equal(replay.replayed, true);
+    assert.deepEqual([...replay.body], [1, 2, 3]);
+    const bad = await idem.handle({ ...req, key: null }, () => assert.fail("must not run"));
+    assert.equal(bad.status, 400);
+    assert.equal(JSON.parse(new TextDecoder().decode(bad.body)).type, "urn:idem:problem:missing-key");
   });
 
   test("204 responses are stored and replayed without a body", async () => {

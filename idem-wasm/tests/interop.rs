@@ -27,20 +27,40 @@ fn attempt_parts() -> (RecordKey, Fingerprint) {
     (RecordKey::new(scope("token", "POST", "/orders"), "k1"), fp)
 }
 
+/// Option numbers in the order of `opt`, `NaN` for the default.
+fn numbers(set: &[(usize, f64)]) -> Vec<f64> {
+    let mut n = vec![f64::NAN; 7];
+    for (at, v) in set {
+        n[*at] = *v;
+    }
+    n
+}
+
 #[test]
 fn options_default_to_the_core_defaults() {
-    let o = parse_options("{}").unwrap();
-    assert_eq!(o.config, Config::default());
-    assert_eq!(o.key_kind, KeyKind::Opaque);
-    assert_eq!(o.fingerprint.max_body, FingerprintSpec::default().max_body);
+    for given in [vec![], numbers(&[])] {
+        let o = options(&given, "", "").unwrap();
+        assert_eq!(o.config, Config::default());
+        assert_eq!(o.key_kind, KeyKind::Opaque);
+        assert_eq!(o.fingerprint.max_body, FingerprintSpec::default().max_body);
+        assert!(o.fingerprint.headers.is_empty() && o.fingerprint.exclude.is_empty());
+    }
 }
 
 #[test]
 fn options_convert_milliseconds_policies_and_fingerprint_settings() {
-    let o = parse_options(
-        r#"{"responseTtl":1000,"keyTtl":5000,"lease":250,"unknownOutcome":"hold",
-            "keyKind":"uuid-v7","fingerprint":{"headers":["x-api-version"],
-            "exclude":["/ts"],"json":"never","maxBody":10}}"#,
+    let o = options(
+        &numbers(&[
+            (opt::RESPONSE_TTL, 1000.0),
+            (opt::KEY_TTL, 5000.0),
+            (opt::LEASE, 250.0),
+            (opt::UNKNOWN_OUTCOME, 2.0),
+            (opt::KEY_KIND, 4.0),
+            (opt::JSON, 2.0),
+            (opt::MAX_BODY, 10.0),
+        ]),
+        "13:x-api-version",
+        "3:/ts6:/a/*/b",
     )
     .unwrap();
     assert_eq!(o.config.response_ttl, Duration::from_secs(1));
@@ -49,36 +69,56 @@ fn options_convert_milliseconds_policies_and_fingerprint_settings() {
     assert_eq!(o.config.unknown_outcome, UnknownOutcomePolicy::Hold);
     assert_eq!(o.key_kind, KeyKind::UuidV7);
     assert_eq!(o.fingerprint.headers, ["x-api-version"]);
-    assert_eq!(o.fingerprint.exclude, ["/ts"]);
+    assert_eq!(o.fingerprint.exclude, ["/ts", "/a/*/b"]);
     assert_eq!(o.fingerprint.json, JsonMode::Never);
     assert_eq!(o.fingerprint.max_body, 10);
-}
-
-#[test]
-fn bad_options_are_range_errors_citing_idem_js_1() {
-    for text in [
-        r#"{"lease":0}"#,
-        r#"{"lease":-5}"#,
-        r#"{"lease":1.5}"#,
-        r#"{"responseTtl":1e300}"#,
-        r#"{"lease":"60s"}"#,
-        r#"{"unknownOutcome":"maybe"}"#,
-        r#"{"keyKind":"uuid-v9"}"#,
-        r#"{"fingerprint":{"json":"yaml"}}"#,
-        r#"{"fingerprint":{"maxBody":-1}}"#,
-        r#"{"leaseMs":100}"#,
-        "not json",
+    let store = options(&numbers(&[(opt::UNKNOWN_OUTCOME, 1.0)]), "", "").unwrap();
+    assert_eq!(store.config.unknown_outcome, UnknownOutcomePolicy::Store);
+    for (n, kind) in [
+        (0.0, KeyKind::Opaque),
+        (1.0, KeyKind::OpaqueStrict),
+        (2.0, KeyKind::Uuid),
+        (3.0, KeyKind::UuidV4),
     ] {
-        let e = parse_options(text).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Range, "{text}");
-        assert_eq!(e.code, "IDEM-JS-1", "{text}");
-        assert!(e.problem.is_none());
+        let o = options(&numbers(&[(opt::KEY_KIND, n)]), "", "").unwrap();
+        assert_eq!(o.key_kind, kind);
     }
 }
 
 #[test]
+fn bad_options_are_range_errors_citing_idem_js_1() {
+    let bad = [
+        (opt::LEASE, 0.0),
+        (opt::LEASE, -5.0),
+        (opt::LEASE, 1.5),
+        (opt::RESPONSE_TTL, 1e300),
+        (opt::KEY_TTL, f64::INFINITY),
+        (opt::UNKNOWN_OUTCOME, 3.0),
+        (opt::UNKNOWN_OUTCOME, 0.5),
+        (opt::KEY_KIND, 5.0),
+        (opt::KEY_KIND, -1.0),
+        (opt::JSON, 3.0),
+        (opt::MAX_BODY, -1.0),
+        (opt::MAX_BODY, 0.5),
+    ];
+    for (at, value) in bad {
+        let e = options(&numbers(&[(at, value)]), "", "").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Range, "{at}: {value}");
+        assert_eq!(e.code, "IDEM-JS-1", "{at}: {value}");
+        assert!(e.problem.is_none());
+    }
+    // A list text that is not one is the wire's error.
+    assert_eq!(options(&[], "9:short", "").unwrap_err().code, "IDEM-JS-2");
+}
+
+#[test]
 fn a_key_ttl_shorter_than_the_response_ttl_cites_idem_ttl_2() {
-    let o = parse_options(r#"{"responseTtl":5000,"keyTtl":1000}"#).unwrap();
+    let o = options(
+        &numbers(&[(opt::RESPONSE_TTL, 5000.0), (opt::KEY_TTL, 1000.0)]),
+        "",
+        "",
+    )
+    .unwrap();
     let e = Engine::new(o.config).unwrap_err();
     let parts = ErrorParts::config(&e);
     assert_eq!(parts.code, "IDEM-TTL-2");
@@ -163,16 +203,72 @@ fn scopes_hide_the_principal_and_separate_principals() {
 }
 
 #[test]
+fn list_texts_count_utf16_units_and_refuse_damage() {
+    // IDEM-JS-2: the layout JavaScript writes with `listText` (lengths are string lengths).
+    assert_eq!(list("").unwrap(), Vec::<&str>::new());
+    assert_eq!(list("2:ab0:1:c").unwrap(), ["ab", "", "c"]);
+    // "é" is one UTF-16 unit and two UTF-8 bytes; "😀" is two units and four bytes; a
+    // colon inside an item is just a character.
+    assert_eq!(list("2:é:2:😀3:a:b").unwrap(), ["é:", "😀", "a:b"]);
+    for bad in ["3:ab", "x:ab", "2ab", ":ab", "1:😀", "-1:a"] {
+        assert_eq!(list(bad).unwrap_err().code, "IDEM-JS-2", "{bad}");
+    }
+    let mut text = String::new();
+    for item in ["content-type", "text/plain; charset=ü", "😀"] {
+        push_item(&mut text, item);
+    }
+    assert_eq!(
+        list(&text).unwrap(),
+        ["content-type", "text/plain; charset=ü", "😀"]
+    );
+}
+
+#[test]
 fn header_lists_pair_and_flatten() {
-    let p = pairs(vec![
-        "a".into(),
-        "1".into(),
-        "b".into(),
-        "2".into(),
-        "c".into(),
-    ]);
+    let p = pairs("1:a1:11:b1:21:c").unwrap();
     assert_eq!(p, vec![("a".into(), "1".into()), ("b".into(), "2".into())]);
-    assert_eq!(flatten(&p), ["a", "1", "b", "2"]);
+    assert_eq!(flatten(&p), "1:a1:11:b1:2");
+    assert!(pairs("2:a").is_err());
+}
+
+#[test]
+fn replies_encode_status_head_and_body() {
+    let reply = Reply {
+        status: 201,
+        headers: vec![("content-type".into(), "text/plain; ü".into())],
+        body: b"made".to_vec(),
+    };
+    let bytes = reply.encode();
+    assert_eq!(&bytes[..4], &201u32.to_le_bytes());
+    let head_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let head = std::str::from_utf8(&bytes[8..8 + head_len]).unwrap();
+    assert_eq!(pairs(head).unwrap(), reply.headers);
+    assert_eq!(&bytes[8 + head_len..], b"made");
+}
+
+#[test]
+fn storage_keys_parse_back_exactly() {
+    let key = RecordKey::new(scope("token", "POST", "/ördérs"), "k:1");
+    assert_eq!(parse_storage_key(&key.storage_key()), Some(key));
+    let custom = RecordKey::new(idem_core::Scope::custom("t"), "");
+    assert_eq!(parse_storage_key(&custom.storage_key()), Some(custom));
+    for bad in ["", "x", "5:abc", "02:abc", "1:é", "-1:a", "abc:def"] {
+        assert_eq!(parse_storage_key(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn events_cross_as_indices_into_the_cores_list() {
+    // IDEM-EVT-1
+    let names: Vec<&str> = Event::ALL.iter().map(Event::name).collect();
+    assert_eq!(event_names(), names.join(","));
+    for (i, e) in Event::ALL.iter().enumerate() {
+        assert_eq!(event_index(*e) as usize, i);
+        assert_eq!(security_mask() & (1 << i) != 0, e.is_security_relevant());
+    }
+    assert_eq!(event_index(Event::TookOver { fence: 9 }), 1);
+    let code = code(Kind::Execute, true, Event::TookOver { fence: 2 });
+    assert_eq!((code & 7, code & 8, code >> 4), (0, 8, 1));
 }
 
 #[test]
@@ -197,6 +293,17 @@ fn writes_carry_versions_as_decimal_strings_and_the_deadline() {
     let bytes = w.value.clone().unwrap();
     let record = idem_core::decode_record(&bytes).unwrap();
     assert_eq!(w.deadline, to_ms(record.next_deadline()));
+    // The write bytes JavaScript reads (`readWrite`).
+    let enc = w.encode(Some(Event::Executed));
+    assert_eq!(enc[0], 2, "put, no expected version");
+    assert_eq!(enc[1], event_index(Event::Executed));
+    assert_eq!((enc[2], enc[3] as usize), (0, w.version.len()));
+    assert_eq!(
+        f64::from_le_bytes(enc[4..12].try_into().unwrap()),
+        w.deadline
+    );
+    assert_eq!(&enc[12..12 + w.version.len()], w.version.as_bytes());
+    assert_eq!(&enc[12 + w.version.len()..], &bytes[..]);
 
     let done = e
         .complete(
@@ -218,6 +325,11 @@ fn writes_carry_versions_as_decimal_strings_and_the_deadline() {
         .complete(UnixMillis(2000), &lease, Outcome::Retryable)
         .unwrap();
     let w3 = StoreWrite::from_core(&released);
+    let enc = w3.encode(None);
+    assert_eq!(enc[0], 1, "delete, with an expected version");
+    assert_eq!(enc[1], NO_EVENT);
+    assert_eq!(&enc[12..12 + enc[2] as usize], w.version.as_bytes());
+    assert_eq!(enc.len(), 12 + enc[2] as usize);
     assert_eq!((w3.value, w3.deadline), (None, 0.0));
     assert_eq!(completion_event(&released), Event::Released);
     let unknown = e
@@ -333,14 +445,4 @@ fn damaged_wire_bytes_are_refused_with_idem_js_2() {
     }
     assert_eq!(decode_claim(&bytes).unwrap_err().code, "IDEM-JS-2");
     assert_eq!(decode_claim(&[b'D', 9]).unwrap_err().code, "IDEM-JS-2");
-}
-
-#[test]
-fn security_events_are_the_cores() {
-    // IDEM-EVT-1
-    let names: Vec<&str> = security_events().iter().map(Event::name).collect();
-    assert_eq!(
-        names,
-        ["mismatch", "tombstone-hit", "fenced-out", "stale", "forged"]
-    );
 }

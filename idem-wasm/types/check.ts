@@ -14,7 +14,8 @@ import {
   type StoreWrite,
 } from "./index.js";
 
-const store = new MemoryStore({ maxEntries: 10 });
+const store = new MemoryStore({ maxEntries: 10, maxBytes: 1 << 20 });
+const held: number = store.bytes + store.size;
 const events: IdempotencyEvent[] = [];
 const handler = withIdempotency(
   async (request: Request, env: { DB: string }) => {

@@ -152,10 +152,15 @@ export class Idempotency {
   handle(request: PlainRequest, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
 }
 
-/** An in-process store (tests, single-process servers). */
+/** idem-core's in-process store, inside the WebAssembly module (tests, single-process
+ * servers). Full at `maxEntries` records (default 1,000,000) or `maxBytes` bytes of keys
+ * and records (default 256 MiB): new claims then get 503 store-full. `load` and `apply`
+ * take the engine's storage keys. */
 export class MemoryStore implements IdempotencyStore {
-  constructor(options?: { maxEntries?: number });
+  constructor(options?: { maxEntries?: number; maxBytes?: number });
   readonly size: number;
+  /** Bytes held, as counted against `maxBytes`. */
+  readonly bytes: number;
   readonly expired: number;
   readonly nextDeadline: number | undefined;
   load(key: string): StoredRecord | null;
