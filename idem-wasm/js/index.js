@@ -1,5 +1,6 @@
-// The public API. Entries (node.js, node.cjs, workerd.js, web.js) initialise the WebAssembly
-// module, then re-export this file.
+// The public API. The build bundles it with the generated glue into dist/idem_wasm.js (ESM)
+// and dist/node.cjs (CommonJS); the entries initialise the WebAssembly module and re-export
+// these names.
 export { Idempotency, idempotencyOf, withIdempotency } from "./server.js";
 export { MemoryStore } from "./stores.js";
 export { DurableObjectStore, IdempotencyShard } from "./shard.js";

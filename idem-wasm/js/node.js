@@ -4,4 +4,13 @@ import { initSync } from "./idem_wasm.js";
 
 initSync({ module: readFileSync(new URL("./idem_wasm_bg.wasm", import.meta.url)) });
 
-export * from "./index.js";
+export {
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  MemoryStore,
+  StoreFullError,
+  idempotencyOf,
+  idempotentFetch,
+  withIdempotency,
+} from "./idem_wasm.js";

@@ -4,4 +4,13 @@ import init from "./idem_wasm.js";
 
 await init({ module_or_path: new URL("./idem_wasm_bg.wasm", import.meta.url) });
 
-export * from "./index.js";
+export {
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  MemoryStore,
+  StoreFullError,
+  idempotencyOf,
+  idempotentFetch,
+  withIdempotency,
+} from "./idem_wasm.js";

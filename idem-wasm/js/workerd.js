@@ -6,4 +6,13 @@ import { initSync } from "./idem_wasm.js";
 
 initSync({ module: wasm });
 
-export * from "./index.js";
+export {
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  MemoryStore,
+  StoreFullError,
+  idempotencyOf,
+  idempotentFetch,
+  withIdempotency,
+} from "./idem_wasm.js";

@@ -219,13 +219,19 @@ pub mod opt {
     pub const MAX_BODY: usize = 6;
 }
 
+/// Whether `n` is a whole number (within the range of `i64`; larger values are refused by
+/// every caller anyway).
+fn whole(n: f64) -> bool {
+    n == (n as i64) as f64
+}
+
 fn number(numbers: &[f64], at: usize) -> Option<f64> {
     numbers.get(at).copied().filter(|n| !n.is_nan())
 }
 
 fn duration(name: &str, ms: Option<f64>, default: Duration) -> Result<Duration, ErrorParts> {
     let Some(ms) = ms else { return Ok(default) };
-    if !(ms.fract() == 0.0 && ms > 0.0 && ms <= MAX_DURATION_MS as f64) {
+    if !(whole(ms) && ms > 0.0 && ms <= MAX_DURATION_MS as f64) {
         return Err(ErrorParts::options(format!(
             "{name} must be a whole number of milliseconds greater than zero"
         )));
@@ -236,7 +242,7 @@ fn duration(name: &str, ms: Option<f64>, default: Duration) -> Result<Duration, 
 fn choice(name: &str, n: Option<f64>, count: u8) -> Result<u8, ErrorParts> {
     match n {
         None => Ok(0),
-        Some(n) if n.fract() == 0.0 && (0.0..f64::from(count)).contains(&n) => Ok(n as u8),
+        Some(n) if whole(n) && (0.0..f64::from(count)).contains(&n) => Ok(n as u8),
         Some(_) => Err(ErrorParts::options(format!("{name} is not a known choice"))),
     }
 }
@@ -279,7 +285,7 @@ pub fn options(numbers: &[f64], headers: &str, exclude: &str) -> Result<Options,
         _ => JsonMode::Never,
     };
     if let Some(max) = number(numbers, opt::MAX_BODY) {
-        if !(max.fract() == 0.0 && (0.0..=MAX_DURATION_MS as f64).contains(&max)) {
+        if !(whole(max) && (0.0..=MAX_DURATION_MS as f64).contains(&max)) {
             return Err(ErrorParts::options(
                 "fingerprint.maxBody must be a whole number of bytes",
             ));
@@ -677,7 +683,7 @@ pub fn retry_policy(numbers: &[f64]) -> Result<idem_core::RetryPolicy, ErrorPart
     let d = idem_core::RetryPolicy::default();
     let attempts = match number(numbers, 2) {
         None => d.max_attempts,
-        Some(n) if n.fract() == 0.0 && (1.0..=1_000_000.0).contains(&n) => n as u32,
+        Some(n) if whole(n) && (1.0..=1_000_000.0).contains(&n) => n as u32,
         Some(_) => {
             return Err(ErrorParts::options(
                 "retry.maxAttempts must be a whole number from 1 to 1000000",

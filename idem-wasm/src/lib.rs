@@ -15,11 +15,29 @@
 //! asks [`Engine::decide`], applies the returned compare-and-set write, runs the handler,
 //! and stores the outcome with [`Engine::complete`] before the response leaves.
 
+// In the module, std would only add its panic machinery (message formatting, hooks) to the
+// binary: the module has no stderr to print to. Native builds (tests) keep std.
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
 extern crate alloc;
+
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// A panic is a bug (the layer returns errors for every bad input): stop at once. The
+/// module then traps, and the JavaScript side sees a `RuntimeError`.
+#[cfg(target_arch = "wasm32")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
+}
 
 pub mod host;
 pub mod interop;
 
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 use host::{Host, Incoming};
 use interop::ErrorParts;
 use wasm_bindgen::prelude::*;
