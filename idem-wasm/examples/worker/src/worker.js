@@ -15,16 +15,7 @@
 // package's "workerd" entry. Here it names that entry in the package being built next door.
 import { DurableObject } from "cloudflare:workers";
 import { DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
-import { initSync } from "../../../dist/idem_wasm.js";
-import wasm from "../../../dist/idem_wasm_bg.wasm";
 import { ConfigError, configKey, readConfig } from "./config.js";
-
-// The package marks all of its files `"sideEffects": false`, so a bundler (wrangler's
-// esbuild) keeps what the workerd entry re-exports but drops the entry's own body, and with
-// it the `initSync` call. Initialising here as well is harmless when nothing is dropped (as
-// under Miniflare, which loads the modules unbundled): `initSync` does nothing the second
-// time. No random value is drawn here.
-initSync({ module: wasm });
 
 export { IdempotencyShard };
 
