@@ -1,14 +1,26 @@
 // `npm run bench`: requests per second of idem-wasm beside the npm idempotency libraries, on
 // one workload, in one run. Build first (`npm run build`).
 //
-// Workload (each row, each library): N requests with fresh keys, then the same N keys again
-// (replays), then the same N keys with a changed body (mismatches). Every request starts as
-// the same raw data (method, path, headers, JSON text), and each library is given it in its
-// own native form, built inside the timed loop: a Fetch `Request` for withIdempotency, plain
-// objects with the parsed body for the others (what body-parser would hand them). The
-// handler does the same work everywhere: it answers 201 with a small JSON body. Requests run
-// one after another (no overlap), so the numbers are per-request costs, not throughput under
-// load. Mismatch rows count the library's own refusal (422 or its error) as the answer.
+// Workload (each library): N requests with fresh keys, then the same N keys again (replays),
+// then the same N keys with a changed body (mismatches). Every request starts as the same
+// raw data (method, path, headers, the same JSON body text of about 90 bytes) and each
+// library is given it in its own native form, built inside the timed loop: plain objects
+// with the body as bytes for `Idempotency#handle`, a Fetch `Request` for `withIdempotency`,
+// plain objects with the parsed body for the others (what body-parser would hand them). The
+// handler does the same work everywhere: it answers 201 with the same small JSON body.
+// Requests run one after another (no overlap), so the numbers are per-request costs, not
+// throughput under load. Mismatch rows count the library's own refusal as the answer.
+//
+// The work is repeated for R rounds, each library starting each round on an empty store and
+// the libraries taking turns within a round, so that a busy machine slows them alike; each
+// row shows the median round.
+//
+// Fetch rows: Node's Request and Response (undici) cost more than the idempotency work, so
+// two more rows measure them without idempotency: "Fetch baseline" is the bare handler
+// (the caller builds the Request, the handler reads its body and builds the Response, the
+// caller reads it); "Fetch plumbing" adds what any Fetch-standard idempotency wrapper must do
+// around it (read the request body before the handler and give the handler a readable
+// Request; read the response body to store it and return a fresh Response).
 //
 // Peers and adapters:
 //   @node-idempotency/core 1.0.11 with @node-idempotency/storage-adapter-memory
@@ -17,7 +29,7 @@
 //   @aws-lambda-powertools/idempotency 2.35.0 with a small in-memory persistence layer (the
 //     conditional put of its DynamoDB layer, over a Map)
 //
-// Usage: node bench/bench.mjs [N]   (N defaults to 5000)
+// Usage: node bench/bench.mjs [N] [R]   (N defaults to 5000 requests, R to 5 rounds)
 import { Idempotency, MemoryStore, withIdempotency } from "idem-wasm";
 import { Idempotency as NodeIdempotency } from "@node-idempotency/core";
 import { MemoryStorageAdapter } from "@node-idempotency/storage-adapter-memory";
@@ -31,10 +43,12 @@ import {
 import { BasePersistenceLayer, IdempotencyRecord } from "@aws-lambda-powertools/idempotency/persistence";
 
 const N = Number(process.argv[2] ?? 5000);
+const ROUNDS = Number(process.argv[3] ?? 5);
 const encoder = new TextEncoder();
 const bodyOf = (i, changed) =>
   JSON.stringify({ amount: changed ? 2000 + i : 1000 + i, currency: "eur", customer: `cus_${i}`, note: "benchmark order" });
 const answer = (i) => JSON.stringify({ id: `ord_${i}`, status: "created" });
+const expected = (phase) => (phase === "mismatch" ? 422 : 201);
 
 async function time(run) {
   const start = process.hrtime.bigint();
@@ -43,64 +57,109 @@ async function time(run) {
   return N / seconds;
 }
 
-// --- idem-wasm, Fetch API --------------------------------------------------------------------
-async function idemFetch(phase, prefix) {
-  const handler = idemFetch.handler;
-  return time(async (i) => {
-    const request = new Request("http://api.local/orders", {
-      method: "POST",
-      headers: { "idempotency-key": `"${prefix}-${i}"`, "content-type": "application/json" },
-      body: bodyOf(i, phase === "mismatch"),
-    });
-    const response = await handler(request);
-    await response.arrayBuffer();
-    if (response.status !== (phase === "mismatch" ? 422 : 201)) throw new Error(`idem fetch ${phase}: ${response.status}`);
+function fetchRequest(phase, prefix, i) {
+  return new Request("http://api.local/orders", {
+    method: "POST",
+    headers: { "idempotency-key": `"${prefix}-${i}"`, "content-type": "application/json" },
+    body: bodyOf(i, phase === "mismatch"),
   });
+}
+
+/** The handler every Fetch row runs: it reads the order and answers 201. */
+async function orderHandler(request) {
+  await request.arrayBuffer();
+  return new Response(answer(0), { status: 201, headers: { "content-type": "application/json" } });
+}
+
+function fetchBench(make) {
+  let handler = null;
+  return {
+    setup() {
+      handler = make();
+    },
+    run: (phase, prefix) =>
+      time(async (i) => {
+        const response = await handler(fetchRequest(phase, prefix, i));
+        await response.arrayBuffer();
+        // The rows without idempotency run the handler every time.
+        const want = make === bare || make === plumbing ? 201 : expected(phase);
+        if (response.status !== want) throw new Error(`fetch ${phase}: ${response.status}`);
+      }),
+  };
+}
+
+// --- idem-wasm, Fetch API --------------------------------------------------------------------
+const idemFetch = () => withIdempotency(orderHandler, { store: new MemoryStore() });
+
+// --- Node's Fetch objects alone ------------------------------------------------------------
+function bare() {
+  return orderHandler;
+}
+/** The copies a Fetch-standard idempotency wrapper has to make, and nothing else. */
+function plumbing() {
+  return async (request) => {
+    const body = new Uint8Array(await request.arrayBuffer());
+    const response = await orderHandler(new Request(request, { body }));
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    return new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
 }
 
 // --- idem-wasm, plain objects ----------------------------------------------------------------
-async function idemPlain(phase, prefix) {
-  const idem = idemPlain.idem;
-  return time(async (i) => {
-    const reply = await idem.handle(
-      {
-        method: "POST",
-        target: "/orders",
-        key: `"${prefix}-${i}"`,
-        contentType: "application/json",
-        body: encoder.encode(bodyOf(i, phase === "mismatch")),
-      },
-      () => ({ status: 201, headers: [["content-type", "application/json"]], body: answer(i) }),
-    );
-    if (reply.status !== (phase === "mismatch" ? 422 : 201)) throw new Error(`idem plain ${phase}: ${reply.status}`);
-  });
+function idemPlain() {
+  let idem = null;
+  return {
+    setup() {
+      idem = new Idempotency({ store: new MemoryStore() });
+    },
+    run: (phase, prefix) =>
+      time(async (i) => {
+        const reply = await idem.handle(
+          {
+            method: "POST",
+            target: "/orders",
+            key: `"${prefix}-${i}"`,
+            contentType: "application/json",
+            body: encoder.encode(bodyOf(i, phase === "mismatch")),
+          },
+          () => ({ status: 201, headers: [["content-type", "application/json"]], body: answer(i) }),
+        );
+        if (reply.status !== expected(phase)) throw new Error(`idem plain ${phase}: ${reply.status}`);
+      }),
+  };
 }
 
 // --- @node-idempotency/core ------------------------------------------------------------------
-async function nodeIdempotency(phase, prefix) {
-  const idem = nodeIdempotency.idem;
-  return time(async (i) => {
-    const req = {
-      headers: { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
-      path: "/orders",
-      method: "POST",
-      body: JSON.parse(bodyOf(i, phase === "mismatch")),
-    };
-    let status;
-    try {
-      const cached = await idem.onRequest(req);
-      if (cached) {
-        status = cached.additional.status;
-      } else {
-        const res = { body: JSON.parse(answer(i)), additional: { status: 201 } };
-        await idem.onResponse(req, res);
-        status = 201;
-      }
-    } catch (err) {
-      status = err.code === "IDEMPOTENCY_FINGERPRINT_MISSMATCH" ? 422 : 500;
-    }
-    if (status !== (phase === "mismatch" ? 422 : 201)) throw new Error(`node-idempotency ${phase}: ${status}`);
-  });
+function nodeIdempotency() {
+  let idem = null;
+  return {
+    setup() {
+      idem = new NodeIdempotency(new MemoryStorageAdapter(), { enforceIdempotency: true });
+    },
+    run: (phase, prefix) =>
+      time(async (i) => {
+        const req = {
+          headers: { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
+          path: "/orders",
+          method: "POST",
+          body: JSON.parse(bodyOf(i, phase === "mismatch")),
+        };
+        let status;
+        try {
+          const cached = await idem.onRequest(req);
+          if (cached) {
+            status = cached.additional.status;
+          } else {
+            const res = { body: JSON.parse(answer(i)), additional: { status: 201 } };
+            await idem.onResponse(req, res);
+            status = 201;
+          }
+        } catch (err) {
+          status = err.code === "IDEMPOTENCY_FINGERPRINT_MISSMATCH" ? 422 : 500;
+        }
+        if (status !== expected(phase)) throw new Error(`node-idempotency ${phase}: ${status}`);
+      }),
+  };
 }
 
 // --- express-idempotency ---------------------------------------------------------------------
@@ -126,29 +185,37 @@ function expressRes(done) {
   };
   return res;
 }
-async function expressIdem(phase, prefix) {
-  const middleware = expressIdem.middleware;
-  const service = getSharedIdempotencyService();
-  return time(
-    (i) =>
-      new Promise((resolve, reject) => {
-        const req = expressReq(
-          { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
-          JSON.parse(bodyOf(i, phase === "mismatch")),
-        );
-        const finish = (status) => {
-          if (status !== (phase === "mismatch" ? 417 : 201)) reject(new Error(`express-idempotency ${phase}: ${status}`));
-          else setImmediate(resolve); // let the library's response hook store the result
-        };
-        const res = expressRes(finish);
-        middleware(req, res, (err) => {
-          if (err) return finish(res.statusCode);
-          if (service.isHit(req)) return; // replayed by the middleware through res.send
-          res.setHeader("content-type", "application/json");
-          res.status(201).send(answer(i));
-        }).catch(reject);
-      }),
-  );
+function expressIdem() {
+  let middleware = null;
+  return {
+    setup() {
+      middleware = expressIdempotency();
+    },
+    run: (phase, prefix) => {
+      const service = getSharedIdempotencyService();
+      return time(
+        (i) =>
+          new Promise((resolve, reject) => {
+            const req = expressReq(
+              { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
+              JSON.parse(bodyOf(i, phase === "mismatch")),
+            );
+            const finish = (status) => {
+              // express-idempotency refuses a changed payload with 417.
+              if (status !== (phase === "mismatch" ? 417 : 201)) reject(new Error(`express-idempotency ${phase}: ${status}`));
+              else setImmediate(resolve); // let the library's response hook store the result
+            };
+            const res = expressRes(finish);
+            middleware(req, res, (err) => {
+              if (err) return finish(res.statusCode);
+              if (service.isHit(req)) return; // replayed by the middleware through res.send
+              res.setHeader("content-type", "application/json");
+              res.status(201).send(answer(i));
+            }).catch(reject);
+          }),
+      );
+    },
+  };
 }
 
 // --- @aws-lambda-powertools/idempotency --------------------------------------------------------
@@ -197,78 +264,105 @@ class MemoryPersistenceLayer extends BasePersistenceLayer {
     };
   }
 }
-async function powertools(phase, prefix) {
-  const fn = powertools.fn;
-  return time(async (i) => {
-    const event = {
-      headers: { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
-      body: JSON.parse(bodyOf(i, phase === "mismatch")),
-    };
-    let status;
-    try {
-      status = (await fn(event)).statusCode;
-    } catch (err) {
-      status = err.name === "IdempotencyValidationError" ? 422 : 500;
-      if (status === 500 || phase !== "mismatch") throw err;
-    }
-    if (status !== (phase === "mismatch" ? 422 : 201)) throw new Error(`powertools ${phase}: ${status}`);
-  });
-}
-
-function setup() {
-  idemFetch.handler = withIdempotency(
-    async (request) => {
-      await request.arrayBuffer();
-      return new Response(answer(0), { status: 201, headers: { "content-type": "application/json" } });
+function powertools() {
+  let fn = null;
+  return {
+    setup() {
+      const config = new IdempotencyConfig({
+        eventKeyJmesPath: 'headers."idempotency-key"',
+        payloadValidationJmesPath: "body",
+        throwOnNoIdempotencyKey: true,
+      });
+      // Outside Lambda there is no invocation deadline; give the in-progress lock 60 s, as
+      // the other libraries' leases.
+      config.registerLambdaContext({ getRemainingTimeInMillis: () => 60_000 });
+      fn = makeIdempotent(async (event) => ({ statusCode: 201, body: answer(event.i) }), {
+        persistenceStore: new MemoryPersistenceLayer(),
+        config,
+      });
     },
-    { store: new MemoryStore() },
-  );
-  idemPlain.idem = new Idempotency({ store: new MemoryStore() });
-  nodeIdempotency.idem = new NodeIdempotency(new MemoryStorageAdapter(), { enforceIdempotency: true });
-  expressIdem.middleware = expressIdempotency();
-  const config = new IdempotencyConfig({
-    eventKeyJmesPath: 'headers."idempotency-key"',
-    payloadValidationJmesPath: "body",
-    throwOnNoIdempotencyKey: true,
-  });
-  // Outside Lambda there is no invocation deadline; give the in-progress lock 60 s, as the
-  // other libraries' leases.
-  config.registerLambdaContext({ getRemainingTimeInMillis: () => 60_000 });
-  powertools.fn = makeIdempotent(async (event) => ({ statusCode: 201, body: answer(event.body.amount) }), {
-    persistenceStore: new MemoryPersistenceLayer(),
-    config,
-  });
+    run: (phase, prefix) =>
+      time(async (i) => {
+        const event = {
+          headers: { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
+          body: JSON.parse(bodyOf(i, phase === "mismatch")),
+          i,
+        };
+        let status;
+        try {
+          status = (await fn(event)).statusCode;
+        } catch (err) {
+          status = err.name === "IdempotencyValidationError" ? 422 : 500;
+          if (status === 500 || phase !== "mismatch") throw err;
+        }
+        if (status !== expected(phase)) throw new Error(`powertools ${phase}: ${status}`);
+      }),
+  };
 }
 
 const libraries = [
-  ["idem-wasm withIdempotency (Fetch Request/Response)", idemFetch],
-  ["idem-wasm Idempotency#handle (plain objects)", idemPlain],
-  ["@node-idempotency/core (memory adapter)", nodeIdempotency],
-  ["express-idempotency (in-memory adapter)", expressIdem],
-  ["@aws-lambda-powertools/idempotency (in-memory layer)", powertools],
+  ["idem-wasm Idempotency#handle (plain objects)", idemPlain()],
+  ["@node-idempotency/core (memory adapter)", nodeIdempotency()],
+  ["express-idempotency (in-memory adapter)", expressIdem()],
+  ["@aws-lambda-powertools/idempotency (in-memory layer)", powertools()],
+  ["idem-wasm withIdempotency (Fetch Request/Response)", fetchBench(idemFetch)],
+  ["Fetch baseline: the handler alone, no idempotency", fetchBench(bare)],
+  ["Fetch plumbing: body and Response copies, no idempotency", fetchBench(plumbing)],
 ];
+const PEERS = libraries.slice(1, 4).map(([name]) => name);
 const phases = ["fresh", "replay", "mismatch"];
 
-setup();
 // Warm up every path on keys of its own.
-for (const [, bench] of libraries) for (const phase of phases) await bench(phase, "warm");
-setup();
+for (const [, lib] of libraries) {
+  lib.setup();
+  for (const phase of phases) await lib.run(phase, "warm");
+}
 
+// Each round starts every library on an empty store.
+const samples = {};
+for (const [name] of libraries) samples[name] = { fresh: [], replay: [], mismatch: [] };
+for (let round = 0; round < ROUNDS; round++) {
+  for (const [name, lib] of libraries) {
+    lib.setup();
+    for (const phase of phases) samples[name][phase].push(await lib.run(phase, `run${round}`));
+  }
+}
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
 const results = {};
-for (const [name, bench] of libraries) {
-  results[name] = {};
-  for (const phase of phases) results[name][phase] = await bench(phase, "run");
+for (const [name] of libraries) {
+  results[name] = Object.fromEntries(phases.map((p) => [p, median(samples[name][p])]));
 }
 
 const fmt = (n) => Math.round(n).toLocaleString("en-US").padStart(9);
-console.log(`\nrequests per second, ${N} requests per row, Node ${process.version}, one run\n`);
+const us = (rps) => 1e6 / rps;
+console.log(`\nrequests per second (median of ${ROUNDS} rounds of ${N} requests), Node ${process.version}\n`);
 console.log(`${"library".padEnd(62)}${phases.map((p) => p.padStart(11)).join("")}`);
 for (const [name] of libraries) {
   console.log(`${name.padEnd(62)}${phases.map((p) => `  ${fmt(results[name][p])}`).join("")}`);
 }
-for (const [ours] of libraries.slice(0, 2)) {
-  console.log(`\nratio: ${ours} / peer (above 1.00 = idem faster)`);
-  for (const [peer] of libraries.slice(2)) {
-    console.log(`  vs ${peer.padEnd(58)}${phases.map((p) => `${(results[ours][p] / results[peer][p]).toFixed(2).padStart(9)}x`).join("")}`);
-  }
+
+const PLAIN = libraries[0][0];
+const FETCH = libraries[4][0];
+const BASE = libraries[5][0];
+const PLUMB = libraries[6][0];
+console.log(`\nratio: ${PLAIN} / peer (above 1.00 = idem faster)`);
+for (const peer of PEERS) {
+  console.log(`  vs ${peer.padEnd(58)}${phases.map((p) => `${(results[PLAIN][p] / results[peer][p]).toFixed(2).padStart(9)}x`).join("")}`);
 }
+
+// The Fetch path, taken apart: what Node's objects cost, and what idem adds on top.
+console.log("\nFetch path, microseconds per request:");
+const row = (label, f) => console.log(`  ${label.padEnd(60)}${phases.map((p) => f(p).toFixed(1).padStart(10)).join("")}`);
+row("withIdempotency", (p) => us(results[FETCH][p]));
+row("Fetch baseline (Node's Request/Response, handler alone)", (p) => us(results[BASE][p]));
+row("Fetch plumbing (the copies a wrapper must make)", (p) => us(results[PLUMB][p]));
+// A fresh request makes all of the plumbing's copies; a replay or a mismatch reads the body
+// and builds one Response, as the bare handler does.
+const fetchWork = (p) => us(results[p === "fresh" ? PLUMB : BASE][p]);
+row("idem's own cost: withIdempotency - the Fetch work it needs", (p) => us(results[FETCH][p]) - fetchWork(p));
+row("the same idempotency work through Idempotency#handle", (p) => us(results[PLAIN][p]));
+console.log("  (the Fetch work a request needs: the plumbing row for fresh keys, the baseline row for");
+console.log("   replays and mismatches, which read the body and build one Response, as the handler does)");

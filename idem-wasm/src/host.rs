@@ -274,7 +274,9 @@ impl Host {
         code
     }
 
-    /// Claims the key in the in-process store ([`Store::claim`]): a claim code.
+    /// Claims the key in the in-process store: a claim code. This is [`Store::claim`]'s
+    /// loop, reading the record in place instead of through [`Store::load`] (which copies
+    /// it).
     pub fn claim_in(
         &mut self,
         store: &mut MemoryStore,
@@ -288,11 +290,29 @@ impl Host {
             fingerprint: &slot.fingerprint,
             nonce,
         };
-        match store.claim(&self.engine, now, &attempt) {
-            Ok(claim) => Ok(Host::settle(slot, claim)),
-            // MemoryStore fails only when it is full (IDEM-STORE-3).
-            Err(_) => Ok(Kind::Full as u32),
+        let mut claim = Claim::Done(Decision::CONTENDED);
+        for _ in 0..idem_core::MAX_LOST_RACES {
+            match self.engine.decide(now, &attempt, store.get(&slot.key)) {
+                Decision::Execute {
+                    lease,
+                    write,
+                    recovered,
+                } => match store.apply(now, write) {
+                    Ok(Applied::Applied) => {
+                        claim = Claim::Execute { lease, recovered };
+                        break;
+                    }
+                    Ok(Applied::Conflict) => continue,
+                    // MemoryStore fails only when it is full (IDEM-STORE-3).
+                    Err(_) => return Ok(Kind::Full as u32),
+                },
+                other => {
+                    claim = Claim::Done(other);
+                    break;
+                }
+            }
         }
+        Ok(Host::settle(slot, claim))
     }
 
     /// Decides given the stored record bytes (`None`: no record), for an asynchronous store:
@@ -382,18 +402,22 @@ impl Host {
     /// The reply bytes of a slot whose claim did not execute, or with `t < 0` of the
     /// problem kept by [`Host::fail_with`]. Empty when there is none.
     pub fn reply(&self, t: i32) -> Vec<u8> {
-        let reply = if t < 0 {
-            self.problem.as_ref().and_then(ErrorParts::reply)
-        } else {
-            match self.slots.get(t as usize).and_then(Option::as_ref) {
-                Some(Slot {
-                    state: State::Done(d),
-                    ..
-                }) => interop::decision_reply(d),
-                _ => None,
-            }
-        };
-        reply.map(|r| r.encode()).unwrap_or_default()
+        if t < 0 {
+            let reply = self.problem.as_ref().and_then(ErrorParts::reply);
+            return reply.map(|r| r.encode()).unwrap_or_default();
+        }
+        match self.slots.get(t as usize).and_then(Option::as_ref) {
+            // The stored response is written out as it is, without a copy in between.
+            Some(Slot {
+                state: State::Done(Decision::Replay(r)),
+                ..
+            }) => interop::encode_reply(r.status, &r.headers, interop::REPLAYED, &r.body),
+            Some(Slot {
+                state: State::Done(d),
+                ..
+            }) => interop::decision_reply(d).map_or_else(Vec::new, |r| r.encode()),
+            _ => Vec::new(),
+        }
     }
 
     /// The handler's outcome from what JavaScript saw.

@@ -374,8 +374,21 @@ fn split_utf16(s: &str, units: usize) -> Option<(&str, &str)> {
 
 /// Appends `item` to a list text.
 pub fn push_item(out: &mut String, item: &str) {
-    use core::fmt::Write as _;
-    let _ = write!(out, "{}:", item.encode_utf16().count());
+    let mut n = item.encode_utf16().count();
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+    out.push(':');
     out.push_str(item);
 }
 
@@ -552,14 +565,35 @@ pub struct Reply {
 impl Reply {
     /// The reply bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
-        let head = flatten(&self.headers);
-        let mut out = Vec::with_capacity(8 + head.len() + self.body.len());
-        out.extend_from_slice(&u32::from(self.status).to_le_bytes());
-        out.extend_from_slice(&(head.len() as u32).to_le_bytes());
-        out.extend_from_slice(head.as_bytes());
-        out.extend_from_slice(&self.body);
-        out
+        encode_reply(self.status, &self.headers, &[], &self.body)
     }
+}
+
+/// The header a replay adds (`IDEM-REPLAY-2`).
+pub const REPLAYED: &[(&str, &str)] = &[("idempotent-replayed", "true")];
+
+/// Reply bytes (see the module docs) from the parts: the headers, then `extra` headers.
+pub fn encode_reply(
+    status: u16,
+    headers: &[(String, String)],
+    extra: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut head = String::new();
+    for (n, v) in headers {
+        push_item(&mut head, n);
+        push_item(&mut head, v);
+    }
+    for (n, v) in extra {
+        push_item(&mut head, n);
+        push_item(&mut head, v);
+    }
+    let mut out = Vec::with_capacity(8 + head.len() + body.len());
+    out.extend_from_slice(&u32::from(status).to_le_bytes());
+    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(body);
+    out
 }
 
 /// The reply for a problem: `application/problem+json` with the core's body.
