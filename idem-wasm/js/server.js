@@ -375,24 +375,27 @@ export class Idempotency {
    * engine's current decision, since its client has retried and stopped listening. */
   async #wait(slot) {
     const storageKey = this.#engine.storageKey(slot);
-    const superseded = new AbortController();
-    this.#waiters.get(storageKey)?.abort();
-    this.#waiters.set(storageKey, superseded);
+    // A plain token per waiter: the latest one in the map keeps waiting, earlier ones notice
+    // at their next poll. (Not an AbortController: workerd refuses to let one request abort
+    // an object another request created.)
+    const me = {};
+    this.#waiters.set(storageKey, me);
+    const superseded = () => this.#waiters.get(storageKey) !== me;
     const until = this.#now() + this.#inFlight.wait;
     const poll = this.#inFlight.poll ?? 25;
     try {
       for (;;) {
         const left = until - this.#now();
-        if (left > 0 && !superseded.signal.aborted) await sleep(Math.min(poll, left), superseded.signal);
+        if (left > 0 && !superseded()) await sleep(Math.min(poll, left));
         const code =
           this.#records !== null
             ? this.#engine.claimIn(this.#records, slot, this.#now(), random32(), random32())
             : await this.#claim(slot);
         if (typeof code !== "number" || (code & 7) !== IN_PROGRESS) return code;
-        if (superseded.signal.aborted || this.#now() >= until) return code;
+        if (superseded() || this.#now() >= until) return code;
       }
     } finally {
-      if (this.#waiters.get(storageKey) === superseded) this.#waiters.delete(storageKey);
+      if (!superseded()) this.#waiters.delete(storageKey);
     }
   }
 
@@ -496,8 +499,13 @@ export function withIdempotency(handler, options) {
     if (key === null && !idem.keysRequired) return handler(request, ...rest);
     const length = headers.get("content-length");
     if (length !== null && !idem.checkBodySize(Number(length))) return toResponse(idem.problem());
-    const hasBody = request.body !== null;
-    const body = hasBody ? new Uint8Array(await request.arrayBuffer()) : EMPTY;
+    let body = EMPTY;
+    if (request.body !== null) {
+      // A declared length was checked above; a body without one (chunked) is read only up
+      // to the limit, so an endless upload cannot fill the isolate's memory.
+      body = length !== null ? new Uint8Array(await request.arrayBuffer()) : await readCapped(request.body, idem);
+      if (body === null) return toResponse(idem.problem());
+    }
     const href = request.url;
     const target = targetOf(href);
     const principal = scope ? await scope(request) : headers.get("authorization");
@@ -514,7 +522,7 @@ export function withIdempotency(handler, options) {
     if (slot < 0) return toResponse(idem.problem());
     return idem.serve(slot, toResponse, async (context) => {
       // The handler gets a request it can read: the body was read for the fingerprint.
-      const forHandler = hasBody ? new Request(request, { body }) : request;
+      const forHandler = request.body !== null ? new Request(request, { body }) : request;
       contexts.set(forHandler, context);
       let response;
       try {
@@ -533,4 +541,29 @@ export function withIdempotency(handler, options) {
         : new Response(bytes, { status, statusText: response.statusText, headers: response.headers });
     });
   };
+}
+
+/** Reads a stream while `idem.checkBodySize` allows; `null` (the stream cancelled) past it. */
+async function readCapped(stream, idem) {
+  const reader = stream.getReader();
+  const chunks = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (!idem.checkBodySize(total)) {
+      await reader.cancel();
+      return null;
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0];
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
 }
