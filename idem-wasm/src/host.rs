@@ -123,11 +123,6 @@ impl Host {
         })
     }
 
-    /// The lease duration in milliseconds.
-    pub fn lease_ms(&self) -> f64 {
-        self.engine.config().lease.as_millis() as f64
-    }
-
     /// Attempts open now (begun and not ended).
     pub fn open_slots(&self) -> usize {
         self.slots.len() - self.free.len()

@@ -289,12 +289,6 @@ impl Engine {
     pub fn take_write(&mut self) -> Vec<u8> {
         self.host.take_write()
     }
-
-    /// The lease duration in milliseconds.
-    #[wasm_bindgen(getter, js_name = leaseMs)]
-    pub fn lease_ms(&self) -> f64 {
-        self.host.lease_ms()
-    }
 }
 
 /// The in-process store: idem-core's `MemoryStore` (a hash map with a deadline index,
@@ -431,15 +425,6 @@ impl Next {
             idem_core::NextStep::Failed { .. } => "failed",
             idem_core::NextStep::Undetermined { .. } => "undetermined",
         })
-    }
-
-    /// For `retry`: when to send again (ms since the epoch).
-    #[wasm_bindgen(getter)]
-    pub fn at(&self) -> Option<f64> {
-        match self.next {
-            idem_core::NextStep::Retry { at } => Some(interop::to_ms(at)),
-            _ => None,
-        }
     }
 
     /// For `complete`: whether the final response was a success (2xx/3xx) rather than a
