@@ -278,11 +278,24 @@ export class Idempotency {
    * IDEM-LIMIT-1). `headers` is only read for the fingerprint headers. */
   begin(key, principal, method, route, target, contentType, headers, body) {
     let selected = "";
-    if (this.#fingerprintHeaders.length > 0 && headers != null) {
-      const flat = flatHeaders(headers);
+    const names = this.#fingerprintHeaders;
+    if (names.length > 0 && headers != null) {
       const list = [];
-      for (let i = 0; i < flat.length; i += 2) {
-        if (this.#fingerprintHeaders.includes(flat[i])) list.push(flat[i], flat[i + 1]);
+      if (typeof headers.get === "function" && typeof headers.getSetCookie === "function") {
+        // A Headers object: look the few names up instead of walking every header.
+        for (const name of names) {
+          if (name === "set-cookie") {
+            for (const v of headers.getSetCookie()) list.push(name, v);
+          } else {
+            const v = headers.get(name);
+            if (v !== null) list.push(name, v);
+          }
+        }
+      } else {
+        const flat = flatHeaders(headers);
+        for (let i = 0; i < flat.length; i += 2) {
+          if (names.includes(flat[i])) list.push(flat[i], flat[i + 1]);
+        }
       }
       selected = listText(list);
     }

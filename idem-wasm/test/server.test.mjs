@@ -201,6 +201,27 @@ describe("mismatch", () => {
     assert.ok(state.events.find((e) => e.name === "mismatch").securityRelevant);
   });
 
+  test("configured headers are part of the fingerprint, on both paths (IDEM-FP-1)", async () => {
+    const { handler, state } = orders({ idem: { fingerprint: { headers: ["X-Api-Version"] } } });
+    const v = (version) => post({ a: 1 }, '"fh"', version === null ? {} : { "x-api-version": version });
+    assert.equal((await handler(v("2024-01"))).status, 201);
+    assert.equal((await handler(v("2024-01"))).headers.get("idempotent-replayed"), "true");
+    assert.equal((await handler(v("2025-06"))).status, 422);
+    assert.equal((await handler(v(null))).status, 422, "a missing header is a change too");
+    assert.equal(state.executions, 1);
+    // Unconfigured headers do not count.
+    const traced = await handler(post({ a: 1 }, '"fh"', { "x-api-version": "2024-01", "x-trace": "9" }));
+    assert.equal(traced.headers.get("idempotent-replayed"), "true");
+
+    const idem = new Idempotency({ store: new MemoryStore(), fingerprint: { headers: ["x-api-version"] } });
+    const plain = (headers) => ({ method: "POST", target: "/p", key: "k", headers, body: new Uint8Array(0) });
+    const run = () => ({ status: 200 });
+    assert.equal((await idem.handle(plain({ "X-Api-Version": "1" }), run)).replayed, false);
+    assert.equal((await idem.handle(plain([["x-api-version", "1"]]), run)).replayed, true);
+    assert.equal((await idem.handle(plain(new Headers({ "x-api-version": "1" })), run)).replayed, true);
+    assert.equal((await idem.handle(plain({ "x-api-version": "2" }), run)).status, 422);
+  });
+
   test("excluded volatile fields do not count as a change (IDEM-FP-5)", async () => {
     const { handler, state } = orders({ idem: { fingerprint: { exclude: ["/sentAt"] } } });
     await handler(post({ amount: 1, sentAt: 1 }));
