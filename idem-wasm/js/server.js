@@ -18,6 +18,7 @@ import {
   rangeError,
   readReply,
   readWrite,
+  takeReply,
   sleep,
   writeEvent,
 } from "./util.js";
@@ -305,7 +306,9 @@ export class Idempotency {
   /** The reply to the last refused request (`begin` gave -1, `checkBodySize` false). */
   problem() {
     if (this.#onEvent !== null) this.#emit("rejected", null, { code: this.#engine.problemCode() });
-    return problemReply(this.#engine.reply(-1));
+    const reply = takeReply(this.#engine, -1);
+    reply.replayed = false;
+    return reply;
   }
 
   /** Whether a body of this many bytes may be read: false past the fingerprint limit
@@ -330,7 +333,7 @@ export class Idempotency {
       const recovered = (code & 8) !== 0;
       if (this.#onEvent !== null) this.#emit(eventName(code >> 4), engine.key(slot), recovered ? { recovered } : undefined);
       if (kind !== EXECUTE) {
-        const reply = readReply(engine.reply(slot));
+        const reply = takeReply(engine, slot);
         reply.replayed = kind === REPLAY;
         return answer(reply);
       }

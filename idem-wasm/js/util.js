@@ -1,4 +1,5 @@
 // Small helpers shared by the server, the stores and the client.
+import { wasmMemory } from "./idem_wasm.js";
 
 /** A random u32 from a pool refilled with crypto.getRandomValues.
  *
@@ -80,10 +81,25 @@ function u32(bytes, at) {
   return (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
 }
 
-/** Reply bytes: `{ status, headers: [name, value, …], body }`. */
-export function readReply(bytes) {
-  const end = 8 + u32(bytes, 4);
-  return { status: u32(bytes, 0), headers: parseList(utf8(bytes, 8, end)), body: bytes.subarray(end) };
+/** Reply bytes at `at` to `to`: `{ status, headers: [name, value, …], body }` (a copy). */
+export function readReply(bytes, at = 0, to = bytes.length) {
+  const end = at + 8 + u32(bytes, at + 4);
+  return { status: u32(bytes, at), headers: parseList(utf8(bytes, at + 8, end)), body: bytes.slice(end, to) };
+}
+
+let memory = null;
+let view = null;
+
+/** The reply an engine just wrote into the module's memory (`Engine.reply`), read in place. */
+export function takeReply(engine, slot) {
+  const length = engine.reply(slot);
+  const at = engine.outPtr();
+  // The view is made again after the memory grew (the old buffer is then detached).
+  if (view === null || view.byteLength === 0) {
+    memory ??= wasmMemory();
+    view = new Uint8Array(memory.buffer);
+  }
+  return readReply(view, at, at + length);
 }
 
 /** Write bytes: the write as stores take it, `{ expect, value, version, deadline }`. */

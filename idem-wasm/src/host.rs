@@ -89,6 +89,8 @@ pub struct Host {
     principal: Option<(String, String)>,
     problem: Option<ErrorParts>,
     write: Vec<u8>,
+    /// Reply bytes, read in place by JavaScript.
+    out: Vec<u8>,
 }
 
 fn no_slot() -> ErrorParts {
@@ -120,6 +122,7 @@ impl Host {
             principal: None,
             problem: None,
             write: Vec::new(),
+            out: Vec::new(),
         })
     }
 
@@ -395,24 +398,40 @@ impl Host {
     }
 
     /// The reply bytes of a slot whose claim did not execute, or with `t < 0` of the
-    /// problem kept by [`Host::fail_with`]. Empty when there is none.
-    pub fn reply(&self, t: i32) -> Vec<u8> {
+    /// problem kept by [`Host::fail_with`]; empty when there is none. They are written into
+    /// a buffer the host keeps (at [`Host::out_ptr`], valid until the next call), so that
+    /// JavaScript reads them in place instead of receiving a copy.
+    pub fn reply(&mut self, t: i32) -> &[u8] {
+        let out = &mut self.out;
+        out.clear();
         if t < 0 {
-            let reply = self.problem.as_ref().and_then(ErrorParts::reply);
-            return reply.map(|r| r.encode()).unwrap_or_default();
+            if let Some(r) = self.problem.as_ref().and_then(ErrorParts::reply) {
+                interop::encode_reply_into(out, r.status, &r.headers, &[], &r.body);
+            }
+            return out;
         }
         match self.slots.get(t as usize).and_then(Option::as_ref) {
             // The stored response is written out as it is, without a copy in between.
             Some(Slot {
                 state: State::Done(Decision::Replay(r)),
                 ..
-            }) => interop::encode_reply(r.status, &r.headers, interop::REPLAYED, &r.body),
+            }) => interop::encode_reply_into(out, r.status, &r.headers, interop::REPLAYED, &r.body),
             Some(Slot {
                 state: State::Done(d),
                 ..
-            }) => interop::decision_reply(d).map_or_else(Vec::new, |r| r.encode()),
-            _ => Vec::new(),
+            }) => {
+                if let Some(r) = interop::decision_reply(d) {
+                    interop::encode_reply_into(out, r.status, &r.headers, &[], &r.body);
+                }
+            }
+            _ => {}
         }
+        out
+    }
+
+    /// Where the last [`Host::reply`] was written (an address in the module's memory).
+    pub fn out_ptr(&self) -> usize {
+        self.out.as_ptr() as usize
     }
 
     /// The handler's outcome from what JavaScript saw.

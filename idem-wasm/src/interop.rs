@@ -374,22 +374,35 @@ fn split_utf16(s: &str, units: usize) -> Option<(&str, &str)> {
 
 /// Appends `item` to a list text.
 pub fn push_item(out: &mut String, item: &str) {
-    let mut n = item.encode_utf16().count();
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[i..] {
+    let (digits, at) = utf16_len(item);
+    for &d in &digits[at..] {
         out.push(char::from(d));
     }
     out.push(':');
     out.push_str(item);
+}
+
+/// Appends `item` to a list text being written as UTF-8 bytes.
+pub fn push_item_bytes(out: &mut Vec<u8>, item: &str) {
+    let (digits, at) = utf16_len(item);
+    out.extend_from_slice(&digits[at..]);
+    out.push(b':');
+    out.extend_from_slice(item.as_bytes());
+}
+
+/// The length of `item` in UTF-16 code units, in decimal digits (from the returned index).
+fn utf16_len(item: &str) -> ([u8; 20], usize) {
+    let mut n = item.encode_utf16().count();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return (digits, at);
+        }
+    }
 }
 
 /// Header pairs from a flat list text `name:value:…`; an odd trailing name is dropped.
@@ -579,21 +592,33 @@ pub fn encode_reply(
     extra: &[(&str, &str)],
     body: &[u8],
 ) -> Vec<u8> {
-    let mut head = String::new();
+    let mut out = Vec::new();
+    encode_reply_into(&mut out, status, headers, extra, body);
+    out
+}
+
+/// [`encode_reply`] into a buffer that is cleared first (and keeps its capacity).
+pub fn encode_reply_into(
+    out: &mut Vec<u8>,
+    status: u16,
+    headers: &[(String, String)],
+    extra: &[(&str, &str)],
+    body: &[u8],
+) {
+    out.clear();
+    out.extend_from_slice(&u32::from(status).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
     for (n, v) in headers {
-        push_item(&mut head, n);
-        push_item(&mut head, v);
+        push_item_bytes(out, n);
+        push_item_bytes(out, v);
     }
     for (n, v) in extra {
-        push_item(&mut head, n);
-        push_item(&mut head, v);
+        push_item_bytes(out, n);
+        push_item_bytes(out, v);
     }
-    let mut out = Vec::with_capacity(8 + head.len() + body.len());
-    out.extend_from_slice(&u32::from(status).to_le_bytes());
-    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
-    out.extend_from_slice(head.as_bytes());
+    let head = (out.len() - 8) as u32;
+    out[4..8].copy_from_slice(&head.to_le_bytes());
     out.extend_from_slice(body);
-    out
 }
 
 /// The reply for a problem: `application/problem+json` with the core's body.

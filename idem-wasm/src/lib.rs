@@ -223,10 +223,17 @@ impl Engine {
         self.host.claim_encoded(slot, bytes).map_err(js)
     }
 
-    /// The reply bytes (see [`interop`]) of a claim that did not execute, or with `-1` of
-    /// the last refused request.
-    pub fn reply(&self, slot: i32) -> Vec<u8> {
-        self.host.reply(slot)
+    /// Writes the reply bytes (see [`interop`]) of a claim that did not execute, or with
+    /// `-1` of the last refused request, at `outPtr()` in the module's memory; returns their
+    /// length. They stay there until the next call on this engine.
+    pub fn reply(&mut self, slot: i32) -> u32 {
+        self.host.reply(slot).len() as u32
+    }
+
+    /// Where `reply` wrote (an address in the module's memory).
+    #[wasm_bindgen(js_name = outPtr)]
+    pub fn out_ptr(&self) -> u32 {
+        self.host.out_ptr() as u32
     }
 
     /// Stores the outcome in the in-process store: `ran` is 0 (answered with `status`,
@@ -386,6 +393,12 @@ pub fn expire(now: f64, value: &[u8]) -> JsResult<Option<Vec<u8>>> {
 #[wasm_bindgen(js_name = storeProblem)]
 pub fn store_problem(full: bool, detail: &str) -> Vec<u8> {
     interop::store_reply(full, detail).encode()
+}
+
+/// The module's memory, where `Engine.reply` leaves its bytes.
+#[wasm_bindgen(js_name = wasmMemory)]
+pub fn wasm_memory() -> JsValue {
+    wasm_bindgen::memory()
 }
 
 /// The event names in index order, comma-separated (`IDEM-EVT-1`).

@@ -616,6 +616,25 @@ describe("plain API and packaging", () => {
     assert.equal(state.executions, 1);
   });
 
+  test("replies read from the module's memory stay intact when the memory grows between them", async () => {
+    const idem = new Idempotency({ store: new MemoryStore() });
+    const req = (key, size) => ({ method: "POST", target: "/big", key, body: new Uint8Array(0), size });
+    const run = (size) => () => ({ status: 200, headers: { "x-size": String(size) }, body: new Uint8Array(size).fill(size % 251) });
+    await idem.handle(req("small", 3), run(3));
+    const before = await idem.handle(req("small", 3), run(3));
+    // Responses of several MiB make the module's memory grow.
+    for (const [i, size] of [4 << 20, 6 << 20].entries()) {
+      await idem.handle(req(`big-${i}`, size), run(size));
+      const big = await idem.handle(req(`big-${i}`, size), () => assert.fail("replayed"));
+      assert.equal(big.body.length, size);
+      assert.equal(big.body[size - 1], size % 251);
+    }
+    const after = await idem.handle(req("small", 3), run(3));
+    assert.deepEqual([...after.body], [...before.body]);
+    assert.deepEqual(after.headers, before.headers);
+    assert.deepEqual(before.headers, ["x-size", "3", "idempotent-replayed", "true"]);
+  });
+
   test("response headers round-trip exactly, including non-ASCII values and repeated names", async () => {
     const handler = withIdempotency(
       () => {
