@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { describe, test } from "node:test";
 import { Idempotency, MemoryStore, StoreFullError, idempotencyOf, withIdempotency } from "idem-wasm";
-import { barrier, deferred, manualClock, serve } from "./helpers.mjs";
+import { barrier, deferred, manualClock, serve, tick } from "./helpers.mjs";
 
 const URL_ORDERS = "http://127.0.0.1/orders";
 
@@ -374,6 +374,79 @@ describe("leases", () => {
     assert.equal(r.status, 409);
     assert.equal((await problem(r)).type, "urn:idem:problem:outcome-unknown");
   });
+});
+
+describe("the same semantics through an asynchronous store", () => {
+  // The memory store is claimed and completed inside the module; any other store goes
+  // through the JavaScript claim loop and compare-and-set writes. Both must behave alike.
+  const stores = {
+    "in-module memory store": () => new MemoryStore(),
+    "asynchronous store": () => {
+      const inner = new MemoryStore();
+      const later = () => new Promise((resolve) => setImmediate(resolve));
+      return {
+        load: async (k) => (await later(), inner.load(k)),
+        apply: async (k, w, now) => (await later(), inner.apply(k, w, now)),
+      };
+    },
+  };
+  for (const [kind, makeStore] of Object.entries(stores)) {
+    test(`${kind}: heartbeats extend the lease; a zombie's heartbeat and completion are fenced out (IDEM-LEASE-2, IDEM-LEASE-3)`, async () => {
+      const clock = manualClock();
+      const events = [];
+      const gates = [deferred(), deferred()];
+      const contexts = [];
+      const handler = withIdempotency(
+        async (request) => {
+          const n = contexts.push(idempotencyOf(request)) - 1;
+          await gates[n].promise;
+          return new Response(`run ${n}`, { status: 201 });
+        },
+        { store: makeStore(), lease: 1000, now: clock, onEvent: (e) => events.push(e.name) },
+      );
+      const first = handler(post({}));
+      while (contexts.length < 1) await tick();
+      const [zombie] = contexts;
+      const claimedUntil = zombie.leaseExpires;
+      clock.advance(800);
+      await zombie.extend();
+      assert.equal(zombie.leaseExpires, claimedUntil + 800);
+      clock.advance(800); // past the first lease, within the extended one
+      assert.equal((await handler(post({}))).status, 409);
+      clock.advance(1000); // the extended lease has ended: a retry takes over
+      const second = handler(post({}));
+      while (contexts.length < 2) await tick();
+      assert.equal(contexts[1].recovered, true);
+      assert.ok(contexts[1].fence > zombie.fence);
+      // The zombie's clock still says its lease holds: the store refuses it all the same.
+      clock.set(zombie.leaseExpires - 1);
+      await assert.rejects(zombie.extend(), (e) => e instanceof RangeError && e.code === "IDEM-LEASE-2");
+      gates[0].resolve();
+      assert.equal((await first).status, 201, "the zombie's response is still sent");
+      clock.advance(2000);
+      gates[1].resolve();
+      assert.equal(await (await second).text(), "run 1");
+      const replay = await handler(post({}));
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(await replay.text(), "run 1", "the winner's response is the one stored");
+      assert.ok(events.filter((e) => e === "fenced-out").length >= 2, events.join(","));
+      assert.ok(events.includes("extended") && events.includes("took-over") && events.includes("completed"));
+    });
+
+    test(`${kind}: a duplicate waits for the first result and gets the replay (IDEM-CONC-1)`, async () => {
+      const { handler, state } = orders({
+        store: makeStore(),
+        gate: () => new Promise((resolve) => setTimeout(resolve, 60)),
+        idem: { inFlight: { wait: 2000, poll: 10 } },
+      });
+      const a = handler(post({ a: 1 }));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      const b = await handler(post({ a: 1 }));
+      assert.equal((await a).status, 201);
+      assert.equal(b.headers.get("idempotent-replayed"), "true");
+      assert.equal(state.executions, 1);
+    });
+  }
 });
 
 describe("in-flight wait policy", () => {
