@@ -269,7 +269,9 @@ export class Idempotency {
       }
       const headers = flatHeaders(out.headers);
       const body = typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
-      await this.finish(slot, context, ANSWERED, out.status, headers, body);
+      // The memory store answers at once; other stores answer with a promise.
+      const stored = this.finish(slot, context, ANSWERED, out.status, headers, body);
+      if (typeof stored !== "boolean") await stored;
       return { status: out.status, headers, body, replayed: false };
     });
   }
@@ -550,7 +552,8 @@ export function withIdempotency(handler, options) {
       const status = response.status;
       const nullBody = NULL_BODY_STATUS.has(status) || response.body === null;
       const bytes = nullBody ? EMPTY : new Uint8Array(await response.arrayBuffer());
-      await idem.finish(slot, context, ANSWERED, status, flatHeaders(response.headers), bytes);
+      const stored = idem.finish(slot, context, ANSWERED, status, flatHeaders(response.headers), bytes);
+      if (typeof stored !== "boolean") await stored;
       // The body was read to store it: the caller gets the same response with the bytes.
       return nullBody
         ? response

@@ -33,9 +33,11 @@ export function flatHeaders(headers) {
     return out;
   }
   const entries = Array.isArray(headers) ? headers : Object.entries(headers);
-  for (const [name, value] of entries) {
-    if (Array.isArray(value)) for (const v of value) out.push(String(name).toLowerCase(), String(v));
-    else if (value !== undefined) out.push(String(name).toLowerCase(), String(value));
+  for (let i = 0; i < entries.length; i++) {
+    const name = String(entries[i][0]).toLowerCase();
+    const value = entries[i][1];
+    if (Array.isArray(value)) for (const v of value) out.push(name, String(v));
+    else if (value !== undefined) out.push(name, String(value));
   }
   return out;
 }
