@@ -1,8 +1,8 @@
 //! The idem-wasm steps: installing the pinned wasm-bindgen CLI and the npm dev dependencies,
 //! building the npm package (which prints the module size) and running its tests.
 
-use crate::util::{run, step};
-use std::path::{Path, PathBuf};
+use crate::util::{npm_ci_if_stale, npm_in, run, step, workspace_dir};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Must equal the exact `wasm-bindgen` version pinned in idem-wasm/Cargo.toml: the CLI
@@ -10,19 +10,11 @@ use std::process::Command;
 const WASM_BINDGEN_VERSION: &str = "0.2.129";
 
 fn package_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(|root| root.join("idem-wasm"))
-        .unwrap_or_else(|| PathBuf::from("idem-wasm"))
+    workspace_dir("idem-wasm")
 }
 
 fn npm() -> Command {
-    let mut cmd = Command::new("npm");
-    cmd.current_dir(package_dir())
-        .env("npm_config_update_notifier", "false")
-        .env("npm_config_fund", "false")
-        .env("npm_config_audit", "false");
-    cmd
+    npm_in(&package_dir())
 }
 
 /// Installs what the wasm build needs: the wasm-bindgen CLI of the pinned version (only when
@@ -46,22 +38,7 @@ pub(crate) fn setup() -> Result<(), String> {
             WASM_BINDGEN_VERSION,
         ]))?;
     }
-    let dir = package_dir();
-    let lock = modified(&dir.join("package-lock.json"));
-    let installed = modified(&dir.join("node_modules").join(".package-lock.json"));
-    let stale = match (lock, installed) {
-        (Some(lock), Some(installed)) => installed < lock,
-        _ => true,
-    };
-    if stale {
-        step("setup: npm ci (idem-wasm dev dependencies)");
-        run(npm().args(["ci", "--loglevel=error"]))?;
-    }
-    Ok(())
-}
-
-fn modified(path: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+    npm_ci_if_stale(&package_dir(), "idem-wasm dev dependencies")
 }
 
 /// Builds the package (printing the module size raw, gzip and brotli), checks the

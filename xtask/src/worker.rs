@@ -2,48 +2,29 @@
 //! wrangler, which ship workerd), and its tests under a local workerd, which include a run of
 //! the release-built conformance suite against the worker.
 
-use crate::util::{cargo, run, step};
-use std::path::{Path, PathBuf};
+use crate::util::{cargo, npm_ci_if_stale, npm_in, run, step, workspace_dir};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 fn example_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(|root| root.join("idem-wasm/examples/worker"))
-        .unwrap_or_else(|| PathBuf::from("idem-wasm/examples/worker"))
+    workspace_dir("idem-wasm/examples/worker")
 }
 
 fn npm() -> Command {
-    let mut cmd = Command::new("npm");
-    cmd.current_dir(example_dir())
-        .env("npm_config_update_notifier", "false")
-        .env("npm_config_fund", "false")
-        .env("npm_config_audit", "false")
-        .env("WRANGLER_SEND_METRICS", "false")
+    let mut cmd = npm_in(&example_dir());
+    cmd.env("WRANGLER_SEND_METRICS", "false")
         .env("WRANGLER_HIDE_BANNER", "true")
         .env("CLOUDFLARE_CF_FETCH_ENABLED", "false");
     cmd
 }
 
-fn modified(path: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
 /// Installs the example's npm packages with `npm ci`, only when node_modules is missing or
 /// older than package-lock.json. Quiet when all is there.
 pub(crate) fn setup() -> Result<(), String> {
-    let dir = example_dir();
-    let lock = modified(&dir.join("package-lock.json"));
-    let installed = modified(&dir.join("node_modules").join(".package-lock.json"));
-    let stale = match (lock, installed) {
-        (Some(lock), Some(installed)) => installed < lock,
-        _ => true,
-    };
-    if stale {
-        step("setup: npm ci (edge worker example: miniflare, wrangler, autocannon)");
-        run(npm().args(["ci", "--loglevel=error"]))?;
-    }
-    Ok(())
+    npm_ci_if_stale(
+        &example_dir(),
+        "edge worker example: miniflare, wrangler, autocannon",
+    )
 }
 
 /// Builds idem-conformance in release mode and returns the path of its executable, read
