@@ -38,7 +38,7 @@ fn setup() -> Result<(), String> {
     let installed = String::from_utf8_lossy(&installed.stdout).into_owned();
     for target in ["x86_64-unknown-none", "wasm32-unknown-unknown"] {
         if !installed.lines().any(|l| l.trim() == target) {
-            run(Command::new("rustup").args(["target", "add", "--quiet", target]))?;
+            run(Command::new("rustup").args(["target", "add", target]))?;
         }
     }
     let components = Command::new("rustup")
