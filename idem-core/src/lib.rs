@@ -110,3 +110,9 @@ pub use inbox::{Delivery, Inbox};
 pub use kind::{KindConfigError, KindKeyError, MAX_CLIENT_ID_LEN};
 pub use timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 pub use token::{IssuedToken, TokenSecret, Tokens, TOKEN_LEN, TOKEN_PREFIX};
+
+// The README's example runs as a doc test, so the crate page never shows code that does
+// not compile.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -32,7 +32,7 @@
 //     conditional put of its DynamoDB layer, over a Map)
 //
 // Usage: node bench/bench.mjs [N] [R]   (N defaults to 5000 requests, R to 5 rounds)
-import { Idempotency, MemoryStore, withIdempotency } from "idem-wasm";
+import { Idempotency, MemoryStore, withIdempotency } from "idem";
 import { Idempotency as NodeIdempotency } from "@node-idempotency/core";
 import { MemoryStorageAdapter } from "@node-idempotency/storage-adapter-memory";
 import { getSharedIdempotencyService, idempotency as expressIdempotency } from "express-idempotency";
@@ -316,11 +316,11 @@ function powertools() {
 }
 
 const libraries = [
-  ["idem-wasm Idempotency#handle (plain objects)", idemPlain()],
+  ["idem Idempotency#handle (plain objects)", idemPlain()],
   ["@node-idempotency/core (memory adapter)", nodeIdempotency()],
   ["express-idempotency (in-memory adapter)", expressIdem()],
   ["@aws-lambda-powertools/idempotency (in-memory layer)", powertools()],
-  ["idem-wasm withIdempotency (Fetch Request/Response)", fetchBench(idemFetch)],
+  ["idem withIdempotency (Fetch Request/Response)", fetchBench(idemFetch)],
   ["Fetch baseline: the handler alone, no idempotency", fetchBench(bare)],
   ["Fetch plumbing: body and Response copies, no idempotency", fetchBench(plumbing)],
   ["Fetch plumbing: body read, Response from stored bytes", fetchBench(answered)],

@@ -66,7 +66,8 @@ const built = join(meta.target_directory, "wasm32-unknown-unknown", "release", "
 // 2. The glue.
 const bindgenOut = join(meta.target_directory, "idem-wasm-bindgen");
 rmSync(bindgenOut, { recursive: true, force: true });
-run("wasm-bindgen", [
+// `cargo xtask` passes the path of the CLI it installed; otherwise it is looked up on PATH.
+run(process.env.WASM_BINDGEN || "wasm-bindgen", [
   "--target",
   "web",
   "--no-typescript",
@@ -127,10 +128,12 @@ const wasm = readFileSync(join(dist, "idem_wasm_bg.wasm"));
 const gz = (b) => gzipSync(b, { level: 9 }).length;
 const br = (b) => brotliCompressSync(b, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }).length;
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+// The code the package ships (the license files beside it are added by `npm pack`).
+const shipped = pkg.files.filter((f) => f.startsWith("dist/"));
 let raw = 0;
 let gzip = 0;
 let brotli = 0;
-for (const f of pkg.files) {
+for (const f of shipped) {
   const b = readFileSync(join(root, f));
   raw += b.length;
   gzip += gz(b);
@@ -138,7 +141,7 @@ for (const f of pkg.files) {
 }
 const sizes = {
   wasm: { raw: wasm.length, gzip: gz(wasm), brotli: br(wasm) },
-  package: { files: pkg.files.length, raw, gzip, brotli },
+  package: { files: shipped.length, raw, gzip, brotli },
 };
 writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
@@ -146,5 +149,5 @@ console.log(
   `idem_wasm_bg.wasm: ${sizes.wasm.raw} B raw (${kib(sizes.wasm.raw)}), ${sizes.wasm.gzip} B gzip (${kib(sizes.wasm.gzip)}), ${sizes.wasm.brotli} B brotli (${kib(sizes.wasm.brotli)})`,
 );
 console.log(
-  `package (${pkg.files.length} files, each compressed): ${raw} B raw (${kib(raw)}), ${gzip} B gzip (${kib(gzip)}), ${brotli} B brotli (${kib(brotli)})`,
+  `package (${shipped.length} files, each compressed): ${raw} B raw (${kib(raw)}), ${gzip} B gzip (${kib(gzip)}), ${brotli} B brotli (${kib(brotli)})`,
 );

@@ -1,7 +1,7 @@
 // Bodies without a declared length, and the in-flight wait policy's waiters, against the built package.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { MemoryStore, withIdempotency } from "idem-wasm";
+import { MemoryStore, withIdempotency } from "idem";
 
 test("a chunked body past the limit is refused with 413 after reading only up to the limit (IDEM-LIMIT-1)", async () => {
   let executions = 0;

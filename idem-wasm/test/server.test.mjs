@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { describe, test } from "node:test";
-import { Idempotency, MemoryStore, StoreFullError, idempotencyOf, withIdempotency } from "idem-wasm";
+import { Idempotency, MemoryStore, StoreFullError, idempotencyOf, withIdempotency } from "idem";
 import { barrier, deferred, manualClock, serve, tick } from "./helpers.mjs";
 
 const URL_ORDERS = "http://127.0.0.1/orders";
@@ -672,7 +672,7 @@ describe("plain API and packaging", () => {
 
   test("the CommonJS entry loads and works", async () => {
     const require = createRequire(import.meta.url);
-    const cjs = require("idem-wasm");
+    const cjs = require("idem");
     assert.equal(typeof cjs.withIdempotency, "function");
     const handler = cjs.withIdempotency(() => new Response("x", { status: 201 }), { store: new cjs.MemoryStore() });
     assert.equal((await handler(post({}))).status, 201);

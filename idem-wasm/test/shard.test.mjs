@@ -1,7 +1,7 @@
 // The Durable Object store, against an in-memory fake of the Durable Object storage API.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { DurableObjectStore, IdempotencyShard, withIdempotency } from "idem-wasm";
+import { DurableObjectStore, IdempotencyShard, withIdempotency } from "idem";
 import { FakeNamespace, barrier, manualClock } from "./helpers.mjs";
 
 function post(key, body = { amount: 1 }) {

@@ -84,6 +84,20 @@ fn test() -> Result<(), String> {
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     step("test: rust workspace");
     run(cargo().args(["test", "--workspace", "--quiet"]))?;
+    step("check: the published crates package and build from their packages");
+    // Packaged together so that each one's path dependencies resolve to the others'
+    // packages; `--allow-dirty` so that the check also runs on a work tree with changes.
+    run(cargo().args([
+        "package",
+        "--quiet",
+        "--allow-dirty",
+        "-p",
+        "idem-spec",
+        "-p",
+        "idem-core",
+        "-p",
+        "idem-conformance",
+    ]))?;
     wasm::test()?;
     worker::test()
 }

@@ -13,15 +13,33 @@ fn package_dir() -> PathBuf {
     workspace_dir("idem-wasm")
 }
 
+/// Where `cargo install` puts the wasm-bindgen CLI: `$CARGO_INSTALL_ROOT/bin`, else
+/// `$CARGO_HOME/bin`, else `~/.cargo/bin`. The build is given this path, so it does not
+/// depend on that directory being on `PATH`.
+fn wasm_bindgen() -> PathBuf {
+    let env = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let root = env("CARGO_INSTALL_ROOT")
+        .or_else(|| env("CARGO_HOME"))
+        .or_else(|| env("HOME").map(|home| home.join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from(".cargo"));
+    root.join("bin").join("wasm-bindgen")
+}
+
 fn npm() -> Command {
-    npm_in(&package_dir())
+    let mut cmd = npm_in(&package_dir());
+    cmd.env("WASM_BINDGEN", wasm_bindgen());
+    cmd
 }
 
 /// Installs what the wasm build needs: the wasm-bindgen CLI of the pinned version (only when
 /// `wasm-bindgen --version` does not already print it), and the npm dev dependencies (only
 /// when node_modules is missing or older than package-lock.json). Quiet when all is there.
 pub(crate) fn setup() -> Result<(), String> {
-    let current = Command::new("wasm-bindgen")
+    let current = Command::new(wasm_bindgen())
         .arg("--version")
         .output()
         .ok()

@@ -11,7 +11,7 @@
 // one object per key shard addressed by name; LEDGER, the `OrderLedger` class below, which
 // holds the side effect. Settings come from the environment: see config.js.
 //
-// From an installed package this import is `from "idem-wasm"`; wrangler's bundler picks the
+// From an installed package this import is `from "idem"`; wrangler's bundler picks the
 // package's "workerd" entry. Here it names that entry in the package being built next door.
 import { DurableObject } from "cloudflare:workers";
 import { DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
