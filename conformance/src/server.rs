@@ -1,12 +1,15 @@
-//! The reference server: a real HTTP/1.1 server built on [`idem_core::Engine`] and
-//! [`idem_core::MemoryStore`], with one demo endpoint whose side effect can be observed.
+//! The reference server: a real HTTP/1.1 server that drives idem-core's request machine
+//! ([`idem_core::Request`]) over a [`idem_core::MemoryStore`], with one demo endpoint whose
+//! side effect can be observed.
 //!
 //! # Endpoints
 //!
 //! * `POST /orders` creates an order. It requires an `Idempotency-Key` (an sf-string or a
-//!   bare key, parsed leniently), takes the principal from `Authorization: Bearer <token>`
-//!   (`anonymous` without one) and scopes keys by principal, method and route. Every run of
-//!   the handler increments an execution counter, sleeps the configured delay, and answers
+//!   bare key, parsed leniently) and scopes keys by principal, method and route. The test
+//!   credentials: `Authorization: Bearer <token>` is the token's owner, any other
+//!   `Authorization` value is a principal of its own, and requests without one share the
+//!   principal `anonymous`, which no `Authorization` value can equal. Every run of the
+//!   handler increments an execution counter, sleeps the configured delay, and answers
 //!   `201` with `{"id":"ord_000001","execution":1,"recovered":false}`. The JSON body's
 //!   `"outcome"` member selects other results, so the suite can test error replay:
 //!   `"decline"` gives a deterministic `402` (stored and replayed), `"unavailable"` gives a
@@ -15,30 +18,32 @@
 //!   stays in flight until its lease ends); a recovering attempt then succeeds.
 //! * `GET /count` returns `{"count":N}`, the number of handler runs: the side-effect oracle.
 //!
-//! Refusals are `application/problem+json` with the status and type idem-core assigns:
-//! missing or malformed key 400, key in flight 409 with `Retry-After`, payload mismatch 422,
-//! expired key 410, full store 503 with `Retry-After`, body too large 413, invalid JSON 400.
-//! Replays carry `Idempotent-Replayed: true`. The handler runs in its own task, so a client
-//! that disconnects never cancels work in progress, and the final outcome is written to the
-//! store before the response is sent (`IDEM-OUT-5`).
+//! Every answer the server gives without running the handler (replays, refusals) is rendered
+//! by idem-core, as in every other host: problem+json with the status and type the core
+//! assigns. The handler runs in its own task, so a client that disconnects never cancels
+//! work in progress, and the final outcome is written to the store before the response is
+//! sent (`IDEM-OUT-5`).
 //!
 //! # Faults
 //!
 //! [`Fault`] names deliberate defects. Each is a small deviation from the correct server,
-//! so that the suite can show that the case aimed at it fails.
+//! made from outside the machine (the store it sees, the outcome it is told, the bytes that
+//! leave), so that the suite can show that the case aimed at it fails.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use idem_core::{
-    parse_opaque_lenient, Attempt, Claim, Config, Decision, Engine, FingerprintSpec, KeyError,
-    Lease, MemoryStore, MemoryStoreError, MemoryStoreLimits, Outcome, Problem, RecordKey,
-    RequestParts, Scope, Store, StoredResponse, UnixMillis, Write,
+    parse_opaque_lenient, Applied, Config, Engine, FingerprintSpec, Intake, KeyError, MemoryStore,
+    MemoryStoreError, MemoryStoreLimits, Outcome, Policy, Precondition, Problem, Record, RecordKey,
+    RecordState, Refusal, RequestParts, Step, Store, StoreFailure, StoredResponse, UnixMillis,
+    Waiters, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER,
 };
+use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,8 +56,6 @@ use tokio::task::{JoinHandle, JoinSet};
 pub const ORDERS_PATH: &str = "/orders";
 /// The path of the execution counter.
 pub const COUNT_PATH: &str = "/count";
-/// The header that marks a replayed response.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// One deliberate defect of the reference server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -195,12 +198,13 @@ impl ServerConfig {
         };
         // A hundred years stands in for "never".
         let forever = Duration::from_secs(100 * 365 * 24 * 3600);
+        // (`LostLease` acts on the store: see `Faulty`.)
         match self.fault {
             Some(Fault::Store5xx) => c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store,
-            Some(Fault::LostLease) => c.lease = forever,
             Some(Fault::ForgetEarly) => {
                 c.response_ttl = (self.response_ttl / 10).max(Duration::from_millis(1));
                 c.key_ttl = c.response_ttl;
+                c.lease = c.lease.min(c.key_ttl);
             }
             Some(Fault::NoTombstone) => c.key_ttl = c.response_ttl,
             Some(Fault::NeverExpire) => c.key_ttl = forever,
@@ -232,15 +236,16 @@ impl fmt::Display for StartError {
 impl std::error::Error for StartError {}
 
 struct State {
-    engine: Engine,
-    store: Mutex<MemoryStore>,
-    spec: FingerprintSpec,
+    policy: Policy,
+    /// The records and who waits for them, under one lock held only for a synchronous
+    /// stretch of the machine (never across the handler).
+    store: Mutex<(MemoryStore, Waiters)>,
     config: ServerConfig,
     executions: AtomicU64,
 }
 
 impl State {
-    fn store(&self) -> MutexGuard<'_, MemoryStore> {
+    fn store(&self) -> MutexGuard<'_, (MemoryStore, Waiters)> {
         // A panic while holding the lock cannot leave the map half-written: MemoryStore
         // applies each write in one step. Keep serving.
         self.store.lock().unwrap_or_else(|p| p.into_inner())
@@ -272,15 +277,17 @@ impl Server {
     /// tokio runtime.
     pub async fn start(addr: SocketAddr, config: ServerConfig) -> Result<Server, StartError> {
         let engine = Engine::new(config.engine_config()).map_err(StartError::Config)?;
+        let policy = Policy::new(engine)
+            .with_fingerprint(FingerprintSpec {
+                max_body: config.max_body,
+                ..FingerprintSpec::default()
+            })
+            .with_methods(["POST"]);
         let listener = TcpListener::bind(addr).await.map_err(StartError::Bind)?;
         let addr = listener.local_addr().map_err(StartError::Bind)?;
         let state = Arc::new(State {
-            engine,
-            store: Mutex::new(MemoryStore::new(config.limits)),
-            spec: FingerprintSpec {
-                max_body: config.max_body,
-                ..FingerprintSpec::default()
-            },
+            policy,
+            store: Mutex::new((MemoryStore::new(config.limits), Waiters::default())),
             config,
             executions: AtomicU64::new(0),
         });
@@ -305,7 +312,7 @@ impl Server {
 
     /// Records held by the store.
     pub fn stored_records(&self) -> usize {
-        self.state.store().stats().entries
+        self.state.store().0.stats().entries
     }
 
     /// The fault it runs with.
@@ -415,19 +422,10 @@ fn problem_response(status: u16, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-fn problem(p: Problem, detail: &str) -> Response<Full<Bytes>> {
-    let mut r = problem_response(p.status, p.to_json(detail));
-    if p.status == 503 {
-        r.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
 /// The request as the handler task needs it.
 struct Order {
     principal: String,
-    key: Result<String, KeyError>,
+    keys: Vec<Bytes>,
     target: String,
     content_type: Option<String>,
     body: Bytes,
@@ -435,38 +433,40 @@ struct Order {
 
 async fn orders(state: Arc<State>, req: Request<Incoming>) -> Reply {
     let (parts, body) = req.into_parts();
-    let values: Vec<&HeaderValue> = parts.headers.get_all("idempotency-key").iter().collect();
-    let mut key = match values.as_slice() {
-        [] => Err(KeyError::Empty),
-        [one] => parse_opaque_lenient(one.as_bytes()),
-        _ => Err(KeyError::List),
-    };
-    if state.fault(Fault::ShortKeys) {
-        if let Ok(k) = &key {
-            if k.len() > 64 {
-                key = Err(KeyError::TooLong { len: k.len() });
+    let keys: Vec<Bytes> = parts
+        .headers
+        .get_all(KEY_HEADER)
+        .iter()
+        .map(|v| Bytes::copy_from_slice(v.as_bytes()))
+        .collect();
+    // The test credentials: `Authorization: Bearer <token>` names the token's owner; any
+    // other Authorization value is a principal of its own, and no header is "anonymous",
+    // which no Authorization value can equal.
+    let principal = match parts.headers.get(hyper::header::AUTHORIZATION) {
+        None => "anonymous".to_owned(),
+        Some(v) => {
+            let v = String::from_utf8_lossy(v.as_bytes());
+            match v.strip_prefix("Bearer ") {
+                Some(token) => format!("bearer {}", token.trim()),
+                None => format!("authorization {v}"),
             }
         }
-    }
-    let principal = parts
-        .headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map_or_else(|| "anonymous".to_owned(), |t| t.trim().to_owned());
+    };
     let body = match Limited::new(body, state.config.max_body).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let p = Problem::BODY_TOO_LARGE;
-            let detail = format!("the request body exceeds {} bytes", state.config.max_body);
-            return Ok(problem(p, &detail));
+            let refusal = Refusal::new(
+                Problem::BODY_TOO_LARGE,
+                format!("the request body exceeds {} bytes", state.config.max_body),
+            );
+            return Ok(to_http(&refusal.reply(), &state));
         }
         // The client went away while sending: there is nobody to answer.
         Err(_) => return Err(Crashed),
     };
     let order = Order {
         principal,
-        key,
+        keys,
         target: parts
             .uri
             .path_and_query()
@@ -486,152 +486,179 @@ async fn orders(state: Arc<State>, req: Request<Incoming>) -> Reply {
     }
 }
 
+/// One request, driven through idem-core's request machine: the server reads and writes its
+/// store, runs the handler and sends what the machine renders. Faults act from outside, on
+/// what the machine is given (the store it sees, the outcome it is told) and on the bytes
+/// that leave.
 async fn process(state: Arc<State>, order: Order) -> Reply {
-    let key = match order.key {
-        Ok(k) => k,
-        Err(_) if state.fault(Fault::NoKeyCheck) => {
-            return match run_handler(&state, &order.body, false).await {
-                Handled::Response(r) => Ok(to_response(&r, false, &state)),
-                Handled::Crash => Err(Crashed),
+    let keys: Vec<&[u8]> = order.keys.iter().map(|k| k.as_ref()).collect();
+    let short_keys = state.fault(Fault::ShortKeys)
+        && keys
+            .iter()
+            .filter_map(|k| parse_opaque_lenient(k).ok())
+            .any(|k| k.len() > 64);
+    if short_keys {
+        let e = KeyError::TooLong { len: 65 };
+        return Ok(to_http(&Refusal::key(&e).reply(), &state));
+    }
+    let fingerprinted = if state.fault(Fault::NoFingerprint) {
+        // The body is still checked, but it no longer tells requests apart.
+        let parts = RequestParts {
+            method: "POST",
+            target: &order.target,
+            content_type: order.content_type.as_deref(),
+            headers: &[],
+            body: &order.body,
+        };
+        if let Err(e) = state.policy.fingerprint_spec().fingerprint(&parts) {
+            return Ok(to_http(&Refusal::fingerprint(&e).reply(), &state));
+        }
+        &[][..]
+    } else {
+        &order.body[..]
+    };
+    let intake = Intake {
+        principal: if state.fault(Fault::ReplayAcrossPrincipals) {
+            None
+        } else {
+            Some(&order.principal)
+        },
+        method: "POST",
+        route: ORDERS_PATH,
+        target: &order.target,
+        keys: &keys,
+        low_water: None,
+        content_type: if state.fault(Fault::NoFingerprint) {
+            None
+        } else {
+            order.content_type.as_deref()
+        },
+        headers: &[],
+        body: fingerprinted,
+    };
+    let mut req = state.policy.request(&intake, nonce());
+    if state.fault(Fault::NoKeyCheck)
+        && req
+            .refusal()
+            .is_some_and(|r| r.problem.slug.ends_with("-key"))
+    {
+        return match run_handler(&state, &order.body, false).await {
+            Handled::Response(r) => Ok(handler_response(&r, &state)),
+            Handled::Crash => Err(Crashed),
+        };
+    }
+    loop {
+        let step = {
+            let mut guard = state.store();
+            let (store, waiters) = &mut *guard;
+            let mut store = Faulty {
+                store,
+                fault: state.config.fault,
+            };
+            req.drive(&mut store, UnixMillis::now(), waiters)
+        };
+        match step {
+            // A store failure is recorded by the machine; polling again answers it.
+            Err(_) => continue,
+            Ok(Step::Run(context)) => {
+                let response = match run_handler(&state, &order.body, context.recovered).await {
+                    Handled::Response(r) => r,
+                    // The process "died": nothing is completed, the lease is left to expire.
+                    Handled::Crash => return Err(Crashed),
+                };
+                let outcome = if state.fault(Fault::NoStore)
+                    || (state.fault(Fault::ForgetErrors) && (400..500).contains(&response.status))
+                {
+                    Outcome::Retryable
+                } else {
+                    Outcome::classify(response.clone())
+                };
+                req.handle_outcome(outcome);
+                // The outcome is written before the response is sent (IDEM-OUT-5); the
+                // response is sent whatever the write came to.
+                let _finished = {
+                    let mut guard = state.store();
+                    let (store, waiters) = &mut *guard;
+                    let mut store = Faulty {
+                        store,
+                        fault: state.config.fault,
+                    };
+                    req.drive(&mut store, UnixMillis::now(), waiters)
+                };
+                return Ok(handler_response(&response, &state));
+            }
+            Ok(Step::Reply) => {
+                let Some(reply) = req.reply() else {
+                    return Ok(plain_problem(500, "Internal Server Error", "no reply", ""));
+                };
+                return Ok(to_http(&reply, &state));
+            }
+            Ok(Step::WaitUntil(t)) => {
+                tokio::time::sleep(Duration::from_millis(UnixMillis::now().until(t))).await;
+            }
+            Ok(other) => {
+                let detail = format!("unexpected step {other:?}");
+                return Ok(plain_problem(500, "Internal Server Error", &detail, ""));
+            }
+        }
+    }
+}
+
+/// The store as a faulty server would use it; the correct server sees the MemoryStore as it
+/// is.
+struct Faulty<'a> {
+    store: &'a mut MemoryStore,
+    fault: Option<Fault>,
+}
+
+impl Store for Faulty<'_> {
+    type Error = MemoryStoreError;
+
+    fn load(&self, key: &RecordKey) -> Result<Option<Record>, MemoryStoreError> {
+        Ok(self.read(key)?.map(|r| r.into_owned()))
+    }
+
+    fn read(&self, key: &RecordKey) -> Result<Option<Cow<'_, Record>>, MemoryStoreError> {
+        let record = self.store.get(key);
+        Ok(match (self.fault, record) {
+            // No lock: a key in flight is not seen, so duplicates run.
+            (Some(Fault::NoLock), Some(r)) if matches!(r.state, RecordState::InFlight { .. }) => {
+                None
+            }
+            // Lost lease: a lease, once taken, never ends.
+            (Some(Fault::LostLease), Some(r))
+                if matches!(r.state, RecordState::InFlight { .. }) =>
+            {
+                let mut r = r.clone();
+                r.state = RecordState::InFlight {
+                    lease_expires: UnixMillis(u64::MAX / 2),
+                };
+                Some(Cow::Owned(r))
+            }
+            (_, r) => r.map(Cow::Borrowed),
+        })
+    }
+
+    fn apply(&mut self, now: UnixMillis, mut write: Write) -> Result<Applied, MemoryStoreError> {
+        if self.fault == Some(Fault::NoLock) {
+            if let WriteOp::Put(r) = &write.op {
+                // No lock: the claim is never written...
+                if matches!(r.state, RecordState::InFlight { .. }) {
+                    return Ok(Applied::Applied);
+                }
+            }
+            // ...and the result is written whatever is stored now (last one wins).
+            write.precondition = match self.store.get(&write.key) {
+                Some(r) => Precondition::Version(r.version),
+                None => Precondition::Absent,
             };
         }
-        Err(e) => return Ok(problem(Problem::for_key_error(&e), &e.to_string())),
-    };
-    let principal = if state.fault(Fault::ReplayAcrossPrincipals) {
-        ""
-    } else {
-        order.principal.as_str()
-    };
-    let record_key = RecordKey::new(Scope::new(principal, "POST", ORDERS_PATH), key);
-    let parts = RequestParts {
-        method: "POST",
-        target: &order.target,
-        content_type: order.content_type.as_deref(),
-        headers: &[],
-        body: &order.body,
-    };
-    let mut fingerprint = match state.spec.fingerprint(&parts) {
-        Ok(f) => f,
-        Err(e) => return Ok(problem(Problem::for_fingerprint_error(&e), &e.to_string())),
-    };
-    if state.fault(Fault::NoFingerprint) {
-        // The body was validated above, but it no longer tells requests apart.
-        fingerprint = idem_core::Fingerprint::from_digest([0; 32]);
+        self.store.apply(now, write)
     }
-    let attempt = Attempt {
-        key: &record_key,
-        fingerprint: &fingerprint,
-        nonce: nonce(),
-    };
-    let now = UnixMillis::now();
-    let claim = {
-        let mut store = state.store();
-        if state.fault(Fault::NoLock) {
-            Ok(claim_without_lock(&state.engine, &store, now, &attempt))
-        } else {
-            store.claim(&state.engine, now, &attempt)
-        }
-    };
-    let (lease, recovered) = match claim {
-        Err(e @ MemoryStoreError::Full { .. }) => {
-            return Ok(problem(Problem::STORE_FULL, &e.to_string()))
-        }
-        Err(e) => return Ok(problem(Problem::STORE_UNAVAILABLE, &e.to_string())),
-        Ok(Claim::Execute { lease, recovered }) => (lease, recovered),
-        Ok(Claim::Done(Decision::Replay(stored))) => return Ok(to_response(&stored, true, &state)),
-        Ok(Claim::Done(decision)) => return Ok(refusal(&state, &decision)),
-    };
-    let response = match run_handler(&state, &order.body, recovered).await {
-        Handled::Response(r) => r,
-        // The process "died": nothing is completed, the lease is left to expire.
-        Handled::Crash => return Err(Crashed),
-    };
-    let outcome = if state.fault(Fault::NoStore)
-        || (state.fault(Fault::ForgetErrors) && (400..500).contains(&response.status))
-    {
-        Outcome::Retryable
-    } else {
-        Outcome::classify(response.clone())
-    };
-    let now = UnixMillis::now();
-    {
-        let mut store = state.store();
-        if state.fault(Fault::NoLock) {
-            finish_without_lock(&state.engine, &mut store, now, &lease, outcome);
-        } else {
-            // A fenced-out or refused completion leaves the record to the attempt that took
-            // over; the response is still sent (IDEM-OUT-5). MemoryStore never fails on
-            // writes to existing records.
-            let _ = store.finish(&state.engine, now, &lease, outcome);
-        }
-    }
-    Ok(to_response(&response, false, &state))
-}
 
-/// The refusal for a decision that neither executes nor replays.
-fn refusal(state: &State, decision: &Decision) -> Response<Full<Bytes>> {
-    let Some(p) = decision.problem() else {
-        return plain_problem(500, "Internal Server Error", "unexpected decision", "");
-    };
-    let detail = match decision {
-        Decision::InProgress { .. } => "another request with this key is being processed".into(),
-        Decision::Mismatch { differing } if !differing.is_empty() => {
-            format!("the request differs in: {}", differing.join(", "))
-        }
-        Decision::Mismatch { .. } => "the key was used with a different request".into(),
-        _ => p.title.to_owned(),
-    };
-    let mut r = problem(p, &detail);
-    if let Decision::InProgress { retry_after_secs } = decision {
-        if !state.fault(Fault::NoRetryAfter) {
-            r.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(*retry_after_secs));
-        }
+    fn failure(error: &MemoryStoreError) -> StoreFailure {
+        MemoryStore::failure(error)
     }
-    r
-}
-
-/// The [`Fault::NoLock`] claim: read and decide, but never write the in-flight record, and
-/// run even when another attempt is running.
-fn claim_without_lock(
-    engine: &Engine,
-    store: &MemoryStore,
-    now: UnixMillis,
-    attempt: &Attempt<'_>,
-) -> Claim {
-    let current = store.get(attempt.key);
-    match engine.decide(now, attempt, current) {
-        Decision::Execute { lease, .. } => Claim::Execute {
-            lease,
-            recovered: false,
-        },
-        Decision::InProgress { .. } => match engine.decide(now, attempt, None) {
-            Decision::Execute { lease, .. } => Claim::Execute {
-                lease,
-                recovered: false,
-            },
-            other => Claim::Done(other),
-        },
-        other => Claim::Done(other),
-    }
-}
-
-/// The [`Fault::NoLock`] completion: an unconditional write, whatever is stored now.
-fn finish_without_lock(
-    engine: &Engine,
-    store: &mut MemoryStore,
-    now: UnixMillis,
-    lease: &Lease,
-    outcome: Outcome,
-) {
-    let Ok(mut write): Result<Write, _> = engine.complete(now, lease, outcome) else {
-        return;
-    };
-    write.precondition = match store.get(&write.key) {
-        Some(r) => idem_core::Precondition::Version(r.version),
-        None => idem_core::Precondition::Absent,
-    };
-    let _ = store.apply(now, write);
 }
 
 fn nonce() -> u64 {
@@ -689,16 +716,34 @@ async fn run_handler(state: &State, body: &[u8], recovered: bool) -> Handled {
     }
 }
 
-fn to_response(stored: &StoredResponse, replayed: bool, state: &State) -> Response<Full<Bytes>> {
-    let mut builder = Response::builder().status(stored.status);
-    for (name, value) in &stored.headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    if replayed && !state.fault(Fault::NoMarker) {
-        builder = builder.header(REPLAYED_HEADER, "true");
+/// The HTTP response for a reply rendered by the machine, with the faults that change what
+/// leaves the server.
+fn to_http(reply: &idem_core::Reply, state: &State) -> Response<Full<Bytes>> {
+    build(reply.status(), reply.headers(), reply.body(), state)
+}
+
+/// The handler's own response.
+fn handler_response(r: &StoredResponse, state: &State) -> Response<Full<Bytes>> {
+    let headers = r.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+    build(r.status, headers, &r.body, state)
+}
+
+fn build<'h>(
+    status: u16,
+    headers: impl Iterator<Item = (&'h str, &'h str)>,
+    body: &[u8],
+    state: &State,
+) -> Response<Full<Bytes>> {
+    let mut builder = Response::builder().status(status);
+    for (name, value) in headers {
+        let dropped = (state.fault(Fault::NoMarker) && name == REPLAYED_HEADER)
+            || (state.fault(Fault::NoRetryAfter) && status == 409 && name == "retry-after");
+        if !dropped {
+            builder = builder.header(name, value);
+        }
     }
     builder
-        .body(Full::new(Bytes::from(stored.body.clone())))
+        .body(Full::new(Bytes::copy_from_slice(body)))
         .unwrap_or_else(|_| {
             plain_problem(500, "Internal Server Error", "unrepresentable response", "")
         })

@@ -122,7 +122,12 @@ async fn refusals_are_problems_and_execute_nothing() {
         (s, problem_type(&h, &b).as_str()),
         (422, "urn:idem:problem:key-reuse-mismatch")
     );
-    assert_eq!(b["detail"], "the request differs in: a");
+    // The detail and requirement come from idem-core's renderer, as in every host.
+    assert_eq!(
+        b["detail"],
+        "the key was used with a different request; differing fields: a"
+    );
+    assert_eq!(b["requirement"], "IDEM-FP-1");
     assert_eq!(server.executions(), 1);
     let r = client
         .get(format!("{}/nowhere", server.base_url()))
@@ -218,4 +223,40 @@ async fn a_key_is_scoped_by_principal() {
     let b = json(send("bob").await.expect("b")).await;
     assert_ne!(a["id"], b["id"]);
     assert_eq!(server.executions(), 2);
+}
+
+#[tokio::test]
+async fn different_credentials_never_share_a_scope() {
+    // IDEM-SCOPE-1 IDEM-SCOPE-3: a non-Bearer credential is a principal of its own, never
+    // "anonymous", and no Authorization value shares the scope of requests without one.
+    let (server, client) = start(quick()).await;
+    let send = |auth: Option<&'static str>| {
+        let mut req = client
+            .post(format!("{}/orders", server.base_url()))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "shared-key")
+            .body("{}");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        req.send()
+    };
+    let mut ids = Vec::new();
+    for auth in [
+        Some("Basic YTpi"),
+        Some("Basic Yzpk"),
+        Some("anonymous"),
+        None,
+        Some("Bearer anonymous"),
+    ] {
+        let r = send(auth).await.expect("an answer");
+        assert_eq!(r.status().as_u16(), 201, "{auth:?} runs on its own");
+        assert!(r.headers().get("idempotent-replayed").is_none());
+        ids.push(json(r).await["id"].clone());
+    }
+    assert_eq!(server.executions(), 5);
+    // The same credential again replays its own response.
+    let r = send(Some("Basic Yzpk")).await.expect("an answer");
+    assert_eq!(r.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(json(r).await["id"], ids[1]);
 }

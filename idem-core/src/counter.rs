@@ -1,15 +1,17 @@
 //! Wrapping counter keys (`IDEM-CTR-1` to `IDEM-CTR-13`): per client, an epoch and a
 //! sequence number of N bits, as in Raft client sessions and Kafka's idempotent producer.
 
-use crate::engine::{CompleteError, Config, Engine, Outcome, RejectReason, UnknownOutcomePolicy};
+use crate::engine::{Config, Engine, Outcome, RejectReason, UnknownOutcomePolicy};
 use crate::event::Event;
 use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
 use crate::kind::{kind_scope, parse_decimal, valid_client_id, KindConfigError, KindKeyError};
 use crate::problem::Problem;
 use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
+use crate::request::{Claimed, Hold, Request, SharedOutcome, MAX_COMPLETION_ROUNDS};
 use crate::store::{Applied, Finish, Store};
 use crate::time::UnixMillis;
+use crate::Decision;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -21,7 +23,7 @@ use core::fmt;
 pub const MAX_WINDOW: u32 = 1024;
 
 /// A parsed counter key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CounterKey {
     /// The client (1 to 64 characters of `A-Z a-z 0-9 - . _ ~`).
     pub client: String,
@@ -273,7 +275,7 @@ pub struct CounterAttempt<'a> {
 }
 
 /// The right to run the handler for one slot, fenced by the slot's fence.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CounterLease {
     /// The session record.
     pub session: RecordKey,
@@ -394,6 +396,8 @@ pub enum CounterError {
     LeaseExpired,
     /// [`Counters::resolve`] on a slot that is not outcome-unknown.
     NotOutcomeUnknown,
+    /// The session kept changing under [`Counters::open_on`]; try again.
+    Contended,
 }
 
 impl fmt::Display for CounterError {
@@ -409,6 +413,7 @@ impl fmt::Display for CounterError {
             CounterError::InvalidStatus(s) => write!(f, "invalid response status {s}"),
             CounterError::LeaseExpired => f.write_str("the lease has expired"),
             CounterError::NotOutcomeUnknown => f.write_str("the slot is not outcome-unknown"),
+            CounterError::Contended => f.write_str("the session kept changing; try again"),
         }
     }
 }
@@ -807,29 +812,31 @@ impl Counters {
         outcome: Outcome,
         stored: Option<&Record>,
     ) -> Result<Write, CounterError> {
-        self.complete_inner(now, lease, outcome, stored)
+        self.complete_shared(now, lease, SharedOutcome::from(outcome), stored)
             .map(|(w, _)| w)
     }
 
-    fn complete_inner(
+    /// [`Counters::complete`] with the response already shared, and what applying the write
+    /// will mean.
+    pub(crate) fn complete_shared(
         &self,
         now: UnixMillis,
         lease: &CounterLease,
-        outcome: Outcome,
+        outcome: SharedOutcome,
         stored: Option<&Record>,
     ) -> Result<(Write, Finish), CounterError> {
         let (record, session, i) = self.held(now, lease, stored)?;
         let mut next = session.clone();
         let finish = match outcome {
-            Outcome::Final(response) => {
+            SharedOutcome::Final(response) => {
                 next.slots[i].state = completed(response)?;
                 Finish::Stored
             }
-            Outcome::Retryable => {
+            SharedOutcome::Retryable => {
                 next.slots.remove(i);
                 Finish::Released
             }
-            Outcome::Unknown(response) => match (self.engine.unknown_outcome, response) {
+            SharedOutcome::Unknown(response) => match (self.engine.unknown_outcome, response) {
                 (UnknownOutcomePolicy::Store, Some(response)) => {
                     next.slots[i].state = completed(response)?;
                     Finish::Stored
@@ -900,7 +907,7 @@ impl Counters {
         let mut next = session.clone();
         match outcome {
             Outcome::Final(response) | Outcome::Unknown(Some(response)) => {
-                next.slots[i].state = completed(response)?;
+                next.slots[i].state = completed(Arc::new(response))?;
             }
             Outcome::Retryable | Outcome::Unknown(None) => {
                 next.slots.remove(i);
@@ -921,9 +928,11 @@ impl Counters {
         nonce: u64,
     ) -> Result<Result<u64, CounterError>, S::Error> {
         let key = self.session_key(scope, client);
-        loop {
-            let stored = store.load(&key)?;
-            let opened = match self.open(now, scope, client, first_seq, stored.as_ref(), nonce) {
+        // Opening writes the session whatever it holds, so a lost race only means another
+        // open or request came first: open again on top of it, as a completion would.
+        for _ in 0..MAX_COMPLETION_ROUNDS {
+            let stored = store.read(&key)?;
+            let opened = match self.open(now, scope, client, first_seq, stored.as_deref(), nonce) {
                 Ok(o) => o,
                 Err(e) => return Ok(Err(e)),
             };
@@ -931,6 +940,7 @@ impl Counters {
                 return Ok(Ok(opened.epoch));
             }
         }
+        Ok(Err(CounterError::Contended))
     }
 
     /// Reads, decides and claims on `store`, deciding again after a lost race, like
@@ -941,27 +951,29 @@ impl Counters {
         now: UnixMillis,
         attempt: &CounterAttempt<'_>,
     ) -> Result<CounterClaim, S::Error> {
-        let key = self.session_key(attempt.scope, &attempt.key.client);
-        // A lost race means another request of the same client wrote the session; the
-        // client's own pipeline bounds how many can, so a handful of tries is enough
-        // before answering "in progress".
-        for _ in 0..16 {
-            let stored = store.load(&key)?;
-            match self.decide(now, attempt, stored.as_ref()) {
-                CounterDecision::Execute {
-                    lease,
-                    write,
+        Ok(
+            match Request::for_counter(self, attempt).claim_on(store, now)? {
+                Claimed::Execute {
+                    hold: Hold::Slot(lease),
                     recovered,
-                } => match store.apply(now, write)? {
-                    Applied::Applied => return Ok(CounterClaim::Execute { lease, recovered }),
-                    Applied::Conflict => continue,
-                },
-                other => return Ok(CounterClaim::Done(other)),
-            }
-        }
-        Ok(CounterClaim::Done(CounterDecision::InProgress {
-            retry_after_secs: 1,
-        }))
+                } => CounterClaim::Execute { lease, recovered },
+                Claimed::Execute { .. } => CounterClaim::Done(CounterDecision::InProgress {
+                    retry_after_secs: 1,
+                }),
+                Claimed::Done(Decision::Replay(r)) => {
+                    CounterClaim::Done(CounterDecision::Replay(r))
+                }
+                Claimed::Done(Decision::InProgress { retry_after_secs }) => {
+                    CounterClaim::Done(CounterDecision::InProgress { retry_after_secs })
+                }
+                Claimed::Done(Decision::Rejected(r)) => {
+                    CounterClaim::Done(CounterDecision::Rejected(r))
+                }
+                Claimed::Done(_) => {
+                    CounterClaim::Done(CounterDecision::Rejected(RejectReason::Collision))
+                }
+            },
+        )
     }
 
     /// Records the outcome of the handler that ran under `lease`, reading the session again
@@ -975,31 +987,15 @@ impl Counters {
         lease: &CounterLease,
         outcome: Outcome,
     ) -> Result<Finish, S::Error> {
-        for _ in 0..64 {
-            let stored = store.load(&lease.session)?;
-            let (write, finish) =
-                match self.complete_inner(now, lease, outcome.clone(), stored.as_ref()) {
-                    Ok(x) => x,
-                    Err(CounterError::InvalidStatus(s)) => {
-                        return Ok(Finish::Invalid(CompleteError::InvalidStatus(s)))
-                    }
-                    Err(_) => return Ok(Finish::FencedOut),
-                };
-            if store.apply(now, write)? == Applied::Applied {
-                return Ok(finish);
-            }
-        }
-        Ok(Finish::FencedOut)
+        Request::holding_slot(self, lease).finish_on(store, now, outcome)
     }
 }
 
-fn completed(response: StoredResponse) -> Result<SlotState, CounterError> {
+fn completed(response: Arc<StoredResponse>) -> Result<SlotState, CounterError> {
     if !(100..=599).contains(&response.status) {
         return Err(CounterError::InvalidStatus(response.status));
     }
-    Ok(SlotState::Completed {
-        response: Arc::new(response),
-    })
+    Ok(SlotState::Completed { response })
 }
 
 /// The session in `record`, unless its key has expired.

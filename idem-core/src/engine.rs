@@ -5,6 +5,7 @@ use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::problem::Problem;
 use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
+use crate::request::SharedOutcome;
 use crate::time::UnixMillis;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -60,6 +61,9 @@ pub enum ConfigError {
     /// `key_ttl` is shorter than `response_ttl`: a key would be forgotten while its response
     /// is still meant to be replayed.
     KeyTtlShorterThanResponseTtl,
+    /// `lease` is longer than `key_ttl`: a lease would outlive the key it holds
+    /// (`IDEM-LEASE-4`).
+    LeaseLongerThanKeyTtl,
     /// A duration is zero.
     ZeroDuration(&'static str),
 }
@@ -70,6 +74,7 @@ impl fmt::Display for ConfigError {
             ConfigError::KeyTtlShorterThanResponseTtl => {
                 f.write_str("key_ttl must be at least response_ttl")
             }
+            ConfigError::LeaseLongerThanKeyTtl => f.write_str("lease must not exceed key_ttl"),
             ConfigError::ZeroDuration(name) => write!(f, "{name} must be greater than zero"),
         }
     }
@@ -355,6 +360,16 @@ impl Outcome {
     }
 }
 
+impl From<Outcome> for SharedOutcome {
+    fn from(o: Outcome) -> SharedOutcome {
+        match o {
+            Outcome::Final(r) => SharedOutcome::Final(Arc::new(r)),
+            Outcome::Retryable => SharedOutcome::Retryable,
+            Outcome::Unknown(r) => SharedOutcome::Unknown(r.map(Arc::new)),
+        }
+    }
+}
+
 /// Why a completion, heartbeat or resolution could not be built. A completion under a
 /// stale lease is not an error here: its write carries the lease's version as precondition
 /// and the store refuses it (`IDEM-LEASE-2`).
@@ -403,6 +418,9 @@ impl Engine {
         if config.key_ttl < config.response_ttl {
             return Err(ConfigError::KeyTtlShorterThanResponseTtl);
         }
+        if config.lease > config.key_ttl {
+            return Err(ConfigError::LeaseLongerThanKeyTtl);
+        }
         Ok(Engine { config })
     }
 
@@ -413,7 +431,8 @@ impl Engine {
 
     /// Decides what to do with `attempt`, given the record the caller read for its key (or
     /// `None`). A record whose key has expired counts as absent, whether or not the store
-    /// has swept it yet.
+    /// has swept it yet, unless it holds a live lease: a lease never outlives its key
+    /// (`IDEM-LEASE-4`).
     pub fn decide(
         &self,
         now: UnixMillis,
@@ -422,7 +441,7 @@ impl Engine {
     ) -> Decision {
         let precondition =
             stored.map_or(Precondition::Absent, |r| Precondition::Version(r.version));
-        let Some(record) = stored.filter(|r| now < r.key_expires) else {
+        let Some(record) = stored.filter(|r| r.is_live(now)) else {
             return self.claim(now, attempt, precondition, None);
         };
         match record.state {
@@ -516,10 +535,21 @@ impl Engine {
         lease: &Lease,
         outcome: Outcome,
     ) -> Result<Write, CompleteError> {
+        self.complete_shared(now, lease, SharedOutcome::from(outcome))
+    }
+
+    /// [`Engine::complete`] with the response already shared, so that a completion can be
+    /// rebuilt after a lost race without copying it.
+    pub(crate) fn complete_shared(
+        &self,
+        now: UnixMillis,
+        lease: &Lease,
+        outcome: SharedOutcome,
+    ) -> Result<Write, CompleteError> {
         let op = match outcome {
-            Outcome::Final(response) => self.completed(now, lease, response)?,
-            Outcome::Retryable => WriteOp::Delete,
-            Outcome::Unknown(response) => match (self.config.unknown_outcome, response) {
+            SharedOutcome::Final(response) => self.completed(now, lease, response)?,
+            SharedOutcome::Retryable => WriteOp::Delete,
+            SharedOutcome::Unknown(response) => match (self.config.unknown_outcome, response) {
                 (UnknownOutcomePolicy::Store, Some(response)) => {
                     self.completed(now, lease, response)?
                 }
@@ -547,7 +577,7 @@ impl Engine {
         &self,
         now: UnixMillis,
         lease: &Lease,
-        response: StoredResponse,
+        response: Arc<StoredResponse>,
     ) -> Result<WriteOp, CompleteError> {
         if !(100..=599).contains(&response.status) {
             return Err(CompleteError::InvalidStatus(response.status));
@@ -561,14 +591,16 @@ impl Engine {
                 .key_expires
                 .max(now.saturating_add(self.config.key_ttl)),
             state: RecordState::Completed {
-                response: Arc::new(response),
+                response,
                 response_expires: now.saturating_add(self.config.response_ttl),
             },
         }))
     }
 
     /// A heartbeat: a new lease ending one lease period from `now`, and the write that
-    /// records it (`IDEM-LEASE-3`). Refused once the lease has ended.
+    /// records it (`IDEM-LEASE-3`). The key's retention moves with it, so that the key is
+    /// remembered for a whole `key_ttl` after the last heartbeat and never ends before the
+    /// lease (`IDEM-LEASE-4`). Refused once the lease has ended.
     pub fn extend(&self, now: UnixMillis, lease: &Lease) -> Result<(Lease, Write), CompleteError> {
         if now >= lease.expires {
             return Err(CompleteError::LeaseExpired);
@@ -576,6 +608,9 @@ impl Engine {
         let next = Lease {
             version: lease.version.wrapping_add(1),
             expires: now.saturating_add(self.config.lease),
+            key_expires: lease
+                .key_expires
+                .max(now.saturating_add(self.config.key_ttl)),
             ..lease.clone()
         };
         let write = Write {
@@ -609,7 +644,7 @@ impl Engine {
         };
         let op = match outcome {
             Outcome::Final(response) | Outcome::Unknown(Some(response)) => {
-                self.completed(now, &lease, response)?
+                self.completed(now, &lease, Arc::new(response))?
             }
             Outcome::Retryable | Outcome::Unknown(None) => WriteOp::Delete,
         };

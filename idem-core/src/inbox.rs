@@ -11,7 +11,7 @@ use crate::engine::{Attempt, Decision, Engine, Lease, Outcome, RejectReason};
 use crate::event::Event;
 use crate::fingerprint::Fingerprint;
 use crate::key::{KeyError, RecordKey, Scope, MAX_KEY_LEN};
-use crate::kind::{claim_with, kind_scope};
+use crate::kind::kind_scope;
 use crate::record::StoredResponse;
 use crate::store::{Claim, Finish, Store};
 use crate::time::UnixMillis;
@@ -140,9 +140,7 @@ impl Inbox {
             fingerprint,
             nonce,
         };
-        let claim = claim_with(store, now, key, |stored| {
-            self.engine.decide(now, &attempt, stored)
-        })?;
+        let claim = store.claim(&self.engine, now, &attempt)?;
         Ok(match claim {
             Claim::Execute { lease, recovered } => Delivery::Process { lease, recovered },
             // A remembered id whose stored answer has expired was processed all the same.

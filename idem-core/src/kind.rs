@@ -1,12 +1,8 @@
-//! What the key kinds share: their own scopes, client ids, decimal fields, configuration
-//! errors, and the claim loop over a [`Store`].
+//! What the key kinds share: their own scopes, client ids, decimal fields and configuration
+//! errors. Their claims run through the request machine ([`crate::Request`]).
 
-use crate::engine::Decision;
-use crate::key::{RecordKey, Scope};
+use crate::key::Scope;
 use crate::problem::Problem;
-use crate::record::Record;
-use crate::store::{Applied, Claim, Store};
-use crate::time::UnixMillis;
 use alloc::format;
 use alloc::string::String;
 use core::fmt;
@@ -162,33 +158,6 @@ impl fmt::Display for KindConfigError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for KindConfigError {}
-
-/// The claim loop of [`Store::claim`] with a kind's own decision function: read, decide,
-/// apply, and decide again after a lost race.
-pub(crate) fn claim_with<S: Store + ?Sized>(
-    store: &mut S,
-    now: UnixMillis,
-    key: &RecordKey,
-    mut decide: impl FnMut(Option<&Record>) -> Decision,
-) -> Result<Claim, S::Error> {
-    for _ in 0..8 {
-        let current = store.load(key)?;
-        match decide(current.as_ref()) {
-            Decision::Execute {
-                lease,
-                write,
-                recovered,
-            } => match store.apply(now, write)? {
-                Applied::Applied => return Ok(Claim::Execute { lease, recovered }),
-                Applied::Conflict => continue,
-            },
-            other => return Ok(Claim::Done(other)),
-        }
-    }
-    Ok(Claim::Done(Decision::InProgress {
-        retry_after_secs: 1,
-    }))
-}
 
 /// Appends the lowercase hex form of `bytes`.
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {

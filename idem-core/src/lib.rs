@@ -7,26 +7,22 @@
 //! and model tests of this crate meaningful, and what lets a host commit an idempotency
 //! record in the same database transaction as its own data.
 //!
-//! # Driving the engine
+//! # Driving a request
 //!
-//! A host handles one request in three steps:
+//! A host protects its requests with one [`Policy`] (the [`Engine`] and its settings, the
+//! [`KeyKind`], the [`FingerprintSpec`], the [`InFlight`] policy) and one [`Request`] per
+//! request: a sans-IO machine that owns the whole lifecycle (identify, claim and decide
+//! again after a lost race, wait for or refuse a duplicate in flight, run the handler under a
+//! lease with heartbeats, record the outcome before the response leaves) and renders every
+//! answer it gives itself ([`Reply`]). The host polls it for the next [`Step`] (read the
+//! record, apply a write, wait, run the handler, reply) and feeds back what its store
+//! answered; [`Request::drive`] does that over any synchronous [`Store`], and an
+//! [`AsyncStore`] is driven with the same steps, one await each.
 //!
-//! 1. **Identify.** Parse the key ([`parse_opaque_strict`], [`parse_opaque_lenient`],
-//!    [`parse_uuid`]), build the [`Scope`] (by default principal + method + route) and the
-//!    request [`Fingerprint`] ([`FingerprintSpec::fingerprint`]).
-//! 2. **Claim.** Read the current [`Record`] for the [`RecordKey`] (or none) from the store and
-//!    call [`Engine::decide`]. On [`Decision::Execute`], apply its [`Write`] with the store's
-//!    one atomic conditional write. If the store reports a lost race, read again and decide
-//!    again: another attempt got there first. Every other decision maps to a response
-//!    ([`Decision::problem`] gives the HTTP status and `application/problem+json` type).
-//! 3. **Complete.** Run the handler, classify its result as an [`Outcome`] and apply
-//!    [`Engine::complete`]'s write *before* the response leaves the host. A lost race here
-//!    means the lease was fenced out: another attempt took over after this one's lease
-//!    expired, and this attempt's result must not be stored. Long handlers call
-//!    [`Engine::extend`] as a heartbeat.
-//!
-//! [`Store::claim`] and [`Store::finish`] run steps 2 and 3 for any synchronous [`Store`];
-//! [`MemoryStore`] is the reference store.
+//! Underneath, [`Engine::decide`], [`Engine::complete`] and [`Engine::extend`] decide one step
+//! each and return compare-and-set [`Write`]s; [`Store::claim`] and [`Store::finish`] are the
+//! machine's claim and completion for hosts that hold the lease themselves. [`MemoryStore`]
+//! is the reference store.
 //!
 //! Stores drive expiry with [`Record::next_deadline`] (an alarm or a sweep) and
 //! [`Record::expire`]; the engine also reads expiry times directly from the record, so a
@@ -62,6 +58,8 @@ mod key;
 mod memory;
 mod problem;
 mod record;
+mod reply;
+mod request;
 mod store;
 mod time;
 
@@ -92,7 +90,13 @@ pub use key::{
 pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats};
 pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-pub use store::{Applied, Claim, Finish, Store, MAX_LOST_RACES};
+pub use reply::{Refusal, Reply, StoreFailure, KEY_HEADER, REPLAYED_HEADER};
+pub use request::{
+    principal_digest, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyKind, Policy,
+    Request, Step, Subject, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS,
+    MAX_LOST_RACES,
+};
+pub use store::{Applied, AsyncStore, Claim, Finish, Store};
 pub use time::UnixMillis;
 
 pub use client::{

@@ -2,8 +2,10 @@
 
 use crate::key::RecordKey;
 use crate::record::{Expiry, Precondition, Record, Write, WriteOp};
+use crate::reply::StoreFailure;
 use crate::store::{Applied, Store};
 use crate::time::UnixMillis;
+use alloc::borrow::Cow;
 use alloc::collections::BTreeSet;
 use alloc::sync::Arc;
 use core::fmt;
@@ -205,6 +207,15 @@ impl Store for MemoryStore {
 
     fn load(&self, key: &RecordKey) -> Result<Option<Record>, MemoryStoreError> {
         Ok(self.get(key).cloned())
+    }
+
+    fn read(&self, key: &RecordKey) -> Result<Option<Cow<'_, Record>>, MemoryStoreError> {
+        Ok(self.get(key).map(Cow::Borrowed))
+    }
+
+    /// A MemoryStore fails only when it is full.
+    fn failure(_error: &MemoryStoreError) -> StoreFailure {
+        StoreFailure::Full
     }
 
     fn apply(&mut self, now: UnixMillis, write: Write) -> Result<Applied, MemoryStoreError> {

@@ -89,6 +89,23 @@ impl Problem {
         "The idempotency store is unavailable",
         "IDEM-STORE-4"
     );
+    /// A final response too large for the store was not kept: the key is held with this
+    /// answer instead, so that a retry never runs the handler again and learns that the
+    /// original answer cannot be replayed. 410 like an expired response: the client cannot
+    /// get it any more.
+    pub const RESPONSE_NOT_STORED: Problem = problem!(
+        410,
+        "response-not-stored",
+        "The response for this Idempotency-Key was too large to keep",
+        "IDEM-STORE-5"
+    );
+    /// The principal the host gave for a request is unusable (empty).
+    pub const NO_PRINCIPAL: Problem = problem!(
+        500,
+        "no-principal",
+        "The server could not tell who sent the request",
+        "IDEM-SCOPE-3"
+    );
     /// The body is too large to fingerprint.
     pub const BODY_TOO_LARGE: Problem = problem!(
         413,
@@ -208,12 +225,18 @@ impl Problem {
     /// Renders the `application/problem+json` body, with `detail` and the requirement ID as
     /// an extension member.
     pub fn to_json(&self, detail: &str) -> String {
+        self.to_json_with(detail, self.requirement)
+    }
+
+    /// [`Problem::to_json`] citing `requirement` instead of the problem's own (a more
+    /// specific rule behind the same problem type).
+    pub fn to_json_with(&self, detail: &str, requirement: &str) -> String {
         let body = serde_json::json!({
             "type": self.type_uri,
             "title": self.title,
             "status": self.status,
             "detail": detail,
-            "requirement": self.requirement,
+            "requirement": requirement,
         });
         // Serialising a Value to a String cannot fail.
         serde_json::to_string(&body).unwrap_or_default()

@@ -9,7 +9,8 @@
 //!    (retryable outcome)    └── complete(unknown, hold) ──▶ outcome-unknown   absent
 //! ```
 //!
-//! Every record also disappears at `key_expires`, whatever its state.
+//! Every record also disappears at `key_expires`, whatever its state, except that a record in
+//! flight stays while its lease is live: a lease never outlives its key (`IDEM-LEASE-4`).
 
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
@@ -111,20 +112,30 @@ pub enum Expiry {
 }
 
 impl Record {
-    /// The next time this record changes on its own: when its response or its key expires.
-    /// Stores set their alarm or sweep from this (`IDEM-TTL-4`).
+    /// Whether the record still counts at `now`: its key has not expired, or it is in flight
+    /// under a live lease (`IDEM-LEASE-4`).
+    pub fn is_live(&self, now: UnixMillis) -> bool {
+        now < self.key_expires
+            || matches!(self.state, RecordState::InFlight { lease_expires } if now < lease_expires)
+    }
+
+    /// The next time this record changes on its own: when its response or its key expires,
+    /// and never before the lease of a record in flight ends. Stores set their alarm or sweep
+    /// from this (`IDEM-TTL-4`).
     pub fn next_deadline(&self) -> UnixMillis {
         match &self.state {
             RecordState::Completed {
                 response_expires, ..
             } => (*response_expires).min(self.key_expires),
+            RecordState::InFlight { lease_expires } => self.key_expires.max(*lease_expires),
             _ => self.key_expires,
         }
     }
 
-    /// What the passage of time does to this record at `now`.
+    /// What the passage of time does to this record at `now`. A record in flight under a
+    /// live lease is kept, whatever its key's expiry says (`IDEM-STORE-3`).
     pub fn expire(&self, now: UnixMillis) -> Expiry {
-        if now >= self.key_expires {
+        if !self.is_live(now) {
             return Expiry::Delete;
         }
         match &self.state {

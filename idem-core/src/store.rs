@@ -1,10 +1,16 @@
-//! The store contract, and the claim/finish loop that runs the engine over any store.
+//! The store contracts: synchronous ([`Store`]) and asynchronous ([`AsyncStore`]), with the
+//! same compare-and-set rules. Both are driven through the one request machine
+//! ([`Request`](crate::Request)).
 
 use crate::engine::{Attempt, CompleteError, Decision, Engine, Lease, Outcome};
 use crate::event::Event;
 use crate::key::RecordKey;
 use crate::record::{Record, Write, WriteOp};
+use crate::reply::StoreFailure;
+use crate::request::Request;
 use crate::time::UnixMillis;
+use alloc::borrow::Cow;
+use core::future::Future;
 
 /// Whether a [`Write`]'s precondition held.
 #[must_use = "a Conflict means the write did not happen"]
@@ -15,12 +21,6 @@ pub enum Applied {
     /// The precondition did not hold; nothing changed (a lost race, or a fenced-out lease).
     Conflict,
 }
-
-/// Lost races [`Store::claim`] tolerates before it answers [`Decision::CONTENDED`]. Each lost
-/// race means another attempt wrote this key; a handful in a row means it is being fought
-/// over, and the honest answer is "in progress". Asynchronous hosts running their own claim
-/// loop use the same bound.
-pub const MAX_LOST_RACES: usize = 8;
 
 /// A place that keeps records: the one thing the engine needs from a database.
 ///
@@ -34,10 +34,14 @@ pub const MAX_LOST_RACES: usize = 8;
 ///   conditional put are all enough.
 /// * [`load`](Store::load) returns the last record applied for the key (or `None`). It may
 ///   return a record whose key has expired; the engine treats it as absent.
-/// * A store may delete a record once its `key_expires` has passed, and may replace a
-///   completed record by its tombstone once its response has expired ([`Record::expire`]).
-///   It may never delete or alter a record before those times: that would let a retry run
-///   again. When it runs out of room it refuses new claims; it never evicts a live record.
+/// * Expiry is the record's to say, through [`Record::expire`] and
+///   [`Record::next_deadline`] (`IDEM-STORE-3`): a store may replace a completed record by
+///   its tombstone once its response has expired, and delete a record once its key has
+///   expired, **but never a record in flight whose lease is live**, whatever its key's
+///   expiry. It may never delete or alter a record before those times: that would let a
+///   retry run again. A store that sets a time-to-live of its own takes it from the key's
+///   expiry (and the lease's), never from the response's.
+/// * When it runs out of room it refuses new claims; it never evicts a live record.
 /// * A store may be wrong only in the safe direction: refusing a write it could have
 ///   applied costs a retry; applying a write whose precondition failed could run a
 ///   request twice.
@@ -52,32 +56,34 @@ pub trait Store {
     /// bounded expiry work on the way.
     fn apply(&mut self, now: UnixMillis, write: Write) -> Result<Applied, Self::Error>;
 
-    /// Reads, decides and claims, deciding again after a lost race. Returns
-    /// [`Claim::Execute`] once this attempt holds the lease.
+    /// Reads the record for `key`, borrowed where the store can (the request machine only
+    /// looks at it). The default copies it through [`Store::load`].
+    fn read(&self, key: &RecordKey) -> Result<Option<Cow<'_, Record>>, Self::Error> {
+        Ok(self.load(key)?.map(Cow::Owned))
+    }
+
+    /// What a failure of this store means for the answer: full (`IDEM-STORE-3`) or
+    /// unavailable (`IDEM-STORE-4`, the default).
+    fn failure(_error: &Self::Error) -> StoreFailure {
+        StoreFailure::Unavailable
+    }
+
+    /// Reads, decides and claims, deciding again after a lost race (the request machine's
+    /// claim, without waiting). Returns [`Claim::Execute`] once this attempt holds the
+    /// lease.
     fn claim(
         &mut self,
         engine: &Engine,
         now: UnixMillis,
         attempt: &Attempt<'_>,
     ) -> Result<Claim, Self::Error> {
-        for _ in 0..MAX_LOST_RACES {
-            let current = self.load(attempt.key)?;
-            match engine.decide(now, attempt, current.as_ref()) {
-                Decision::Execute {
-                    lease,
-                    write,
-                    recovered,
-                } => match self.apply(now, write)? {
-                    Applied::Applied => return Ok(Claim::Execute { lease, recovered }),
-                    Applied::Conflict => continue,
-                },
-                other => return Ok(Claim::Done(other)),
-            }
-        }
-        Ok(Claim::Done(Decision::CONTENDED))
+        Ok(Request::for_attempt(engine, attempt)
+            .claim_on(self, now)?
+            .into())
     }
 
-    /// Records the outcome of the handler that ran under `lease`.
+    /// Records the outcome of the handler that ran under `lease` (the request machine's
+    /// completion).
     fn finish(
         &mut self,
         engine: &Engine,
@@ -85,15 +91,36 @@ pub trait Store {
         lease: &Lease,
         outcome: Outcome,
     ) -> Result<Finish, Self::Error> {
-        let write = match engine.complete(now, lease, outcome) {
-            Ok(w) => w,
-            Err(e) => return Ok(Finish::Invalid(e)),
-        };
-        let finish = Finish::of(&write);
-        Ok(match self.apply(now, write)? {
-            Applied::Applied => finish,
-            Applied::Conflict => Finish::FencedOut,
-        })
+        Request::holding(engine, lease).finish_on(self, now, outcome)
+    }
+}
+
+/// The store contract for network and database stores, with the same rules as [`Store`]
+/// (see its contract): `load` returns the last record applied, `apply` is one atomic
+/// compare-and-set, and expiry never removes a record whose lease is live. Stores are
+/// shared between concurrent requests, so both methods take `&self`. A host drives
+/// [`Request`](crate::Request) over it: each [`Step`](crate::Step) that reads or writes is one
+/// call here.
+pub trait AsyncStore {
+    /// The store's own failure (I/O, capacity).
+    type Error;
+
+    /// Reads the record for `key`.
+    fn load(
+        &self,
+        key: &RecordKey,
+    ) -> impl Future<Output = Result<Option<Record>, Self::Error>> + Send;
+
+    /// Applies `write` atomically if its precondition holds.
+    fn apply(
+        &self,
+        now: UnixMillis,
+        write: Write,
+    ) -> impl Future<Output = Result<Applied, Self::Error>> + Send;
+
+    /// What a failure of this store means for the answer (unavailable by default).
+    fn failure(_error: &Self::Error) -> StoreFailure {
+        StoreFailure::Unavailable
     }
 }
 
@@ -142,6 +169,9 @@ pub enum Finish {
     FencedOut,
     /// The outcome was refused (an invalid status); nothing was written.
     Invalid(CompleteError),
+    /// The store failed; the outcome may not be recorded, and the lease is left to expire
+    /// (`IDEM-OUT-5`).
+    StoreFailed(StoreFailure),
 }
 
 impl Finish {
@@ -165,7 +195,7 @@ impl Finish {
             Finish::Released => Event::Released,
             Finish::OutcomeUnknown => Event::OutcomeUnknown,
             Finish::FencedOut => Event::FencedOut,
-            Finish::Invalid(_) => Event::Rejected,
+            Finish::Invalid(_) | Finish::StoreFailed(_) => Event::Rejected,
         }
     }
 }

@@ -5,8 +5,9 @@ use crate::engine::{Attempt, Decision, Engine, RejectReason};
 use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
 use crate::kind::KindKeyError;
-use crate::kind::{claim_with, kind_scope, parse_decimal, valid_client_id, KindConfigError};
+use crate::kind::{kind_scope, parse_decimal, valid_client_id, KindConfigError};
 use crate::record::Record;
+use crate::request::Request;
 use crate::store::{Claim, Store};
 use crate::time::UnixMillis;
 use alloc::format;
@@ -14,7 +15,7 @@ use alloc::string::String;
 use core::time::Duration;
 
 /// A parsed time key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TimeKey {
     /// The client that chose the timestamp, if the key names one.
     pub client: Option<String>,
@@ -185,18 +186,9 @@ impl TimeKeys {
         fingerprint: &Fingerprint,
         nonce: u64,
     ) -> Result<Claim, S::Error> {
-        if let Err(reason) = self.check(now, key) {
-            return Ok(Claim::Done(Decision::Rejected(reason)));
-        }
-        let record_key = self.record_key(scope, key);
-        let attempt = Attempt {
-            key: &record_key,
-            fingerprint,
-            nonce,
-        };
-        claim_with(store, now, &record_key, |stored| {
-            self.decide(now, key, &attempt, stored)
-        })
+        Ok(Request::for_time(self, scope, key, fingerprint, nonce)
+            .claim_on(store, now)?
+            .into())
     }
 }
 

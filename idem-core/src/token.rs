@@ -3,8 +3,9 @@
 use crate::engine::{Attempt, Decision, Engine, RejectReason};
 use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
-use crate::kind::{claim_with, decode_hex, kind_scope, push_hex, KindConfigError};
+use crate::kind::{decode_hex, kind_scope, push_hex, KindConfigError};
 use crate::record::{Precondition, Record, RecordState, Write, WriteOp};
+use crate::request::Request;
 use crate::store::{Claim, Store};
 use crate::time::UnixMillis;
 use alloc::string::String;
@@ -209,17 +210,8 @@ impl Tokens {
         fingerprint: &Fingerprint,
         nonce: u64,
     ) -> Result<Claim, S::Error> {
-        if let Err(reason) = self.verify(scope, token) {
-            return Ok(Claim::Done(Decision::Rejected(reason)));
-        }
-        let key = self.record_key(scope, token);
-        let attempt = Attempt {
-            key: &key,
-            fingerprint,
-            nonce,
-        };
-        claim_with(store, now, &key, |stored| {
-            self.decide(now, scope, token, &attempt, stored)
-        })
+        Ok(Request::for_token(self, scope, token, fingerprint, nonce)
+            .claim_on(store, now)?
+            .into())
     }
 }

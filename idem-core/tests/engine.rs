@@ -373,14 +373,19 @@ fn heartbeats_extend_the_lease() {
             retry_after_secs: 3
         })
     );
-    // The old lease is superseded by the new one.
+    // A completion that still carries the lease from before the heartbeat is the same
+    // holder's (same fence): it completes from the extended record (IDEM-LEASE-4), and the
+    // lease is then spent.
     assert_eq!(
-        rig.finish(at(6_000), &lease, Outcome::Final(ok(200, "old"))),
-        Finish::FencedOut
+        rig.finish(at(6_000), &lease, Outcome::Final(ok(200, "first"))),
+        Finish::Stored
     );
     assert_eq!(
-        rig.finish(at(6_000), &lease2, Outcome::Final(ok(200, "new"))),
-        Finish::Stored
+        rig.finish(at(6_000), &lease2, Outcome::Final(ok(200, "second"))),
+        Finish::FencedOut
+    );
+    assert!(
+        matches!(rig.claim(at(6_001), &k, &f), Claim::Done(Decision::Replay(r)) if r.body == b"first")
     );
 }
 

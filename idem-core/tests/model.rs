@@ -65,6 +65,12 @@ impl M {
             | M::Tombstone { key_expires, .. } => *key_expires,
         }
     }
+    /// Whether the record counts at `now`: its key is remembered, or its lease is live
+    /// (IDEM-LEASE-4: a lease never outlives its key).
+    fn live(&self, now: u64) -> bool {
+        now < self.key_expires()
+            || matches!(self, M::InFlight { lease_expires, .. } if now < *lease_expires)
+    }
     fn payload(&self) -> u8 {
         match self {
             M::InFlight { payload, .. }
@@ -94,7 +100,7 @@ impl Model {
     /// The store's expiry, applied before every write (the key space is small enough for the
     /// store's per-write sweep budget to cover everything due).
     fn sweep(&mut self, now: u64) {
-        self.records.retain(|_, m| now < m.key_expires());
+        self.records.retain(|_, m| m.live(now));
         for m in self.records.values_mut() {
             if let M::Completed {
                 payload,
@@ -114,11 +120,7 @@ impl Model {
     }
 
     fn claim(&mut self, now: u64, k: (u8, u8), payload: u8) -> (Expect, Option<u64>) {
-        let live = self
-            .records
-            .get(&k)
-            .filter(|m| now < m.key_expires())
-            .cloned();
+        let live = self.records.get(&k).filter(|m| m.live(now)).cloned();
         let expect = match &live {
             None => Expect::Execute {
                 recovered: false,
@@ -348,14 +350,17 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             model.next_lease_id += 1;
                             h.lease_id = model.next_lease_id;
                             h.lease = next;
+                            // The key's retention moves with the lease (IDEM-LEASE-4).
                             if let Some(M::InFlight {
                                 lease_expires,
                                 lease_id,
+                                key_expires,
                                 ..
                             }) = model.records.get_mut(&h.k)
                             {
                                 *lease_expires = now + LEASE;
                                 *lease_id = h.lease_id;
+                                *key_expires = (*key_expires).max(now + KEY_TTL);
                             }
                         }
                     }
@@ -390,7 +395,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
 
-    /// IDEM-EXEC-1 IDEM-CONC-1 IDEM-REPLAY-1 IDEM-FP-1 IDEM-LEASE-1 IDEM-LEASE-2 IDEM-LEASE-3
+    /// IDEM-EXEC-1 IDEM-CONC-1 IDEM-REPLAY-1 IDEM-FP-1 IDEM-LEASE-1 IDEM-LEASE-2 IDEM-LEASE-3 IDEM-LEASE-4
     /// IDEM-OUT-1 IDEM-OUT-2 IDEM-OUT-3 IDEM-SCOPE-1 IDEM-TTL-1 IDEM-TTL-2 IDEM-TTL-3 IDEM-STORE-1
     #[test]
     fn engine_and_store_agree_with_the_model(ops in proptest::collection::vec(op(), 1..120)) {

@@ -1,0 +1,270 @@
+//! Every answer a host sends without running its handler, rendered in one place: replays of
+//! stored responses and `application/problem+json` refusals (RFC 9457), with their status,
+//! headers (`Idempotent-Replayed`, `Retry-After`, `Content-Type`) and body.
+
+use crate::engine::{Decision, RejectReason};
+use crate::fingerprint::FingerprintError;
+use crate::key::KeyError;
+use crate::kind::KindKeyError;
+use crate::problem::Problem;
+use crate::record::StoredResponse;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+/// The header a replayed response carries (`IDEM-REPLAY-2`), lowercase.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// The request header that carries the key (IETF draft §2), lowercase.
+pub const KEY_HEADER: &str = "idempotency-key";
+
+/// How a store failed, as far as the answer is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// The store is full and refuses new records (`IDEM-STORE-3`).
+    Full,
+    /// Anything else: unreachable, timed out, refused (`IDEM-STORE-4`).
+    Unavailable,
+}
+
+/// A refusal before or instead of running the handler: the problem, the requirement it
+/// enforces (sometimes more specific than the problem's own, for example `IDEM-KEY-5` for a
+/// `malformed-key` that is really two keys), a human-readable detail, and when the same
+/// request may be retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The problem type and status.
+    pub problem: Problem,
+    /// The requirement ID in `spec/requirements.toml` the refusal enforces; also the `code`
+    /// of errors that report it.
+    pub requirement: &'static str,
+    /// The `detail` member.
+    pub detail: String,
+    /// `Retry-After`, in seconds, for refusals that a later retry can overcome.
+    pub retry_after: Option<u64>,
+}
+
+impl Refusal {
+    /// A refusal with the problem's own requirement.
+    pub fn new(problem: Problem, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            problem,
+            requirement: problem.requirement,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A refused key: `missing-key` (`IDEM-KEY-3`) for an absent or empty one, otherwise
+    /// `malformed-key` citing `IDEM-KEY-5` for several keys, `IDEM-KEY-4` for a bad UUID and
+    /// `IDEM-KEY-1` for the rest.
+    pub fn key(e: &KeyError) -> Refusal {
+        let requirement = match e {
+            KeyError::Empty => "IDEM-KEY-3",
+            KeyError::List => "IDEM-KEY-5",
+            KeyError::NotUuid | KeyError::WrongUuidVersion { .. } => "IDEM-KEY-4",
+            _ => "IDEM-KEY-1",
+        };
+        Refusal {
+            requirement,
+            ..Refusal::new(Problem::for_key_error(e), e.to_string())
+        }
+    }
+
+    /// A time or counter key that does not parse (`IDEM-TIME-1`, `IDEM-CTR-1`).
+    pub fn kind_key(e: &KindKeyError, requirement: &'static str) -> Refusal {
+        let problem = match e {
+            KindKeyError::Empty => Problem::MISSING_KEY,
+            _ => e.problem(),
+        };
+        Refusal {
+            requirement: if problem == Problem::MISSING_KEY {
+                "IDEM-KEY-3"
+            } else {
+                requirement
+            },
+            ..Refusal::new(problem, e.to_string())
+        }
+    }
+
+    /// A request that cannot be fingerprinted: too large (`IDEM-LIMIT-1`) or invalid JSON
+    /// (`IDEM-FP-6`).
+    pub fn fingerprint(e: &FingerprintError) -> Refusal {
+        Refusal::new(Problem::for_fingerprint_error(e), e.to_string())
+    }
+
+    /// A body larger than `max` bytes, refused before it is read (`IDEM-LIMIT-1`).
+    pub fn body_too_large(len: u64, max: usize) -> Refusal {
+        Refusal::new(
+            Problem::BODY_TOO_LARGE,
+            format!("the request body has {len} bytes; at most {max} are accepted"),
+        )
+    }
+
+    /// The store failed before anything ran: 503 with `Retry-After` (`IDEM-STORE-3`,
+    /// `IDEM-STORE-4`).
+    pub fn store(failure: StoreFailure) -> Refusal {
+        let (problem, detail) = match failure {
+            StoreFailure::Full => (Problem::STORE_FULL, "the idempotency store is full"),
+            StoreFailure::Unavailable => (
+                Problem::STORE_UNAVAILABLE,
+                "the idempotency store is unavailable; nothing was executed",
+            ),
+        };
+        Refusal {
+            retry_after: Some(1),
+            ..Refusal::new(problem, detail)
+        }
+    }
+
+    /// The refusal for a decision that neither executes nor replays; `None` for those two.
+    pub fn of_decision(decision: &Decision) -> Option<Refusal> {
+        Some(match decision {
+            Decision::Execute { .. } | Decision::Replay(_) => return None,
+            Decision::InProgress { retry_after_secs } => Refusal {
+                retry_after: Some(*retry_after_secs),
+                ..Refusal::new(
+                    Problem::IN_PROGRESS,
+                    "another request with this key is being processed; retry later",
+                )
+            },
+            Decision::Mismatch { differing } if differing.is_empty() => Refusal::new(
+                Problem::MISMATCH,
+                "the key was used with a different request",
+            ),
+            Decision::Mismatch { differing } => Refusal::new(
+                Problem::MISMATCH,
+                format!(
+                    "the key was used with a different request; differing fields: {}",
+                    differing.join(", ")
+                ),
+            ),
+            Decision::Rejected(reason) => Refusal::rejected(reason),
+        })
+    }
+
+    /// The refusal for a rejected request.
+    pub fn rejected(reason: &RejectReason) -> Refusal {
+        Refusal {
+            retry_after: reason.retry_after_secs(),
+            ..Refusal::new(reason.problem(), reason.to_string())
+        }
+    }
+
+    /// The `application/problem+json` body: `type`, `title`, `status`, `detail`, and the
+    /// requirement as an extension member.
+    pub fn body(&self) -> String {
+        self.problem.to_json_with(&self.detail, self.requirement)
+    }
+
+    /// The reply that sends this refusal.
+    pub fn reply(&self) -> Reply {
+        Reply(Inner::Problem {
+            status: self.problem.status,
+            type_uri: self.problem.type_uri,
+            requirement: self.requirement,
+            body: self.body(),
+            retry_after: self.retry_after.map(|s| s.to_string()),
+        })
+    }
+}
+
+/// An HTTP answer rendered by the engine: a replay of a stored response, or a refusal. Every
+/// host sends exactly these bytes: [`Reply::status`], [`Reply::headers`] in order,
+/// [`Reply::body`].
+#[must_use = "a Reply is the answer the client is waiting for"]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply(Inner);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Inner {
+    Replay(Arc<StoredResponse>),
+    Problem {
+        status: u16,
+        type_uri: &'static str,
+        requirement: &'static str,
+        body: String,
+        retry_after: Option<String>,
+    },
+}
+
+impl Reply {
+    /// The stored response sent again, with `Idempotent-Replayed: true` after its own headers
+    /// (`IDEM-REPLAY-1`, `IDEM-REPLAY-2`).
+    pub fn replay(response: Arc<StoredResponse>) -> Reply {
+        Reply(Inner::Replay(response))
+    }
+
+    /// The reply for a decision that does not execute (`None` for [`Decision::Execute`]).
+    pub fn of_decision(decision: &Decision) -> Option<Reply> {
+        match decision {
+            Decision::Replay(r) => Some(Reply::replay(Arc::clone(r))),
+            other => Refusal::of_decision(other).map(|r| r.reply()),
+        }
+    }
+
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        match &self.0 {
+            Inner::Replay(r) => r.status,
+            Inner::Problem { status, .. } => *status,
+        }
+    }
+
+    /// The header fields, in order: a replay's stored headers then `idempotent-replayed:
+    /// true`; a refusal's `content-type: application/problem+json` then `retry-after` when
+    /// it has one.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        type Extra<'r> = [Option<(&'r str, &'r str)>; 2];
+        let (stored, extra): (&[(String, String)], Extra<'_>) = match &self.0 {
+            Inner::Replay(r) => (&r.headers, [Some((REPLAYED_HEADER, "true")), None]),
+            Inner::Problem { retry_after, .. } => (
+                &[],
+                [
+                    Some(("content-type", "application/problem+json")),
+                    retry_after.as_deref().map(|s| ("retry-after", s)),
+                ],
+            ),
+        };
+        stored
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .chain(extra.into_iter().flatten())
+    }
+
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        match &self.0 {
+            Inner::Replay(r) => &r.body,
+            Inner::Problem { body, .. } => body.as_bytes(),
+        }
+    }
+
+    /// Whether this is a replay of a stored response.
+    pub fn is_replay(&self) -> bool {
+        matches!(self.0, Inner::Replay(_))
+    }
+
+    /// The requirement a refusal enforces (`None` for a replay).
+    pub fn requirement(&self) -> Option<&'static str> {
+        match &self.0 {
+            Inner::Replay(_) => None,
+            Inner::Problem { requirement, .. } => Some(requirement),
+        }
+    }
+
+    /// The problem `type` of a refusal (`None` for a replay).
+    pub fn problem_type(&self) -> Option<&'static str> {
+        match &self.0 {
+            Inner::Replay(_) => None,
+            Inner::Problem { type_uri, .. } => Some(type_uri),
+        }
+    }
+
+    /// The headers as owned pairs (for hosts that build their response from a list).
+    pub fn header_pairs(&self) -> Vec<(String, String)> {
+        self.headers()
+            .map(|(n, v)| (String::from(n), String::from(v)))
+            .collect()
+    }
+}
