@@ -91,7 +91,7 @@ function fetchBench(make) {
 }
 
 // --- idem-wasm, Fetch API --------------------------------------------------------------------
-const idemFetch = () => withIdempotency(orderHandler, { store: new MemoryStore() });
+const idemFetch = () => withIdempotency(orderHandler, { store: new MemoryStore(), principal: "none" });
 
 // --- Node's Fetch objects alone ------------------------------------------------------------
 function bare() {
@@ -125,7 +125,7 @@ function idemPlain() {
   let idem = null;
   return {
     setup() {
-      idem = new Idempotency({ store: new MemoryStore() });
+      idem = new Idempotency({ store: new MemoryStore(), principal: "none" });
     },
     run: (phase, prefix) =>
       time(async (i) => {

@@ -4,8 +4,6 @@
 import { Outbox } from "./idem_wasm.js";
 import { random32, rangeError, sleep } from "./util.js";
 
-const RETRY_NAMES = ["base", "cap", "maxAttempts", "deadline"];
-
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
 
@@ -79,12 +77,8 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   checkOptions(options);
   const now = options.now ?? Date.now;
   const doFetch = options.fetch ?? globalThis.fetch;
-  const retry = RETRY_NAMES.map((name) => {
-    const value = options.retry?.[name];
-    if (value == null) return NaN;
-    if (typeof value !== "number") throw rangeError("IDEM-JS-1", `retry.${name} must be a number`);
-    return value;
-  });
+  // The retry options are read (and checked) by the module.
+  const retry = options.retry;
 
   const template = new Request(input, init);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
@@ -113,8 +107,10 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       // Saved in flight: the process stopped before the response arrived. Its effect is unknown.
       next = entry.onNetworkError(now(), random32(), random32(), true);
       await save();
-    } else if (entry.state !== "created" && entry.state !== "waiting") {
-      return await finish({ outcome: entry.state === "answered" || entry.state === "processed" ? "completed" : entry.state, key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
+    } else if (entry.outcome !== undefined) {
+      // Saved when it was over (the process stopped before deleting it): report what it was,
+      // a deterministic refusal included.
+      return await finish({ outcome: entry.outcome, key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
     }
     for (;;) {
       if (next !== null) {

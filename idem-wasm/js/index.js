@@ -3,6 +3,6 @@
 // these names.
 export { Idempotency, idempotencyOf, withIdempotency } from "./server.js";
 export { MemoryStore } from "./stores.js";
-export { DurableObjectStore, IdempotencyShard } from "./shard.js";
+export { DurableObjectStore, IdempotencyShard, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
 export { idempotentFetch } from "./client.js";

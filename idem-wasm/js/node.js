@@ -12,5 +12,6 @@ export {
   StoreFullError,
   idempotencyOf,
   idempotentFetch,
+  shardName,
   withIdempotency,
 } from "./idem_wasm.js";

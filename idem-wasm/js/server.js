@@ -1,74 +1,30 @@
 // The server side: `withIdempotency(handler, options)` for Fetch-standard handlers, and the
 // `Idempotency` class underneath it for hosts that are not Fetch-shaped.
 //
-// Every decision is the engine's (idem-core, compiled to WebAssembly). This file only moves
-// data: it reads the request, claims the key, runs the handler and stores its outcome before
-// the response is returned. With the MemoryStore the records live inside the module and a
-// request is three calls: identify (`begin`), claim (`claimIn`, idem-core's Store::claim)
-// and complete (`finishIn`, Store::finish). Other stores are asynchronous, so the claim loop
-// runs here, the way Store::claim runs it in Rust: load, decide, conditional write, and on a
-// lost race decide again (IDEM-JS-3).
-import { Engine, eventNames, securityMask, storeProblem } from "./idem_wasm.js";
+// Every rule is idem-core's request machine (compiled to WebAssembly): this file only moves
+// data. It identifies the request, then asks the machine for the next step and does it
+// (read or write the store, sleep, run the handler, send the reply), reporting each result
+// back. With the MemoryStore every store step runs inside the module.
+import { Engine, HeartbeatState, Ran, StepKind as Step, engineOptionNames, eventNames, securityMask } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
-import {
-  flatHeaders,
-  listText,
-  pairsOf,
-  random32,
-  rangeError,
-  readReply,
-  readWrite,
-  takeReply,
-  sleep,
-  writeEvent,
-} from "./util.js";
+import { flatHeaders, listText, random32, rangeError, sleep, takeReply } from "./util.js";
 
-const OPTION_NAMES = new Set([
-  "store",
-  "keys",
-  "keyKind",
-  "responseTtl",
-  "keyTtl",
-  "lease",
-  "unknownOutcome",
-  "inFlight",
-  "fingerprint",
-  "scope",
-  "route",
-  "methods",
-  "onEvent",
-  "now",
-]);
-const FINGERPRINT_NAMES = new Set(["headers", "exclude", "json", "maxBody"]);
-const UNKNOWN_OUTCOMES = ["reexecute", "store", "hold"];
-const KEY_KINDS = ["opaque", "opaque-strict", "uuid", "uuid-v4", "uuid-v7"];
-const JSON_MODES = ["auto", "always", "never"];
+/** The options this file reads itself; the engine options are read by the module. */
+const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now"];
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
 const EMPTY = new Uint8Array(0);
-// A claim that loses this many races in a row answers "in progress", as `Store::claim` does
-// (idem-core's MAX_LOST_RACES).
-const MAX_CLAIM_ROUNDS = 8;
-
-// Claim codes (src/interop.rs): the low three bits are the kind, bit 3 is `recovered`, the
-// rest is the event's index.
-const EXECUTE = 0;
-const REPLAY = 1;
-const IN_PROGRESS = 2;
-const FULL = 5;
-// What the handler's run came to (src/host.rs, `Ran`).
-const ANSWERED = 0;
-const THREW = 1;
 
 let events = null;
 function eventName(index) {
   events ??= { names: eventNames().split(","), security: securityMask() };
   return events.names[index];
 }
-function securityRelevant(name) {
+function securityRelevant(index) {
   eventName(0);
-  const i = events.names.indexOf(name);
-  return i >= 0 && (events.security & (1 << i)) !== 0;
+  return (events.security & (1 << index)) !== 0;
 }
+
+let optionNames = null;
 
 /** Per-request idempotency context, for handlers: see `idempotencyOf`. */
 const contexts = new WeakMap();
@@ -76,19 +32,28 @@ const contexts = new WeakMap();
 /**
  * The idempotency context of a request that `withIdempotency` is executing: the key, whether
  * this execution takes over from an attempt whose lease expired (`recovered`: reconcile
- * before acting), the fencing number, and `extend()`, a heartbeat for long handlers.
- * `undefined` for requests that pass through (no key, or a method that is not guarded).
+ * before acting), the fencing number, when the lease ends, and `extend()`, a heartbeat for
+ * long handlers. `undefined` for requests that pass through (no key, or a method that is
+ * not guarded).
  */
 export function idempotencyOf(request) {
   return contexts.get(request);
 }
 
+const PRINCIPAL_HELP =
+  'options.principal is required: a function (request) => the caller\'s stable id (an account or user id, ' +
+  'never a bearer token that rotates), or "none" for an API with a single tenant';
+
 function checkOptions(options) {
   if (options === null || typeof options !== "object") {
-    throw rangeError("IDEM-JS-1", "options must be an object with at least a store");
+    throw rangeError("IDEM-JS-1", "options must be an object with at least a store and a principal");
   }
+  optionNames ??= new Set([...HOST_OPTIONS, ...engineOptionNames().split(",")]);
   for (const name of Object.keys(options)) {
-    if (!OPTION_NAMES.has(name)) throw rangeError("IDEM-JS-1", `unknown option "${name}"`);
+    if (!optionNames.has(name)) {
+      const hint = name === "scope" ? ` (${PRINCIPAL_HELP})` : "";
+      throw rangeError("IDEM-JS-1", `unknown option "${name}"${hint}`);
+    }
   }
   const store = options.store;
   const usable =
@@ -98,93 +63,33 @@ function checkOptions(options) {
   if (!usable) {
     throw rangeError("IDEM-JS-1", "options.store must implement load(key) and apply(key, write, now)");
   }
-  if (options.keys !== undefined && options.keys !== "required" && options.keys !== "optional") {
-    throw rangeError("IDEM-JS-1", 'options.keys must be "required" or "optional"');
+  if (options.principal !== "none" && typeof options.principal !== "function") {
+    throw rangeError("IDEM-SCOPE-3", PRINCIPAL_HELP);
   }
-  const inFlight = options.inFlight;
-  if (inFlight !== undefined && inFlight !== "reject") {
-    const ok =
-      typeof inFlight === "object" &&
-      Number.isFinite(inFlight.wait) &&
-      inFlight.wait > 0 &&
-      (inFlight.poll === undefined || (Number.isFinite(inFlight.poll) && inFlight.poll > 0));
-    if (!ok) {
-      throw rangeError("IDEM-JS-1", 'options.inFlight must be "reject" or { wait: ms, poll?: ms }');
-    }
-  }
-  for (const fn of ["scope", "route", "onEvent", "now"]) {
+  for (const fn of ["route", "onEvent", "now"]) {
     if (options[fn] !== undefined && typeof options[fn] !== "function") {
       throw rangeError("IDEM-JS-1", `options.${fn} must be a function`);
     }
   }
-  if (
-    options.methods !== undefined &&
-    !(Array.isArray(options.methods) && options.methods.every((m) => typeof m === "string"))
-  ) {
-    throw rangeError("IDEM-JS-1", "options.methods must be an array of method names");
+}
+
+/** The engine options, as text: what a Durable Object needs to build the same engine. The
+ * object claims and answers at once; waiting for a request in flight is the worker's. */
+function engineOptionsText(options) {
+  const out = {};
+  for (const name of engineOptionNames().split(",")) {
+    if (options[name] !== undefined && name !== "inFlight") out[name] = options[name];
   }
-}
-
-/** The engine options as text: what a Durable Object needs to build the same engine. */
-function engineOptionsText(o) {
-  return JSON.stringify({
-    responseTtl: o.responseTtl,
-    keyTtl: o.keyTtl,
-    lease: o.lease,
-    unknownOutcome: o.unknownOutcome,
-    keyKind: o.keyKind,
-    fingerprint: o.fingerprint,
-  });
-}
-
-function num(name, value) {
-  if (value == null) return NaN;
-  if (typeof value !== "number") throw rangeError("IDEM-JS-1", `${name} must be a number`);
-  return value;
-}
-
-function pick(name, value, choices) {
-  if (value == null) return NaN;
-  const i = choices.indexOf(value);
-  if (i < 0) throw rangeError("IDEM-JS-1", `${name} must be ${choices.map((c) => `"${c}"`).join(", ")}`);
-  return i;
-}
-
-function names(name, value) {
-  if (value == null) return "";
-  if (!(Array.isArray(value) && value.every((v) => typeof v === "string"))) {
-    throw rangeError("IDEM-JS-1", `${name} must be an array of strings`);
-  }
-  return listText(value);
+  return JSON.stringify(out);
 }
 
 /**
- * The engine for these options (`responseTtl`, `keyTtl`, `lease`, `unknownOutcome`,
- * `keyKind`, `fingerprint`; other properties are ignored). Throws a RangeError (IDEM-JS-1,
- * or IDEM-TTL-2 when `keyTtl < responseTtl`).
+ * The engine for these options (the engine options; other members are ignored). Throws a
+ * RangeError (IDEM-JS-1; IDEM-TTL-2 when `keyTtl < responseTtl`; IDEM-LEASE-4 when
+ * `lease > keyTtl`).
  */
-export function createEngine(o) {
-  const f = o.fingerprint ?? {};
-  if (typeof f !== "object") throw rangeError("IDEM-JS-1", "options.fingerprint must be an object");
-  for (const name of Object.keys(f)) {
-    if (!FINGERPRINT_NAMES.has(name)) throw rangeError("IDEM-JS-1", `unknown option "fingerprint.${name}"`);
-  }
-  const numbers = [
-    num("responseTtl", o.responseTtl),
-    num("keyTtl", o.keyTtl),
-    num("lease", o.lease),
-    pick("unknownOutcome", o.unknownOutcome, UNKNOWN_OUTCOMES),
-    pick("keyKind", o.keyKind, KEY_KINDS),
-    pick("fingerprint.json", f.json, JSON_MODES),
-    num("fingerprint.maxBody", f.maxBody),
-  ];
-  return new Engine(numbers, names("fingerprint.headers", f.headers), names("fingerprint.exclude", f.exclude));
-}
-
-function problemReply(bytes) {
-  const reply = readReply(bytes);
-  reply.replayed = false;
-  return reply;
+export function createEngine(options) {
+  return new Engine(options);
 }
 
 /**
@@ -197,60 +102,77 @@ export class Idempotency {
   #optionsText;
   #store;
   #records;
-  #required;
-  #methods;
-  #inFlight;
+  #principal;
   #onEvent;
   #now;
   #fingerprintHeaders;
-  #waiters = new Map();
 
   constructor(options) {
     checkOptions(options);
-    this.#optionsText = engineOptionsText(options);
-    this.#engine = createEngine(options);
-    this.#store = options.store;
-    this.#records = recordsOf(options.store);
-    this.#required = options.keys !== "optional";
-    this.#methods = new Set((options.methods ?? ["POST", "PATCH"]).map((m) => m.toUpperCase()));
-    this.#inFlight = options.inFlight && options.inFlight !== "reject" ? options.inFlight : null;
+    const store = options.store;
+    // A store that cannot keep every response says how large a response it keeps
+    // (IDEM-STORE-5): larger responses are kept as a response-not-stored answer.
+    const limits = typeof store.maxResponseBytes === "number" && options.maxResponseBytes === undefined ? { maxResponseBytes: store.maxResponseBytes } : {};
+    this.#engine = createEngine({ ...options, ...limits });
+    this.#optionsText = engineOptionsText({ ...options, ...limits });
+    this.#store = store;
+    this.#records = recordsOf(store);
+    this.#principal = options.principal === "none" ? null : options.principal;
     this.#onEvent = options.onEvent ?? null;
     this.#now = options.now ?? Date.now;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
   }
 
-  /** Whether requests with this method are guarded. */
-  guards(method) {
-    return this.#methods.has(method);
+  /** Whether a request with this method (and a key, or not) is protected; others go
+   * straight to the handler. */
+  protects(method, hasKey) {
+    return this.#engine.protects(method, hasKey);
   }
 
-  /** Whether requests without a key are refused (otherwise they pass through). */
-  get keysRequired() {
-    return this.#required;
+  /** The principal the host states for `request` (undefined for a single-tenant host):
+   * what `options.principal` returns, as a string; anything else is empty, which the
+   * engine refuses (IDEM-SCOPE-3). */
+  async principalOf(request, ...rest) {
+    if (this.#principal === null) return undefined;
+    const p = await this.#principal(request, ...rest);
+    return typeof p === "string" ? p : typeof p === "number" ? String(p) : "";
   }
 
-  #emit(name, key, extra) {
-    try {
-      this.#onEvent({ name, key, securityRelevant: securityRelevant(name), ...extra });
-    } catch {
-      // A failing hook never changes how a request is answered.
+  #emit(slot, extra) {
+    const engine = this.#engine;
+    for (let i = engine.event(slot); i >= 0; i = engine.event(slot)) {
+      const name = eventName(i);
+      let key = null;
+      try {
+        key = engine.key(slot) || null;
+      } catch {}
+      const event = { name, key, securityRelevant: securityRelevant(i), ...extra };
+      if (name === "rejected") {
+        const code = engine.refusalCode(slot);
+        if (code !== undefined) event.code = code;
+      }
+      try {
+        this.#onEvent(event);
+      } catch {
+        // A failing hook never changes how a request is answered.
+      }
     }
   }
 
   /**
    * Handles one request given as plain data:
-   * `{ method, target, route?, principal?, key, contentType?, headers?, body? }`, where
-   * `target` is the path and query, `key` the raw `Idempotency-Key` header value (or null),
-   * `headers` a Headers object, pair list or record (only the fingerprint headers are read)
-   * and `body` a Uint8Array. `run(context)` executes the handler and returns
-   * `{ status, headers?, body? }`. Resolves to `{ status, headers, body, replayed }` with
-   * headers as a flat `[name, value, …]` list.
+   * `{ method, target, route?, key, contentType?, headers?, body? }` (plus whatever
+   * `options.principal` reads), where `target` is the path and query, `key` the raw
+   * `Idempotency-Key` header value (or null), `headers` a Headers object, pair list or
+   * record (only the fingerprint headers are read) and `body` a Uint8Array.
+   * `run(context)` executes the handler and returns `{ status, headers?, body? }`. Resolves
+   * to `{ status, headers, body, replayed }` with headers as a flat `[name, value, …]` list.
    */
   async handle(input, run) {
     const target = input.target;
     const slot = this.begin(
       input.key,
-      input.principal ?? "",
+      await this.principalOf(input),
       input.method,
       input.route ?? routeOf(target),
       target,
@@ -258,27 +180,34 @@ export class Idempotency {
       input.headers,
       input.body ?? EMPTY,
     );
-    if (slot < 0) return this.problem();
     return this.serve(slot, plainReply, async (context) => {
       let out;
       try {
         out = await run(context);
       } catch (err) {
-        await this.finish(slot, context, THREW, 0, null, EMPTY);
+        await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
       }
-      const headers = flatHeaders(out.headers);
-      const body = typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
+      let headers;
+      let body;
+      try {
+        if (out === null || typeof out !== "object") throw new TypeError("run(context) must return { status, headers?, body? }");
+        headers = flatHeaders(out.headers);
+        body = typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
+      } catch (err) {
+        await context.finish(Ran.Threw, 0, null, EMPTY);
+        throw err;
+      }
       // The memory store answers at once; other stores answer with a promise.
-      const stored = this.finish(slot, context, ANSWERED, out.status, headers, body);
+      const stored = context.finish(Ran.Answered, out.status, headers, body);
       if (typeof stored !== "boolean") await stored;
       return { status: out.status, headers, body, replayed: false };
     });
   }
 
-  /** Identifies a request: its slot (an integer), or -1 for a missing or malformed key or an
-   * unusable body, answered by `problem()` (IDEM-KEY-1, IDEM-KEY-3, IDEM-FP-6,
-   * IDEM-LIMIT-1). `headers` is only read for the fingerprint headers. */
+  /** Identifies a request and opens its slot (an integer). A request that cannot be
+   * identified (no or a malformed key, an unusable body, no principal) gets a slot too: its
+   * first step is its refusal. `headers` is only read for the fingerprint headers. */
   begin(key, principal, method, route, target, contentType, headers, body) {
     let selected = "";
     const names = this.#fingerprintHeaders;
@@ -302,166 +231,153 @@ export class Idempotency {
       }
       selected = listText(list);
     }
-    return this.#engine.begin(key ?? undefined, principal, method, route, target, contentType ?? undefined, selected, body);
+    return this.#engine.begin(
+      key ?? undefined,
+      principal,
+      method,
+      route,
+      target,
+      contentType ?? undefined,
+      selected,
+      body,
+      random32(),
+      random32(),
+    );
   }
 
-  /** The reply to the last refused request (`begin` gave -1, `checkBodySize` false). */
-  problem() {
-    if (this.#onEvent !== null) this.#emit("rejected", null, { code: this.#engine.problemCode() });
-    const reply = takeReply(this.#engine, -1);
-    reply.replayed = false;
-    return reply;
+  /** A slot answering 413 for a body of `length` bytes announced before it is read, or
+   * undefined when it may be read (IDEM-LIMIT-1). */
+  refuseBody(length) {
+    return this.#engine.refuseBody(length);
   }
 
-  /** Whether a body of this many bytes may be read: false past the fingerprint limit
-   * (IDEM-LIMIT-1), answered by `problem()`. */
-  checkBodySize(length) {
-    return this.#engine.checkBodySize(length);
-  }
-
-  /** Claims the slot's key and answers: `execute(context)` when this request runs, or
-   * `answer(reply)` with the engine's reply (replay, 409, 422, 410, 503). Ends the slot. */
+  /** Drives the slot's request and answers: `execute(context)` when this request runs, or
+   * `answer(reply)` with the engine's reply (replay, 409, 422, 410, 413, 503, …). Ends the
+   * slot. */
   async serve(slot, answer, execute) {
     const engine = this.#engine;
-    try {
-      let code = this.#records !== null ? engine.claimIn(this.#records, slot, this.#now(), random32(), random32()) : await this.#claim(slot);
-      if (typeof code !== "number") return answer(code);
-      if ((code & 7) === IN_PROGRESS && this.#inFlight !== null) {
-        code = await this.#wait(slot);
-        if (typeof code !== "number") return answer(code);
-      }
-      const kind = code & 7;
-      if (kind === FULL) return answer(this.#storeFailed(slot, null, true));
-      const recovered = (code & 8) !== 0;
-      if (this.#onEvent !== null) this.#emit(eventName(code >> 4), engine.key(slot), recovered ? { recovered } : undefined);
-      if (kind !== EXECUTE) {
-        const reply = takeReply(engine, slot);
-        reply.replayed = kind === REPLAY;
-        return answer(reply);
-      }
-      const context = {
-        key: engine.key(slot),
-        recovered,
-        fence: engine.fence(slot),
-        leaseExpires: engine.expires(slot),
-        extend: () => this.#extend(slot, context),
-      };
-      return await execute(context);
-    } finally {
-      engine.end(slot);
-    }
-  }
-
-  #storeFailed(slot, error, full) {
-    if (this.#onEvent !== null) {
-      this.#emit("rejected", this.#engine.key(slot), { code: full ? "IDEM-STORE-3" : "IDEM-STORE-4", error: error ?? undefined });
-    }
-    return problemReply(storeProblem(full, full ? "the idempotency store is full" : "the idempotency store is unavailable"));
-  }
-
-  /** One claim in an asynchronous store: through the store's own engine-side claim (a
-   * Durable Object), or the compare-and-set loop. Resolves to a claim code, or to a reply
-   * when the store failed (IDEM-STORE-3, IDEM-STORE-4). */
-  async #claim(slot) {
-    const engine = this.#engine;
-    const store = this.#store;
-    const storageKey = engine.storageKey(slot);
-    try {
-      if (typeof store.claim === "function") {
-        const bytes = await store.claim(storageKey, engine.encodeAttempt(slot), this.#optionsText, this.#now(), random32(), random32());
-        return engine.claimEncoded(slot, bytes);
-      }
-      for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
-        const current = await store.load(storageKey);
-        const code = engine.decide(slot, this.#now(), random32(), random32(), current?.value ?? undefined);
-        if ((code & 7) !== EXECUTE) return code;
-        if (await store.apply(storageKey, readWrite(engine.takeWrite()), this.#now())) {
-          engine.commit(slot);
-          return code;
-        }
-      }
-      return engine.contended(slot);
-    } catch (err) {
-      if (err?.code === "IDEM-REC-1") throw err;
-      return this.#storeFailed(slot, err, err?.code === "IDEM-STORE-3");
-    }
-  }
-
-  /** The in-flight wait policy: poll until the first attempt's result is stored (then
-   * replay it), its lease ends (then take over), or the bound passes (then 409). Only the
-   * latest waiter for a key keeps waiting: an earlier one is answered at once with the
-   * engine's current decision, since its client has retried and stopped listening. */
-  async #wait(slot) {
-    const storageKey = this.#engine.storageKey(slot);
-    // A plain token per waiter: the latest one in the map keeps waiting, earlier ones notice
-    // at their next poll. (Not an AbortController: workerd refuses to let one request abort
-    // an object another request created.)
-    const me = {};
-    this.#waiters.set(storageKey, me);
-    const superseded = () => this.#waiters.get(storageKey) !== me;
-    const until = this.#now() + this.#inFlight.wait;
-    const poll = this.#inFlight.poll ?? 25;
+    const request = { slot, busy: null, ended: false };
     try {
       for (;;) {
-        const left = until - this.#now();
-        if (left > 0 && !superseded()) await sleep(Math.min(poll, left));
-        const code =
-          this.#records !== null
-            ? this.#engine.claimIn(this.#records, slot, this.#now(), random32(), random32())
-            : await this.#claim(slot);
-        if (typeof code !== "number" || (code & 7) !== IN_PROGRESS) return code;
-        if (superseded() || this.#now() >= until) return code;
+        // The memory store answers at once: no await on the common path.
+        const step = this.#records !== null ? this.#driveIn(slot) : await this.#advance(request);
+        if (step === Step.WaitUntil) {
+          await sleep(Math.max(0, engine.waitUntil(slot) - this.#now()));
+          continue;
+        }
+        if (step === Step.Reply) {
+          const reply = takeReply(engine, slot);
+          reply.replayed = isReplay(reply.headers);
+          return answer(reply);
+        }
+        if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
+        const context = {
+          key: engine.key(slot),
+          recovered: engine.recovered(slot),
+          fence: engine.fence(slot),
+          leaseExpires: engine.leaseExpires(slot),
+          extend: () => this.#extend(request, context),
+        };
+        // Not enumerable: the handler's context, not part of its data.
+        Object.defineProperty(context, "finish", {
+          value: (ran, status, headers, body) => this.#finish(request, ran, status, headers, body),
+        });
+        return await execute(context);
       }
     } finally {
-      if (!superseded()) this.#waiters.delete(storageKey);
+      request.ended = true;
+      // A heartbeat or completion still on its way ends the slot when it is done.
+      if (request.busy === null) engine.end(slot);
+      else request.busy.finally(() => engine.end(slot));
     }
   }
 
-  /** Applies a write to an asynchronous store and reports its event. */
-  async #apply(slot, bytes, context) {
-    let applied;
+  /** Polls and performs the store steps until the machine asks for something else: run,
+   * wait, reply, done, or an input (idle). One pump per request at a time, so that a
+   * heartbeat and a completion are written one after the other, as the machine orders them. */
+  async #advance(request) {
+    if (this.#records !== null) return this.#driveIn(request.slot);
+    while (request.busy !== null) await request.busy;
+    const run = this.#pump(request.slot);
+    request.busy = run.then(
+      () => {},
+      () => {},
+    );
     try {
-      applied = await this.#store.apply(this.#engine.storageKey(slot), readWrite(bytes), this.#now());
-    } catch (err) {
-      // IDEM-OUT-5: the response is still sent; the lease is left to expire.
-      if (this.#onEvent !== null) this.#emit("rejected", context.key, { code: "IDEM-STORE-4", error: err });
-      return false;
+      return await run;
+    } finally {
+      request.busy = null;
     }
-    if (this.#onEvent !== null) this.#emit(applied ? eventName(writeEvent(bytes)) : "fenced-out", context.key, { fence: context.fence });
-    return applied;
   }
 
-  /** Stores the handler's outcome under the slot's lease (IDEM-OUT-5: before the response
-   * leaves): `ran` is 0 (answered with status, a flat header list and the body bytes) or 1
-   * (threw). Resolves to false when the lease was fenced out (IDEM-LEASE-2) or the store
-   * failed; the response is sent either way. */
-  finish(slot, context, ran, status, headers, body) {
+  async #pump(slot) {
     const engine = this.#engine;
-    const text = headers === null ? "" : listText(headers);
-    if (this.#records !== null) {
-      const event = eventName(engine.finishIn(this.#records, slot, this.#now(), ran, status, text, body));
-      if (this.#onEvent !== null) this.#emit(event, context.key, { fence: context.fence });
-      return event !== "fenced-out";
+    const store = this.#store;
+    for (;;) {
+      const step = engine.poll(slot, this.#now());
+      if (this.#onEvent !== null) this.#emit(slot);
+      if (step !== Step.Claim && step !== Step.Load && step !== Step.Apply) return step;
+      try {
+        if (step === Step.Apply) {
+          const write = engine.takeWrite(slot);
+          const applied = await store.apply(engine.storageKey(slot), write, this.#now());
+          engine.applied(slot, this.#now(), applied === true);
+        } else if (step === Step.Claim && typeof store.claim === "function") {
+          const bytes = await store.claim(engine.storageKey(slot), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
+          engine.claimed(slot, this.#now(), bytes);
+        } else {
+          const current = await store.load(engine.storageKey(slot));
+          engine.record(slot, this.#now(), current?.value ?? undefined);
+        }
+      } catch (err) {
+        if (err?.code === "IDEM-REC-1" || err?.code === "IDEM-JS-2") throw err;
+        engine.storeFailed(slot, err?.code === "IDEM-STORE-3");
+        if (this.#onEvent !== null) this.#emit(slot, { error: err });
+      }
     }
-    return this.#apply(slot, engine.complete(slot, this.#now(), ran, status, text, body), context);
   }
 
-  async #extend(slot, context) {
+  /** Records the handler's outcome (IDEM-OUT-5: before the response leaves). With the
+   * memory store it is done at once and returns whether it was stored; otherwise a promise
+   * of that. The response is sent either way. */
+  #finish(request, ran, status, headers, body) {
     const engine = this.#engine;
-    let ok;
-    if (this.#records !== null) {
-      ok = engine.extendIn(this.#records, slot, this.#now());
-      if (this.#onEvent !== null) this.#emit(ok ? "extended" : "fenced-out", context.key, { fence: context.fence });
-    } else {
-      ok = await this.#apply(slot, engine.extend(slot, this.#now()), context);
-      if (ok) engine.commit(slot);
+    engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
+    if (this.#records !== null) return this.#driveIn(request.slot) === Step.Done;
+    return this.#advance(request).then((step) => step === Step.Done);
+  }
+
+  /** Every store step in the memory store, at once. */
+  #driveIn(slot) {
+    const step = this.#engine.driveIn(this.#records, slot, this.#now());
+    if (this.#onEvent !== null) this.#emit(slot);
+    return step;
+  }
+
+  async #extend(request, context) {
+    const engine = this.#engine;
+    if (request.ended) throw rangeError("IDEM-LEASE-3", "the request is over: its lease has ended");
+    const refused = engine.heartbeat(request.slot, this.#now());
+    if (refused === HeartbeatState.Quiet) await this.#advance(request);
+    const state = refused === HeartbeatState.Quiet ? engine.heartbeatState(request.slot) : refused;
+    if (state === HeartbeatState.Extended) {
+      context.leaseExpires = engine.leaseExpires(request.slot);
+      return;
     }
-    if (!ok) throw rangeError("IDEM-LEASE-2", "the lease was taken over by another attempt");
-    context.leaseExpires = engine.expires(slot);
+    if (state === HeartbeatState.FencedOut) throw rangeError("IDEM-LEASE-2", "the lease was taken over by another attempt");
+    if (state === HeartbeatState.Expired) throw rangeError("IDEM-LEASE-3", "the lease had ended before the heartbeat");
+    const err = new Error("the idempotency store failed; the lease may not have been extended");
+    err.code = "IDEM-STORE-4";
+    throw err;
   }
 }
 
 const textEncoder = new TextEncoder();
+
+/** Whether a reply's flat header list carries the replay marker (a replay ends with it). */
+function isReplay(headers) {
+  return headers.length >= 2 && headers[headers.length - 2] === "idempotent-replayed";
+}
 
 function plainReply(reply) {
   return reply;
@@ -490,10 +406,9 @@ function targetOf(href) {
 }
 
 function toResponse(reply) {
-  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, {
-    status: reply.status,
-    headers: pairsOf(reply.headers),
-  });
+  const headers = new Headers();
+  for (let i = 0; i < reply.headers.length; i += 2) headers.append(reply.headers[i], reply.headers[i + 1]);
+  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, { status: reply.status, headers });
 }
 
 /**
@@ -502,34 +417,38 @@ function toResponse(reply) {
  * runs; a retry gets the stored response with `Idempotent-Replayed: true`; a duplicate in
  * flight gets 409 with `Retry-After` (or waits, with `inFlight: { wait }`); a changed payload
  * gets 422; a bad key or body gets 400/413. All refusals are `application/problem+json`.
- * The response is stored before it is returned.
+ * The response is stored before it is returned. `options.principal` says who sent each
+ * request (see `Idempotency`).
  */
 export function withIdempotency(handler, options) {
   if (typeof handler !== "function") throw rangeError("IDEM-JS-1", "handler must be a function");
   const idem = new Idempotency(options);
-  const scope = options.scope ?? null;
   const route = options.route ?? null;
   return async function idempotent(request, ...rest) {
     const method = request.method;
-    if (!idem.guards(method)) return handler(request, ...rest);
     const headers = request.headers;
     const key = headers.get("idempotency-key");
-    if (key === null && !idem.keysRequired) return handler(request, ...rest);
+    if (!idem.protects(method, key !== null)) return handler(request, ...rest);
     const length = headers.get("content-length");
-    if (length !== null && !idem.checkBodySize(Number(length))) return toResponse(idem.problem());
+    const tooLarge = length === null ? undefined : idem.refuseBody(Number(length));
+    if (tooLarge !== undefined) return idem.serve(tooLarge, toResponse);
     let body = EMPTY;
     if (request.body !== null) {
       // A declared length was checked above; a body without one (chunked) is read only up
       // to the limit, so an endless upload cannot fill the isolate's memory.
-      body = length !== null ? new Uint8Array(await request.arrayBuffer()) : await readCapped(request.body, idem);
-      if (body === null) return toResponse(idem.problem());
+      if (length !== null) {
+        body = new Uint8Array(await request.arrayBuffer());
+      } else {
+        const read = await readCapped(request.body, idem);
+        if (typeof read === "number") return idem.serve(read, toResponse);
+        body = read;
+      }
     }
     const href = request.url;
     const target = targetOf(href);
-    const principal = scope ? await scope(request) : headers.get("authorization");
     const slot = idem.begin(
       key,
-      String(principal ?? ""),
+      await idem.principalOf(request, ...rest),
       method,
       route ? await route(request, new URL(href)) : routeOf(target),
       target,
@@ -537,32 +456,33 @@ export function withIdempotency(handler, options) {
       headers,
       body,
     );
-    if (slot < 0) return toResponse(idem.problem());
     return idem.serve(slot, toResponse, async (context) => {
       // The handler gets a request it can read: the body was read for the fingerprint.
       const forHandler = request.body !== null ? new Request(request, { body }) : request;
       contexts.set(forHandler, context);
       let response;
+      let bytes;
       try {
         response = await handler(forHandler, ...rest);
+        if (!(response instanceof Response)) throw rangeError("IDEM-JS-1", "the handler must return a Response");
+        // The body is read to store it; a body that fails is a failed attempt, like a throw.
+        bytes = NULL_BODY_STATUS.has(response.status) || response.body === null ? null : new Uint8Array(await response.arrayBuffer());
       } catch (err) {
-        await idem.finish(slot, context, THREW, 0, null, EMPTY);
+        await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
       }
-      const status = response.status;
-      const nullBody = NULL_BODY_STATUS.has(status) || response.body === null;
-      const bytes = nullBody ? EMPTY : new Uint8Array(await response.arrayBuffer());
-      const stored = idem.finish(slot, context, ANSWERED, status, flatHeaders(response.headers), bytes);
+      const stored = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
       if (typeof stored !== "boolean") await stored;
       // The body was read to store it: the caller gets the same response with the bytes.
-      return nullBody
+      return bytes === null
         ? response
-        : new Response(bytes, { status, statusText: response.statusText, headers: response.headers });
+        : new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
     });
   };
 }
 
-/** Reads a stream while `idem.checkBodySize` allows; `null` (the stream cancelled) past it. */
+/** Reads a stream while the engine allows its size: the bytes, or (the stream cancelled)
+ * the slot that answers 413. */
 async function readCapped(stream, idem) {
   const reader = stream.getReader();
   const chunks = [];
@@ -571,9 +491,10 @@ async function readCapped(stream, idem) {
     const { done, value } = await reader.read();
     if (done) break;
     total += value.byteLength;
-    if (!idem.checkBodySize(total)) {
-      await reader.cancel();
-      return null;
+    const refused = idem.refuseBody(total);
+    if (refused !== undefined) {
+      await reader.cancel().catch(() => {});
+      return refused;
     }
     chunks.push(value);
   }

@@ -1,40 +1,71 @@
 // The Durable Object store: `IdempotencyShard`, a Durable Object class that owns a shard of
 // keys, and `DurableObjectStore`, the store a worker passes to `withIdempotency`.
 //
-// Claims are made inside the object, next to its storage: the worker sends the attempt
-// (record key and fingerprint, encoded by the engine), and the object reads the record,
-// asks the engine, and makes the conditional write before it awaits anything else
-// (IDEM-JS-3). Requests to one object interleave at every await on other I/O, so the object
-// keeps the records it has read in memory and decides from that copy synchronously: a claim
-// that waited for a storage read re-reads the copy afterwards, so two claims can never both
-// see "absent". Completions come back as compare-and-set writes. Alarms, set from each
+// Claims are made inside the object, next to its storage: the worker sends the request's
+// ticket (record key and fingerprint, encoded by the engine), and the object runs the claim
+// of the same request machine against its own records, making the conditional write before
+// it awaits anything else (IDEM-JS-3). Requests to one object interleave at every await on
+// other I/O, so the object keeps the records it has read in memory: every decision and every
+// compare-and-set is made against that copy, synchronously, after the last await, so two
+// claims whose storage reads settle together can never both see "absent". Completions come
+// back as compare-and-set writes, checked against the same copy. Alarms, set from each
 // record's deadline, drive expiry (IDEM-TTL-4).
+//
+// Values larger than one storage value may hold (128 KiB in the key-value backend; 2 MB for
+// key and value together in SQLite-backed objects) are split over several storage keys,
+// written in one atomic `put`.
 //
 // Why not Workers KV: KV is eventually consistent. A write can take 60 s or more to reach
 // other locations, and even "not found" answers are cached, so two requests with one key in
 // two places would both see no record and both run. Claims need one serialised writer per
 // key, which is what a Durable Object is.
-import { expire } from "./idem_wasm.js";
+import { StepKind as Step, expire } from "./idem_wasm.js";
 import { createEngine } from "./server.js";
-import { rangeError, readWrite } from "./util.js";
+import { rangeError } from "./util.js";
 
 const RECORD = "r:";
+const CHUNK = "c:";
 const DEADLINE = "d:";
 const CACHE_LIMIT = 10_000;
 const BASE = "https://idem-shard.invalid";
+
+/** The most bytes one storage value holds here: under the key-value backend's 128 KiB per
+ * value, with room for the key and the entry's other fields. */
+export const CHUNK_BYTES = 120 * 1024;
+/** Storage keys one `put` writes atomically. */
+const MAX_PUT_KEYS = 128;
+/** The largest record value a shard keeps: the chunks of one atomic put, with room for the
+ * deadline index entry and the record entry itself. */
+export const MAX_VALUE_BYTES = (MAX_PUT_KEYS - 2) * CHUNK_BYTES;
+
+/**
+ * Shards a storage key belongs to. Fixed, so that the placement of a key never changes: not
+ * with a setting, not between two versions of a worker deployed at once. A retry must reach
+ * the object that saw its key (IDEM-EXEC-1).
+ */
+export const PLACEMENT_SHARDS = 256;
 
 function deadlineKey(deadline, key) {
   return `${DEADLINE}${String(deadline).padStart(16, "0")}:${key}`;
 }
 
+function chunkKey(key, i) {
+  return `${CHUNK}${key}:${i}`;
+}
+
 /** FNV-1a over the key's UTF-16 code units: a stable shard index. */
-function shardOf(key, shards) {
+export function shardOf(key) {
   let h = 0x811c9dc5;
   for (let i = 0; i < key.length; i++) {
     h ^= key.charCodeAt(i);
     h = Math.imul(h, 0x01000193) >>> 0;
   }
-  return h % shards;
+  return h % PLACEMENT_SHARDS;
+}
+
+/** The name of the object that owns a storage key. */
+export function shardName(key) {
+  return `idem-${shardOf(key)}`;
 }
 
 /**
@@ -103,38 +134,70 @@ export class IdempotencyShard {
     return engine;
   }
 
-  /** The record for `key` as this object last saw it; after an await on storage, the copy
-   * in memory wins, since another claim may have written it meanwhile. */
-  async #read(key) {
-    let entry = this.#cache.get(key);
-    if (entry !== undefined) return entry;
+  /** Makes sure the record for `key` is in memory. After the await, the copy already in
+   * memory wins: another claim may have read or written it meanwhile. Nothing is decided
+   * here; callers read `#cache` afterwards, without awaiting in between. */
+  async #fetch(key) {
+    if (this.#cache.has(key)) return;
     const stored = await this.#storage.get(RECORD + key);
-    entry = this.#cache.get(key);
-    if (entry !== undefined) return entry;
-    entry = stored ?? null;
+    if (this.#cache.has(key)) return;
+    let entry = stored ?? null;
+    if (entry !== null && entry.chunks > 1) {
+      const keys = [];
+      for (let i = 1; i < entry.chunks; i++) keys.push(chunkKey(key, i));
+      const parts = await this.#storage.get(keys);
+      if (this.#cache.has(key)) return;
+      const value = new Uint8Array(entry.length);
+      value.set(entry.value, 0);
+      let at = entry.value.byteLength;
+      for (const k of keys) {
+        const part = parts.get(k);
+        value.set(part, at);
+        at += part.byteLength;
+      }
+      entry = { version: entry.version, value, deadline: entry.deadline };
+    }
     if (this.#cache.size >= CACHE_LIMIT) this.#cache.delete(this.#cache.keys().next().value);
     this.#cache.set(key, entry);
-    return entry;
   }
 
-  /** The compare-and-set, synchronously against the copy in memory, then to storage. */
-  #write(key, current, write) {
+  /** The compare-and-set against the copy in memory (the object's current record, never a
+   * caller's earlier read), then to storage: the storage promises, or null when the
+   * precondition failed. */
+  #write(key, write) {
+    const current = this.#cache.get(key) ?? null;
     const holds = write.expect === null ? current === null : current !== null && current.version === write.expect;
     if (!holds) return null;
+    if (write.value !== null && write.value.byteLength > MAX_VALUE_BYTES) {
+      throw rangeError("IDEM-STORE-5", `a record of ${write.value.byteLength} bytes exceeds the ${MAX_VALUE_BYTES} a shard keeps`);
+    }
     const ops = [];
-    if (current !== null && current.deadline > 0 && (write.value === null || current.deadline !== write.deadline)) {
-      ops.push(this.#storage.delete(deadlineKey(current.deadline, key)));
+    const deletes = [];
+    if (current !== null) {
+      if (current.deadline > 0 && (write.value === null || current.deadline !== write.deadline)) {
+        deletes.push(deadlineKey(current.deadline, key));
+      }
+      const chunks = Math.ceil(current.value.byteLength / CHUNK_BYTES);
+      const keep = write.value === null ? 1 : Math.max(1, Math.ceil(write.value.byteLength / CHUNK_BYTES));
+      for (let i = keep; i < chunks; i++) deletes.push(chunkKey(key, i));
     }
     if (write.value === null) {
       this.#cache.set(key, null);
-      ops.push(this.#storage.delete(RECORD + key));
+      deletes.push(RECORD + key);
     } else {
       const entry = { version: write.version, value: write.value, deadline: write.deadline };
       this.#cache.set(key, entry);
-      const batch = { [RECORD + key]: entry };
+      const value = write.value;
+      const chunks = Math.max(1, Math.ceil(value.byteLength / CHUNK_BYTES));
+      const first = chunks === 1 ? value : value.subarray(0, CHUNK_BYTES);
+      const batch = {
+        [RECORD + key]: { version: write.version, value: first, deadline: write.deadline, chunks, length: value.byteLength },
+      };
+      for (let i = 1; i < chunks; i++) batch[chunkKey(key, i)] = value.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES);
       if (write.deadline > 0) batch[deadlineKey(write.deadline, key)] = write.version;
       ops.push(this.#storage.put(batch));
     }
+    if (deletes.length > 0) ops.push(this.#storage.delete(deletes));
     return ops;
   }
 
@@ -147,28 +210,37 @@ export class IdempotencyShard {
     }
   }
 
-  /** Reads, decides and claims in one step; returns the engine's claim for the worker. */
-  async claim(attemptBytes, optionsText, now, hi, lo) {
+  /** Runs the claim of a worker's request next to the storage and returns what was claimed,
+   * for the worker. */
+  async claim(ticketBytes, optionsText, now, hi, lo) {
     const engine = this.#engine(optionsText);
-    const slot = engine.beginEncoded(attemptBytes);
+    const slot = engine.resume(ticketBytes, hi >>> 0, lo >>> 0);
     try {
       const key = engine.storageKey(slot);
-      const current = await this.#read(key);
-      // From here to the write nothing is awaited: the claim is atomic.
-      const code = engine.decide(slot, now, hi >>> 0, lo >>> 0, current?.value);
-      let ops = null;
+      await this.#fetch(key);
+      // From here to the write nothing is awaited: the read, the decision and the
+      // compare-and-set are one step of this object.
+      const ops = [];
       let deadline = 0;
-      if ((code & 7) === 0) {
-        const write = readWrite(engine.takeWrite());
-        ops = this.#write(key, current, write);
-        if (ops === null) throw new Error("claim write lost against the copy in memory");
-        deadline = write.deadline;
+      for (;;) {
+        const step = engine.poll(slot, now);
+        if (step === Step.Claim || step === Step.Load) {
+          engine.record(slot, now, this.#cache.get(key)?.value ?? undefined);
+        } else if (step === Step.Apply) {
+          const write = engine.takeWrite(slot);
+          const done = this.#write(key, write);
+          if (done !== null) {
+            ops.push(...done);
+            deadline = write.deadline;
+          }
+          engine.applied(slot, now, done !== null);
+        } else {
+          break;
+        }
       }
-      const out = engine.encodeClaim(slot);
-      if (ops !== null) {
-        await Promise.all(ops);
-        await this.#schedule(deadline);
-      }
+      const out = engine.claimedBytes(slot);
+      await Promise.all(ops);
+      await this.#schedule(deadline);
       return out;
     } finally {
       engine.end(slot);
@@ -177,8 +249,8 @@ export class IdempotencyShard {
 
   /** Applies a compare-and-set write from a worker (a completion or a heartbeat). */
   async apply(key, write, _now) {
-    const current = await this.#read(key);
-    const ops = this.#write(key, current, write);
+    await this.#fetch(key);
+    const ops = this.#write(key, write);
     if (ops === null) return false;
     await Promise.all(ops);
     await this.#schedule(write.value === null ? 0 : write.deadline);
@@ -187,7 +259,8 @@ export class IdempotencyShard {
 
   /** The stored record, `{ version, value }`, or null. */
   async load(key) {
-    const entry = await this.#read(key);
+    await this.#fetch(key);
+    const entry = this.#cache.get(key) ?? null;
     return entry === null ? null : { version: entry.version, value: entry.value };
   }
 
@@ -197,16 +270,16 @@ export class IdempotencyShard {
     const due = await this.#storage.list({ start: DEADLINE, end: deadlineKey(now + 1, ""), limit: 256 });
     for (const [indexKey, version] of due) {
       const key = indexKey.slice(DEADLINE.length + 17);
-      const current = await this.#read(key);
+      await this.#fetch(key);
+      const current = this.#cache.get(key) ?? null;
       if (current === null || current.version !== version) {
         await this.#storage.delete(indexKey);
         continue;
       }
-      const bytes = expire(now, current.value);
-      if (bytes === undefined) continue;
-      const write = readWrite(bytes);
+      const write = expire(now, current.value);
+      if (write === undefined) continue;
       write.expect = current.version;
-      const ops = this.#write(key, current, write);
+      const ops = this.#write(key, write);
       if (ops !== null) await Promise.all(ops);
     }
     const next = await this.#storage.list({ start: DEADLINE, end: DEADLINE + "\uffff", limit: 1 });
@@ -221,26 +294,31 @@ export class IdempotencyShard {
 }
 
 /**
- * The store a worker passes to `withIdempotency`: each key belongs to one of `shards`
- * `IdempotencyShard` objects (by name, `${prefix}${n}`), which makes its claims.
+ * The store a worker passes to `withIdempotency`: each key belongs to one of a fixed set of
+ * `IdempotencyShard` objects, chosen from the key alone, which makes its claims.
  */
 export class DurableObjectStore {
   #namespace;
-  #shards;
-  #prefix;
 
-  constructor(namespace, { shards = 16, prefix = "idem-shard-" } = {}) {
+  /** The largest response a shard keeps (IDEM-STORE-5): its record, with the request's
+   * fingerprint and the response's headers, still fits in `MAX_VALUE_BYTES`. */
+  maxResponseBytes = MAX_VALUE_BYTES - 64 * 1024;
+
+  constructor(namespace, options) {
     if (namespace == null || typeof namespace.idFromName !== "function" || typeof namespace.get !== "function") {
       throw rangeError("IDEM-JS-1", "DurableObjectStore needs a Durable Object namespace binding");
     }
-    if (!(Number.isInteger(shards) && shards > 0)) throw rangeError("IDEM-JS-1", "shards must be a positive integer");
+    if (options !== undefined) {
+      throw rangeError(
+        "IDEM-JS-1",
+        "DurableObjectStore takes no options: the shard of a key is fixed, so that a change of settings or a deploy never sends a retry to an object that did not see its key",
+      );
+    }
     this.#namespace = namespace;
-    this.#shards = shards;
-    this.#prefix = prefix;
   }
 
   #stub(key) {
-    return this.#namespace.get(this.#namespace.idFromName(this.#prefix + shardOf(key, this.#shards)));
+    return this.#namespace.get(this.#namespace.idFromName(shardName(key)));
   }
 
   async #call(key, path, headers, body) {
@@ -254,12 +332,12 @@ export class DurableObjectStore {
     return response;
   }
 
-  async claim(key, attemptBytes, optionsText, now, hi, lo) {
+  async claim(key, ticket, optionsText, now, hi, lo) {
     const response = await this.#call(
       key,
       "/claim",
       { "x-idem-options": encodeURIComponent(optionsText), "x-idem-now": String(now), "x-idem-nonce": `${hi}.${lo}` },
-      attemptBytes,
+      ticket,
     );
     return new Uint8Array(await response.arrayBuffer());
   }

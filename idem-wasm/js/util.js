@@ -42,7 +42,8 @@ export function flatHeaders(headers) {
   return out;
 }
 
-// --- The layouts shared with the Rust layer (src/interop.rs) ---------------------------------
+// --- The layouts shared with the Rust layer (src/interop.rs; test/boundary.test.mjs checks
+// that both sides agree) --------------------------------------------------------------------
 
 /** A list of strings as one string: each item as its length (UTF-16 code units), a colon and
  * the item. */
@@ -84,7 +85,7 @@ function u32(bytes, at) {
 }
 
 /** Reply bytes at `at` to `to`: `{ status, headers: [name, value, …], body }` (a copy). */
-export function readReply(bytes, at = 0, to = bytes.length) {
+function readReply(bytes, at = 0, to = bytes.length) {
   const end = at + 8 + u32(bytes, at + 4);
   return { status: u32(bytes, at), headers: parseList(utf8(bytes, at + 8, end)), body: bytes.slice(end, to) };
 }
@@ -102,28 +103,6 @@ export function takeReply(engine, slot) {
     view = new Uint8Array(memory.buffer);
   }
   return readReply(view, at, at + length);
-}
-
-/** Write bytes: the write as stores take it, `{ expect, value, version, deadline }`. */
-export function readWrite(bytes) {
-  const flags = bytes[0];
-  let at = 12;
-  const expect = flags & 1 ? utf8(bytes, at, (at += bytes[2])) : null;
-  const version = utf8(bytes, at, (at += bytes[3]));
-  const deadline = new DataView(bytes.buffer, bytes.byteOffset + 4, 8).getFloat64(0, true);
-  return { expect, value: flags & 2 ? bytes.slice(at) : null, version, deadline };
-}
-
-/** The event index in write bytes (255: none). */
-export function writeEvent(bytes) {
-  return bytes[1];
-}
-
-/** A flat [name, value, …] list as the pairs a Response accepts. */
-export function pairsOf(flat) {
-  const out = new Array(flat.length >> 1);
-  for (let i = 0; i < out.length; i++) out[i] = [flat[2 * i], flat[2 * i + 1]];
-  return out;
 }
 
 /** A RangeError with a stable code (a requirement ID from spec/requirements.toml). */

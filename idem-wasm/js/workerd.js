@@ -14,5 +14,6 @@ export {
   StoreFullError,
   idempotencyOf,
   idempotentFetch,
+  shardName,
   withIdempotency,
 } from "./idem_wasm.js";

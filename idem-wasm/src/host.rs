@@ -1,43 +1,32 @@
-//! The engine as the JavaScript side drives it, in plain Rust (tested natively).
+//! The request machine as the JavaScript side drives it, in plain Rust (tested natively).
 //!
-//! A request's attempt (record key and fingerprint) lives in a numbered slot from
-//! [`Host::begin`] to [`Host::end`], so that JavaScript holds a small integer instead of an
-//! object per request, and each step of a request is one call with numbers in and numbers
-//! (or one byte array) out. A slot goes through these states:
+//! Each request is an idem-core [`Request`] in a numbered slot, from [`Host::begin`] to
+//! [`Host::end`], so that JavaScript holds a small integer instead of an object, and each
+//! step is one call with numbers in and numbers (or one byte array) out. JavaScript polls the
+//! slot for the next [`Step`], performs it (reads or writes its store, sleeps, runs the
+//! handler) and reports back; the machine decides everything.
 //!
-//! * open: identified, not yet claimed;
-//! * pending: the engine decided to execute, and its claim write is on its way to an
-//!   asynchronous store ([`Host::commit`] once the store applied it);
-//! * leased: this request holds the lease and runs the handler;
-//! * done: the engine answered without executing (replay, in progress, mismatch, refused);
-//!   [`Host::reply`] renders the answer.
-//!
-//! With the in-process [`MemoryStore`] the records stay inside the module and a request
-//! costs two calls: [`Host::claim_in`] (the core's [`Store::claim`]) and [`Host::finish_in`]
-//! (the core's [`Store::finish`]). Asynchronous stores get the compare-and-set writes as
-//! bytes instead ([`Host::decide`], [`Host::complete`], [`Host::take_write`]) and run the
-//! claim loop in JavaScript; a Durable Object decides next to its storage and sends the
-//! claim back ([`Host::begin_encoded`], [`Host::encode_claim`], [`Host::claim_encoded`]).
-//! Nothing here decides anything: every decision is idem-core's.
+//! With the in-process [`MemoryStore`] the records stay inside the module and
+//! [`Host::drive_in`] runs every store step at once, so a request costs a few calls. A
+//! Durable Object claims next to its storage: the worker sends [`Host::ticket`], the object
+//! runs the claim of a slot opened with [`Host::resume`] and sends back
+//! [`Host::claimed_bytes`], and the worker passes them to [`Host::claimed`].
 
-use crate::interop::{self, ErrorKind, ErrorParts, KeyKind, Kind, Options, StoreWrite};
+use crate::interop::{self, ErrorKind, ErrorParts, StoreWrite};
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::mem;
 use idem_core::{
-    Applied, Attempt, Claim, Decision, Event, Fingerprint, FingerprintSpec, Finish, Lease,
-    MemoryStore, Outcome, Precondition, RecordKey, RequestParts, Scope, Store, StoredResponse,
-    UnixMillis, Write, WriteOp,
+    Applied, Event, Intake, MemoryStore, Outcome, Policy, Precondition, RecordKey, Refusal,
+    Request, Scope, Step, Store, StoreFailure, StoredResponse, UnixMillis, Waiters, Write, WriteOp,
 };
 
 /// A request as the JavaScript side passes it.
 #[derive(Clone, Copy, Debug)]
 pub struct Incoming<'a> {
-    /// The raw `Idempotency-Key` header value, `None` when absent.
+    /// The raw key header value, `None` when absent.
     pub key: Option<&'a str>,
-    /// The principal (by default the `Authorization` header); it enters the scope only as a
-    /// digest.
-    pub principal: &'a str,
+    /// The principal the host stated, `None` for a single-tenant host.
+    pub principal: Option<&'a str>,
     /// The method.
     pub method: &'a str,
     /// The route for the scope.
@@ -52,43 +41,24 @@ pub struct Incoming<'a> {
     pub body: &'a [u8],
 }
 
-/// What the handler's run came to, for [`Host::outcome`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ran {
-    /// It answered: the response is classified by status (`IDEM-OUT-4`).
-    Answered = 0,
-    /// It threw: an unknown outcome (`IDEM-OUT-3`).
-    Threw = 1,
-    /// It reports that nothing happened: the key is released (`IDEM-OUT-2`).
-    NothingHappened = 2,
-}
-
-enum State {
-    Open,
-    Pending { lease: Lease, recovered: bool },
-    Leased(Lease),
-    Done(Decision),
-}
+pub use crate::interop::{HeartbeatState, Ran, StepKind};
 
 struct Slot {
-    key: RecordKey,
-    fingerprint: Fingerprint,
-    state: State,
-    /// A heartbeat's lease, until the store has applied its write.
-    extension: Option<Lease>,
+    req: Request<'static>,
+    /// The write of the last [`Step::Apply`], until JavaScript takes it.
+    write: Option<Write>,
+    /// The time of the last [`Step::WaitUntil`].
+    wait_until: UnixMillis,
+    /// What the last [`Step::Done`] said.
+    done: Option<idem_core::Finish>,
 }
 
-/// The engine with its key and fingerprint settings, and the attempts in flight.
+/// The policy, the requests in flight, and who waits for what.
 pub struct Host {
-    engine: idem_core::Engine,
-    key_kind: KeyKind,
-    fingerprint: FingerprintSpec,
+    policy: Policy,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    /// The last principal and its digest: most requests of a process share a handful.
-    principal: Option<(String, String)>,
-    problem: Option<ErrorParts>,
-    write: Vec<u8>,
+    waiters: Waiters,
     /// Reply bytes, read in place by JavaScript.
     out: Vec<u8>,
 }
@@ -97,46 +67,43 @@ fn no_slot() -> ErrorParts {
     ErrorParts {
         kind: ErrorKind::Error,
         code: interop::CODE_OPTIONS,
-        message: String::from("no such attempt, or not in this state"),
-        problem: None,
-    }
-}
-
-fn leased(slot: &Slot) -> Result<&Lease, ErrorParts> {
-    match &slot.state {
-        State::Leased(lease) | State::Pending { lease, .. } => Ok(lease),
-        _ => Err(no_slot()),
+        message: String::from("no such request, or not in this state"),
     }
 }
 
 impl Host {
-    /// An engine with these options. `IDEM-TTL-2` when `keyTtl < responseTtl`.
-    pub fn new(options: Options) -> Result<Host, ErrorParts> {
-        let engine = idem_core::Engine::new(options.config).map_err(|e| ErrorParts::config(&e))?;
-        Ok(Host {
-            engine,
-            key_kind: options.key_kind,
-            fingerprint: options.fingerprint,
+    /// A host with this policy.
+    pub fn new(policy: Policy) -> Host {
+        Host {
+            policy,
             slots: Vec::new(),
             free: Vec::new(),
-            principal: None,
-            problem: None,
-            write: Vec::new(),
+            waiters: Waiters::default(),
             out: Vec::new(),
-        })
+        }
     }
 
-    /// Attempts open now (begun and not ended).
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Requests open now (begun and not ended).
     pub fn open_slots(&self) -> usize {
         self.slots.len() - self.free.len()
     }
 
-    fn open(&mut self, key: RecordKey, fingerprint: Fingerprint) -> u32 {
+    /// Keys with a request waiting for them.
+    pub fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
+    fn open(&mut self, req: Request<'static>) -> u32 {
         let slot = Some(Slot {
-            key,
-            fingerprint,
-            state: State::Open,
-            extension: None,
+            req,
+            write: None,
+            wait_until: UnixMillis::ZERO,
+            done: None,
         });
         match self.free.pop() {
             Some(t) => {
@@ -157,75 +124,68 @@ impl Host {
             .ok_or_else(no_slot)
     }
 
-    fn slot_mut(slots: &mut [Option<Slot>], t: u32) -> Result<&mut Slot, ErrorParts> {
-        slots
+    fn slot_mut(&mut self, t: u32) -> Result<&mut Slot, ErrorParts> {
+        self.slots
             .get_mut(t as usize)
             .and_then(Option::as_mut)
             .ok_or_else(no_slot)
     }
 
-    /// Identifies a request: parses the key, builds the scope, fingerprints the request,
-    /// and opens a slot. A missing or malformed key or an unusable body is an error with a
-    /// problem ([`Host::fail_with`] keeps it for [`Host::reply`]).
-    pub fn begin(&mut self, req: &Incoming<'_>) -> Result<u32, ErrorParts> {
-        let key = self
-            .key_kind
-            .parse(req.key)
-            .map_err(|e| ErrorParts::key(&e))?;
+    /// Whether a request with this method (and a key or not) is protected; other requests
+    /// go straight to the handler.
+    pub fn protects(&self, method: &str, has_key: bool) -> bool {
+        self.policy.protects(method, has_key)
+    }
+
+    /// Identifies a request and opens its slot. A request that cannot be identified gets a
+    /// slot too, whose first step is its refusal. `IDEM-JS-2` for a header list that is not
+    /// a list text.
+    pub fn begin(&mut self, req: &Incoming<'_>, nonce: u64) -> Result<u32, ErrorParts> {
         let items = interop::list(req.headers)?;
         let headers: Vec<(&str, &[u8])> = items
             .chunks_exact(2)
             .map(|p| (p[0], p[1].as_bytes()))
             .collect();
-        let fingerprint = self
-            .fingerprint
-            .fingerprint(&RequestParts {
-                method: req.method,
-                target: req.target,
-                content_type: req.content_type,
-                headers: &headers,
-                body: req.body,
-            })
-            .map_err(|e| ErrorParts::fingerprint(&e))?;
-        let cached = matches!(&self.principal, Some((p, _)) if p == req.principal);
-        if !cached {
-            let digest = interop::principal_digest(req.principal);
-            self.principal = Some((String::from(req.principal), digest));
+        let key = req.key.map(str::as_bytes);
+        let keys: &[&[u8]] = match &key {
+            Some(k) => core::slice::from_ref(k),
+            None => &[],
+        };
+        let intake = Intake {
+            principal: req.principal,
+            method: req.method,
+            route: req.route,
+            target: req.target,
+            keys,
+            low_water: None,
+            content_type: req.content_type,
+            headers: &headers,
+            body: req.body,
+        };
+        let request = self.policy.request(&intake, nonce);
+        Ok(self.open(request))
+    }
+
+    /// A slot that refuses a body of `length` bytes, announced before it is read, when it is
+    /// larger than the fingerprint accepts (`IDEM-LIMIT-1`); `None` when it may be read.
+    pub fn refuse_body(&mut self, length: f64) -> Option<u32> {
+        let length = if length.is_finite() && length > 0.0 {
+            length as u64
+        } else {
+            0
+        };
+        match self.policy.check_body_size(length) {
+            Ok(()) => None,
+            Err(refusal) => Some(self.open(Request::refused(refusal))),
         }
-        let digest = self.principal.as_ref().map_or("", |(_, d)| d.as_str());
-        let scope = Scope::new(digest, req.method, req.route);
-        Ok(self.open(RecordKey::new(scope, key), fingerprint))
     }
 
-    /// Opens a slot for an attempt sent by [`Host::encode_attempt`] (`IDEM-JS-2`).
-    pub fn begin_encoded(&mut self, bytes: &[u8]) -> Result<u32, ErrorParts> {
-        let (key, fingerprint) = interop::decode_attempt(bytes)?;
-        Ok(self.open(key, fingerprint))
-    }
-
-    /// Keeps an error with a problem for [`Host::reply`] (slot `-1`).
-    pub fn fail_with(&mut self, e: ErrorParts) {
-        self.problem = Some(e);
-    }
-
-    /// The requirement ID of the last problem kept by [`Host::fail_with`].
-    pub fn problem_code(&self) -> &'static str {
-        self.problem.as_ref().map_or("", |p| p.code)
-    }
-
-    /// Refuses a body of `length` bytes, announced before it is read, when it is larger
-    /// than the fingerprint limit (`IDEM-LIMIT-1`): the same problem as [`Host::begin`]
-    /// would give after reading it.
-    pub fn check_body_size(&self, length: f64) -> Result<(), ErrorParts> {
-        let max = self.fingerprint.max_body;
-        if length.is_finite() && length > max as f64 {
-            let e = idem_core::FingerprintError::BodyTooLarge {
-                len: length as usize,
-                max,
-            };
-            return Err(ErrorParts::fingerprint(&e));
-        }
-        Ok(())
+    /// Opens a slot for a ticket a worker sent (a Durable Object claims for it).
+    /// `IDEM-JS-2` for bytes that are not a ticket.
+    pub fn resume(&mut self, ticket: &[u8], nonce: u64) -> Result<u32, ErrorParts> {
+        let ticket = interop::decode_ticket(ticket)?;
+        let req = self.policy.resume(ticket, nonce);
+        Ok(self.open(req))
     }
 
     /// Closes a slot.
@@ -237,194 +197,243 @@ impl Host {
         }
     }
 
-    /// The key the store keeps the record under ([`RecordKey::storage_key`]).
-    pub fn storage_key(&self, t: u32) -> Result<String, ErrorParts> {
-        Ok(self.slot(t)?.key.storage_key())
+    /// Keeps what a step carries (a write, a time, a finish) for the getters, and names it.
+    fn stepped(slot: &mut Slot, step: Step) -> StepKind {
+        match step {
+            Step::Claim => StepKind::Claim,
+            Step::Load => StepKind::Load,
+            Step::Apply(write) => {
+                slot.write = Some(write);
+                StepKind::Apply
+            }
+            Step::WaitUntil(t) => {
+                slot.wait_until = t;
+                StepKind::WaitUntil
+            }
+            Step::Run(_) => StepKind::Run,
+            Step::Idle => StepKind::Idle,
+            Step::Reply => StepKind::Reply,
+            Step::Done(f) => {
+                slot.done = Some(f);
+                StepKind::Done
+            }
+        }
     }
 
-    /// The idempotency key as parsed (a UUID in lowercase).
-    pub fn key(&self, t: u32) -> Result<&str, ErrorParts> {
-        Ok(&self.slot(t)?.key.key)
+    /// The next step. The write of [`StepKind::Apply`] waits in [`Host::take_write`].
+    pub fn poll(&mut self, t: u32, now: UnixMillis) -> Result<StepKind, ErrorParts> {
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        let step = slot.req.poll(now, waiters);
+        Ok(Host::stepped(slot, step))
     }
 
-    /// The attempt as bytes, for the Durable Object that owns its key.
-    pub fn encode_attempt(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
-        let slot = self.slot(t)?;
-        Ok(interop::encode_attempt(&slot.key, &slot.fingerprint))
-    }
-
-    /// The lease's fencing number (`IDEM-LEASE-2`).
-    pub fn fence(&self, t: u32) -> Result<u64, ErrorParts> {
-        Ok(leased(self.slot(t)?)?.fence)
-    }
-
-    /// When the lease ends.
-    pub fn expires(&self, t: u32) -> Result<UnixMillis, ErrorParts> {
-        Ok(leased(self.slot(t)?)?.expires)
-    }
-
-    fn settle(slot: &mut Slot, claim: Claim) -> u32 {
-        let code = interop::claim_code(&claim);
-        slot.state = match claim {
-            Claim::Execute { lease, .. } => State::Leased(lease),
-            Claim::Done(d) => State::Done(d),
-        };
-        code
-    }
-
-    /// Claims the key in the in-process store: a claim code. This is [`Store::claim`]'s
-    /// loop, reading the record in place instead of through [`Store::load`] (which copies
-    /// it).
-    pub fn claim_in(
+    /// Runs every store step in the in-process store and returns the first other step.
+    pub fn drive_in(
         &mut self,
         store: &mut MemoryStore,
         t: u32,
         now: UnixMillis,
-        nonce: u64,
-    ) -> Result<u32, ErrorParts> {
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        let attempt = Attempt {
-            key: &slot.key,
-            fingerprint: &slot.fingerprint,
-            nonce,
+    ) -> Result<StepKind, ErrorParts> {
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        // A full store is recorded by the machine (503 store-full); poll again for it.
+        let step = match slot.req.drive(store, now, waiters) {
+            Ok(step) => step,
+            Err(_) => slot.req.poll(now, waiters),
         };
-        let mut claim = Claim::Done(Decision::CONTENDED);
-        for _ in 0..idem_core::MAX_LOST_RACES {
-            match self.engine.decide(now, &attempt, store.get(&slot.key)) {
-                Decision::Execute {
-                    lease,
-                    write,
-                    recovered,
-                } => match store.apply(now, write) {
-                    Ok(Applied::Applied) => {
-                        claim = Claim::Execute { lease, recovered };
-                        break;
-                    }
-                    Ok(Applied::Conflict) => continue,
-                    // MemoryStore fails only when it is full (IDEM-STORE-3).
-                    Err(_) => return Ok(Kind::Full as u32),
-                },
-                other => {
-                    claim = Claim::Done(other);
-                    break;
-                }
-            }
-        }
-        Ok(Host::settle(slot, claim))
+        Ok(Host::stepped(slot, step))
     }
 
-    /// Decides given the stored record bytes (`None`: no record), for an asynchronous store:
-    /// a claim code. On execute the claim write waits in [`Host::take_write`] and the slot is
-    /// pending until [`Host::commit`]. `IDEM-REC-1` for bytes that are not a record.
-    pub fn decide(
+    /// The write of the last [`Step::Apply`], as the store interface takes it.
+    pub fn take_write(&mut self, t: u32) -> Result<StoreWrite, ErrorParts> {
+        let slot = self.slot_mut(t)?;
+        slot.write
+            .take()
+            .map(|w| StoreWrite::from_core(&w))
+            .ok_or_else(no_slot)
+    }
+
+    /// The record read for [`Step::Claim`] or [`Step::Load`], as stored bytes (`None`: no
+    /// record). `IDEM-REC-1` for bytes that are not a record.
+    pub fn record(
         &mut self,
         t: u32,
         now: UnixMillis,
-        nonce: u64,
-        stored: Option<&[u8]>,
-    ) -> Result<u32, ErrorParts> {
-        let record = match stored {
+        value: Option<&[u8]>,
+    ) -> Result<(), ErrorParts> {
+        let record = match value {
             Some(bytes) => {
                 Some(idem_core::decode_record(bytes).map_err(|e| ErrorParts::record(&e))?)
             }
             None => None,
         };
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        let decision = self.engine.decide(
-            now,
-            &Attempt {
-                key: &slot.key,
-                fingerprint: &slot.fingerprint,
-                nonce,
-            },
-            record.as_ref(),
-        );
-        let event = decision.event();
-        match decision {
-            Decision::Execute {
-                lease,
-                write,
-                recovered,
-            } => {
-                self.write = StoreWrite::from_core(&write).encode(Some(Event::Executed));
-                slot.state = State::Pending { lease, recovered };
-                Ok(interop::code(Kind::Execute, recovered, event))
-            }
-            done => Ok(Host::settle(slot, Claim::Done(done))),
-        }
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        slot.req.handle_record(now, record.as_ref(), waiters);
+        Ok(())
     }
 
-    /// The store applied the pending claim write (or a heartbeat's write): the slot holds
-    /// the lease.
-    pub fn commit(&mut self, t: u32) -> Result<(), ErrorParts> {
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        if let Some(next) = slot.extension.take() {
-            slot.state = State::Leased(next);
-            return Ok(());
-        }
-        if let State::Pending { lease, .. } = mem::replace(&mut slot.state, State::Open) {
-            slot.state = State::Leased(lease);
-            return Ok(());
-        }
-        Err(no_slot())
-    }
-
-    /// The answer after a claim lost the race [`idem_core::MAX_LOST_RACES`] times in a row:
-    /// "in progress", as [`Store::claim`] answers.
-    pub fn contended(&mut self, t: u32) -> Result<u32, ErrorParts> {
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        Ok(Host::settle(slot, Claim::Done(Decision::CONTENDED)))
-    }
-
-    /// The claim a Durable Object sends back after it applied the claim write (or decided
-    /// without one).
-    pub fn encode_claim(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
-        let claim = match &self.slot(t)?.state {
-            State::Pending { lease, recovered } => Claim::Execute {
-                lease: lease.clone(),
-                recovered: *recovered,
-            },
-            State::Done(d) => Claim::Done(d.clone()),
-            _ => Claim::Done(Decision::CONTENDED),
+    /// Whether the write of [`Step::Apply`] was applied.
+    pub fn applied(&mut self, t: u32, now: UnixMillis, applied: bool) -> Result<(), ErrorParts> {
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        let applied = if applied {
+            Applied::Applied
+        } else {
+            Applied::Conflict
         };
-        Ok(interop::encode_claim(&claim))
+        slot.req.handle_applied(now, applied, waiters);
+        Ok(())
     }
 
-    /// Takes a claim sent by [`Host::encode_claim`] (`IDEM-JS-2`): a claim code.
-    pub fn claim_encoded(&mut self, t: u32, bytes: &[u8]) -> Result<u32, ErrorParts> {
-        let claim = interop::decode_claim(bytes)?;
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        Ok(Host::settle(slot, claim))
+    /// The store failed on the step handed out: full (`IDEM-STORE-3`) or not.
+    pub fn store_failed(&mut self, t: u32, full: bool) -> Result<(), ErrorParts> {
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        let failure = if full {
+            StoreFailure::Full
+        } else {
+            StoreFailure::Unavailable
+        };
+        slot.req.handle_store_error(failure, waiters);
+        Ok(())
     }
 
-    /// The reply bytes of a slot whose claim did not execute, or with `t < 0` of the
-    /// problem kept by [`Host::fail_with`]; empty when there is none. They are written into
-    /// a buffer the host keeps (at [`Host::out_ptr`], valid until the next call), so that
-    /// JavaScript reads them in place instead of receiving a copy.
-    pub fn reply(&mut self, t: i32) -> &[u8] {
+    /// What a Durable Object claimed for [`Step::Claim`] (`IDEM-JS-2` for bytes that are
+    /// not a claim).
+    pub fn claimed(&mut self, t: u32, now: UnixMillis, bytes: &[u8]) -> Result<(), ErrorParts> {
+        let claimed = interop::decode_claimed(bytes)?;
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        slot.req.handle_claimed(now, claimed, waiters);
+        Ok(())
+    }
+
+    /// What a Durable Object sends back after the claim of a resumed slot.
+    pub fn claimed_bytes(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
+        let claimed = self.slot(t)?.req.claimed().ok_or_else(no_slot)?;
+        Ok(interop::encode_claimed(&claimed))
+    }
+
+    /// The ticket a Durable Object needs to claim for this request.
+    pub fn ticket(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
+        Ok(interop::encode_ticket(&self.slot(t)?.req.ticket()))
+    }
+
+    /// The handler's outcome: `status`, `headers` (a flat list text) and `body` when it
+    /// answered.
+    pub fn outcome(
+        &mut self,
+        t: u32,
+        ran: Ran,
+        status: u16,
+        headers: &str,
+        body: Vec<u8>,
+    ) -> Result<(), ErrorParts> {
+        let outcome = match ran {
+            Ran::Answered => {
+                if !(100..=599).contains(&status) {
+                    return Err(ErrorParts::complete(
+                        &idem_core::CompleteError::InvalidStatus(status),
+                    ));
+                }
+                Outcome::classify(StoredResponse {
+                    status,
+                    headers: interop::pairs(headers)?,
+                    body,
+                })
+            }
+            Ran::Threw => Outcome::Unknown(None),
+            Ran::NothingHappened => Outcome::Retryable,
+        };
+        self.slot_mut(t)?.req.handle_outcome(outcome);
+        Ok(())
+    }
+
+    /// Asks for a heartbeat; the next poll hands out its write. [`HeartbeatState::Quiet`]
+    /// when it is on its way, otherwise why it is refused: the lease has ended, or was lost,
+    /// or the outcome is in.
+    pub fn heartbeat(&mut self, t: u32, now: UnixMillis) -> Result<HeartbeatState, ErrorParts> {
+        Ok(match self.slot_mut(t)?.req.heartbeat(now) {
+            Ok(()) => HeartbeatState::Quiet,
+            Err(h) => HeartbeatState::of(h),
+        })
+    }
+
+    /// Where the heartbeats stand.
+    pub fn heartbeat_state(&self, t: u32) -> Result<HeartbeatState, ErrorParts> {
+        Ok(HeartbeatState::of(self.slot(t)?.req.heartbeat_state()))
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self, t: u32) -> Result<Option<Event>, ErrorParts> {
+        Ok(self.slot_mut(t)?.req.poll_event())
+    }
+
+    /// The handler's context while it runs: whether it recovers, the fence, and when the
+    /// lease ends.
+    pub fn context(&self, t: u32) -> Result<idem_core::Context, ErrorParts> {
+        self.slot(t)?.req.context().ok_or_else(no_slot)
+    }
+
+    /// When the last [`Step::WaitUntil`] asked to be polled again.
+    pub fn wait_until(&self, t: u32) -> Result<UnixMillis, ErrorParts> {
+        Ok(self.slot(t)?.wait_until)
+    }
+
+    /// What the last [`Step::Done`] said.
+    pub fn done(&self, t: u32) -> Result<Option<idem_core::Finish>, ErrorParts> {
+        Ok(self.slot(t)?.done.clone())
+    }
+
+    /// The key the store keeps the record under ([`RecordKey::storage_key`]).
+    pub fn storage_key(&self, t: u32) -> Result<String, ErrorParts> {
+        Ok(self.slot(t)?.req.key().storage_key())
+    }
+
+    /// The idempotency key as parsed (a UUID in lowercase).
+    pub fn key(&self, t: u32) -> Result<&str, ErrorParts> {
+        Ok(&self.slot(t)?.req.key().key)
+    }
+
+    /// The requirement of the refusal that answered the request, if one did.
+    pub fn refusal(&self, t: u32) -> Result<Option<&Refusal>, ErrorParts> {
+        Ok(self.slot(t)?.req.refusal())
+    }
+
+    /// The reply bytes of a request answered without its handler ([`Step::Reply`]), written
+    /// into a buffer the host keeps (at [`Host::out_ptr`], valid until the next call), so
+    /// that JavaScript reads them in place instead of receiving a copy. Empty when there is
+    /// none.
+    pub fn reply(&mut self, t: u32) -> &[u8] {
         let out = &mut self.out;
         out.clear();
-        if t < 0 {
-            if let Some(r) = self.problem.as_ref().and_then(ErrorParts::reply) {
-                interop::encode_reply_into(out, r.status, &r.headers, &[], &r.body);
-            }
-            return out;
-        }
-        match self.slots.get(t as usize).and_then(Option::as_ref) {
-            // The stored response is written out as it is, without a copy in between.
-            Some(Slot {
-                state: State::Done(Decision::Replay(r)),
-                ..
-            }) => interop::encode_reply_into(out, r.status, &r.headers, interop::REPLAYED, &r.body),
-            Some(Slot {
-                state: State::Done(d),
-                ..
-            }) => {
-                if let Some(r) = interop::decision_reply(d) {
-                    interop::encode_reply_into(out, r.status, &r.headers, &[], &r.body);
-                }
-            }
-            _ => {}
+        if let Some(reply) = self
+            .slots
+            .get(t as usize)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.req.reply())
+        {
+            interop::encode_reply_into(out, reply.status(), reply.headers(), reply.body());
         }
         out
     }
@@ -433,110 +442,19 @@ impl Host {
     pub fn out_ptr(&self) -> usize {
         self.out.as_ptr() as usize
     }
-
-    /// The handler's outcome from what JavaScript saw.
-    pub fn outcome(
-        ran: u8,
-        status: u16,
-        headers: &str,
-        body: Vec<u8>,
-    ) -> Result<Outcome, ErrorParts> {
-        Ok(match ran {
-            0 => Outcome::classify(StoredResponse {
-                status,
-                headers: interop::pairs(headers)?,
-                body,
-            }),
-            1 => Outcome::Unknown(None),
-            _ => Outcome::Retryable,
-        })
-    }
-
-    /// Stores the outcome in the in-process store ([`Store::finish`]): the event index.
-    pub fn finish_in(
-        &mut self,
-        store: &mut MemoryStore,
-        t: u32,
-        now: UnixMillis,
-        outcome: Outcome,
-    ) -> Result<u8, ErrorParts> {
-        let slot = self.slot(t)?;
-        let finish = store
-            .finish(&self.engine, now, leased(slot)?, outcome)
-            .unwrap_or(Finish::FencedOut);
-        match finish {
-            Finish::Invalid(e) => Err(ErrorParts::complete(&e)),
-            f => Ok(interop::event_index(f.event())),
-        }
-    }
-
-    /// The completion write for an asynchronous store (in [`Host::take_write`], with the
-    /// event it yields once applied).
-    pub fn complete(
-        &mut self,
-        t: u32,
-        now: UnixMillis,
-        outcome: Outcome,
-    ) -> Result<(), ErrorParts> {
-        let write = self
-            .engine
-            .complete(now, leased(self.slot(t)?)?, outcome)
-            .map_err(|e| ErrorParts::complete(&e))?;
-        self.write = StoreWrite::from_core(&write).encode(Some(interop::completion_event(&write)));
-        Ok(())
-    }
-
-    /// A heartbeat in the in-process store (`IDEM-LEASE-3`): false when the lease was taken
-    /// over. `IDEM-LEASE-3` once the lease has ended.
-    pub fn extend_in(
-        &mut self,
-        store: &mut MemoryStore,
-        t: u32,
-        now: UnixMillis,
-    ) -> Result<bool, ErrorParts> {
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        let (next, write) = self
-            .engine
-            .extend(now, leased(slot)?)
-            .map_err(|e| ErrorParts::complete(&e))?;
-        if let Ok(Applied::Applied) = store.apply(now, write) {
-            slot.state = State::Leased(next);
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// A heartbeat's write for an asynchronous store (in [`Host::take_write`]); once the
-    /// store applied it, [`Host::commit`] moves the slot to the extended lease.
-    pub fn extend(&mut self, t: u32, now: UnixMillis) -> Result<(), ErrorParts> {
-        let slot = Host::slot_mut(&mut self.slots, t)?;
-        let (next, write) = self
-            .engine
-            .extend(now, leased(slot)?)
-            .map_err(|e| ErrorParts::complete(&e))?;
-        slot.extension = Some(next);
-        self.write = StoreWrite::from_core(&write).encode(Some(Event::Extended));
-        Ok(())
-    }
-
-    /// The write bytes of the last [`Host::decide`], [`Host::complete`] or
-    /// [`Host::extend`].
-    pub fn take_write(&mut self) -> Vec<u8> {
-        mem::take(&mut self.write)
-    }
 }
 
 /// The write bytes that apply the passage of time to a stored record at `now` (drop an
 /// expired response, delete an expired key), or `None` when nothing is due
 /// (`IDEM-TTL-4`). `IDEM-REC-1` for bytes that are not a record.
-pub fn expire(now: UnixMillis, value: &[u8]) -> Result<Option<Vec<u8>>, ErrorParts> {
+pub fn expire(now: UnixMillis, value: &[u8]) -> Result<Option<StoreWrite>, ErrorParts> {
     let record = idem_core::decode_record(value).map_err(|e| ErrorParts::record(&e))?;
     // The write's key is not used by JS stores (they key by storage key), and expiry needs
     // no configuration.
     let key = RecordKey::new(Scope::custom(String::new()), String::new());
     Ok(idem_core::Engine::default()
         .expire(now, &key, &record)
-        .map(|w| StoreWrite::from_core(&w).encode(None)))
+        .map(|w| StoreWrite::from_core(&w)))
 }
 
 /// What [`store_apply`] did.
@@ -551,12 +469,7 @@ pub enum StoreApplied {
 }
 
 fn not_a_storage_key() -> ErrorParts {
-    ErrorParts {
-        kind: ErrorKind::Range,
-        code: interop::CODE_OPTIONS,
-        message: String::from("MemoryStore keys are the engine's storage keys"),
-        problem: None,
-    }
+    ErrorParts::options("MemoryStore keys are the engine's storage keys")
 }
 
 /// The record under a storage key, encoded, with its version: the generic store interface
@@ -603,4 +516,10 @@ pub fn store_apply(
             Err(_) => StoreApplied::Full,
         },
     )
+}
+
+impl From<&Refusal> for ErrorParts {
+    fn from(r: &Refusal) -> ErrorParts {
+        ErrorParts::refusal(r)
+    }
 }

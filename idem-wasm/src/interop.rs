@@ -1,35 +1,31 @@
 //! Every conversion between JavaScript values and idem-core types, in one place.
 //!
-//! Most of this module is plain Rust (option numbers → [`Config`], list texts → pairs, core
-//! errors → [`ErrorParts`], decisions → HTTP replies, writes and replies → the byte layouts
-//! the JavaScript side reads, the Durable Object wire format), so it is tested natively by
-//! `cargo test -p idem-wasm` (`tests/interop.rs`). Only [`ErrorParts::into_js`] touches a
-//! JavaScript value; the package's Node tests check the errors it builds.
+//! Most of this module is plain Rust (engine options → a [`Policy`], list texts → pairs, core
+//! errors → [`ErrorParts`], writes and replies → what the JavaScript side reads, the Durable
+//! Object wire format), so it is tested natively by `cargo test -p idem-wasm`
+//! (`tests/interop.rs`). What touches JavaScript values is in `lib.rs`.
 //!
-//! # Layouts shared with `js/wire.js`
+//! # What crosses the boundary
 //!
-//! Data crosses the boundary in as few calls as possible, as numbers, one string or one
-//! byte array, never as JSON text:
+//! Every code that crosses is defined here or in idem-core, once: the steps of the request
+//! machine, the handler's outcome and the heartbeat states are `#[wasm_bindgen]` enums the
+//! JavaScript side imports by name; the engine options are read from the options object by
+//! the names in [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`]. Two byte layouts
+//! remain, for speed, and `test/boundary.test.mjs` checks both sides against each other:
 //!
 //! * **List text**: a list of strings as one string, each item written as its length in
 //!   UTF-16 code units (a JavaScript string's `length`), a colon, and the item:
 //!   `["ab", "c"]` is `2:ab1:c`. Header lists are flat `[name, value, …]` lists.
 //! * **Reply bytes**: `u32` status, `u32` byte length of the head, the head (the header list
 //!   as list text, UTF-8), then the body. Integers are little-endian.
-//! * **Write bytes**: flags (`1`: a version is expected, `2`: a record is put, else the
-//!   record is deleted), the event index (`255`: none), the lengths of the expected version
-//!   and the new version (decimal ASCII), the deadline as an `f64`, the two versions, then
-//!   the encoded record.
-//! * **Claim codes**: a `u32` whose low three bits are the [`Kind`], bit 3 is `recovered`,
-//!   and bits 4 and up are the event's index in [`Event::ALL`].
 
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::time::Duration;
 use idem_core::{
-    Claim, CompleteError, Config, ConfigError, Decision, DecodeError, Event, Fingerprint,
-    FingerprintError, FingerprintSpec, JsonMode, KeyError, Precondition, Problem, RecordKey, Scope,
+    Claimed, CompleteError, Config, ConfigError, DecodeError, Event, FingerprintSpec, InFlight,
+    JsonMode, KeyKind, KindConfigError, Policy, Precondition, RecordKey, Refusal, Scope, Ticket,
     UnixMillis, UnknownOutcomePolicy, UuidVersion, Write, WriteOp,
 };
 use serde::{Deserialize, Serialize};
@@ -52,8 +48,7 @@ pub enum ErrorKind {
     Error,
 }
 
-/// A JavaScript error before it is built: class, stable `code` (a requirement ID), message,
-/// and for errors that answer an HTTP request, the problem response.
+/// A JavaScript error before it is built: class, stable `code` (a requirement ID), message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ErrorParts {
     /// The error class.
@@ -62,8 +57,6 @@ pub struct ErrorParts {
     pub code: &'static str,
     /// The message.
     pub message: String,
-    /// The problem to answer with, when the error is about an HTTP request.
-    pub problem: Option<Problem>,
 }
 
 impl ErrorParts {
@@ -72,16 +65,6 @@ impl ErrorParts {
             kind: ErrorKind::Range,
             code,
             message: message.into(),
-            problem: None,
-        }
-    }
-
-    fn problem(problem: Problem, message: String) -> ErrorParts {
-        ErrorParts {
-            kind: ErrorKind::Range,
-            code: problem.requirement,
-            message,
-            problem: Some(problem),
         }
     }
 
@@ -90,22 +73,10 @@ impl ErrorParts {
         ErrorParts::range(CODE_OPTIONS, message)
     }
 
-    /// A refused idempotency key: `IDEM-KEY-3` when it is missing, `IDEM-KEY-1` otherwise
-    /// (`IDEM-KEY-5` for several keys, `IDEM-KEY-4` for a bad UUID).
-    pub fn key(e: &KeyError) -> ErrorParts {
-        let mut parts = ErrorParts::problem(Problem::for_key_error(e), e.to_string());
-        parts.code = match e {
-            KeyError::Empty => "IDEM-KEY-3",
-            KeyError::List => "IDEM-KEY-5",
-            KeyError::NotUuid | KeyError::WrongUuidVersion { .. } => "IDEM-KEY-4",
-            _ => "IDEM-KEY-1",
-        };
-        parts
-    }
-
-    /// A body that cannot be fingerprinted.
-    pub fn fingerprint(e: &FingerprintError) -> ErrorParts {
-        ErrorParts::problem(Problem::for_fingerprint_error(e), e.to_string())
+    /// A refusal as an error (the client side, which throws instead of answering): its
+    /// requirement is the code.
+    pub fn refusal(r: &Refusal) -> ErrorParts {
+        ErrorParts::range(r.requirement, r.detail.clone())
     }
 
     /// Stored bytes that are not a record.
@@ -122,12 +93,18 @@ impl ErrorParts {
     pub fn config(e: &ConfigError) -> ErrorParts {
         let code = match e {
             ConfigError::KeyTtlShorterThanResponseTtl => "IDEM-TTL-2",
+            ConfigError::LeaseLongerThanKeyTtl => "IDEM-LEASE-4",
             _ => CODE_OPTIONS,
         };
         ErrorParts::range(code, e.to_string())
     }
 
-    /// A completion or heartbeat the core refuses.
+    /// A key kind configuration the core refuses.
+    pub fn kind_config(e: &KindConfigError) -> ErrorParts {
+        ErrorParts::options(e.to_string())
+    }
+
+    /// A completion the core refuses.
     pub fn complete(e: &CompleteError) -> ErrorParts {
         let code = match e {
             CompleteError::LeaseExpired => "IDEM-LEASE-3",
@@ -135,11 +112,6 @@ impl ErrorParts {
             _ => "IDEM-OUT-1",
         };
         ErrorParts::range(code, e.to_string())
-    }
-
-    /// The reply for an error about an HTTP request (`application/problem+json`).
-    pub fn reply(&self) -> Option<Reply> {
-        self.problem.map(|p| problem_reply(p, &self.message, None))
     }
 
     /// Builds the JavaScript error, with the `code` property.
@@ -155,78 +127,124 @@ impl ErrorParts {
     }
 }
 
-/// How keys are parsed (`IDEM-KEY-1`, `IDEM-KEY-2`, `IDEM-KEY-4`). The discriminants are
-/// the numbers the JavaScript side passes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum KeyKind {
-    /// An sf-string or a Stripe-style bare key (the default; `"opaque"`).
-    #[default]
-    Opaque = 0,
-    /// An RFC 8941 sf-string only (`"opaque-strict"`).
-    OpaqueStrict = 1,
-    /// A UUID of any version, as an sf-string or bare (`"uuid"`).
-    Uuid = 2,
-    /// A UUID v4 (`"uuid-v4"`).
-    UuidV4 = 3,
-    /// A UUID v7 (`"uuid-v7"`).
-    UuidV7 = 4,
+/// The steps of the request machine ([`idem_core::Step`]), as the JavaScript side sees
+/// them: what a slot's `poll` returns.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// Read the record (or ask the store that claims itself).
+    Claim = 0,
+    /// Read the record.
+    Load = 1,
+    /// Apply the write of `takeWrite`.
+    Apply = 2,
+    /// Poll again at `waitUntil`.
+    WaitUntil = 3,
+    /// Run the handler.
+    Run = 4,
+    /// Waiting for an input.
+    Idle = 5,
+    /// Send the reply.
+    Reply = 6,
+    /// The outcome is recorded: send the handler's response.
+    Done = 7,
 }
 
-impl KeyKind {
-    /// Parses a header value (`None` when the header is absent).
-    pub fn parse(self, value: Option<&str>) -> Result<String, KeyError> {
-        let value = value.unwrap_or("").as_bytes();
-        let key = match self {
-            KeyKind::OpaqueStrict => return idem_core::parse_opaque_strict(value),
-            _ => idem_core::parse_opaque_lenient(value)?,
-        };
-        match self {
-            KeyKind::Uuid => idem_core::parse_uuid(&key, None),
-            KeyKind::UuidV4 => idem_core::parse_uuid(&key, Some(UuidVersion::V4)),
-            KeyKind::UuidV7 => idem_core::parse_uuid(&key, Some(UuidVersion::V7)),
-            _ => Ok(key),
+/// What the handler's run came to.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ran {
+    /// It answered: the response is classified by status (`IDEM-OUT-4`).
+    Answered = 0,
+    /// It threw, or its response could not be read: an unknown outcome (`IDEM-OUT-3`).
+    Threw = 1,
+    /// It reports that nothing happened: the key is released (`IDEM-OUT-2`).
+    NothingHappened = 2,
+}
+
+/// Where a request's heartbeats stand ([`idem_core::Heartbeat`]).
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeartbeatState {
+    /// None asked for, or one is on its way.
+    Quiet = 0,
+    /// The lease was extended.
+    Extended = 1,
+    /// The lease was taken over, or the outcome is already in (`IDEM-LEASE-2`).
+    FencedOut = 2,
+    /// The lease had ended (`IDEM-LEASE-3`).
+    Expired = 3,
+    /// The store failed (`IDEM-STORE-4`).
+    Failed = 4,
+}
+
+impl HeartbeatState {
+    /// The state of a core heartbeat.
+    pub fn of(h: idem_core::Heartbeat) -> HeartbeatState {
+        match h {
+            idem_core::Heartbeat::Quiet => HeartbeatState::Quiet,
+            idem_core::Heartbeat::Extended(_) => HeartbeatState::Extended,
+            idem_core::Heartbeat::FencedOut => HeartbeatState::FencedOut,
+            idem_core::Heartbeat::Expired => HeartbeatState::Expired,
+            idem_core::Heartbeat::Failed(_) => HeartbeatState::Failed,
         }
     }
 }
 
-/// Everything the engine side of the JS API is configured with.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// The engine configuration.
-    pub config: Config,
-    /// How keys are parsed.
-    pub key_kind: KeyKind,
-    /// What goes into fingerprints.
-    pub fingerprint: FingerprintSpec,
-}
+/// The names of the engine options, read from the options object of `withIdempotency` and
+/// `Idempotency` (and sent to a Durable Object so that it builds the same engine). The
+/// JavaScript side refuses any other name it does not know itself.
+pub const ENGINE_OPTIONS: &[&str] = &[
+    "responseTtl",
+    "keyTtl",
+    "lease",
+    "unknownOutcome",
+    "keyKind",
+    "fingerprint",
+    "inFlight",
+    "methods",
+    "keys",
+    "maxResponseBytes",
+];
 
-/// The positions of the option numbers passed to [`options`]. `NaN` (or a missing number)
-/// means the default.
-pub mod opt {
+/// The members of `fingerprint`.
+pub const FINGERPRINT_OPTIONS: &[&str] = &["headers", "exclude", "json", "maxBody"];
+
+/// The engine options as read from JavaScript: each `None` when absent (the default).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineOptions {
     /// `responseTtl`, ms.
-    pub const RESPONSE_TTL: usize = 0;
+    pub response_ttl: Option<f64>,
     /// `keyTtl`, ms.
-    pub const KEY_TTL: usize = 1;
+    pub key_ttl: Option<f64>,
     /// `lease`, ms.
-    pub const LEASE: usize = 2;
-    /// `unknownOutcome`: 0 `reexecute`, 1 `store`, 2 `hold`.
-    pub const UNKNOWN_OUTCOME: usize = 3;
-    /// `keyKind`: a [`super::KeyKind`] discriminant.
-    pub const KEY_KIND: usize = 4;
-    /// `fingerprint.json`: 0 `auto`, 1 `always`, 2 `never`.
-    pub const JSON: usize = 5;
+    pub lease: Option<f64>,
+    /// `unknownOutcome`: `reexecute`, `store` or `hold`.
+    pub unknown_outcome: Option<String>,
+    /// `keyKind`: `opaque`, `opaque-strict`, `uuid`, `uuid-v4`, `uuid-v7`.
+    pub key_kind: Option<String>,
+    /// `fingerprint.headers`.
+    pub headers: Vec<String>,
+    /// `fingerprint.exclude`.
+    pub exclude: Vec<String>,
+    /// `fingerprint.json`: `auto`, `always`, `never`.
+    pub json: Option<String>,
     /// `fingerprint.maxBody`, bytes.
-    pub const MAX_BODY: usize = 6;
+    pub max_body: Option<f64>,
+    /// `inFlight`: `None` or `"reject"` to refuse, else the wait bound and poll interval.
+    pub in_flight: Option<(f64, Option<f64>)>,
+    /// `methods`.
+    pub methods: Option<Vec<String>>,
+    /// `keys`: `required` or `optional`.
+    pub keys: Option<String>,
+    /// `maxResponseBytes`: the largest response the store keeps.
+    pub max_response_bytes: Option<f64>,
 }
 
 /// Whether `n` is a whole number (within the range of `i64`; larger values are refused by
 /// every caller anyway).
 fn whole(n: f64) -> bool {
     n == (n as i64) as f64
-}
-
-fn number(numbers: &[f64], at: usize) -> Option<f64> {
-    numbers.get(at).copied().filter(|n| !n.is_nan())
 }
 
 fn duration(name: &str, ms: Option<f64>, default: Duration) -> Result<Duration, ErrorParts> {
@@ -239,68 +257,116 @@ fn duration(name: &str, ms: Option<f64>, default: Duration) -> Result<Duration, 
     Ok(Duration::from_millis(ms as u64))
 }
 
-fn choice(name: &str, n: Option<f64>, count: u8) -> Result<u8, ErrorParts> {
+fn bytes_option(name: &str, n: Option<f64>) -> Result<Option<usize>, ErrorParts> {
     match n {
-        None => Ok(0),
-        Some(n) if whole(n) && (0.0..f64::from(count)).contains(&n) => Ok(n as u8),
-        Some(_) => Err(ErrorParts::options(format!("{name} is not a known choice"))),
+        None => Ok(None),
+        Some(n) if whole(n) && (0.0..=MAX_DURATION_MS as f64).contains(&n) => Ok(Some(n as usize)),
+        Some(_) => Err(ErrorParts::options(format!(
+            "{name} must be a whole number of bytes"
+        ))),
     }
 }
 
-/// The engine options from the numbers the JavaScript side passes (see [`opt`]) and the
-/// fingerprint's header names and excluded fields as list texts.
-pub fn options(numbers: &[f64], headers: &str, exclude: &str) -> Result<Options, ErrorParts> {
-    let defaults = Config::default();
-    let unknown_outcome = match choice("unknownOutcome", number(numbers, opt::UNKNOWN_OUTCOME), 3)?
-    {
-        0 => UnknownOutcomePolicy::Reexecute,
-        1 => UnknownOutcomePolicy::Store,
-        _ => UnknownOutcomePolicy::Hold,
+fn choice<T: Copy>(
+    name: &str,
+    value: Option<&str>,
+    choices: &[(&str, T)],
+) -> Result<T, ErrorParts> {
+    let Some(value) = value else {
+        return Ok(choices[0].1);
     };
+    choices
+        .iter()
+        .find(|(n, _)| *n == value)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<String> = choices.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+            ErrorParts::options(format!("{name} must be {}", names.join(", ")))
+        })
+}
+
+/// The policy for the options: the engine, key kind, fingerprint, in-flight policy, guarded
+/// methods and response size limit. `IDEM-TTL-2` when `keyTtl < responseTtl`,
+/// `IDEM-LEASE-4` when `lease > keyTtl`, `IDEM-JS-1` for anything else.
+pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
+    let defaults = Config::default();
+    let unknown_outcome = choice(
+        "unknownOutcome",
+        o.unknown_outcome.as_deref(),
+        &[
+            ("reexecute", UnknownOutcomePolicy::Reexecute),
+            ("store", UnknownOutcomePolicy::Store),
+            ("hold", UnknownOutcomePolicy::Hold),
+        ],
+    )?;
     let config = Config {
-        response_ttl: duration(
-            "responseTtl",
-            number(numbers, opt::RESPONSE_TTL),
-            defaults.response_ttl,
-        )?,
-        key_ttl: duration("keyTtl", number(numbers, opt::KEY_TTL), defaults.key_ttl)?,
-        lease: duration("lease", number(numbers, opt::LEASE), defaults.lease)?,
+        response_ttl: duration("responseTtl", o.response_ttl, defaults.response_ttl)?,
+        key_ttl: duration("keyTtl", o.key_ttl, defaults.key_ttl)?,
+        lease: duration("lease", o.lease, defaults.lease)?,
         unknown_outcome,
     };
-    let key_kind = match choice("keyKind", number(numbers, opt::KEY_KIND), 5)? {
+    let engine = idem_core::Engine::new(config).map_err(|e| ErrorParts::config(&e))?;
+    let kind = choice(
+        "keyKind",
+        o.key_kind.as_deref(),
+        &[
+            ("opaque", 0u8),
+            ("opaque-strict", 1),
+            ("uuid", 2),
+            ("uuid-v4", 3),
+            ("uuid-v7", 4),
+        ],
+    )?;
+    let kind = match kind {
         0 => KeyKind::Opaque,
         1 => KeyKind::OpaqueStrict,
-        2 => KeyKind::Uuid,
-        3 => KeyKind::UuidV4,
-        _ => KeyKind::UuidV7,
+        2 => KeyKind::Uuid(None),
+        3 => KeyKind::Uuid(Some(UuidVersion::V4)),
+        _ => KeyKind::Uuid(Some(UuidVersion::V7)),
     };
     let mut fingerprint = FingerprintSpec {
-        headers: owned(list(headers)?),
-        exclude: owned(list(exclude)?),
+        headers: o.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        exclude: o.exclude.clone(),
+        json: choice(
+            "fingerprint.json",
+            o.json.as_deref(),
+            &[
+                ("auto", JsonMode::Auto),
+                ("always", JsonMode::Always),
+                ("never", JsonMode::Never),
+            ],
+        )?,
         ..FingerprintSpec::default()
     };
-    fingerprint.json = match choice("fingerprint.json", number(numbers, opt::JSON), 3)? {
-        0 => JsonMode::Auto,
-        1 => JsonMode::Always,
-        _ => JsonMode::Never,
-    };
-    if let Some(max) = number(numbers, opt::MAX_BODY) {
-        if !(whole(max) && (0.0..=MAX_DURATION_MS as f64).contains(&max)) {
-            return Err(ErrorParts::options(
-                "fingerprint.maxBody must be a whole number of bytes",
-            ));
-        }
-        fingerprint.max_body = max as usize;
+    if let Some(max) = bytes_option("fingerprint.maxBody", o.max_body)? {
+        fingerprint.max_body = max;
     }
-    Ok(Options {
-        config,
-        key_kind,
-        fingerprint,
-    })
-}
-
-fn owned(items: Vec<&str>) -> Vec<String> {
-    items.into_iter().map(String::from).collect()
+    let in_flight = match o.in_flight {
+        None => InFlight::Reject,
+        Some((wait, poll)) => InFlight::Wait {
+            max: duration("inFlight.wait", Some(wait), Duration::ZERO)?,
+            poll: duration("inFlight.poll", poll, Duration::from_millis(25))?,
+        },
+    };
+    let keys_required = choice(
+        "keys",
+        o.keys.as_deref(),
+        &[("required", true), ("optional", false)],
+    )?;
+    let mut policy = Policy::new(engine)
+        .with_keys(kind)
+        .map_err(|e| ErrorParts::kind_config(&e))?
+        .with_fingerprint(fingerprint)
+        .with_in_flight(in_flight)
+        .map_err(|e| ErrorParts::config(&e))?
+        .with_keys_required(keys_required);
+    if let Some(methods) = &o.methods {
+        policy = policy.with_methods(methods.iter().map(|m| m.to_ascii_uppercase()));
+    }
+    if let Some(max) = bytes_option("maxResponseBytes", o.max_response_bytes)? {
+        policy = policy.with_max_response_bytes(max);
+    }
+    Ok(policy)
 }
 
 /// Milliseconds from JavaScript (`Date.now()`) as core time; negative or non-finite values
@@ -321,26 +387,6 @@ pub fn to_ms(t: UnixMillis) -> f64 {
 /// A u64 from two u32 halves (random values come from `crypto.getRandomValues` in JS).
 pub fn u64_from_halves(hi: u32, lo: u32) -> u64 {
     (u64::from(hi) << 32) | u64::from(lo)
-}
-
-/// The principal as it enters a scope: a SHA-256 digest (the first 16 bytes, in hex), so
-/// credentials never reach a store.
-pub fn principal_digest(principal: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(principal.as_bytes());
-    let mut hex = String::with_capacity(32);
-    for b in &digest[..16] {
-        hex.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        hex.push(char::from_digit(u32::from(b & 15), 16).unwrap_or('0'));
-    }
-    hex
-}
-
-/// The scope of a request: the principal enters only as its digest
-/// ([`principal_digest`]), and no choice of principal, method and route makes two scopes
-/// collide (`IDEM-SCOPE-1`, `IDEM-SCOPE-2`).
-pub fn scope(principal: &str, method: &str, route: &str) -> Scope {
-    Scope::new(&principal_digest(principal), method, route)
 }
 
 /// The items of a list text (see the module docs). Throws `IDEM-JS-2` for text that is not
@@ -424,9 +470,9 @@ pub fn flatten(pairs: &[(String, String)]) -> String {
     out
 }
 
-/// A write as a store sees it: the value to put (`None` deletes), the expected current
-/// version (`None`: no record may exist), the new version, and when the record next needs
-/// attention (`IDEM-STORE-1`, `IDEM-TTL-4`). Versions are decimal strings: they are u64
+/// A write as a JavaScript store sees it: the value to put (`None` deletes), the expected
+/// current version (`None`: no record may exist), the new version, and when the record next
+/// needs attention (`IDEM-STORE-1`, `IDEM-TTL-4`). Versions are decimal strings: they are u64
 /// values that a JavaScript number cannot hold exactly.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoreWrite {
@@ -462,33 +508,14 @@ impl StoreWrite {
             },
         }
     }
-
-    /// The write bytes (see the module docs), with the event the write yields once applied.
-    pub fn encode(&self, event: Option<Event>) -> Vec<u8> {
-        let expect = self.expect.as_deref().unwrap_or("");
-        let value = self.value.as_deref().unwrap_or(&[]);
-        let mut out = Vec::with_capacity(12 + expect.len() + self.version.len() + value.len());
-        out.push(u8::from(self.expect.is_some()) | (u8::from(self.value.is_some()) << 1));
-        out.push(event.map_or(NO_EVENT, event_index));
-        out.push(expect.len() as u8);
-        out.push(self.version.len() as u8);
-        out.extend_from_slice(&self.deadline.to_le_bytes());
-        out.extend_from_slice(expect.as_bytes());
-        out.extend_from_slice(self.version.as_bytes());
-        out.extend_from_slice(value);
-        out
-    }
 }
 
-/// The event index that means "no event" in write bytes.
-pub const NO_EVENT: u8 = 255;
-
 /// The index of `event` in [`Event::ALL`] (events with data compare by name).
-pub fn event_index(event: Event) -> u8 {
+pub fn event_index(event: Event) -> Option<u8> {
     Event::ALL
         .iter()
         .position(|e| e.name() == event.name())
-        .map_or(NO_EVENT, |i| i as u8)
+        .map(|i| i as u8)
 }
 
 /// The names of [`Event::ALL`], comma-separated, in index order.
@@ -512,46 +539,6 @@ pub fn security_mask() -> u32 {
         .fold(0, |mask, (i, _)| mask | (1 << i))
 }
 
-/// The event a completion write yields once applied, as [`idem_core::Store::finish`]
-/// classifies it: stored, released, or outcome-unknown.
-pub fn completion_event(write: &Write) -> Event {
-    idem_core::Finish::of(write).event()
-}
-
-/// What a claim tells the host to do: the low bits of a claim code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Run the handler under the lease.
-    Execute = 0,
-    /// Send the stored response again.
-    Replay = 1,
-    /// Another attempt holds the lease: 409 with `Retry-After`.
-    InProgress = 2,
-    /// The key was used for a different request: 422.
-    Mismatch = 3,
-    /// Refused: the key's response expired (410) or its outcome is unknown (409).
-    Rejected = 4,
-    /// The store is full (`IDEM-STORE-3`): 503, nothing runs.
-    Full = 5,
-}
-
-/// A claim code (see the module docs).
-pub fn code(kind: Kind, recovered: bool, event: Event) -> u32 {
-    kind as u32 | (u32::from(recovered) << 3) | (u32::from(event_index(event)) << 4)
-}
-
-/// The claim code of a claim.
-pub fn claim_code(claim: &Claim) -> u32 {
-    let (kind, recovered) = match claim {
-        Claim::Execute { recovered, .. } => (Kind::Execute, *recovered),
-        Claim::Done(Decision::Replay(_)) => (Kind::Replay, false),
-        Claim::Done(Decision::InProgress { .. }) => (Kind::InProgress, false),
-        Claim::Done(Decision::Mismatch { .. }) => (Kind::Mismatch, false),
-        Claim::Done(_) => (Kind::Rejected, false),
-    };
-    code(kind, recovered, claim.event())
-}
-
 /// Parses a storage key ([`RecordKey::storage_key`]) back into the record key.
 pub fn parse_storage_key(s: &str) -> Option<RecordKey> {
     let (len, rest) = s.split_once(':')?;
@@ -564,45 +551,12 @@ pub fn parse_storage_key(s: &str) -> Option<RecordKey> {
     (key.storage_key() == s).then_some(key)
 }
 
-/// An HTTP reply: status, header pairs, body.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
-    /// Status code.
-    pub status: u16,
-    /// Header pairs.
-    pub headers: Vec<(String, String)>,
-    /// Body.
-    pub body: Vec<u8>,
-}
-
-impl Reply {
-    /// The reply bytes (see the module docs).
-    pub fn encode(&self) -> Vec<u8> {
-        encode_reply(self.status, &self.headers, &[], &self.body)
-    }
-}
-
-/// The header a replay adds (`IDEM-REPLAY-2`).
-pub const REPLAYED: &[(&str, &str)] = &[("idempotent-replayed", "true")];
-
-/// Reply bytes (see the module docs) from the parts: the headers, then `extra` headers.
-pub fn encode_reply(
-    status: u16,
-    headers: &[(String, String)],
-    extra: &[(&str, &str)],
-    body: &[u8],
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_reply_into(&mut out, status, headers, extra, body);
-    out
-}
-
-/// [`encode_reply`] into a buffer that is cleared first (and keeps its capacity).
-pub fn encode_reply_into(
+/// Reply bytes (see the module docs) from the parts, into a buffer that is cleared first (and
+/// keeps its capacity).
+pub fn encode_reply_into<'h>(
     out: &mut Vec<u8>,
     status: u16,
-    headers: &[(String, String)],
-    extra: &[(&str, &str)],
+    headers: impl Iterator<Item = (&'h str, &'h str)>,
     body: &[u8],
 ) {
     out.clear();
@@ -612,91 +566,27 @@ pub fn encode_reply_into(
         push_item_bytes(out, n);
         push_item_bytes(out, v);
     }
-    for (n, v) in extra {
-        push_item_bytes(out, n);
-        push_item_bytes(out, v);
-    }
     let head = (out.len() - 8) as u32;
     out[4..8].copy_from_slice(&head.to_le_bytes());
     out.extend_from_slice(body);
 }
 
-/// The reply for a problem: `application/problem+json` with the core's body.
-pub fn problem_reply(problem: Problem, detail: &str, retry_after: Option<u64>) -> Reply {
-    let mut headers = alloc::vec![(
-        String::from("content-type"),
-        String::from("application/problem+json"),
-    )];
-    if let Some(secs) = retry_after {
-        headers.push((String::from("retry-after"), secs.to_string()));
-    }
-    Reply {
-        status: problem.status,
-        headers,
-        body: problem.to_json(detail).into_bytes(),
-    }
-}
-
-/// The reply for a decision that does not execute: the stored response with
-/// `Idempotent-Replayed: true` (`IDEM-REPLAY-1`, `IDEM-REPLAY-2`), or the problem
-/// (`IDEM-CONC-1` with `Retry-After`, `IDEM-FP-1` naming the differing fields, `IDEM-TTL-3`,
-/// `IDEM-OUT-3`). `None` for [`Decision::Execute`].
-pub fn decision_reply(decision: &Decision) -> Option<Reply> {
-    match decision {
-        Decision::Execute { .. } => None,
-        Decision::Replay(r) => {
-            let mut headers = Vec::with_capacity(r.headers.len() + 1);
-            headers.extend_from_slice(&r.headers);
-            headers.push((String::from("idempotent-replayed"), String::from("true")));
-            Some(Reply {
-                status: r.status,
-                headers,
-                body: r.body.clone(),
-            })
-        }
-        Decision::InProgress { retry_after_secs } => Some(problem_reply(
-            Problem::IN_PROGRESS,
-            "another request with this key is being processed; retry later",
-            Some(*retry_after_secs),
-        )),
-        Decision::Mismatch { differing } => {
-            let detail = if differing.is_empty() {
-                String::from("the key was used with a different request")
-            } else {
-                format!(
-                    "the key was used with a different request; differing fields: {}",
-                    differing.join(", ")
-                )
-            };
-            Some(problem_reply(Problem::MISMATCH, &detail, None))
-        }
-        Decision::Rejected(reason) => Some(problem_reply(
-            reason.problem(),
-            &reason.to_string(),
-            reason.retry_after_secs(),
-        )),
-    }
-}
-
-/// The reply for a store failure: `store-full` (`IDEM-STORE-3`) or `store-unavailable`
-/// (`IDEM-STORE-4`), with `Retry-After`.
-pub fn store_reply(full: bool, detail: &str) -> Reply {
-    let problem = if full {
-        Problem::STORE_FULL
-    } else {
-        Problem::STORE_UNAVAILABLE
-    };
-    problem_reply(problem, detail, Some(1))
+/// The reply bytes of a rendered reply.
+pub fn encode_reply(reply: &idem_core::Reply) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + reply.body().len());
+    encode_reply_into(&mut out, reply.status(), reply.headers(), reply.body());
+    out
 }
 
 // --- The Durable Object wire format -----------------------------------------------------
 //
-// A worker computes the attempt (key, scope, fingerprint) and sends it to the Durable Object
-// that owns the key's shard; the object decides next to its storage and sends the claim
-// back. Both travel as postcard bytes of the core's serde types, prefixed with a tag byte.
+// A worker identifies the request and sends its ticket (record key, fingerprint, key data)
+// to the Durable Object that owns the key; the object claims next to its storage and sends
+// back what it claimed. Both travel as postcard bytes of the core's serde types, prefixed
+// with a tag byte.
 
-const WIRE_ATTEMPT: u8 = b'A';
-const WIRE_DECISION: u8 = b'D';
+const WIRE_TICKET: u8 = b'T';
+const WIRE_CLAIMED: u8 = b'C';
 
 fn tagged<T: Serialize>(tag: u8, value: &T) -> Vec<u8> {
     // Serialising plain data into a Vec cannot fail.
@@ -713,34 +603,46 @@ fn untag<'a, T: Deserialize<'a>>(tag: u8, what: &str, bytes: &'a [u8]) -> Result
     }
 }
 
-/// Encodes an attempt for the Durable Object that owns its key.
-pub fn encode_attempt(key: &RecordKey, fingerprint: &Fingerprint) -> Vec<u8> {
-    tagged(WIRE_ATTEMPT, &(key, fingerprint))
+/// Encodes a ticket for the Durable Object that owns its key.
+pub fn encode_ticket(ticket: &Ticket) -> Vec<u8> {
+    tagged(WIRE_TICKET, ticket)
 }
 
-/// Decodes an attempt.
-pub fn decode_attempt(bytes: &[u8]) -> Result<(RecordKey, Fingerprint), ErrorParts> {
-    untag(WIRE_ATTEMPT, "attempt", bytes)
+/// Decodes a ticket (`IDEM-JS-2`).
+pub fn decode_ticket(bytes: &[u8]) -> Result<Ticket, ErrorParts> {
+    untag(WIRE_TICKET, "ticket", bytes)
 }
 
-/// Encodes a claim (a decision whose write the object has applied) for the worker that
-/// asked.
-pub fn encode_claim(claim: &Claim) -> Vec<u8> {
-    tagged(WIRE_DECISION, claim)
+/// Encodes what a Durable Object claimed, for the worker that asked.
+pub fn encode_claimed(claimed: &Claimed) -> Vec<u8> {
+    tagged(WIRE_CLAIMED, claimed)
 }
 
-/// Decodes a claim.
-pub fn decode_claim(bytes: &[u8]) -> Result<Claim, ErrorParts> {
-    untag(WIRE_DECISION, "claim", bytes)
+/// Decodes what a Durable Object claimed (`IDEM-JS-2`).
+pub fn decode_claimed(bytes: &[u8]) -> Result<Claimed, ErrorParts> {
+    untag(WIRE_CLAIMED, "claim", bytes)
 }
 
 // --- The client ---------------------------------------------------------------------------
 
-/// The client's retry policy from `[base, cap, maxAttempts, deadline]` (ms; `NaN` for the
-/// default).
-pub fn retry_policy(numbers: &[f64]) -> Result<idem_core::RetryPolicy, ErrorParts> {
+/// The client's retry options as read from JavaScript (`retry: { base, cap, maxAttempts,
+/// deadline }`, ms), each `None` for the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RetryOptions {
+    /// `base`.
+    pub base: Option<f64>,
+    /// `cap`.
+    pub cap: Option<f64>,
+    /// `maxAttempts`.
+    pub max_attempts: Option<f64>,
+    /// `deadline`.
+    pub deadline: Option<f64>,
+}
+
+/// The client's retry policy (`IDEM-JS-1` for a bad value).
+pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorParts> {
     let d = idem_core::RetryPolicy::default();
-    let attempts = match number(numbers, 2) {
+    let attempts = match o.max_attempts {
         None => d.max_attempts,
         Some(n) if whole(n) && (1.0..=1_000_000.0).contains(&n) => n as u32,
         Some(_) => {
@@ -750,11 +652,27 @@ pub fn retry_policy(numbers: &[f64]) -> Result<idem_core::RetryPolicy, ErrorPart
         }
     };
     Ok(idem_core::RetryPolicy {
-        base: duration("retry.base", number(numbers, 0), d.base)?,
-        cap: duration("retry.cap", number(numbers, 1), d.cap)?,
+        base: duration("retry.base", o.base, d.base)?,
+        cap: duration("retry.cap", o.cap, d.cap)?,
         max_attempts: attempts,
-        deadline: duration("retry.deadline", number(numbers, 3), d.deadline)?,
+        deadline: duration("retry.deadline", o.deadline, d.deadline)?,
     })
+}
+
+/// The outcome `idempotentFetch` reports for an entry that is over, or `None` while it is
+/// not: `completed` (a final 2xx/3xx), `rejected` (a deterministic 4xx), `failed` or
+/// `undetermined`.
+pub fn entry_outcome(s: &idem_core::EntryState) -> Option<&'static str> {
+    use idem_core::{Completion, EntryState as S};
+    match s {
+        S::Answered { class, .. } | S::Processed { class, .. } => Some(match class {
+            Completion::Succeeded => "completed",
+            Completion::Rejected => "rejected",
+        }),
+        S::Failed { .. } => Some("failed"),
+        S::Undetermined { .. } => Some("undetermined"),
+        _ => None,
+    }
 }
 
 /// The `code` of a client error: `IDEM-CLIENT-1` for a changed payload, `IDEM-KEY-1` for a

@@ -1,19 +1,17 @@
-//! WASM bindings of idem-core: the engine of the `idem-wasm` npm package.
+//! WASM bindings of idem-core: the engine of the `idem` npm package.
 //!
-//! This layer has no idempotency logic of its own. Each method converts its JavaScript
-//! arguments ([`interop`]), calls idem-core (through [`host::Host`], which keeps each
-//! request's attempt in a numbered slot), and converts the answer back. Time and random
-//! values come from JavaScript. Errors are real JavaScript errors (`RangeError` for bad
-//! input) whose `code` property is the ID of the requirement in `spec/requirements.toml`
-//! that the input broke; a refused request is not an error but a reply
-//! (`application/problem+json`).
+//! This layer has no idempotency logic of its own: each request is idem-core's request
+//! machine ([`idem_core::Request`]) in a numbered slot ([`host`]); JavaScript polls it for the
+//! next step, performs it, and reports back. Each method converts its JavaScript arguments
+//! ([`interop`]), calls idem-core, and converts the answer back. Time and random values come
+//! from JavaScript. Errors are real JavaScript errors (`RangeError` for bad input) whose
+//! `code` property is the ID of the requirement in `spec/requirements.toml` that the input
+//! broke; a refused request is not an error but a reply (`application/problem+json`)
+//! rendered by idem-core.
 //!
-//! The JavaScript API (`idem-wasm/js/`) drives these classes. With the in-process store
-//! ([`Records`]: idem-core's `MemoryStore`, inside the module) a request costs two calls
-//! besides identifying it: [`Engine::claim_in`] and [`Engine::finish_in`]. With an
-//! asynchronous store (a Durable Object, a database) the JavaScript side loads the record,
-//! asks [`Engine::decide`], applies the returned compare-and-set write, runs the handler,
-//! and stores the outcome with [`Engine::complete`] before the response leaves.
+//! The steps, outcomes and heartbeat states cross as `#[wasm_bindgen]` enums, so both sides
+//! use the same names; with the in-process store ([`Records`]: idem-core's `MemoryStore`,
+//! inside the module) every store step runs inside the module ([`Engine::drive_in`]).
 
 // In the module, std would only add its panic machinery (message formatting, hooks) to the
 // binary: the module has no stderr to print to. Native builds (tests) keep std.
@@ -39,7 +37,8 @@ pub mod interop;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use host::{Host, Incoming};
-use interop::ErrorParts;
+use interop::{EngineOptions, ErrorParts, HeartbeatState, Ran, StepKind, StoreWrite};
+use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 type JsResult<T> = Result<T, JsValue>;
@@ -48,8 +47,143 @@ fn js(e: ErrorParts) -> JsValue {
     e.into_js()
 }
 
-/// The idempotency engine with its key and fingerprint settings, and the attempts in
-/// flight, each in a numbered slot (see [`host`]).
+fn get(object: &JsValue, name: &str) -> JsValue {
+    Reflect::get(object, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn given(v: &JsValue) -> bool {
+    !(v.is_undefined() || v.is_null())
+}
+
+fn number(object: &JsValue, name: &str) -> Result<Option<f64>, ErrorParts> {
+    let v = get(object, name);
+    if !given(&v) {
+        return Ok(None);
+    }
+    v.as_f64()
+        .map(Some)
+        .ok_or_else(|| ErrorParts::options(alloc::format!("{name} must be a number")))
+}
+
+fn text(object: &JsValue, name: &str) -> Result<Option<String>, ErrorParts> {
+    let v = get(object, name);
+    if !given(&v) {
+        return Ok(None);
+    }
+    v.as_string()
+        .map(Some)
+        .ok_or_else(|| ErrorParts::options(alloc::format!("{name} must be a string")))
+}
+
+fn strings(object: &JsValue, name: &str, label: &str) -> Result<Option<Vec<String>>, ErrorParts> {
+    let v = get(object, name);
+    if !given(&v) {
+        return Ok(None);
+    }
+    let bad = || ErrorParts::options(alloc::format!("{label} must be an array of strings"));
+    if !Array::is_array(&v) {
+        return Err(bad());
+    }
+    Array::from(&v)
+        .iter()
+        .map(|item| item.as_string().ok_or_else(bad))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The engine options from the options object, by the names in
+/// [`interop::ENGINE_OPTIONS`] (other members are the JavaScript side's).
+fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
+    if !o.is_object() {
+        return Err(ErrorParts::options("options must be an object"));
+    }
+    let f = get(o, "fingerprint");
+    if given(&f) {
+        if !f.is_object() {
+            return Err(ErrorParts::options("options.fingerprint must be an object"));
+        }
+        for name in Object::keys(&Object::from(f.clone())).iter() {
+            let name = name.as_string().unwrap_or_default();
+            if !interop::FINGERPRINT_OPTIONS.contains(&name.as_str()) {
+                return Err(ErrorParts::options(alloc::format!(
+                    "unknown option \"fingerprint.{name}\""
+                )));
+            }
+        }
+    }
+    let in_flight = get(o, "inFlight");
+    let in_flight = if !given(&in_flight) || in_flight.as_string().as_deref() == Some("reject") {
+        None
+    } else if in_flight.is_object() && !Array::is_array(&in_flight) {
+        let wait = number(&in_flight, "wait")?;
+        let poll = number(&in_flight, "poll")?;
+        Some((wait.unwrap_or(f64::NAN), poll))
+    } else {
+        return Err(ErrorParts::options(
+            "options.inFlight must be \"reject\" or { wait: ms, poll?: ms }",
+        ));
+    };
+    Ok(EngineOptions {
+        response_ttl: number(o, "responseTtl")?,
+        key_ttl: number(o, "keyTtl")?,
+        lease: number(o, "lease")?,
+        unknown_outcome: text(o, "unknownOutcome")?,
+        key_kind: text(o, "keyKind")?,
+        headers: if given(&f) {
+            strings(&f, "headers", "fingerprint.headers")?.unwrap_or_default()
+        } else {
+            Vec::new()
+        },
+        exclude: if given(&f) {
+            strings(&f, "exclude", "fingerprint.exclude")?.unwrap_or_default()
+        } else {
+            Vec::new()
+        },
+        json: if given(&f) { text(&f, "json")? } else { None },
+        max_body: if given(&f) {
+            number(&f, "maxBody")?
+        } else {
+            None
+        },
+        in_flight,
+        methods: strings(o, "methods", "options.methods")?,
+        keys: text(o, "keys")?,
+        max_response_bytes: number(o, "maxResponseBytes")?,
+    })
+}
+
+/// A store write as the JavaScript store interface takes it:
+/// `{ expect, value, version, deadline }`.
+fn write_object(w: &StoreWrite) -> JsValue {
+    let object = Object::new();
+    let set = |name: &str, value: JsValue| {
+        // Setting a property on a fresh plain object cannot fail.
+        let _ = Reflect::set(&object, &JsValue::from_str(name), &value);
+    };
+    set(
+        "expect",
+        w.expect.as_deref().map_or(JsValue::NULL, JsValue::from_str),
+    );
+    set(
+        "value",
+        w.value
+            .as_deref()
+            .map_or(JsValue::NULL, |v| Uint8Array::from(v).into()),
+    );
+    set("version", JsValue::from_str(&w.version));
+    set("deadline", JsValue::from_f64(w.deadline));
+    object.into()
+}
+
+/// The names of the engine options, comma-separated: the JavaScript side refuses any option
+/// that is neither one of these nor one of its own (`IDEM-JS-1`).
+#[wasm_bindgen(js_name = engineOptionNames)]
+pub fn engine_option_names() -> String {
+    interop::ENGINE_OPTIONS.join(",")
+}
+
+/// The idempotency engine with its policy, and the requests in flight, each in a numbered
+/// slot (see [`host`]).
 #[wasm_bindgen]
 pub struct Engine {
     host: Host,
@@ -57,37 +191,46 @@ pub struct Engine {
 
 #[wasm_bindgen]
 impl Engine {
-    /// An engine from the option numbers (see [`interop::opt`]; durations in milliseconds,
-    /// `NaN` for a default) and the fingerprint's header names and excluded fields as list
-    /// texts. Throws a `RangeError` (`IDEM-JS-1`, or `IDEM-TTL-2` when
-    /// `keyTtl < responseTtl`).
+    /// An engine from the options object (`responseTtl`, `keyTtl`, `lease`,
+    /// `unknownOutcome`, `keyKind`, `fingerprint`, `inFlight`, `methods`, `keys`,
+    /// `maxResponseBytes`). Throws a `RangeError` (`IDEM-JS-1`; `IDEM-TTL-2` when
+    /// `keyTtl < responseTtl`; `IDEM-LEASE-4` when `lease > keyTtl`).
     #[wasm_bindgen(constructor)]
-    pub fn new(numbers: &[f64], headers: &str, exclude: &str) -> JsResult<Engine> {
-        let options = interop::options(numbers, headers, exclude).map_err(js)?;
+    pub fn new(options: &JsValue) -> JsResult<Engine> {
+        let options = engine_options(options).map_err(js)?;
         Ok(Engine {
-            host: Host::new(options).map_err(js)?,
+            host: Host::new(interop::policy(&options).map_err(js)?),
         })
     }
 
-    /// Identifies a request: parses the key header (`undefined` when absent), builds the
-    /// scope from the principal, method and route, and fingerprints method, target, the
-    /// selected headers (a flat list text) and the body. Returns the slot, or `-1` for a
-    /// missing or malformed key or an unusable body, whose problem `reply(-1)` renders.
+    /// Whether a request with this method is protected (its method is guarded, and it has
+    /// a key or keys are required).
+    pub fn protects(&self, method: &str, has_key: bool) -> bool {
+        self.host.protects(method, has_key)
+    }
+
+    /// Identifies a request and opens its slot: the key header (`undefined` when absent),
+    /// the principal (`undefined` for a single-tenant host), method, route, target,
+    /// content type, the fingerprint headers as a flat list text, the body, and 64 random
+    /// bits (the first version of a record it creates). A request that cannot be identified
+    /// gets a slot whose first step is its refusal.
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &mut self,
         key: Option<String>,
-        principal: &str,
+        principal: Option<String>,
         method: &str,
         route: &str,
         target: &str,
         content_type: Option<String>,
         headers: &str,
         body: &[u8],
-    ) -> JsResult<i32> {
+        nonce_hi: u32,
+        nonce_lo: u32,
+    ) -> JsResult<u32> {
         let req = Incoming {
             key: key.as_deref(),
-            principal,
+            principal: principal.as_deref(),
             method,
             route,
             target,
@@ -95,40 +238,23 @@ impl Engine {
             headers,
             body,
         };
-        match self.host.begin(&req) {
-            Ok(t) => Ok(t as i32),
-            Err(e) if e.problem.is_some() => {
-                self.host.fail_with(e);
-                Ok(-1)
-            }
-            Err(e) => Err(js(e)),
-        }
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host.begin(&req, nonce).map_err(js)
     }
 
-    /// Opens a slot for an attempt sent by [`Engine::encode_attempt`] (a Durable Object
-    /// does). Throws a `RangeError` (`IDEM-JS-2`).
-    #[wasm_bindgen(js_name = beginEncoded)]
-    pub fn begin_encoded(&mut self, bytes: &[u8]) -> JsResult<u32> {
-        self.host.begin_encoded(bytes).map_err(js)
+    /// A slot refusing a body of `length` bytes, announced by `Content-Length` before it is
+    /// read, that is larger than the fingerprint accepts (413, `IDEM-LIMIT-1`); `undefined`
+    /// when it may be read.
+    #[wasm_bindgen(js_name = refuseBody)]
+    pub fn refuse_body(&mut self, length: f64) -> Option<u32> {
+        self.host.refuse_body(length)
     }
 
-    /// False for a body of `length` bytes, announced by `Content-Length` before it is read,
-    /// that is larger than the fingerprint limit (413, `IDEM-LIMIT-1`; `reply(-1)`).
-    #[wasm_bindgen(js_name = checkBodySize)]
-    pub fn check_body_size(&mut self, length: f64) -> bool {
-        match self.host.check_body_size(length) {
-            Ok(()) => true,
-            Err(e) => {
-                self.host.fail_with(e);
-                false
-            }
-        }
-    }
-
-    /// The requirement ID of the last refused request (`reply(-1)`).
-    #[wasm_bindgen(js_name = problemCode)]
-    pub fn problem_code(&self) -> String {
-        String::from(self.host.problem_code())
+    /// Opens a slot for a ticket a worker sent, to claim for it (a Durable Object). Throws
+    /// a `RangeError` (`IDEM-JS-2`).
+    pub fn resume(&mut self, ticket: &[u8], nonce_hi: u32, nonce_lo: u32) -> JsResult<u32> {
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host.resume(ticket, nonce).map_err(js)
     }
 
     /// Closes a slot.
@@ -136,7 +262,132 @@ impl Engine {
         self.host.end(slot);
     }
 
-    /// The key the store keeps the record under (scope and key, length-prefixed).
+    /// The next step of the request.
+    pub fn poll(&mut self, slot: u32, now: f64) -> JsResult<StepKind> {
+        self.host.poll(slot, interop::millis(now)).map_err(js)
+    }
+
+    /// Runs the request's store steps in the in-process store; the next other step.
+    #[wasm_bindgen(js_name = driveIn)]
+    pub fn drive_in(&mut self, store: &mut Records, slot: u32, now: f64) -> JsResult<StepKind> {
+        self.host
+            .drive_in(&mut store.store, slot, interop::millis(now))
+            .map_err(js)
+    }
+
+    /// The write of the last `Apply` step: `{ expect, value, version, deadline }`.
+    #[wasm_bindgen(js_name = takeWrite)]
+    pub fn take_write(&mut self, slot: u32) -> JsResult<JsValue> {
+        self.host
+            .take_write(slot)
+            .map(|w| write_object(&w))
+            .map_err(js)
+    }
+
+    /// The stored record bytes read for a `Claim` or `Load` step (`undefined`: none).
+    /// Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
+    pub fn record(&mut self, slot: u32, now: f64, value: Option<Vec<u8>>) -> JsResult<()> {
+        self.host
+            .record(slot, interop::millis(now), value.as_deref())
+            .map_err(js)
+    }
+
+    /// Whether the write of the last `Apply` step was applied.
+    pub fn applied(&mut self, slot: u32, now: f64, applied: bool) -> JsResult<()> {
+        self.host
+            .applied(slot, interop::millis(now), applied)
+            .map_err(js)
+    }
+
+    /// The store failed on the last step: full (`IDEM-STORE-3`) or unavailable.
+    #[wasm_bindgen(js_name = storeFailed)]
+    pub fn store_failed(&mut self, slot: u32, full: bool) -> JsResult<()> {
+        self.host.store_failed(slot, full).map_err(js)
+    }
+
+    /// What a Durable Object claimed for a `Claim` step. Throws a `RangeError`
+    /// (`IDEM-JS-2`).
+    pub fn claimed(&mut self, slot: u32, now: f64, bytes: &[u8]) -> JsResult<()> {
+        self.host
+            .claimed(slot, interop::millis(now), bytes)
+            .map_err(js)
+    }
+
+    /// What a Durable Object sends back after the claim of a resumed slot.
+    #[wasm_bindgen(js_name = claimedBytes)]
+    pub fn claimed_bytes(&self, slot: u32) -> JsResult<Vec<u8>> {
+        self.host.claimed_bytes(slot).map_err(js)
+    }
+
+    /// The ticket a Durable Object needs to claim for this request.
+    pub fn ticket(&self, slot: u32) -> JsResult<Vec<u8>> {
+        self.host.ticket(slot).map_err(js)
+    }
+
+    /// The handler's outcome: it answered (`status`, `headers` as a flat list text,
+    /// `body`), threw, or did nothing. Throws a `RangeError` (`IDEM-OUT-1`) for a status
+    /// outside 100-599.
+    pub fn outcome(
+        &mut self,
+        slot: u32,
+        ran: Ran,
+        status: u16,
+        headers: &str,
+        body: Vec<u8>,
+    ) -> JsResult<()> {
+        self.host
+            .outcome(slot, ran, status, headers, body)
+            .map_err(js)
+    }
+
+    /// Asks for a heartbeat (`IDEM-LEASE-3`): `Quiet` when its write is on its way,
+    /// otherwise why it is refused.
+    pub fn heartbeat(&mut self, slot: u32, now: f64) -> JsResult<HeartbeatState> {
+        self.host.heartbeat(slot, interop::millis(now)).map_err(js)
+    }
+
+    /// Where the heartbeats stand.
+    #[wasm_bindgen(js_name = heartbeatState)]
+    pub fn heartbeat_state(&self, slot: u32) -> JsResult<HeartbeatState> {
+        self.host.heartbeat_state(slot).map_err(js)
+    }
+
+    /// The index in `eventNames()` of the next event of the request, or -1.
+    pub fn event(&mut self, slot: u32) -> JsResult<i32> {
+        Ok(self
+            .host
+            .poll_event(slot)
+            .map_err(js)?
+            .and_then(interop::event_index)
+            .map_or(-1, i32::from))
+    }
+
+    /// Whether the running handler takes over from an attempt whose lease expired.
+    pub fn recovered(&self, slot: u32) -> JsResult<bool> {
+        self.host.context(slot).map(|c| c.recovered).map_err(js)
+    }
+
+    /// The lease's fencing number: it grows on every takeover.
+    pub fn fence(&self, slot: u32) -> JsResult<f64> {
+        self.host.context(slot).map(|c| c.fence as f64).map_err(js)
+    }
+
+    /// When the lease ends, in milliseconds since the epoch.
+    #[wasm_bindgen(js_name = leaseExpires)]
+    pub fn lease_expires(&self, slot: u32) -> JsResult<f64> {
+        self.host
+            .context(slot)
+            .map(|c| interop::to_ms(c.lease_expires))
+            .map_err(js)
+    }
+
+    /// When the last `WaitUntil` step asked to be polled again.
+    #[wasm_bindgen(js_name = waitUntil)]
+    pub fn wait_until(&self, slot: u32) -> JsResult<f64> {
+        self.host.wait_until(slot).map(interop::to_ms).map_err(js)
+    }
+
+    /// The key the store keeps the record under.
     #[wasm_bindgen(js_name = storageKey)]
     pub fn storage_key(&self, slot: u32) -> JsResult<String> {
         self.host.storage_key(slot).map_err(js)
@@ -147,86 +398,20 @@ impl Engine {
         self.host.key(slot).map(String::from).map_err(js)
     }
 
-    /// The attempt as bytes, for the Durable Object that owns its key.
-    #[wasm_bindgen(js_name = encodeAttempt)]
-    pub fn encode_attempt(&self, slot: u32) -> JsResult<Vec<u8>> {
-        self.host.encode_attempt(slot).map_err(js)
+    /// The requirement ID of the refusal that answered the request, if one did.
+    #[wasm_bindgen(js_name = refusalCode)]
+    pub fn refusal_code(&self, slot: u32) -> JsResult<Option<String>> {
+        Ok(self
+            .host
+            .refusal(slot)
+            .map_err(js)?
+            .map(|r| r.requirement.to_string()))
     }
 
-    /// The lease's fencing number: it grows on every takeover.
-    pub fn fence(&self, slot: u32) -> JsResult<f64> {
-        self.host.fence(slot).map(|f| f as f64).map_err(js)
-    }
-
-    /// When the lease ends, in milliseconds since the epoch.
-    pub fn expires(&self, slot: u32) -> JsResult<f64> {
-        self.host.expires(slot).map(interop::to_ms).map_err(js)
-    }
-
-    /// Claims the key in the in-process store: a claim code (see [`interop`]). `nonceHi` and
-    /// `nonceLo` are 64 random bits that seed the version of a new record.
-    #[wasm_bindgen(js_name = claimIn)]
-    pub fn claim_in(
-        &mut self,
-        store: &mut Records,
-        slot: u32,
-        now: f64,
-        nonce_hi: u32,
-        nonce_lo: u32,
-    ) -> JsResult<u32> {
-        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
-        self.host
-            .claim_in(&mut store.store, slot, interop::millis(now), nonce)
-            .map_err(js)
-    }
-
-    /// Decides given the stored record bytes (or `undefined`), for an asynchronous store: a
-    /// claim code. On execute, `takeWrite()` gives the claim write; once the store applied
-    /// it, `commit(slot)`. Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a
-    /// record.
-    pub fn decide(
-        &mut self,
-        slot: u32,
-        now: f64,
-        nonce_hi: u32,
-        nonce_lo: u32,
-        stored: Option<Vec<u8>>,
-    ) -> JsResult<u32> {
-        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
-        self.host
-            .decide(slot, interop::millis(now), nonce, stored.as_deref())
-            .map_err(js)
-    }
-
-    /// The store applied the claim write (or a heartbeat's write): the slot holds the lease.
-    pub fn commit(&mut self, slot: u32) -> JsResult<()> {
-        self.host.commit(slot).map_err(js)
-    }
-
-    /// The answer after a claim lost the race several times in a row: "in progress" (as
-    /// idem-core's `Store::claim` answers).
-    pub fn contended(&mut self, slot: u32) -> JsResult<u32> {
-        self.host.contended(slot).map_err(js)
-    }
-
-    /// The claim as bytes for the worker that asked (a Durable Object calls this after it
-    /// applied the claim write).
-    #[wasm_bindgen(js_name = encodeClaim)]
-    pub fn encode_claim(&self, slot: u32) -> JsResult<Vec<u8>> {
-        self.host.encode_claim(slot).map_err(js)
-    }
-
-    /// Takes a claim sent by [`Engine::encode_claim`]: a claim code. Throws a `RangeError`
-    /// (`IDEM-JS-2`).
-    #[wasm_bindgen(js_name = claimEncoded)]
-    pub fn claim_encoded(&mut self, slot: u32, bytes: &[u8]) -> JsResult<u32> {
-        self.host.claim_encoded(slot, bytes).map_err(js)
-    }
-
-    /// Writes the reply bytes (see [`interop`]) of a claim that did not execute, or with
-    /// `-1` of the last refused request, at `outPtr()` in the module's memory; returns their
-    /// length. They stay there until the next call on this engine.
-    pub fn reply(&mut self, slot: i32) -> u32 {
+    /// Writes the reply bytes (see [`interop`]) of a request answered without its handler
+    /// at `outPtr()` in the module's memory; returns their length. They stay there until
+    /// the next call on this engine.
+    pub fn reply(&mut self, slot: u32) -> u32 {
         self.host.reply(slot).len() as u32
     }
 
@@ -234,67 +419,6 @@ impl Engine {
     #[wasm_bindgen(js_name = outPtr)]
     pub fn out_ptr(&self) -> u32 {
         self.host.out_ptr() as u32
-    }
-
-    /// Stores the outcome in the in-process store: `ran` is 0 (answered with `status`,
-    /// `headers` as a flat list text and `body`), 1 (threw) or 2 (nothing happened).
-    /// Returns the event's index.
-    #[wasm_bindgen(js_name = finishIn)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn finish_in(
-        &mut self,
-        store: &mut Records,
-        slot: u32,
-        now: f64,
-        ran: u8,
-        status: u16,
-        headers: &str,
-        body: Vec<u8>,
-    ) -> JsResult<u8> {
-        let outcome = Host::outcome(ran, status, headers, body).map_err(js)?;
-        self.host
-            .finish_in(&mut store.store, slot, interop::millis(now), outcome)
-            .map_err(js)
-    }
-
-    /// The completion write bytes (see [`Engine::finish_in`] for the arguments) for an
-    /// asynchronous store.
-    #[allow(clippy::too_many_arguments)]
-    pub fn complete(
-        &mut self,
-        slot: u32,
-        now: f64,
-        ran: u8,
-        status: u16,
-        headers: &str,
-        body: Vec<u8>,
-    ) -> JsResult<Vec<u8>> {
-        let outcome = Host::outcome(ran, status, headers, body).map_err(js)?;
-        self.host
-            .complete(slot, interop::millis(now), outcome)
-            .map_err(js)?;
-        Ok(self.host.take_write())
-    }
-
-    /// A heartbeat in the in-process store (`IDEM-LEASE-3`): false when the lease was taken
-    /// over. Throws a `RangeError` (`IDEM-LEASE-3`) after the lease has ended.
-    #[wasm_bindgen(js_name = extendIn)]
-    pub fn extend_in(&mut self, store: &mut Records, slot: u32, now: f64) -> JsResult<bool> {
-        self.host
-            .extend_in(&mut store.store, slot, interop::millis(now))
-            .map_err(js)
-    }
-
-    /// A heartbeat's write bytes for an asynchronous store; once applied, `commit(slot)`.
-    pub fn extend(&mut self, slot: u32, now: f64) -> JsResult<Vec<u8>> {
-        self.host.extend(slot, interop::millis(now)).map_err(js)?;
-        Ok(self.host.take_write())
-    }
-
-    /// The claim write bytes of the last `decide`.
-    #[wasm_bindgen(js_name = takeWrite)]
-    pub fn take_write(&mut self) -> Vec<u8> {
-        self.host.take_write()
     }
 }
 
@@ -380,19 +504,15 @@ impl Records {
     }
 }
 
-/// The write bytes that apply the passage of time to a stored record at `now` (drop an
-/// expired response, delete an expired key), or `undefined` when nothing is due
-/// (`IDEM-TTL-4`). Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
+/// The write (`{ expect, value, version, deadline }`, `expect` to be filled in by the
+/// store) that applies the passage of time to a stored record at `now` (drop an expired
+/// response, delete an expired key), or `undefined` when nothing is due (`IDEM-TTL-4`).
+/// Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
 #[wasm_bindgen]
-pub fn expire(now: f64, value: &[u8]) -> JsResult<Option<Vec<u8>>> {
-    host::expire(interop::millis(now), value).map_err(js)
-}
-
-/// The reply bytes when the store fails: `store-full` (`IDEM-STORE-3`) or
-/// `store-unavailable` (`IDEM-STORE-4`), both 503 with `Retry-After`.
-#[wasm_bindgen(js_name = storeProblem)]
-pub fn store_problem(full: bool, detail: &str) -> Vec<u8> {
-    interop::store_reply(full, detail).encode()
+pub fn expire(now: f64, value: &[u8]) -> JsResult<JsValue> {
+    Ok(host::expire(interop::millis(now), value)
+        .map_err(js)?
+        .map_or(JsValue::UNDEFINED, |w| write_object(&w)))
 }
 
 /// The module's memory, where `Engine.reply` leaves its bytes.
@@ -469,10 +589,10 @@ impl Next {
 #[wasm_bindgen]
 impl Outbox {
     /// A new entry for `key` and the payload digest (32 bytes, from [`Outbox::digest`]), with
-    /// the retry options `[base, cap, maxAttempts, deadline]` (ms; `NaN` for a default).
+    /// the retry options `{ base, cap, maxAttempts, deadline }` (ms; each optional).
     #[wasm_bindgen(constructor)]
-    pub fn new(key: &str, payload: &[u8], retry: &[f64]) -> JsResult<Outbox> {
-        let policy = interop::retry_policy(retry).map_err(js)?;
+    pub fn new(key: &str, payload: &[u8], retry: &JsValue) -> JsResult<Outbox> {
+        let policy = retry_policy(retry).map_err(js)?;
         let entry = idem_core::OutboxEntry::new(key, digest32(payload)?)
             .map_err(|e| js(interop::client_error(&e)))?;
         Ok(Outbox { entry, policy })
@@ -481,14 +601,13 @@ impl Outbox {
     /// Restores an entry saved with [`Outbox::encode`]. Throws a `RangeError`
     /// (`IDEM-CLIENT-6`) for bytes that are not an entry.
     #[wasm_bindgen(js_name = fromBytes)]
-    pub fn from_bytes(bytes: &[u8], retry: &[f64]) -> JsResult<Outbox> {
-        let policy = interop::retry_policy(retry).map_err(js)?;
+    pub fn from_bytes(bytes: &[u8], retry: &JsValue) -> JsResult<Outbox> {
+        let policy = retry_policy(retry).map_err(js)?;
         let entry = idem_core::decode_entry(bytes).map_err(|e| {
             js(ErrorParts {
                 kind: interop::ErrorKind::Range,
                 code: "IDEM-CLIENT-6",
                 message: e.to_string(),
-                problem: None,
             })
         })?;
         Ok(Outbox { entry, policy })
@@ -527,7 +646,7 @@ impl Outbox {
             .fingerprint(&parts)
         });
         fp.map(|f| f.digest.to_vec())
-            .map_err(|e| js(ErrorParts::fingerprint(&e)))
+            .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::fingerprint(&e))))
     }
 
     /// A new UUID v4 key from 128 random bits (four u32 values).
@@ -559,6 +678,13 @@ impl Outbox {
     #[wasm_bindgen(getter)]
     pub fn state(&self) -> String {
         String::from(interop::state_name(&self.entry.state()))
+    }
+
+    /// The outcome of an entry that is over (`completed`, `rejected`, `failed`,
+    /// `undetermined`), or `undefined` while it is not.
+    #[wasm_bindgen(getter)]
+    pub fn outcome(&self) -> Option<String> {
+        interop::entry_outcome(&self.entry.state()).map(String::from)
     }
 
     /// Sends so far.
@@ -666,6 +792,25 @@ impl Outbox {
             .mark_processed()
             .map_err(|e| js(interop::client_error(&e)))
     }
+}
+
+/// The retry policy from the `retry` options object (`undefined` for the defaults).
+fn retry_policy(retry: &JsValue) -> Result<idem_core::RetryPolicy, ErrorParts> {
+    if !given(retry) {
+        return interop::retry_policy(&interop::RetryOptions::default());
+    }
+    if !retry.is_object() {
+        return Err(ErrorParts::options("options.retry must be an object"));
+    }
+    interop::retry_policy(&interop::RetryOptions {
+        base: number(retry, "base")
+            .map_err(|_| ErrorParts::options("retry.base must be a number"))?,
+        cap: number(retry, "cap").map_err(|_| ErrorParts::options("retry.cap must be a number"))?,
+        max_attempts: number(retry, "maxAttempts")
+            .map_err(|_| ErrorParts::options("retry.maxAttempts must be a number"))?,
+        deadline: number(retry, "deadline")
+            .map_err(|_| ErrorParts::options("retry.deadline must be a number"))?,
+    })
 }
 
 fn digest32(bytes: &[u8]) -> JsResult<[u8; 32]> {

@@ -10,7 +10,7 @@ test("a chunked body past the limit is refused with 413 after reading only up to
       executions++;
       return new Response("ok", { status: 201 });
     },
-    { store: new MemoryStore(), fingerprint: { maxBody: 1024 } },
+    { principal: "none", store: new MemoryStore(), fingerprint: { maxBody: 1024 } },
   );
   let pulled = 0;
   let cancelled = false;

@@ -17,7 +17,7 @@ async function faultyServer(faults) {
       const order = await request.json();
       return Response.json({ id: state.executions, ...order }, { status: 201 });
     },
-    { store: new MemoryStore(), keyKind: "uuid" },
+    { principal: "none", store: new MemoryStore(), keyKind: "uuid" },
   );
   const server = await serve(async (request, { res }) => {
     const n = state.requests++;

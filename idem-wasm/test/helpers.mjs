@@ -73,34 +73,57 @@ export function deferred() {
 
 export const tick = () => new Promise((resolve) => setImmediate(resolve));
 
-/** The subset of Durable Object storage the shard uses, in memory. Every call resolves on a
- * later turn of the event loop, so concurrent requests really interleave at each await. */
+/** The subset of Durable Object storage the shard uses, in memory.
+ *
+ * It interleaves like a real storage: a read takes its snapshot when it is called and its
+ * answer arrives on a later turn of the event loop, and reads issued in the same turn settle
+ * together, so two requests that both read before either writes both see the old value.
+ * It enforces the platform's limits: at most 128 keys per call, and per value either 128 KiB
+ * (`backend: "kv"`, the key-value backend) or 2 MB for key and value together
+ * (`backend: "sqlite"`, the default). */
 export class FakeStorage {
   map = new Map();
   alarm = null;
   ops = 0;
+  constructor({ backend = "sqlite" } = {}) {
+    this.backend = backend;
+  }
+  #check(key, value) {
+    const size = value instanceof Uint8Array ? value.byteLength : JSON.stringify(value, (_, v) => (v instanceof Uint8Array ? "x".repeat(v.byteLength) : v)).length;
+    if (this.backend === "kv" && size > 128 * 1024) throw new RangeError(`Values cannot be larger than 131072 bytes (${key}: ${size})`);
+    if (this.backend === "sqlite" && key.length + size > 2 * 1024 * 1024) throw new RangeError(`Key and value together cannot exceed 2 MB (${key})`);
+  }
   async get(key) {
     this.ops++;
+    // The snapshot is taken now; the answer arrives later.
+    const value = Array.isArray(key) ? new Map(key.filter((k) => this.map.has(k)).map((k) => [k, structuredClone(this.map.get(k))])) : structuredClone(this.map.get(key));
     await tick();
-    return structuredClone(this.map.get(key));
+    return value;
   }
   async put(entries, value) {
     this.ops++;
     const batch = typeof entries === "string" ? { [entries]: value } : entries;
-    for (const [k, v] of Object.entries(batch)) this.map.set(k, structuredClone(v));
+    const pairs = Object.entries(batch);
+    if (pairs.length > 128) throw new RangeError("put() takes at most 128 keys");
+    for (const [k, v] of pairs) this.#check(k, v);
+    for (const [k, v] of pairs) this.map.set(k, structuredClone(v));
     await tick();
   }
   async delete(key) {
     this.ops++;
-    const had = this.map.delete(key);
+    const keys = Array.isArray(key) ? key : [key];
+    if (keys.length > 128) throw new RangeError("delete() takes at most 128 keys");
+    let n = 0;
+    for (const k of keys) if (this.map.delete(k)) n++;
     await tick();
-    return had;
+    return Array.isArray(key) ? n : n === 1;
   }
   async list({ start = "", end = "\uffff", prefix = "", limit = Infinity } = {}) {
     this.ops++;
-    await tick();
     const keys = [...this.map.keys()].filter((k) => k >= start && k < end && k.startsWith(prefix)).sort();
-    return new Map(keys.slice(0, limit).map((k) => [k, structuredClone(this.map.get(k))]));
+    const out = new Map(keys.slice(0, limit).map((k) => [k, structuredClone(this.map.get(k))]));
+    await tick();
+    return out;
   }
   async getAlarm() {
     await tick();
@@ -119,8 +142,9 @@ export class FakeStorage {
 /** A namespace of Durable Objects of one class, each with its own FakeStorage. */
 export class FakeNamespace {
   objects = new Map();
-  constructor(Class) {
+  constructor(Class, storage = {}) {
     this.Class = Class;
+    this.storageOptions = storage;
   }
   idFromName(name) {
     return { name };
@@ -128,7 +152,7 @@ export class FakeNamespace {
   get(id) {
     let entry = this.objects.get(id.name);
     if (entry === undefined) {
-      const storage = new FakeStorage();
+      const storage = new FakeStorage(this.storageOptions);
       entry = { storage, object: new this.Class({ storage }, {}) };
       this.objects.set(id.name, entry);
     }

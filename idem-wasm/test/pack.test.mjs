@@ -27,7 +27,7 @@ let runs = 0;
 const handler = withIdempotency(async (request) => {
   runs++;
   return Response.json({ id: runs, order: await request.json() }, { status: 201 });
-}, { store });
+}, { store, principal: "none" });
 const send = () => handler(new Request("http://127.0.0.1/orders", {
   method: "POST",
   headers: { "content-type": "application/json", "idempotency-key": '"${name}-1"' },

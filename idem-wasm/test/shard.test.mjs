@@ -13,16 +13,16 @@ function post(key, body = { amount: 1 }) {
 }
 
 function worker(options = {}) {
-  const namespace = new FakeNamespace(IdempotencyShard);
+  const namespace = new FakeNamespace(IdempotencyShard, options.storage);
   const state = { executions: 0 };
   const handler = withIdempotency(
     async (request) => {
       state.executions++;
       await request.json();
       if (options.gate) await options.gate();
-      return new Response(`order ${state.executions}`, { status: 201 });
+      return options.respond ? options.respond(state.executions) : new Response(`order ${state.executions}`, { status: 201 });
     },
-    { store: new DurableObjectStore(namespace, { shards: 4 }), ...options.idem },
+    { principal: "none", store: new DurableObjectStore(namespace), ...options.idem },
   );
   return { namespace, handler, state };
 }
@@ -81,7 +81,7 @@ describe("Durable Object store", () => {
 
   test("alarms drive expiry from each record's deadline (IDEM-TTL-4)", async () => {
     const clock = manualClock(Date.now());
-    const { namespace, handler, state } = worker({ idem: { responseTtl: 1000, keyTtl: 3000, now: clock } });
+    const { namespace, handler, state } = worker({ idem: { responseTtl: 1000, keyTtl: 3000, lease: 1000, now: clock } });
     await handler(post('"exp"'));
     const [entry] = [...namespace.objects.values()].filter((e) => e.storage.alarm !== null);
     assert.ok(entry, "an alarm was set");
@@ -128,7 +128,7 @@ describe("Durable Object store", () => {
         executions++;
         return new Response("x");
       },
-      { store: new DurableObjectStore(broken) },
+      { principal: "none", store: new DurableObjectStore(broken) },
     );
     const r = await handler(post('"z"'));
     assert.equal(r.status, 503);
@@ -137,5 +137,78 @@ describe("Durable Object store", () => {
 
   test("the store needs a namespace binding (IDEM-JS-1)", () => {
     assert.throws(() => new DurableObjectStore({}), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  });
+
+  test("two claims whose storage reads settle together: only one runs (IDEM-EXEC-1, IDEM-JS-3)", async () => {
+    // The fake storage answers reads issued in the same turn together, from snapshots taken
+    // when they were issued, as a real storage under load may. Each round starts on a cold
+    // object, so every claim reads storage.
+    for (let round = 0; round < 10; round++) {
+      const gate = barrier();
+      const { handler, state } = worker({ gate: () => gate.wait() });
+      const all = Array.from({ length: 8 }, () => handler(post(`"cold-${round}"`)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      gate.open();
+      const statuses = (await Promise.all(all)).map((r) => r.status);
+      assert.equal(state.executions, 1, `round ${round}: one execution`);
+      assert.deepEqual(
+        statuses.sort(),
+        [201, 409, 409, 409, 409, 409, 409, 409],
+      );
+    }
+  });
+
+  for (const backend of ["kv", "sqlite"]) {
+    test(`responses past one storage value are kept whole, and past the limit held, never run again (${backend} backend, IDEM-STORE-5)`, async () => {
+      const big = (size, n) => new Uint8Array(size).map((_, i) => (i * 7 + n) % 251);
+      const sizes = { "one-mb": 1 << 20, "three-mb": 3 << 20, huge: 20 << 20 };
+      const { handler, state } = worker({
+        storage: { backend },
+        respond: (n) => new Response(big(sizes[order], n), { status: 200, headers: { "x-n": String(n) } }),
+      });
+      let order;
+      for (order of Object.keys(sizes)) {
+        const first = await handler(post(`"${order}"`));
+        assert.equal(first.status, 200);
+        assert.equal((await first.arrayBuffer()).byteLength, sizes[order], "the first answer is the handler's");
+        const again = await handler(post(`"${order}"`));
+        assert.equal(again.headers.get("idempotent-replayed"), "true");
+        const body = new Uint8Array(await again.arrayBuffer());
+        if (order === "huge") {
+          assert.equal(again.status, 410);
+          assert.equal(JSON.parse(new TextDecoder().decode(body)).type, "urn:idem:problem:response-not-stored");
+        } else {
+          assert.equal(again.status, 200);
+          assert.deepEqual(body, big(sizes[order], state.executions));
+        }
+      }
+      assert.equal(state.executions, 3, "no retry ran again");
+    });
+  }
+
+  test("under the wait policy the worker waits and the object answers at once: the duplicate gets the replay (IDEM-CONC-2)", async () => {
+    const gate = barrier();
+    const { handler, state } = worker({ gate: () => gate.wait(), idem: { inFlight: { wait: 2000, poll: 10 } } });
+    const first = handler(post('"waited"'));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const second = handler(post('"waited"'));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    gate.open();
+    assert.equal((await first).status, 201);
+    const replay = await second;
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(state.executions, 1);
+  });
+
+  test("the placement of a key depends on the key alone, and settings that would move keys are refused", async () => {
+    assert.throws(
+      () => new DurableObjectStore(new FakeNamespace(IdempotencyShard), { shards: 16 }),
+      (e) => e instanceof RangeError && e.code === "IDEM-JS-1" && /never sends a retry/.test(e.message),
+    );
+    // Pinned: these names must never change, or deployed keys would move.
+    const { namespace, handler } = worker();
+    for (const key of ["a", "b", "order-1"]) await handler(post(`"${key}"`));
+    assert.deepEqual([...namespace.objects.keys()].sort(), ["idem-112", "idem-188", "idem-41"]);
   });
 });

@@ -33,7 +33,7 @@ const handler = withIdempotency(
     unknownOutcome: "reexecute",
     inFlight: { wait: 5_000, poll: 25 },
     fingerprint: { headers: ["x-api-version"], exclude: ["/sentAt"], json: "auto", maxBody: 1 << 20 },
-    scope: (r) => r.headers.get("authorization") ?? "",
+    principal: (r) => r.headers.get("x-account-id") ?? "",
     route: (_r, url) => url.pathname,
     methods: ["POST"],
     onEvent: (e) => events.push(e),
@@ -46,16 +46,21 @@ const custom: IdempotencyStore = {
   load: async (_key: string) => null,
   apply: async (_key: string, write: StoreWrite, _now: number) => write.expect === null,
 };
-const plain = new Idempotency({ store: custom });
-void plain.handle({ method: "POST", target: "/pay", key: '"k"' }, () => ({ status: 200, body: "ok" })).then((r) => {
+const plain = new Idempotency<{ method: string; target: string; key: string; account: string }>({
+  store: custom,
+  principal: (input) => input.account,
+});
+void plain.handle({ method: "POST", target: "/pay", key: '"k"', account: "acct_1" }, () => ({ status: 200, body: "ok" })).then((r) => {
   const replayed: boolean = r.replayed;
   const body: Uint8Array = r.body;
   return [replayed, body];
 });
 
 declare const namespace: { idFromName(name: string): unknown; get(id: unknown): { fetch(input: string, init?: RequestInit): Promise<Response> } };
-const doStore = new DurableObjectStore(namespace, { shards: 16 });
-void withIdempotency(() => new Response("ok"), { store: doStore });
+const doStore = new DurableObjectStore(namespace);
+const kept: number = doStore.maxResponseBytes;
+void kept;
+void withIdempotency(() => new Response("ok"), { store: doStore, principal: "none" });
 declare const state: ConstructorParameters<typeof IdempotencyShard>[0];
 const shard = new IdempotencyShard(state);
 void shard.alarm();

@@ -1,4 +1,4 @@
-// Hand-written types of the idem-wasm package. `npm run typecheck` compiles
+// Hand-written types of the idem package. `npm run typecheck` compiles
 // types/check.ts against this file.
 
 /** Durations are whole milliseconds. */
@@ -41,12 +41,18 @@ export interface StoreWrite {
 }
 
 /** The store contract (IDEM-STORE-1). `apply` resolves to false, changing nothing, when the
- * precondition fails. A store that cannot take a new key throws `StoreFullError`. */
+ * precondition fails. A store that cannot take a new key throws `StoreFullError`. Expiry is
+ * the record's to say: never delete a record before its key expires, and never one in
+ * flight whose lease is live (IDEM-STORE-3, IDEM-LEASE-4). */
 export interface IdempotencyStore {
   load(key: string): Promise<StoredRecord | null> | StoredRecord | null;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean> | boolean;
-  /** Engine-side claim, for stores that decide next to their data (Durable Objects). */
-  claim?(key: string, attempt: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+  /** Engine-side claim, for stores that claim next to their data (Durable Objects): the
+   * request's ticket in, what was claimed out. */
+  claim?(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+  /** The largest response the store keeps; a larger one is kept as a 410
+   * response-not-stored answer, so that a retry never runs again (IDEM-STORE-5). */
+  readonly maxResponseBytes?: number;
 }
 
 /** An event for logs and metrics: `executed`, `took-over`, `replayed`, `in-progress`,
@@ -65,9 +71,14 @@ export interface IdempotencyEvent {
   error?: unknown;
 }
 
-export interface IdempotencyOptions {
+export interface IdempotencyOptions<R = Request> {
   /** Where records live. */
   store: IdempotencyStore;
+  /** Who sent the request: an account or user id, never a bearer token that rotates (a
+   * refreshed token would split one user into two scopes and run a retry again), never a
+   * header that may be missing. `"none"` for an API with a single tenant. Required; an empty
+   * answer is refused with 500 no-principal (IDEM-SCOPE-3). Stored only as a digest. */
+  principal: "none" | ((request: R) => string | Promise<string>);
   /** Whether guarded requests must carry a key (default) or pass through without one. */
   keys?: "required" | "optional";
   keyKind?: KeyKind;
@@ -82,9 +93,8 @@ export interface IdempotencyOptions {
    * up to `wait` ms for the first result, polling every `poll` ms (default 25). */
   inFlight?: "reject" | { wait: Millis; poll?: Millis };
   fingerprint?: FingerprintOptions;
-  /** The principal a key belongs to (default: the Authorization header). Stored only as a
-   * SHA-256 digest. */
-  scope?: (request: Request) => string | Promise<string>;
+  /** The largest response kept (default: what the store says, else 16 MiB less 64 KiB). */
+  maxResponseBytes?: number;
   /** The route template for the scope (default: the URL path). */
   route?: (request: Request, url: URL) => string | Promise<string>;
   /** Guarded methods (default POST and PATCH); others pass through. */
@@ -109,7 +119,7 @@ export interface IdempotencyContext {
 /** Wraps a Fetch handler with Idempotency-Key semantics. */
 export function withIdempotency<Rest extends unknown[]>(
   handler: (request: Request, ...rest: Rest) => Response | Promise<Response>,
-  options: IdempotencyOptions,
+  options: IdempotencyOptions<Request>,
 ): (request: Request, ...rest: Rest) => Promise<Response>;
 
 /** The context of a request that `withIdempotency` is executing (the request the handler
@@ -122,7 +132,6 @@ export interface PlainRequest {
   /** Path and query. */
   target: string;
   route?: string;
-  principal?: string;
   /** The raw Idempotency-Key header value. */
   key: string | null | undefined;
   contentType?: string | null;
@@ -145,11 +154,11 @@ export interface PlainReply {
 }
 
 /** The engine bound to a store; `withIdempotency` is built on it. */
-export class Idempotency {
-  constructor(options: IdempotencyOptions);
-  guards(method: string): boolean;
-  readonly keysRequired: boolean;
-  handle(request: PlainRequest, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
+export class Idempotency<R extends PlainRequest = PlainRequest> {
+  constructor(options: IdempotencyOptions<R>);
+  /** Whether a request with this method (and a key, or not) is protected. */
+  protects(method: string, hasKey: boolean): boolean;
+  handle(request: R, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
 }
 
 /** idem-core's in-process store, inside the WebAssembly module (tests, single-process
@@ -172,8 +181,10 @@ export class MemoryStore implements IdempotencyStore {
 /** Minimal shapes of the Durable Object API this package uses. */
 export interface DurableObjectStorageLike {
   get(key: string): Promise<unknown>;
+  get(keys: string[]): Promise<Map<string, unknown>>;
   put(entries: Record<string, unknown>): Promise<void>;
   delete(key: string): Promise<boolean>;
+  delete(keys: string[]): Promise<number>;
   list(options: { start?: string; end?: string; limit?: number }): Promise<Map<string, unknown>>;
   getAlarm(): Promise<number | null>;
   setAlarm(time: number): Promise<void>;
@@ -191,18 +202,20 @@ export interface DurableObjectNamespaceLike {
 export class IdempotencyShard {
   constructor(state: DurableObjectStateLike, env?: unknown);
   fetch(request: Request): Promise<Response>;
-  claim(attempt: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+  claim(ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
   load(key: string): Promise<StoredRecord | null>;
   alarm(): Promise<void>;
 }
 
-/** The store a worker uses: keys are spread over `shards` IdempotencyShard objects. */
+/** The store a worker uses: each key belongs to one of a fixed set of IdempotencyShard
+ * objects, chosen from the key alone, so that no setting or deploy moves a key. */
 export class DurableObjectStore implements IdempotencyStore {
-  constructor(namespace: DurableObjectNamespaceLike, options?: { shards?: number; prefix?: string });
+  constructor(namespace: DurableObjectNamespaceLike);
+  readonly maxResponseBytes: number;
   load(key: string): Promise<StoredRecord | null>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
-  claim(key: string, attempt: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+  claim(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
 }
 
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */
@@ -247,3 +260,7 @@ export function idempotentFetch(
   init?: RequestInit,
   options?: IdempotentFetchOptions,
 ): Promise<IdempotentFetchResult>;
+
+/** The name of the IdempotencyShard object that owns a storage key (what a store's `load`
+ * and `apply` are called with). Fixed: a key never moves. */
+export function shardName(storageKey: string): string;

@@ -1,5 +1,6 @@
-// An orders API on Cloudflare Workers whose `POST /orders` is safe to retry: idem-wasm's
-// `withIdempotency` claims each Idempotency-Key in a Durable Object before the handler runs,
+// An orders API on Cloudflare Workers whose `POST /orders` is safe to retry: the idem
+// package's `withIdempotency` claims each Idempotency-Key in a Durable Object before the
+// handler runs,
 // stores the response before it is returned, and replays it to every retry.
 //
 //   POST /orders              create an order (Idempotency-Key required by default)
@@ -7,9 +8,9 @@
 //   POST /unprotected/orders  the same handler without withIdempotency, for the benchmark
 //                             (only with UNPROTECTED_ROUTE = "on")
 //
-// Bindings (wrangler.toml): IDEM, the `IdempotencyShard` Durable Object class from idem-wasm,
-// one object per key shard addressed by name; LEDGER, the `OrderLedger` class below, which
-// holds the side effect. Settings come from the environment: see config.js.
+// Bindings (wrangler.toml): IDEM, the `IdempotencyShard` Durable Object class from the
+// package, one object per key shard; LEDGER, the `OrderLedger` class below, which holds the
+// side effect. Settings come from the environment: see config.js.
 //
 // From an installed package this import is `from "idem"`; wrangler's bundler picks the
 // package's "workerd" entry. Here it names that entry in the package being built next door.
@@ -62,6 +63,17 @@ function problem(status, slug, title, detail, headers = {}) {
 
 function ledger(env) {
   return env.LEDGER.get(env.LEDGER.idFromName(LEDGER_NAME));
+}
+
+/**
+ * The account a request comes from: this API's callers authenticate with a long-lived API
+ * key (`Authorization: Bearer <key>`), one per account, so the key names the account. An
+ * API with OAuth access tokens, which rotate, would look the token up and return the user
+ * id instead: idempotency keys must stay with the caller across a token refresh.
+ */
+function accountOf(request) {
+  const auth = request.headers.get("authorization") ?? "";
+  return auth.startsWith("Bearer ") && auth.length > 7 ? `key:${auth.slice(7).trim()}` : null;
 }
 
 /** A promise that never settles. */
@@ -133,25 +145,24 @@ function prepare(env) {
     const { logEvents } = config;
     const options = {
       ...config.idempotency,
-      store: new DurableObjectStore(env.IDEM, { shards: config.shards }),
+      store: new DurableObjectStore(env.IDEM),
+      // Requests without an account never get here (401 below).
+      principal: accountOf,
       onEvent:
         logEvents === "off"
           ? undefined
           : (event) => {
               if (event.securityRelevant) console.warn("idempotency", event.name, event.key ?? "");
+              else if (event.error !== undefined) console.error("idempotency", event.name, event.key ?? "", event.error);
               else if (logEvents === "all") console.log("idempotency", event.name, event.key ?? "");
             },
     };
     handler = (request, env) => createOrder(request, env, config.orderDelayMs);
-    const shared = withIdempotency(handler, options);
-    // Under the wait policy, a waiter is woken early by the next waiter for the same key
-    // through an AbortController, and workerd refuses to let one request abort a controller
-    // that another request created ("Cannot perform I/O on behalf of a different request").
-    // So each request gets a wrapper of its own there: waiters of different requests never
-    // touch each other, and each waits until the first result is stored or its bound passes.
-    orders = config.idempotency.inFlight === "reject" ? shared : (...args) => withIdempotency(handler, options)(...args);
+    // One wrapper for every request, whatever the in-flight policy: a waiting request only
+    // ever awaits its own timers and its own store calls.
+    orders = withIdempotency(handler, options);
   } catch (err) {
-    if (!(err instanceof ConfigError || err?.code === "IDEM-JS-1")) throw err;
+    if (!(err instanceof ConfigError || /^IDEM-/.test(err?.code ?? ""))) throw err;
     entry = { idem: env.IDEM, error: err.message };
     prepared.set(key, entry);
     return entry;
@@ -194,6 +205,11 @@ async function route(request, env, ctx) {
   switch (pathname) {
     case "/orders":
       if (request.method !== "POST") return methodNotAllowed("POST");
+      if (accountOf(request) === null) {
+        return problem(401, "unauthenticated", "An API key is required", "send Authorization: Bearer <api key>", {
+          "www-authenticate": "Bearer",
+        });
+      }
       return setup.orders(request, env, ctx);
     case "/unprotected/orders":
       if (!setup.config.unprotectedRoute) break;

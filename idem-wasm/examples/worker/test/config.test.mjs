@@ -25,7 +25,6 @@ test("the defaults become withIdempotency options", () => {
       unknownOutcome: "reexecute",
       fingerprint: { maxBody: 65_536 },
     },
-    shards: 16,
     logEvents: "security",
     orderDelayMs: 0,
     unprotectedRoute: false,
@@ -42,7 +41,6 @@ test("values from the environment are read, numbers or strings, with the wait po
     IDEM_IN_FLIGHT: "wait:2500",
     IDEM_UNKNOWN_OUTCOME: "hold",
     IDEM_MAX_BODY_BYTES: "10",
-    IDEM_SHARDS: "1",
     IDEM_LOG_EVENTS: "off",
     ORDER_DELAY_MS: "250",
     UNPROTECTED_ROUTE: "on",
@@ -57,12 +55,11 @@ test("values from the environment are read, numbers or strings, with the wait po
     unknownOutcome: "hold",
     fingerprint: { maxBody: 10 },
   });
-  assert.equal(config.shards, 1);
   assert.equal(config.unprotectedRoute, true);
   assert.equal(config.orderDelayMs, 250);
   assert.equal(config.logEvents, "off");
   // An empty value means the default.
-  assert.equal(readConfig({ IDEM_SHARDS: "" }).shards, 16);
+  assert.equal(readConfig({ IDEM_LEASE_MS: "" }).idempotency.lease, 60_000);
 });
 
 test("bad values are refused, naming the variable", () => {
@@ -80,8 +77,6 @@ test("bad values are refused, naming the variable", () => {
     [{ IDEM_IN_FLIGHT: "queue" }, "IDEM_IN_FLIGHT"],
     [{ IDEM_UNKNOWN_OUTCOME: "retry" }, "IDEM_UNKNOWN_OUTCOME"],
     [{ IDEM_MAX_BODY_BYTES: "1MiB" }, "IDEM_MAX_BODY_BYTES"],
-    [{ IDEM_SHARDS: "0" }, "IDEM_SHARDS"],
-    [{ IDEM_SHARDS: "1025" }, "IDEM_SHARDS"],
     [{ IDEM_LOG_EVENTS: "verbose" }, "IDEM_LOG_EVENTS"],
     [{ UNPROTECTED_ROUTE: "yes" }, "UNPROTECTED_ROUTE"],
     [{ ORDER_DELAY_MS: "60001" }, "ORDER_DELAY_MS"],
@@ -99,7 +94,7 @@ test("bad values are refused, naming the variable", () => {
 test("the cache key changes with every variable and ignores others", () => {
   const base = configKey({});
   assert.equal(configKey({ OTHER: "x" }), base);
-  assert.equal(configKey({ IDEM_SHARDS: "16" }), base);
+  assert.equal(configKey({ IDEM_LEASE_MS: "60000" }), base, "a default spelled out is the default");
   for (const name of Object.keys(DEFAULTS)) {
     assert.notEqual(configKey({ [name]: "changed" }), base, name);
   }

@@ -1,0 +1,85 @@
+// The JavaScript↔WebAssembly boundary: everything that crosses is defined once, in Rust
+// (src/interop.rs) or idem-core, and this checks that the JavaScript side agrees with it.
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { Idempotency, MemoryStore } from "idem";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+// The glue wasm-bindgen generated for the module of this build (the package bundles and
+// minifies it; here its exports are read by name).
+const target = JSON.parse(
+  execFileSync(process.env.CARGO || "cargo", ["metadata", "--format-version", "1", "--no-deps"], { cwd: root, encoding: "utf8" }),
+).target_directory;
+const glue = await import(join(target, "idem-wasm-bindgen", "idem_wasm.js"));
+glue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_wasm_bg.wasm")) });
+const sources = readdirSync(join(root, "js"))
+  .filter((f) => f.endsWith(".js"))
+  .map((f) => [f, readFileSync(join(root, "js", f), "utf8")]);
+
+test("every enum member the JavaScript side names exists in the module, with the same meaning", () => {
+  const enums = { Step: glue.StepKind, Ran: glue.Ran, HeartbeatState: glue.HeartbeatState };
+  let used = 0;
+  for (const [file, text] of sources) {
+    for (const [, name, member] of text.matchAll(/\b(Step|Ran|HeartbeatState)\.([A-Za-z]+)\b/g)) {
+      assert.equal(typeof enums[name][member], "number", `${file}: ${name}.${member} is not exported by the module`);
+      used++;
+    }
+    // No numeric codes are written out by hand: steps and outcomes are compared by name.
+    assert.doesNotMatch(text, /\b(step|code|kind)\s*[!=]==\s*\d/, `${file} compares a code with a number`);
+    assert.doesNotMatch(text, /&\s*7\)|>>\s*4\b/, `${file} unpacks a bit field by hand`);
+  }
+  assert.ok(used >= 10, `the sources name ${used} enum members`);
+  // Every step has a distinct value and a name both ways.
+  const steps = Object.keys(glue.StepKind).filter((k) => Number.isNaN(Number(k)));
+  assert.deepEqual(steps, ["Claim", "Load", "Apply", "WaitUntil", "Run", "Idle", "Reply", "Done"]);
+  for (const s of steps) assert.equal(glue.StepKind[glue.StepKind[s]], s);
+});
+
+test("the options the types document are exactly the host's and the engine's", () => {
+  const engine = glue.engineOptionNames().split(",");
+  const server = sources.find(([f]) => f === "server.js")[1];
+  const host = JSON.parse(server.match(/const HOST_OPTIONS = (\[[^\]]*\]);/)[1]);
+  assert.deepEqual(host.filter((n) => engine.includes(n)), [], "no option is read on both sides");
+  const types = readFileSync(join(root, "types", "index.d.ts"), "utf8");
+  const block = types.slice(types.indexOf("export interface IdempotencyOptions"), types.indexOf("/** What a handler learns"));
+  const documented = [...block.matchAll(/^ {2}(\w+)\??:/gm)].map((m) => m[1]);
+  assert.deepEqual([...documented].sort(), [...host, ...engine].sort());
+});
+
+test("event names cross as indices into the core's list, with their security flags", () => {
+  const names = glue.eventNames().split(",");
+  assert.ok(names.includes("executed") && names.includes("fenced-out") && names.includes("tombstone-hit"));
+  const mask = glue.securityMask();
+  const flagged = names.filter((_, i) => (mask & (1 << i)) !== 0);
+  assert.deepEqual(flagged.sort(), ["fenced-out", "forged", "mismatch", "stale", "tombstone-hit"]);
+});
+
+test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty and large bodies", async () => {
+  const idem = new Idempotency({ store: new MemoryStore(), principal: "none" });
+  const cases = [
+    { headers: [["x-note", "café ☕ — ✓"], ["x-empty", ""]], body: new Uint8Array(0) },
+    { headers: [["content-type", "application/octet-stream"]], body: new Uint8Array(1 << 20).map((_, i) => i % 256) },
+    { headers: [], body: new TextEncoder().encode("𝄞 plain") },
+  ];
+  for (const [i, c] of cases.entries()) {
+    const req = { method: "POST", target: `/b/${i}`, key: `"k${i}"`, body: new Uint8Array() };
+    await idem.handle(req, () => ({ status: 200 + i, headers: c.headers, body: c.body }));
+    const replay = await idem.handle(req, () => assert.fail("replayed, not run"));
+    assert.equal(replay.replayed, true);
+    assert.equal(replay.status, 200 + i);
+    assert.deepEqual(replay.headers, [...c.headers.flat(), "idempotent-replayed", "true"]);
+    assert.deepEqual(replay.body, c.body);
+  }
+  // A refusal: the problem body is JSON whose requirement matches the event's code.
+  const events = [];
+  const refusing = new Idempotency({ store: new MemoryStore(), principal: "none", onEvent: (e) => events.push(e) });
+  const r = await refusing.handle({ method: "POST", target: "/x", key: '"a", "b"' }, () => assert.fail("refused"));
+  const p = JSON.parse(new TextDecoder().decode(r.body));
+  assert.equal(r.status, 400);
+  assert.equal(p.requirement, "IDEM-KEY-5");
+  assert.equal(events[0].code, "IDEM-KEY-5");
+});
