@@ -548,16 +548,7 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
         };
     }
     loop {
-        let step = {
-            let mut guard = state.store();
-            let (store, waiters) = &mut *guard;
-            let mut store = Faulty {
-                store,
-                fault: state.config.fault,
-            };
-            req.drive(&mut store, UnixMillis::now(), waiters)
-        };
-        match step {
+        match drive(&state, &mut req) {
             // A store failure is recorded by the machine; polling again answers it.
             Err(_) => continue,
             Ok(Step::Run(context)) => {
@@ -576,15 +567,7 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
                 req.handle_outcome(outcome);
                 // The outcome is written before the response is sent (IDEM-OUT-5); the
                 // response is sent whatever the write came to.
-                let _finished = {
-                    let mut guard = state.store();
-                    let (store, waiters) = &mut *guard;
-                    let mut store = Faulty {
-                        store,
-                        fault: state.config.fault,
-                    };
-                    req.drive(&mut store, UnixMillis::now(), waiters)
-                };
+                let _finished = drive(&state, &mut req);
                 return Ok(handler_response(&response, &state));
             }
             Ok(Step::Reply) => {
@@ -602,6 +585,18 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
             }
         }
     }
+}
+
+/// Runs the request's store steps under the store's lock, held only for this synchronous
+/// stretch (never across the handler).
+fn drive(state: &State, req: &mut idem_core::Request<'_>) -> Result<Step, MemoryStoreError> {
+    let mut guard = state.store();
+    let (store, waiters) = &mut *guard;
+    let mut store = Faulty {
+        store,
+        fault: state.config.fault,
+    };
+    req.drive(&mut store, UnixMillis::now(), waiters)
 }
 
 /// The store as a faulty server would use it; the correct server sees the MemoryStore as it

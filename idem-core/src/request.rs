@@ -714,38 +714,24 @@ impl<'a> Request<'a> {
         nonce: u64,
     ) -> Request<'a> {
         Request {
-            rules: policy.rules.clone(),
             in_flight: policy.in_flight,
             max_response_bytes: policy.max_response_bytes,
-            key,
-            fingerprint,
-            subject,
-            nonce,
-            write: None,
-            state: State::Claim {
-                lost: 0,
-                wait: None,
-            },
-            events: Events::default(),
+            ..Request::with_rules(policy.rules.clone(), key, fingerprint, subject, nonce)
         }
     }
 
     /// A request refused before it could be identified: it answers `refusal` at once.
     pub fn refused(refusal: Refusal) -> Request<'static> {
-        let mut events = Events::default();
-        events.push(Event::Rejected);
-        Request {
-            rules: Rules::Record(Engine::default()),
-            in_flight: InFlight::Reject,
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            key: Cow::Owned(refused_key()),
-            fingerprint: Cow::Owned(Fingerprint::from_digest([0; 32])),
-            subject: Subject::Record,
-            nonce: 0,
-            write: None,
-            state: State::Answered(Answer::Refusal(refusal)),
-            events,
-        }
+        let mut req = Request::with_rules(
+            Rules::Record(Engine::default()),
+            Cow::Owned(refused_key()),
+            Cow::Owned(Fingerprint::from_digest([0; 32])),
+            Subject::Record,
+            0,
+        );
+        req.events.push(Event::Rejected);
+        req.state = State::Answered(Answer::Refusal(refusal));
+        req
     }
 
     /// The machine for an attempt the host identified itself, with `engine`'s rules and no
