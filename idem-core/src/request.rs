@@ -995,59 +995,52 @@ impl<'a> Request<'a> {
                 let decided = self.decide(now, record);
                 self.decided(now, decided, lost, wait, waiters);
             }
-            State::Holding(h) => match h.op {
-                Op::Load {
-                    purpose: Purpose::Complete,
-                    out: true,
-                } => {
-                    h.op = Op::None;
-                    self.complete_counter(now, record);
+            State::Holding(h) => {
+                let Op::Load { purpose, out: true } = h.op else {
+                    return;
+                };
+                h.op = Op::None;
+                match purpose {
+                    Purpose::Complete => self.complete_counter(now, record),
+                    Purpose::Extend => self.extend_counter(now, record),
+                    Purpose::Conflict { heartbeat } => self.after_conflict(record, heartbeat),
                 }
-                Op::Load {
-                    purpose: Purpose::Extend,
-                    out: true,
-                } => {
-                    h.op = Op::None;
-                    self.extend_counter(now, record);
-                }
-                Op::Load {
-                    purpose: Purpose::Conflict { heartbeat },
-                    out: true,
-                } => {
-                    h.op = Op::None;
-                    let Hold::Record(lease) = &mut h.hold else {
-                        return;
-                    };
-                    // The same incarnation of the record (created together, versions a few
-                    // writes apart) under the same fencing number: no takeover since.
-                    let ours = record.and_then(|r| match r.state {
-                        RecordState::InFlight { lease_expires }
-                            if r.fence == lease.fence
-                                && r.created == lease.created
-                                && r.version.wrapping_sub(lease.version)
-                                    < MAX_COMPLETION_ROUNDS as u64 =>
-                        {
-                            Some((r.version, lease_expires, r.key_expires))
-                        }
-                        _ => None,
-                    });
-                    match ours {
-                        // Still this lease's record, moved on by a write of this lease
-                        // whose answer was lost: carry on from it.
-                        Some((version, expires, key_expires)) => {
-                            lease.version = version;
-                            lease.expires = expires;
-                            lease.key_expires = key_expires;
-                            if heartbeat {
-                                h.heartbeat = Heartbeat::Extended(expires);
-                            }
-                        }
-                        None => self.fenced_out(heartbeat),
-                    }
-                }
-                _ => {}
-            },
+            }
             _ => {}
+        }
+    }
+
+    /// A completion or heartbeat of a record lease lost a race: if the record read now is
+    /// still this lease's (same incarnation, same fencing number, in flight), a write of this
+    /// lease moved it on and its answer was lost; carry on from it. Otherwise the lease was
+    /// taken over.
+    fn after_conflict(&mut self, record: Option<&Record>, heartbeat: bool) {
+        let State::Holding(h) = &mut self.state else {
+            return;
+        };
+        let Hold::Record(lease) = &mut h.hold else {
+            return;
+        };
+        let ours = record.and_then(|r| match r.state {
+            RecordState::InFlight { lease_expires }
+                if r.fence == lease.fence
+                    && r.created == lease.created
+                    && r.version.wrapping_sub(lease.version) < MAX_COMPLETION_ROUNDS as u64 =>
+            {
+                Some((r.version, lease_expires, r.key_expires))
+            }
+            _ => None,
+        });
+        match ours {
+            Some((version, expires, key_expires)) => {
+                lease.version = version;
+                lease.expires = expires;
+                lease.key_expires = key_expires;
+                if heartbeat {
+                    h.heartbeat = Heartbeat::Extended(expires);
+                }
+            }
+            None => self.fenced_out(heartbeat),
         }
     }
 

@@ -131,6 +131,16 @@ impl Host {
             .ok_or_else(no_slot)
     }
 
+    /// The request in slot `t`, with the host's waiters beside it.
+    fn request(&mut self, t: u32) -> Result<(&mut Slot, &mut Waiters), ErrorParts> {
+        let Host { slots, waiters, .. } = self;
+        let slot = slots
+            .get_mut(t as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)?;
+        Ok((slot, waiters))
+    }
+
     /// Whether a request with this method (and a key or not) is protected; other requests
     /// go straight to the handler.
     pub fn protects(&self, method: &str, has_key: bool) -> bool {
@@ -222,11 +232,7 @@ impl Host {
 
     /// The next step. The write of [`StepKind::Apply`] waits in [`Host::take_write`].
     pub fn poll(&mut self, t: u32, now: UnixMillis) -> Result<StepKind, ErrorParts> {
-        let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
+        let (slot, waiters) = self.request(t)?;
         let step = slot.req.poll(now, waiters);
         Ok(Host::stepped(slot, step))
     }
@@ -238,11 +244,7 @@ impl Host {
         t: u32,
         now: UnixMillis,
     ) -> Result<StepKind, ErrorParts> {
-        let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
+        let (slot, waiters) = self.request(t)?;
         // A full store is recorded by the machine (503 store-full); poll again for it.
         let step = match slot.req.drive(store, now, waiters) {
             Ok(step) => step,
@@ -274,22 +276,14 @@ impl Host {
             }
             None => None,
         };
-        let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
+        let (slot, waiters) = self.request(t)?;
         slot.req.handle_record(now, record.as_ref(), waiters);
         Ok(())
     }
 
     /// Whether the write of [`Step::Apply`] was applied.
     pub fn applied(&mut self, t: u32, now: UnixMillis, applied: bool) -> Result<(), ErrorParts> {
-        let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
+        let (slot, waiters) = self.request(t)?;
         let applied = if applied {
             Applied::Applied
         } else {
@@ -301,11 +295,7 @@ impl Host {
 
     /// The store failed on the step handed out: full (`IDEM-STORE-3`) or not.
     pub fn store_failed(&mut self, t: u32, full: bool) -> Result<(), ErrorParts> {
-        let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
+        let (slot, waiters) = self.request(t)?;
         let failure = if full {
             StoreFailure::Full
         } else {
@@ -319,11 +309,7 @@ impl Host {
     /// not a claim).
     pub fn claimed(&mut self, t: u32, now: UnixMillis, bytes: &[u8]) -> Result<(), ErrorParts> {
         let claimed = interop::decode_claimed(bytes)?;
-        let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
+        let (slot, waiters) = self.request(t)?;
         slot.req.handle_claimed(now, claimed, waiters);
         Ok(())
     }
