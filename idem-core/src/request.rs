@@ -438,6 +438,52 @@ impl Hold {
     }
 }
 
+/// The lease a request holds, borrowed where the host holds it already ([`Store::finish`]).
+#[derive(Debug)]
+enum Held<'a> {
+    Record(Cow<'a, Lease>),
+    Slot(Cow<'a, CounterLease>),
+}
+
+impl Held<'_> {
+    fn fence(&self) -> u64 {
+        match self {
+            Held::Record(l) => l.fence,
+            Held::Slot(l) => l.fence,
+        }
+    }
+
+    fn expires(&self) -> UnixMillis {
+        match self {
+            Held::Record(l) => l.expires,
+            Held::Slot(l) => l.expires,
+        }
+    }
+
+    fn to_hold(&self) -> Hold {
+        match self {
+            Held::Record(l) => Hold::Record(l.clone().into_owned()),
+            Held::Slot(l) => Hold::Slot(l.clone().into_owned()),
+        }
+    }
+
+    fn into_hold(self) -> Hold {
+        match self {
+            Held::Record(l) => Hold::Record(l.into_owned()),
+            Held::Slot(l) => Hold::Slot(l.into_owned()),
+        }
+    }
+}
+
+impl From<Hold> for Held<'_> {
+    fn from(h: Hold) -> Self {
+        match h {
+            Hold::Record(l) => Held::Record(Cow::Owned(l)),
+            Hold::Slot(l) => Held::Slot(Cow::Owned(l)),
+        }
+    }
+}
+
 /// What a store that claims for the host sends back: the lease, or the decision.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 // Sent once and matched at once, like `Decision`.
@@ -575,8 +621,8 @@ pub(crate) enum SharedOutcome {
 }
 
 #[derive(Debug)]
-struct Holding {
-    hold: Hold,
+struct Holding<'a> {
+    hold: Held<'a>,
     recovered: bool,
     started: bool,
     outcome: Option<SharedOutcome>,
@@ -587,7 +633,7 @@ struct Holding {
 }
 
 #[derive(Debug)]
-enum State {
+enum State<'a> {
     /// Next: read the record (or ask the store to claim).
     Claim { lost: usize, wait: Option<Wait> },
     /// The read is out.
@@ -602,7 +648,7 @@ enum State {
     /// Waiting for a request in flight.
     Waiting { next: UnixMillis, wait: Wait },
     /// The handler runs under the lease, or has run and its outcome is being recorded.
-    Holding(Holding),
+    Holding(Holding<'a>),
     /// Answered without running the handler.
     Answered(Answer),
     /// The handler's outcome is recorded, or could not be.
@@ -697,7 +743,7 @@ pub struct Request<'a> {
     subject: Subject,
     nonce: u64,
     write: Option<Write>,
-    state: State,
+    state: State<'a>,
     events: Events,
 }
 
@@ -776,11 +822,11 @@ impl<'a> Request<'a> {
         Request::held(
             Rules::Record(engine.clone()),
             Cow::Borrowed(&lease.key),
-            Hold::Record(lease.clone()),
+            Held::Record(Cow::Borrowed(lease)),
         )
     }
 
-    fn held(rules: Rules, key: Cow<'a, RecordKey>, hold: Hold) -> Request<'a> {
+    fn held(rules: Rules, key: Cow<'a, RecordKey>, hold: Held<'a>) -> Request<'a> {
         let mut req = Request::with_rules(
             rules,
             key,
@@ -830,9 +876,9 @@ impl<'a> Request<'a> {
     }
 
     /// The lease held, while the handler runs.
-    pub fn hold(&self) -> Option<&Hold> {
+    pub fn hold(&self) -> Option<Hold> {
         match &self.state {
-            State::Holding(h) => Some(&h.hold),
+            State::Holding(h) => Some(h.hold.to_hold()),
             _ => None,
         }
     }
@@ -858,7 +904,7 @@ impl<'a> Request<'a> {
     pub fn claimed(&self) -> Option<Claimed> {
         match &self.state {
             State::Holding(h) => Some(Claimed::Execute {
-                hold: h.hold.clone(),
+                hold: h.hold.to_hold(),
                 recovered: h.recovered,
             }),
             State::Answered(Answer::Decision(d)) => Some(Claimed::Done(d.clone())),
@@ -1018,7 +1064,7 @@ impl<'a> Request<'a> {
         let State::Holding(h) = &mut self.state else {
             return;
         };
-        let Hold::Record(lease) = &mut h.hold else {
+        let Held::Record(lease) = &mut h.hold else {
             return;
         };
         let ours = record.and_then(|r| match r.state {
@@ -1033,6 +1079,7 @@ impl<'a> Request<'a> {
         });
         match ours {
             Some((version, expires, key_expires)) => {
+                let lease = lease.to_mut();
                 lease.version = version;
                 lease.expires = expires;
                 lease.key_expires = key_expires;
@@ -1061,15 +1108,20 @@ impl<'a> Request<'a> {
     pub fn handle_applied(&mut self, now: UnixMillis, applied: Applied, waiters: &mut Waiters) {
         match &mut self.state {
             State::Applying {
-                hold,
                 recovered,
                 lost,
                 wait,
+                ..
             } => {
                 let (recovered, lost, wait) = (*recovered, *lost, *wait);
                 match applied {
                     Applied::Applied => {
-                        let hold = hold.clone();
+                        // The lease moves from the claim to the holding, without a copy.
+                        let State::Applying { hold, .. } =
+                            core::mem::replace(&mut self.state, State::Finished(Finish::FencedOut))
+                        else {
+                            return;
+                        };
                         self.claimed_lease(hold, recovered, wait, waiters);
                     }
                     Applied::Conflict if lost + 1 >= MAX_LOST_RACES => {
@@ -1089,7 +1141,7 @@ impl<'a> Request<'a> {
                     (Op::Completing(finish), Applied::Applied) => self.finish(finish),
                     (Op::Extending(next), Applied::Applied) => {
                         h.heartbeat = Heartbeat::Extended(next.expires());
-                        h.hold = next;
+                        h.hold = Held::from(next);
                         h.rounds = 0;
                         self.events.push(Event::Extended);
                     }
@@ -1098,7 +1150,7 @@ impl<'a> Request<'a> {
                         h.rounds += 1;
                         if h.rounds >= MAX_COMPLETION_ROUNDS {
                             self.fenced_out(heartbeat);
-                        } else if matches!(h.hold, Hold::Slot(_)) {
+                        } else if matches!(h.hold, Held::Slot(_)) {
                             // Another request of the client wrote the session: read it
                             // again and redo the write against it.
                             h.op = Op::load(if heartbeat {
@@ -1336,7 +1388,7 @@ impl<'a> Request<'a> {
             Event::Executed
         });
         self.state = State::Holding(Holding {
-            hold,
+            hold: Held::from(hold),
             recovered,
             started: false,
             outcome: None,
@@ -1352,14 +1404,14 @@ impl<'a> Request<'a> {
         let State::Holding(h) = &mut self.state else {
             return Step::Idle;
         };
-        if matches!(h.hold, Hold::Slot(_)) {
+        if matches!(h.hold, Held::Slot(_)) {
             h.op = Op::Load {
                 purpose: Purpose::Complete,
                 out: true,
             };
             return Step::Load;
         }
-        let (Hold::Record(lease), Some(outcome), Some(engine)) =
+        let (Held::Record(lease), Some(outcome), Some(engine)) =
             (&h.hold, &h.outcome, self.rules.engine())
         else {
             return Step::Idle;
@@ -1380,7 +1432,7 @@ impl<'a> Request<'a> {
         let (Rules::Counter(c), State::Holding(h)) = (&self.rules, &mut self.state) else {
             return;
         };
-        let (Hold::Slot(lease), Some(outcome)) = (&h.hold, &h.outcome) else {
+        let (Held::Slot(lease), Some(outcome)) = (&h.hold, &h.outcome) else {
             return;
         };
         match c.complete_shared(now, lease, outcome.clone(), record) {
@@ -1400,7 +1452,7 @@ impl<'a> Request<'a> {
         let State::Holding(h) = &mut self.state else {
             return Step::Idle;
         };
-        let Hold::Record(lease) = &h.hold else {
+        let Held::Record(lease) = &h.hold else {
             h.op = Op::Load {
                 purpose: Purpose::Extend,
                 out: true,
@@ -1426,7 +1478,7 @@ impl<'a> Request<'a> {
         let (Rules::Counter(c), State::Holding(h)) = (&self.rules, &mut self.state) else {
             return;
         };
-        let Hold::Slot(lease) = &h.hold else {
+        let Held::Slot(lease) = &h.hold else {
             return;
         };
         match c.extend(now, lease, record) {
@@ -1480,7 +1532,7 @@ impl<'a> Request<'a> {
     pub fn into_claimed(self) -> Claimed {
         match self.state {
             State::Holding(h) => Claimed::Execute {
-                hold: h.hold,
+                hold: h.hold.into_hold(),
                 recovered: h.recovered,
             },
             State::Answered(Answer::Decision(d)) => Claimed::Done(d),
@@ -1650,7 +1702,7 @@ impl<'a> Request<'a> {
         Request::held(
             Rules::Counter(counters.clone()),
             Cow::Borrowed(&lease.session),
-            Hold::Slot(lease.clone()),
+            Held::Slot(Cow::Borrowed(lease)),
         )
     }
 }

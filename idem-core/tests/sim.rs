@@ -12,7 +12,10 @@
 //!   and key (IDEM-REPLAY-1, IDEM-SCOPE-1);
 //! * a stale lease never overwrites: fenced-out completions change nothing, and a stored
 //!   response always comes from the newest lease (IDEM-LEASE-2);
-//! * a mismatched payload never executes (IDEM-FP-1).
+//! * a mismatched payload never executes (IDEM-FP-1);
+//! * a lease never outlives its key: long handlers keep their leases alive with heartbeats
+//!   through the request machine, and their records are never dropped while the lease is
+//!   live, whatever the key's first expiry said (IDEM-LEASE-4).
 use idem_core::*;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -58,6 +61,8 @@ struct Handler {
     lose_response: bool,
     /// The incarnation of the key it was claimed in.
     incarnation: u64,
+    /// It runs long and keeps its lease alive with heartbeats.
+    heartbeats: bool,
 }
 
 /// The fenced resource and what the simulation knows about each key's current incarnation.
@@ -83,6 +88,8 @@ struct Sim {
     /// The latest time seen (the clock may jump back).
     max_now: UnixMillis,
     stats: HashMap<&'static str, u64>,
+    /// Percent of handlers that run long and send heartbeats.
+    heartbeat_percent: u64,
 }
 
 impl Sim {
@@ -113,6 +120,29 @@ impl Sim {
             truth: HashMap::new(),
             max_now: UnixMillis(0),
             stats: HashMap::new(),
+            heartbeat_percent: 0,
+        }
+    }
+
+    /// IDEM-LEASE-4: the record of every handler whose lease may still be live is in the
+    /// store, and a record in flight never has a key that expires before its lease.
+    fn check_leases(&self) {
+        let max_now = self.max_now.max(self.now);
+        for h in &self.handlers {
+            let Some(r) = self.store.get(&h.lease.key) else {
+                assert!(
+                    max_now >= h.lease.expires,
+                    "IDEM-LEASE-4: the record of a live lease is gone: {:?}",
+                    h.lease
+                );
+                continue;
+            };
+            if let RecordState::InFlight { lease_expires } = r.state {
+                assert!(
+                    r.key_expires >= lease_expires || max_now >= r.key_expires.max(lease_expires),
+                    "IDEM-LEASE-4: a key expires before its live lease"
+                );
+            }
         }
     }
 
@@ -151,6 +181,7 @@ impl Sim {
         if self.rng.chance(5) {
             self.store.sweep(self.now);
         }
+        self.check_leases();
     }
 
     fn send(&mut self) {
@@ -210,8 +241,13 @@ impl Sim {
                 truth.payload = Some(payload.clone());
                 truth.key_expires = lease.key_expires;
                 let lease_ms = self.engine.config().lease.as_millis() as u64;
-                // Most handlers finish inside the lease; some are slow enough to be zombies.
-                let duration = if self.rng.chance(10) {
+                let key_ms = self.engine.config().key_ttl.as_millis() as u64;
+                let heartbeats = self.rng.chance(self.heartbeat_percent);
+                // Most handlers finish inside the lease; some are slow enough to be zombies;
+                // those that send heartbeats outlast the key retention several times.
+                let duration = if heartbeats {
+                    key_ms * 3
+                } else if self.rng.chance(10) {
                     lease_ms + self.rng.below(lease_ms)
                 } else {
                     self.rng.below(lease_ms / 2)
@@ -229,6 +265,7 @@ impl Sim {
                     finish_at: UnixMillis(now.0 + duration),
                     crash,
                     lose_response,
+                    heartbeats,
                 });
                 self.count(if recovered { "took-over" } else { "executed" });
             }
@@ -312,6 +349,29 @@ impl Sim {
                 "IDEM-STORE-2: a lease from an expired record completed a new one"
             );
             self.count("ancient-zombie");
+            return;
+        }
+        if handler.heartbeats && handler.effect_done && self.now < handler.finish_at {
+            // A long handler keeps its lease alive, through the request machine.
+            let mut req = Request::holding(&self.engine, &handler.lease);
+            let mut extended = None;
+            if req.heartbeat(self.now).is_ok() {
+                let step = req
+                    .drive(&mut self.store, self.now, &mut Waiters::default())
+                    .unwrap();
+                assert_eq!(step, Step::Idle);
+                if let (Heartbeat::Extended(_), Some(Hold::Record(l))) =
+                    (req.heartbeat_state(), req.hold())
+                {
+                    extended = Some(l.clone());
+                }
+            }
+            drop(req);
+            if let Some(lease) = extended {
+                truth.key_expires = truth.key_expires.max(lease.key_expires);
+                handler.lease = lease;
+                self.count("extended");
+            }
             return;
         }
         if !handler.effect_done {
@@ -443,6 +503,39 @@ fn many_clients_under_faults() {
         "clock-jump-forward",
         "outcome-unknown",
     ] {
+        assert!(
+            totals.get(what).copied().unwrap_or(0) > 0,
+            "no {what} in the whole simulation: {totals:?}"
+        );
+    }
+}
+
+#[test]
+fn long_handlers_with_heartbeats_keep_their_keys() {
+    // IDEM-LEASE-3 IDEM-LEASE-4 IDEM-STORE-3: the key retention is only twice the lease, and
+    // a fifth of the handlers run for three key retentions on heartbeats.
+    let mut totals: HashMap<&'static str, u64> = HashMap::new();
+    for seed in 200..230 {
+        let mut sim = Sim::new(
+            seed,
+            Config {
+                response_ttl: Duration::from_secs(10),
+                key_ttl: Duration::from_secs(10),
+                lease: Duration::from_secs(5),
+                unknown_outcome: UnknownOutcomePolicy::Reexecute,
+            },
+            6,
+            2,
+        );
+        sim.heartbeat_percent = 20;
+        for _ in 0..3_000 {
+            sim.step();
+        }
+        for (k, v) in sim.stats {
+            *totals.entry(k).or_default() += v;
+        }
+    }
+    for what in ["extended", "stored", "in-progress", "took-over"] {
         assert!(
             totals.get(what).copied().unwrap_or(0) > 0,
             "no {what} in the whole simulation: {totals:?}"
