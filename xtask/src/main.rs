@@ -55,6 +55,9 @@ fn setup() -> Result<(), String> {
     worker::setup()
 }
 
+/// The crates published to crates.io, packaged together by the test.
+const PUBLISHED: [&str; 3] = ["idem-spec", "idem-core", "idem-conformance"];
+
 fn test() -> Result<(), String> {
     step("check: formatting");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -85,6 +88,7 @@ fn test() -> Result<(), String> {
     step("test: rust workspace");
     run(cargo().args(["test", "--workspace", "--quiet"]))?;
     step("check: the published crates package and build from their packages");
+    util::forget_local_packages(&PUBLISHED)?;
     // Packaged together so that each one's path dependencies resolve to the others'
     // packages; `--allow-dirty` so that the check also runs on a work tree with changes.
     run(cargo().args([
@@ -92,11 +96,11 @@ fn test() -> Result<(), String> {
         "--quiet",
         "--allow-dirty",
         "-p",
-        "idem-spec",
+        PUBLISHED[0],
         "-p",
-        "idem-core",
+        PUBLISHED[1],
         "-p",
-        "idem-conformance",
+        PUBLISHED[2],
     ]))?;
     wasm::test()?;
     worker::test()

@@ -52,3 +52,70 @@ pub(crate) fn npm_ci_if_stale(dir: &std::path::Path, what: &str) -> Result<(), S
     }
     Ok(())
 }
+
+/// Removes the copies of this workspace's own crates that `cargo package` unpacked from its
+/// temporary local registry in an earlier run. Cargo unpacks a registry crate once per
+/// registry path and version and never again, so a second run in a checkout at the same
+/// path (a CI clone, say) would build against the previous run's sources of the same
+/// version. Local registries are the folders of `$CARGO_HOME/registry/src` whose name
+/// starts with `-`; crates.io's are never touched.
+pub(crate) fn forget_local_packages(names: &[&str]) -> Result<(), String> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    match home {
+        Some(h) => forget_in(&h.join("registry").join("src"), names),
+        None => Ok(()),
+    }
+}
+
+fn forget_in(src: &std::path::Path, names: &[&str]) -> Result<(), String> {
+    let Ok(registries) = std::fs::read_dir(src) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for krate in crates.flatten() {
+            let name = krate.file_name().to_string_lossy().into_owned();
+            let ours = names.iter().any(|n| {
+                name.strip_prefix(n)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(krate.path())
+                    .map_err(|e| format!("removing {}: {e}", krate.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forget_in;
+
+    #[test]
+    fn forgets_our_crates_in_local_registries_only() {
+        let src = std::env::temp_dir().join(format!("xtask-forget-{}", std::process::id()));
+        let dirs = [
+            "-abc/idem-core-0.1.0",
+            "-abc/idem-core-extra-0.1.0",
+            "-abc/serde-1.0.0",
+            "-def/idem-spec-0.2.0",
+            "index.crates.io-123/idem-core-0.1.0",
+        ];
+        for d in dirs {
+            std::fs::create_dir_all(src.join(d)).unwrap();
+        }
+        forget_in(&src, &["idem-core", "idem-spec"]).unwrap();
+        let kept: Vec<bool> = dirs.iter().map(|d| src.join(d).exists()).collect();
+        std::fs::remove_dir_all(&src).unwrap();
+        assert_eq!(kept, [false, true, true, false, true]);
+    }
+}
