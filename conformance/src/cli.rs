@@ -11,11 +11,11 @@ use crate::suite::{self, KeyStyle, Profile, Target};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use hyper::header::{HeaderName, HeaderValue};
-use reqwest::Url;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use url::Url;
 
 /// Exit code for usage and connection errors.
 pub const EXIT_USAGE: u8 = 3;
@@ -44,9 +44,16 @@ enum Command {
 /// Options of `run`.
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The endpoint to test (http:// only). Without it, the reference server is started
-    /// in-process on 127.0.0.1 with short retention times and every case enabled.
+    /// The endpoint to test (http:// or https://). Without it, the reference server is
+    /// started in-process on 127.0.0.1 with short retention times and every case enabled.
     url: Option<String>,
+    /// Trust only the certificate authorities in this PEM file (instead of the system's
+    /// roots) for https:// targets.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    cacert: Option<PathBuf>,
+    /// Do not verify the server's certificate (printed in the report header).
+    #[arg(long)]
+    insecure: bool,
     /// The request method.
     #[arg(short = 'X', long, default_value = "POST")]
     method: String,
@@ -144,6 +151,10 @@ struct RunArgs {
     /// Embedded server only: the handler's delay in milliseconds.
     #[arg(long)]
     delay_ms: Option<u64>,
+    /// Embedded server only: serve it over HTTPS with a certificate generated at start (the
+    /// harness trusts its CA).
+    #[arg(long)]
+    tls: bool,
     /// No progress lines.
     #[arg(short, long)]
     quiet: bool,
@@ -176,6 +187,13 @@ struct ServeArgs {
     /// Start with this deliberate defect.
     #[arg(long, value_enum)]
     fault: Option<Fault>,
+    /// Serve HTTPS with a certificate for localhost, 127.0.0.1 and ::1, signed by a CA
+    /// generated at start; the CA's certificate is written to --tls-dir.
+    #[arg(long)]
+    tls: bool,
+    /// Where --tls writes ca.pem (default: a new directory in the system's temp dir).
+    #[arg(long, value_name = "DIR", requires = "tls")]
+    tls_dir: Option<PathBuf>,
 }
 
 /// Options of `bench`.
@@ -258,6 +276,12 @@ fn body(name: &str, s: &str) -> Result<Bytes, String> {
 
 /// Applies the options to `t`.
 fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
+    if let Some(path) = &a.cacert {
+        t.trust = crate::tls::Trust::from_pem_file(path)?;
+    }
+    if a.insecure {
+        t.trust = crate::tls::Trust::Insecure;
+    }
     t.method = a
         .method
         .parse()
@@ -379,20 +403,26 @@ async fn run(a: RunArgs) -> Result<u8, String> {
     let mut server = None;
     let mut target = match &a.url {
         Some(url) => {
-            if a.fault.is_some() || a.delay_ms.is_some() {
+            if a.fault.is_some() || a.delay_ms.is_some() || a.tls {
                 return Err(
-                    "--fault and --delay-ms apply to the embedded server only (give no URL)".into(),
+                    "--fault, --delay-ms and --tls apply to the embedded server only (give no URL)"
+                        .into(),
                 );
             }
             let url = Url::parse(url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-            if url.scheme() != "http" {
-                return Err(format!("only http:// URLs are supported, not {url}"));
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(format!(
+                    "{url}: only http:// and https:// URLs are supported"
+                ));
             }
             Target::new(url)
         }
         None => {
             let mut config = ServerConfig::fast();
             config.fault = a.fault;
+            if a.tls {
+                config.tls = Some(crate::tls::Identity::generate()?);
+            }
             if let Some(ms) = a.delay_ms {
                 config.delay = Duration::from_millis(ms);
             }
@@ -446,7 +476,7 @@ async fn run(a: RunArgs) -> Result<u8, String> {
 }
 
 async fn serve(a: ServeArgs) -> Result<u8, String> {
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         response_ttl: seconds("response-ttl", a.response_ttl)?,
         key_ttl: seconds("key-ttl", a.key_ttl)?,
         lease: seconds("lease", a.lease)?,
@@ -457,7 +487,22 @@ async fn serve(a: ServeArgs) -> Result<u8, String> {
             ..idem_core::MemoryStoreLimits::default()
         },
         fault: a.fault,
+        tls: None,
     };
+    let mut ca_path = None;
+    if a.tls {
+        let identity = crate::tls::Identity::generate()?;
+        let dir = match &a.tls_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::temp_dir().join(format!(
+                "idem-conformance-tls-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            )),
+        };
+        ca_path = Some(identity.write_ca(&dir)?);
+        config.tls = Some(identity);
+    }
     let mut server = Server::start(a.listen, config)
         .await
         .map_err(|e| e.to_string())?;
@@ -466,6 +511,12 @@ async fn serve(a: ServeArgs) -> Result<u8, String> {
         server.base_url(),
         a.fault.map(|f| format!(", fault {f}")).unwrap_or_default()
     );
+    if let Some(path) = ca_path {
+        println!(
+            "TLS certificate authority written to {} (give it to the harness with --cacert)",
+            path.display()
+        );
+    }
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = server.wait() => {}

@@ -1,5 +1,6 @@
-//! The harness's HTTP layer: bounded requests, an exchange log, the raw send-and-drop used
-//! for lost responses, and pre-opened connections for racing duplicates.
+//! The harness's HTTP layer: bounded HTTP/1.1 requests over TCP or TLS, an exchange log, the
+//! raw send-and-drop used for lost responses, and pre-opened connections (TLS handshake
+//! done) for racing duplicates.
 //!
 //! Every request has a deadline, every response body is read up to a byte limit, and every
 //! connection is new (no pooling), so a hostile server (slow, huge, garbage, resets) costs
@@ -10,13 +11,16 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Method;
 use hyper_util::rt::TokioIo;
-use reqwest::Url;
+use rustls::pki_types::ServerName;
 use serde::Serialize;
 use std::fmt;
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use url::Url;
 
 /// Bytes of a body kept in the exchange log.
 const LOGGED_BODY: usize = 2048;
@@ -60,7 +64,7 @@ impl std::error::Error for HarnessError {}
 pub struct Req {
     /// The method.
     pub method: Method,
-    /// The absolute `http://` URL.
+    /// The absolute `http://` or `https://` URL.
     pub url: Url,
     /// Header lines in order; a name may repeat.
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -280,31 +284,24 @@ pub(crate) fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
-/// The client for ordinary requests: a new connection per request, no redirects, no
+/// The client: a new connection per request (plain TCP or TLS), HTTP/1.1, no redirects, no
 /// proxies, a deadline per request and a cap on response bodies.
 #[derive(Clone, Debug)]
 pub struct Http {
-    client: reqwest::Client,
     timeout: Duration,
     max_body: usize,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Http {
-    /// A client with this per-request deadline and response body cap.
-    pub fn new(timeout: Duration, max_body: usize) -> Result<Http, HarnessError> {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            .build()
-            .map_err(|e| HarnessError::Usage(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Http {
-            client,
+    /// A client with this per-request deadline and response body cap, for `http://` URLs
+    /// and, with a TLS configuration, `https://` ones.
+    pub fn new(timeout: Duration, max_body: usize, tls: Option<Arc<rustls::ClientConfig>>) -> Http {
+        Http {
             timeout,
             max_body,
-        })
+            tls,
+        }
     }
 
     /// The per-request deadline.
@@ -317,50 +314,109 @@ impl Http {
         self.max_body
     }
 
-    /// Sends `req` and reads the whole response, within the deadline and the cap.
+    /// Sends `req` on a new connection and reads the whole response, within the deadline
+    /// (connecting included) and the cap.
     pub async fn send(&self, req: &Req) -> Result<Resp, HarnessError> {
-        let fut = self.send_inner(req);
-        match tokio::time::timeout(self.timeout + Duration::from_millis(50), fut).await {
-            Ok(r) => r,
-            Err(_) => Err(HarnessError::Timeout(format!(
-                "no complete response within {:?}",
-                self.timeout
-            ))),
+        let work = async { Prepared::open(req, self).await?.send().await };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(HarnessError::Timeout(format!(
+                    "no complete response within {:?}",
+                    self.timeout
+                )))
+            })
+    }
+
+    /// Opens a connection to `url`'s authority, completing the TLS handshake for
+    /// `https://`, and returns it with the `Host` header value.
+    async fn connect(&self, url: &Url) -> Result<(Stream, String), HarnessError> {
+        let (addr, host, tls) = authority(url)?;
+        let tcp = tokio::time::timeout(self.timeout, TcpStream::connect(&addr))
+            .await
+            .map_err(|_| HarnessError::Timeout(format!("connecting to {addr}")))?
+            .map_err(|e| HarnessError::Connect(format!("{addr}: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        if !tls {
+            return Ok((Stream::Plain(tcp), host));
+        }
+        let config = self.tls.clone().ok_or_else(|| {
+            HarnessError::Usage(format!("{url}: TLS is not configured for this client"))
+        })?;
+        let name = server_name(url)?;
+        let tls = tokio::time::timeout(
+            self.timeout,
+            tokio_rustls::TlsConnector::from(config).connect(name, tcp),
+        )
+        .await
+        .map_err(|_| HarnessError::Timeout(format!("TLS handshake with {addr}")))?
+        .map_err(|e| HarnessError::Connect(tls_failure(&addr, &e)))?;
+        Ok((Stream::Tls(Box::new(tls)), host))
+    }
+}
+
+/// A TLS handshake failure, with what to do about a certificate the harness does not trust.
+fn tls_failure(addr: &str, e: &std::io::Error) -> String {
+    let text = chain(e);
+    let certificate = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        });
+    if certificate {
+        format!("TLS handshake with {addr}: {text} (for a private CA give --cacert FILE; --insecure skips verification)")
+    } else {
+        format!("TLS handshake with {addr}: {text}")
+    }
+}
+
+/// A connection, plain or TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
-    async fn send_inner(&self, req: &Req) -> Result<Resp, HarnessError> {
-        let mut builder = self
-            .client
-            .request(req.method.clone(), req.url.clone())
-            .body(req.body.clone());
-        let mut headers = hyper::HeaderMap::new();
-        for (n, v) in &req.headers {
-            headers.append(n.clone(), v.clone());
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
         }
-        builder = builder.headers(headers);
-        let mut response = builder
-            .send()
-            .await
-            .map_err(|e| classify(&e, self.timeout))?;
-        let status = response.status().as_u16();
-        let headers = header_list(response.headers());
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| classify(&e, self.timeout))?
-        {
-            if body.len() + chunk.len() > self.max_body {
-                return Err(HarnessError::TooLarge(self.max_body));
-            }
-            body.extend_from_slice(&chunk);
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
-        Ok(Resp {
-            status,
-            headers,
-            body: Bytes::from(body),
-        })
     }
 }
 
@@ -380,80 +436,69 @@ fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        let next = inner.to_string();
+        if !s.ends_with(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
         source = inner.source();
     }
     s
 }
 
-fn classify(e: &reqwest::Error, timeout: Duration) -> HarnessError {
-    let text = chain(e);
-    if e.is_timeout() {
-        HarnessError::Timeout(format!("no complete response within {timeout:?}"))
-    } else if e.is_connect() {
-        HarnessError::Connect(text)
-    } else if e.is_builder() {
-        HarnessError::Usage(text)
-    } else if is_parse_error(e) {
-        HarnessError::Protocol(text)
-    } else {
-        HarnessError::Closed(text)
-    }
-}
-
-fn is_parse_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(inner) = source {
-        if let Some(h) = inner.downcast_ref::<hyper::Error>() {
-            return h.is_parse() || h.is_parse_status() || h.is_parse_too_large();
+/// The `host:port` to connect to, the `Host` header, and whether the URL needs TLS.
+fn authority(url: &Url) -> Result<(String, String, bool), HarnessError> {
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => {
+            return Err(HarnessError::Usage(format!(
+                "{url}: the scheme {other}:// is not supported (use http:// or https://)"
+            )))
         }
-        source = inner.source();
-    }
-    false
-}
-
-/// The `host:port` to connect to and the `Host` header for `url`.
-fn authority(url: &Url) -> Result<(String, String), HarnessError> {
-    if url.scheme() != "http" {
-        return Err(HarnessError::Usage(format!(
-            "only http:// targets are supported, not {url}"
-        )));
-    }
+    };
     let host = url
         .host_str()
         .ok_or_else(|| HarnessError::Usage(format!("no host in {url}")))?;
-    let port = url.port_or_known_default().unwrap_or(80);
+    let port = url
+        .port_or_known_default()
+        .unwrap_or(if tls { 443 } else { 80 });
     let host_header = match url.port() {
         Some(p) => format!("{host}:{p}"),
         None => host.to_owned(),
     };
-    Ok((format!("{host}:{port}"), host_header))
+    Ok((format!("{host}:{port}"), host_header, tls))
 }
 
-async fn connect(url: &Url, timeout: Duration) -> Result<(TcpStream, String), HarnessError> {
-    let (addr, host) = authority(url)?;
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(&addr))
-        .await
-        .map_err(|_| HarnessError::Timeout(format!("connecting to {addr}")))?
-        .map_err(|e| HarnessError::Connect(format!("{addr}: {e}")))?;
-    let _ = stream.set_nodelay(true);
-    Ok((stream, host))
+/// The name the server's certificate must carry.
+fn server_name(url: &Url) -> Result<ServerName<'static>, HarnessError> {
+    match url.host() {
+        Some(url::Host::Domain(d)) => ServerName::try_from(d.to_owned())
+            .map_err(|e| HarnessError::Usage(format!("{url}: {e}"))),
+        Some(url::Host::Ipv4(ip)) => Ok(ServerName::IpAddress(std::net::IpAddr::V4(ip).into())),
+        Some(url::Host::Ipv6(ip)) => Ok(ServerName::IpAddress(std::net::IpAddr::V6(ip).into())),
+        None => Err(HarnessError::Usage(format!("no host in {url}"))),
+    }
 }
 
-/// Writes `req` as HTTP/1.1 on a new TCP connection, waits `linger`, and closes the
-/// connection without reading a byte of the response: the response is lost.
-pub async fn send_and_drop(
-    req: &Req,
-    timeout: Duration,
-    linger: Duration,
-) -> Result<(), HarnessError> {
-    let (mut stream, host) = connect(&req.url, timeout).await?;
-    let target = match req.url.query() {
-        Some(q) => format!("{}?{q}", req.url.path()),
-        None => req.url.path().to_owned(),
-    };
-    let mut head = format!("{} {target} HTTP/1.1\r\nhost: {host}\r\n", req.method).into_bytes();
+/// The request target (path and query) of `url`.
+fn request_target(url: &Url) -> String {
+    match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_owned(),
+    }
+}
+
+/// Writes `req` as HTTP/1.1 on a new connection (TLS for `https://`), waits `linger`, and
+/// closes the connection without reading a byte of the response: the response is lost.
+pub async fn send_and_drop(req: &Req, http: &Http, linger: Duration) -> Result<(), HarnessError> {
+    let (mut stream, host) = http.connect(&req.url).await?;
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nhost: {host}\r\n",
+        req.method,
+        request_target(&req.url)
+    )
+    .into_bytes();
     for (n, v) in &req.headers {
         head.extend_from_slice(n.as_str().as_bytes());
         head.extend_from_slice(b": ");
@@ -468,7 +513,7 @@ pub async fn send_and_drop(
         .as_bytes(),
     );
     head.extend_from_slice(&req.body);
-    tokio::time::timeout(timeout, async {
+    tokio::time::timeout(http.timeout, async {
         stream.write_all(&head).await?;
         stream.flush().await
     })
@@ -480,7 +525,7 @@ pub async fn send_and_drop(
     Ok(())
 }
 
-/// A connection opened ahead of time, ready to send one request.
+/// A connection opened ahead of time (TLS handshake included), ready to send one request.
 pub(crate) struct Prepared {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     request: hyper::Request<Full<Bytes>>,
@@ -489,20 +534,16 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Connects and completes the HTTP/1.1 handshake for `req`.
+    /// Connects and completes the TLS and HTTP/1.1 handshakes for `req`.
     pub(crate) async fn open(req: &Req, http: &Http) -> Result<Prepared, HarnessError> {
-        let (stream, host) = connect(&req.url, http.timeout).await?;
+        let (stream, host) = http.connect(&req.url).await?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| HarnessError::Connect(chain(&e)))?;
         tokio::spawn(connection);
-        let target = match req.url.query() {
-            Some(q) => format!("{}?{q}", req.url.path()),
-            None => req.url.path().to_owned(),
-        };
         let mut builder = hyper::Request::builder()
             .method(req.method.clone())
-            .uri(target)
+            .uri(request_target(&req.url))
             .header(hyper::header::HOST, host);
         for (n, v) in &req.headers {
             builder = builder.header(n, v);

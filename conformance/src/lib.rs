@@ -18,3 +18,4 @@ pub mod http;
 pub mod report;
 pub mod server;
 pub mod suite;
+pub mod tls;

@@ -158,6 +158,8 @@ pub struct ServerConfig {
     pub limits: MemoryStoreLimits,
     /// The deliberate defect, if any.
     pub fault: Option<Fault>,
+    /// Serve HTTPS with this certificate instead of plain HTTP.
+    pub tls: Option<crate::tls::Identity>,
 }
 
 impl Default for ServerConfig {
@@ -172,6 +174,7 @@ impl Default for ServerConfig {
             max_body: 1 << 20,
             limits: MemoryStoreLimits::default(),
             fault: None,
+            tls: None,
         }
     }
 }
@@ -300,9 +303,19 @@ impl Server {
         self.addr
     }
 
-    /// `http://ADDR`, without a trailing slash.
+    /// `http://ADDR` (or `https://ADDR`), without a trailing slash.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.state.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The certificate it serves HTTPS with, if it does.
+    pub fn tls(&self) -> Option<&crate::tls::Identity> {
+        self.state.config.tls.as_ref()
     }
 
     /// How many times the handler has run.
@@ -332,7 +345,28 @@ impl Drop for Server {
     }
 }
 
+/// How long a connection may take to send a request's headers (and finish its TLS
+/// handshake).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn serve_connection<S>(state: Arc<State>, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| handle(Arc::clone(&state), req));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
 async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    let acceptor = state
+        .config
+        .tls
+        .as_ref()
+        .map(|identity| tokio_rustls::TlsAcceptor::from(identity.server_config()));
     // Connections live in this set: when the server is dropped the accept task is aborted,
     // the set is dropped with it, and every connection task ends.
     let mut connections = JoinSet::new();
@@ -349,13 +383,22 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
                 };
                 let _ = stream.set_nodelay(true);
                 let state = Arc::clone(&state);
+                let acceptor = acceptor.clone();
                 connections.spawn(async move {
-                    let service = service_fn(move |req| handle(Arc::clone(&state), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(30))
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    match acceptor {
+                        None => serve_connection(state, stream).await,
+                        Some(acceptor) => {
+                            // A client that never finishes its handshake costs one task for
+                            // as long as a client that never sends its headers.
+                            let handshake = tokio::time::timeout(
+                                HEADER_READ_TIMEOUT,
+                                acceptor.accept(stream),
+                            );
+                            if let Ok(Ok(tls)) = handshake.await {
+                                serve_connection(state, tls).await;
+                            }
+                        }
+                    }
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

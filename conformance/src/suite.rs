@@ -4,12 +4,13 @@
 use crate::cases::{self, Case, Check, Ctx};
 use crate::http::{Exchange, HarnessError, Http, Log};
 use crate::server::{Fault, Server, ServerConfig, COUNT_PATH, ORDERS_PATH};
+use crate::tls::Trust;
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Method;
-use reqwest::Url;
 use serde::Serialize;
 use std::time::{Duration, Instant};
+use url::Url;
 
 /// The body the suite sends by default.
 pub const DEFAULT_BODY: &str =
@@ -109,8 +110,10 @@ fn profile_error(s: &str) -> String {
 /// Everything the suite needs to know about the endpoint under test.
 #[derive(Clone, Debug)]
 pub struct Target {
-    /// The endpoint (an `http://` URL).
+    /// The endpoint (an `http://` or `https://` URL).
     pub url: Url,
+    /// Which certificates an `https://` server may present.
+    pub trust: Trust,
     /// The method of the requests.
     pub method: Method,
     /// The body of a request that succeeds.
@@ -166,6 +169,7 @@ impl Target {
     pub fn new(url: Url) -> Target {
         Target {
             url,
+            trust: Trust::System,
             method: Method::POST,
             body: Bytes::from_static(DEFAULT_BODY.as_bytes()),
             content_type: Some(HeaderValue::from_static("application/json")),
@@ -212,6 +216,9 @@ impl Target {
             ))
         };
         let mut target = Target::new(url(ORDERS_PATH));
+        if let Some(identity) = server.tls() {
+            target.trust = identity.trust();
+        }
         target.headers = bearer("conformance-a");
         target.second_credential = bearer("conformance-b");
         target.count_url = Some(url(COUNT_PATH));
@@ -410,6 +417,20 @@ pub fn select(prefixes: &[String]) -> Result<Vec<&'static Case>, String> {
         .collect())
 }
 
+/// The client for `target`: TLS is set up when the endpoint or the count oracle is
+/// `https://`.
+pub fn client(target: &Target) -> Result<Http, HarnessError> {
+    let https = std::iter::once(&target.url)
+        .chain(&target.count_url)
+        .any(|u| u.scheme() == "https");
+    let tls = if https {
+        Some(crate::tls::client_config(&target.trust).map_err(HarnessError::Usage)?)
+    } else {
+        None
+    };
+    Ok(Http::new(target.timeout, target.max_response_bytes, tls))
+}
+
 /// Runs `cases` against `target`, one after the other (the count oracle is global, so
 /// cases never overlap), reporting progress as it goes.
 pub async fn run(
@@ -418,7 +439,7 @@ pub async fn run(
     embedded: Option<Option<Fault>>,
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<Report, HarnessError> {
-    let http = Http::new(target.timeout, target.max_response_bytes)?;
+    let http = client(target)?;
     let started = Instant::now();
     let total = cases.len();
     let mut results = Vec::with_capacity(total);

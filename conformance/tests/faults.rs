@@ -4,10 +4,25 @@
 use idem_conformance::cases;
 use idem_conformance::server::{Fault, Server, ServerConfig};
 use idem_conformance::suite::{self, Report, Target, Verdict};
+use idem_conformance::tls::Identity;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-async fn run_against(config: ServerConfig, tune: impl FnOnce(&mut Target)) -> Report {
+/// Plain HTTP, or HTTPS with a certificate generated for the run.
+#[derive(Clone, Copy, Debug)]
+enum Transport {
+    Plain,
+    Tls,
+}
+
+async fn run_against(
+    mut config: ServerConfig,
+    transport: Transport,
+    tune: impl FnOnce(&mut Target),
+) -> Report {
+    if let Transport::Tls = transport {
+        config.tls = Some(Identity::generate().expect("a certificate"));
+    }
     let server = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
         .await
         .expect("the reference server starts");
@@ -44,7 +59,20 @@ fn describe(report: &Report) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_server_passes_every_case() {
-    let report = run_against(ServerConfig::fast(), |t| t.strict = true).await;
+    passes_every_case(Transport::Plain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_passes_every_case_over_tls() {
+    passes_every_case(Transport::Tls).await;
+}
+
+async fn passes_every_case(transport: Transport) {
+    let report = run_against(ServerConfig::fast(), transport, |t| t.strict = true).await;
+    assert_eq!(
+        report.target.starts_with("https://"),
+        matches!(transport, Transport::Tls)
+    );
     assert_eq!(report.cases.len(), cases::all().len());
     for c in &report.cases {
         assert_eq!(c.verdict, Verdict::Pass, "{}\n{}", c.id, describe(&report));
@@ -60,7 +88,7 @@ async fn the_reference_server_passes_every_case() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_oracles_passes_say_how_sure_they_are() {
-    let report = run_against(ServerConfig::fast(), |t| {
+    let report = run_against(ServerConfig::fast(), Transport::Plain, |t| {
         t.count_url = None;
         t.id_pointer = None;
         t.rounds = 2;
@@ -205,7 +233,7 @@ const EXPECT: &[Expect] = &[
     },
 ];
 
-fn check(e: &Expect, report: &Report) -> Vec<String> {
+fn check(e: &Expect, transport: Transport, report: &Report) -> Vec<String> {
     let mut problems = Vec::new();
     for c in &report.cases {
         let id = c.id.as_str();
@@ -220,7 +248,7 @@ fn check(e: &Expect, report: &Report) -> Vec<String> {
         };
         if !ok {
             problems.push(format!(
-                "fault {}: {id} is {} ({})",
+                "fault {} over {transport:?}: {id} is {} ({})",
                 e.fault,
                 c.verdict.name(),
                 c.observed.as_deref().or(c.reason.as_deref()).unwrap_or("")
@@ -243,6 +271,15 @@ fn check(e: &Expect, report: &Report) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_is_caught_by_the_case_aimed_at_it() {
+    every_fault_is_caught(Transport::Plain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_is_caught_over_tls() {
+    every_fault_is_caught(Transport::Tls).await;
+}
+
+async fn every_fault_is_caught(transport: Transport) {
     assert_eq!(
         EXPECT.len(),
         Fault::ALL.len(),
@@ -257,7 +294,7 @@ async fn every_fault_is_caught_by_the_case_aimed_at_it() {
                 fault: Some(fault),
                 ..ServerConfig::fast()
             };
-            let report = run_against(config, |t| {
+            let report = run_against(config, transport, |t| {
                 t.strict = true;
                 t.concurrency = 8;
                 t.rounds = 2;
@@ -270,7 +307,7 @@ async fn every_fault_is_caught_by_the_case_aimed_at_it() {
     while let Some(done) = runs.join_next().await {
         let (fault, report) = done.expect("a fault run completes");
         let e = EXPECT.iter().find(|e| e.fault == fault).expect("listed");
-        problems.extend(check(e, &report));
+        problems.extend(check(e, transport, &report));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -3,13 +3,13 @@
 
 use idem_conformance::cases;
 use idem_conformance::suite::{self, Report, Target, Verdict};
-use reqwest::Url;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use url::Url;
 
 #[derive(Clone, Copy, Debug)]
 enum Hostile {

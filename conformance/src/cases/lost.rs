@@ -15,7 +15,7 @@ pub(super) async fn lost_response(ctx: &Ctx<'_>) -> Result<Check, HarnessError> 
     let before = ctx.count().await?;
     let req = ctx.request(&key, &body, Who::A);
     let sent = Instant::now();
-    send_and_drop(&req, ctx.http.timeout(), LINGER).await?;
+    send_and_drop(&req, ctx.http, LINGER).await?;
     ctx.log.record_dropped(
         "original",
         &req,
