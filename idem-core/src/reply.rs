@@ -56,12 +56,13 @@ impl Refusal {
     }
 
     /// A refused key: `missing-key` (`IDEM-KEY-3`) for an absent or empty one, otherwise
-    /// `malformed-key` citing `IDEM-KEY-5` for several keys, `IDEM-KEY-4` for a bad UUID and
-    /// `IDEM-KEY-1` for the rest.
+    /// `malformed-key` citing `IDEM-KEY-5` for several keys, `IDEM-KEY-6` for a key that is
+    /// too long, `IDEM-KEY-4` for a bad UUID and `IDEM-KEY-1` for the rest.
     pub fn key(e: &KeyError) -> Refusal {
         let requirement = match e {
             KeyError::Empty => "IDEM-KEY-3",
             KeyError::List => "IDEM-KEY-5",
+            KeyError::TooLong { .. } => "IDEM-KEY-6",
             KeyError::NotUuid | KeyError::WrongUuidVersion { .. } => "IDEM-KEY-4",
             _ => "IDEM-KEY-1",
         };

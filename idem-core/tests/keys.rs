@@ -36,7 +36,7 @@ fn strict_accepts_sf_strings() {
 
 #[test]
 fn strict_refuses_everything_else() {
-    // IDEM-KEY-1 IDEM-KEY-2 IDEM-KEY-5
+    // IDEM-KEY-1 IDEM-KEY-2 IDEM-KEY-5 IDEM-KEY-6
     assert_eq!(strict(""), Err(KeyError::Empty));
     assert_eq!(strict("   "), Err(KeyError::Empty));
     assert_eq!(strict(r#""""#), Err(KeyError::Empty));

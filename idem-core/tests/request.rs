@@ -175,7 +175,8 @@ fn every_refusal_is_problem_json_with_its_type_and_requirement() {
         "IDEM-SCOPE-3",
     );
 
-    // A duplicate in flight: 409 with Retry-After; a changed payload: 422 naming fields.
+    // A duplicate in flight: 409 with Retry-After (IDEM-CONC-3); a changed payload: 422
+    // naming fields.
     let mut first = request(&policy, "k", r#"{"a":1,"b":2}"#, 1);
     assert!(matches!(drive(&mut first, &mut store, T0), Step::Run(_)));
     let mut dup = request(&policy, "k", r#"{"a":1,"b":2}"#, 2);

@@ -243,7 +243,7 @@ describe("missing and malformed keys", () => {
     ["empty", "", "missing-key", "IDEM-KEY-3"],
     ["unterminated string", '"abc', "malformed-key", "IDEM-KEY-1"],
     ["bad escape", '"a\\x"', "malformed-key", "IDEM-KEY-1"],
-    ["too long", `"${"k".repeat(256)}"`, "malformed-key", "IDEM-KEY-1"],
+    ["too long", `"${"k".repeat(256)}"`, "malformed-key", "IDEM-KEY-6"],
     ["a list", '"a", "b"', "malformed-key", "IDEM-KEY-5"],
     ["a bare key with a quote", 'ab"c', "malformed-key", "IDEM-KEY-1"],
   ];

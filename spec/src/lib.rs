@@ -5,14 +5,14 @@
 //! them, and the tests of this crate fail when any test or case cites an ID that does not
 //! exist, or when a MUST requirement is cited by nothing.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
 /// The requirement table, as written.
 pub const REQUIREMENTS_TOML: &str = include_str!("../requirements.toml");
 
 /// How binding a requirement is (RFC 2119).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub enum Level {
     /// An absolute requirement.
     #[serde(rename = "MUST")]
@@ -36,6 +36,43 @@ impl Level {
     }
 }
 
+/// A way of grading a server: whose rules a conformance run holds it to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// draft-ietf-httpapi-idempotency-key-header-07 as written: MUST only where the draft or
+    /// RFC 8941 says MUST, SHOULD where it says SHOULD or is silent.
+    Ietf,
+    /// idem's own levels, stricter than the draft in places.
+    Idem,
+    /// Stripe's documented behaviour: the IETF levels, with Stripe's own choices accepted.
+    Stripe,
+}
+
+impl Profile {
+    /// Every profile, in the order the table shows them.
+    pub const ALL: [Profile; 3] = [Profile::Ietf, Profile::Idem, Profile::Stripe];
+
+    /// `ietf`, `idem` or `stripe`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Ietf => "ietf",
+            Profile::Idem => "idem",
+            Profile::Stripe => "stripe",
+        }
+    }
+}
+
+/// The levels of an HTTP-observable requirement under the profiles other than `idem`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileLevels {
+    /// Under `ietf`.
+    pub ietf: Level,
+    /// Under `stripe`.
+    pub stripe: Level,
+}
+
 /// One requirement.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +89,25 @@ pub struct Requirement {
     pub problem: Option<String>,
     /// The section of draft-ietf-httpapi-idempotency-key-header-07 it comes from, if any.
     pub ietf: Option<String>,
+    /// The keyword the draft (or RFC 8941) uses for this server behaviour; `None` where the
+    /// draft does not ask for it.
+    pub draft: Option<Level>,
+    /// For requirements checked over HTTP: the level under each profile but `idem`.
+    pub profiles: Option<ProfileLevels>,
+    /// Why a profile's level differs from the draft's keyword, where it does.
+    pub why: Option<String>,
+}
+
+impl Requirement {
+    /// The level under `profile`: `idem` uses [`Requirement::level`]; the others need
+    /// [`Requirement::profiles`] and are `None` without it.
+    pub fn level_in(&self, profile: Profile) -> Option<Level> {
+        match profile {
+            Profile::Idem => Some(self.level),
+            Profile::Ietf => self.profiles.map(|p| p.ietf),
+            Profile::Stripe => self.profiles.map(|p| p.stripe),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -82,7 +138,7 @@ pub fn get(id: &str) -> Option<&'static Requirement> {
 /// `requirements:begin` and `requirements:end` markers.
 pub fn render_markdown() -> String {
     let mut out = String::from(
-        "| ID | Level | Requirement | HTTP | Problem type | IETF |\n|---|---|---|---|---|---|\n",
+        "| ID | idem | draft-07 | ietf | stripe | Requirement | HTTP | Problem type |\n|---|---|---|---|---|---|---|---|\n",
     );
     for r in requirements() {
         let status = r.status.map(|s| s.to_string()).unwrap_or_default();
@@ -91,20 +147,35 @@ pub fn render_markdown() -> String {
             .as_deref()
             .map(|p| format!("`{p}`"))
             .unwrap_or_default();
-        let ietf = r
-            .ietf
-            .as_deref()
-            .map(|s| format!("§{s}"))
-            .unwrap_or_default();
+        let draft = match (r.draft, r.ietf.as_deref()) {
+            (Some(level), Some(section)) => format!("{} §{section}", level.as_str()),
+            (Some(level), None) => level.as_str().to_owned(),
+            (None, Some(section)) => format!("§{section}"),
+            (None, None) => String::new(),
+        };
+        let graded = |p: Profile| {
+            r.level_in(p).map_or_else(String::new, |l| {
+                let changed = r.why.is_some() && Some(l) != r.draft;
+                format!("{}{}", l.as_str(), if changed { "¹" } else { "" })
+            })
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.id,
             r.level.as_str(),
+            draft,
+            graded(Profile::Ietf),
+            graded(Profile::Stripe),
             r.text.replace('|', "\\|"),
             status,
             problem,
-            ietf
         ));
+    }
+    out.push_str("\n¹ The profile's level differs from the draft's keyword:\n\n");
+    for r in requirements() {
+        if let Some(why) = &r.why {
+            out.push_str(&format!("- {}: {why}\n", r.id));
+        }
     }
     out
 }

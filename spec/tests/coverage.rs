@@ -165,3 +165,37 @@ fn readme_table_is_current() {
         }
     }
 }
+
+#[test]
+fn profile_levels_follow_the_draft_unless_explained() {
+    use idem_spec::Level;
+    for r in idem_spec::requirements() {
+        let Some(p) = r.profiles else {
+            assert!(r.why.is_none(), "{}: a why without profile levels", r.id);
+            continue;
+        };
+        // The ietf profile uses the draft's keyword, and SHOULD where the draft is silent.
+        let rule = r.draft.unwrap_or(Level::Should);
+        let differs = p.ietf != rule || p.stripe != p.ietf;
+        assert_eq!(
+            differs,
+            r.why.is_some(),
+            "{}: a profile level that departs from the draft's keyword (ietf {:?}, stripe {:?}, draft {:?}) needs a why, and only such a level",
+            r.id,
+            p.ietf,
+            p.stripe,
+            r.draft
+        );
+        // idem is never more lenient than the draft.
+        let rank = |l: Level| match l {
+            Level::Must => 2,
+            Level::Should => 1,
+            Level::May => 0,
+        };
+        assert!(
+            rank(r.level) >= rank(rule),
+            "{}: idem's level is below the draft's",
+            r.id
+        );
+    }
+}

@@ -47,7 +47,7 @@ async function keyStillFresh(key) {
   assert.equal(await count(worker.url), before + 1);
 }
 
-test("oversized keys are refused with 400 malformed-key (IDEM-KEY-1)", async () => {
+test("oversized keys are refused with 400 malformed-key (IDEM-KEY-6)", async () => {
   const bare = "k".repeat(256);
   await refused(() => post(worker.url, { key: bare }), 400, "urn:idem:problem:malformed-key");
   await refused(() => post(worker.url, { key: `"${bare}"` }), 400, "urn:idem:problem:malformed-key");
