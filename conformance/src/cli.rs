@@ -1,13 +1,17 @@
 //! The command line: `run [URL]`, `serve`, `bench`.
 //!
 //! Exit codes of `run`: 0 all required cases passed, 1 a case failed, 2 unsafe behaviour
-//! (a double execution) was seen, 3 usage or connection error. Usage errors of any
-//! subcommand exit with 3.
+//! (a double execution) was seen, 3 usage error (a bad option or value, for any
+//! subcommand), 4 the target could not be reached or judged, or the harness failed.
+//!
+//! Credentials never need to be on the command line: `--header-env NAME=VAR` and
+//! `--header-file FILE` (and their `--second-credential-…` twins) read them from the
+//! environment or a file, and reports redact every credential unless `--show-secrets`.
 
 use crate::bench::{self, BenchConfig};
 use crate::report::{self, Color};
 use crate::server::{Fault, Server, ServerConfig};
-use crate::suite::{self, KeyStyle, Profile, Target};
+use crate::suite::{self, KeyStyle, Profile, Target, EXIT_HARNESS, EXIT_USAGE};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use hyper::header::{HeaderName, HeaderValue};
@@ -16,9 +20,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use url::Url;
-
-/// Exit code for usage and connection errors.
-pub const EXIT_USAGE: u8 = 3;
 
 /// Tests whether an HTTP endpoint honours Idempotency-Key: lost responses, replays,
 /// concurrent duplicates, payload mismatches, key validation, error replay, cross-principal
@@ -64,20 +65,41 @@ struct RunArgs {
     #[arg(long, default_value = "application/json")]
     content_type: String,
     /// An extra header on every request, "Name: value" (repeatable): the credential.
+    /// Redacted in reports.
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     headers: Vec<String>,
+    /// An extra header whose value is read from an environment variable (repeatable), so
+    /// that it appears in no process list or CI log.
+    #[arg(long, value_name = "NAME=VAR")]
+    header_env: Vec<String>,
+    /// Extra headers read from a file of "Name: value" lines (# comments and blank lines
+    /// are skipped).
+    #[arg(long, value_name = "FILE")]
+    header_file: Vec<PathBuf>,
     /// The header of a second principal, "Name: value" (repeatable); it replaces the
-    /// same-named -H header. Enables scope/1.
+    /// same-named -H header. Enables scope/1. Redacted in reports.
     #[arg(long, value_name = "HEADER")]
     second_credential: Vec<String>,
+    /// A second principal's header whose value is read from an environment variable.
+    #[arg(long, value_name = "NAME=VAR")]
+    second_credential_env: Vec<String>,
+    /// A second principal's headers, read from a file of "Name: value" lines.
+    #[arg(long, value_name = "FILE")]
+    second_credential_file: Vec<PathBuf>,
+    /// Show credentials in the reports (by default every header given by the options above,
+    /// and Authorization, Cookie and API-key headers, are redacted).
+    #[arg(long)]
+    show_secrets: bool,
     /// The key header's name.
     #[arg(long, default_value = "Idempotency-Key")]
     key_header: String,
     /// How keys are written.
     #[arg(long, value_enum, default_value_t = KeyStyle::Uuid)]
     key_style: KeyStyle,
-    /// Status-code profile: ietf (400/409/422), stripe (keys optional, 400/409/400), or
-    /// BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400.
+    /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
+    /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
+    /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
+    /// levels.
     #[arg(long, default_value = "ietf")]
     profile: String,
     /// Keys are optional: skip the missing- and empty-key cases.
@@ -86,7 +108,7 @@ struct RunArgs {
     /// The replay marker header, "Name: value", or "none".
     #[arg(long)]
     replay_marker: Option<String>,
-    /// SHOULD-level cases count: a miss is a failure, not non-strict.
+    /// A miss of a SHOULD (under the profile) is a failure, not non-strict.
     #[arg(long)]
     strict: bool,
     /// Run only the cases whose ID starts with PREFIX (repeatable), e.g. concurrent or keys/3.
@@ -155,6 +177,9 @@ struct RunArgs {
     /// harness trusts its CA).
     #[arg(long)]
     tls: bool,
+    /// Embedded server only: accept only UUID keys.
+    #[arg(long)]
+    uuid_keys: bool,
     /// No progress lines.
     #[arg(short, long)]
     quiet: bool,
@@ -194,6 +219,9 @@ struct ServeArgs {
     /// Where --tls writes ca.pem (default: a new directory in the system's temp dir).
     #[arg(long, value_name = "DIR", requires = "tls")]
     tls_dir: Option<PathBuf>,
+    /// Accept only UUID keys.
+    #[arg(long)]
+    uuid_keys: bool,
 }
 
 /// Options of `bench`.
@@ -227,7 +255,7 @@ pub fn main() -> u8 {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
-            return EXIT_USAGE;
+            return EXIT_HARNESS;
         }
     };
     let result = runtime.block_on(async {
@@ -239,10 +267,50 @@ pub fn main() -> u8 {
     });
     match result {
         Ok(code) => code,
-        Err(message) => {
+        Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
             EXIT_USAGE
         }
+        Err(Failure::Harness(message)) => {
+            eprintln!("error: {message}");
+            EXIT_HARNESS
+        }
+    }
+}
+
+/// Why a command stopped early.
+#[derive(Debug)]
+enum Failure {
+    /// A bad option or value: exit 3.
+    Usage(String),
+    /// The target, a server or a file could not be used: exit 4.
+    Harness(String),
+}
+
+impl From<String> for Failure {
+    /// Option checks report their errors as strings.
+    fn from(message: String) -> Failure {
+        Failure::Usage(message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Failure {
+        Failure::Usage(message.to_owned())
+    }
+}
+
+fn harness(message: impl std::fmt::Display) -> Failure {
+    Failure::Harness(message.to_string())
+}
+
+/// Settings the server refuses are the user's to fix; a port it cannot bind is not.
+fn start_error(e: crate::server::StartError) -> Failure {
+    match e {
+        crate::server::StartError::Config(_) | crate::server::StartError::Keys(_) => {
+            Failure::Usage(e.to_string())
+        }
+        crate::server::StartError::Bind(_) => harness(e),
     }
 }
 
@@ -263,6 +331,41 @@ fn header(s: &str) -> Result<(HeaderName, HeaderValue), String> {
     let value = HeaderValue::from_str(value.trim())
         .map_err(|_| format!("invalid header value in {s:?}"))?;
     Ok((name, value))
+}
+
+/// `NAME=VAR`: header NAME with the value of environment variable VAR.
+fn header_env(option: &str, s: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let (name, var) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--{option} {s:?} is not NAME=VAR"))?;
+    let value = std::env::var(var.trim()).map_err(|_| {
+        format!("--{option} {s:?}: environment variable {var} is not set or not UTF-8")
+    })?;
+    header(&format!("{name}: {value}"))
+        .map_err(|_| format!("--{option} {s:?}: the header name or the value of {var} is invalid"))
+}
+
+/// The "Name: value" lines of `path`; `#` comments and blank lines are skipped.
+fn header_file(
+    option: &str,
+    path: &std::path::Path,
+) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--{option} {}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        // The line is not quoted back: it holds a credential.
+        .map(|(i, l)| {
+            header(l).map_err(|_| {
+                format!(
+                    "--{option} {} line {}: not a valid \"Name: value\" header",
+                    path.display(),
+                    i + 1
+                )
+            })
+        })
+        .collect()
 }
 
 fn body(name: &str, s: &str) -> Result<Bytes, String> {
@@ -293,18 +396,34 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
         "none" => None,
         ct => Some(HeaderValue::from_str(ct).map_err(|_| format!("invalid content type {ct:?}"))?),
     };
+    let mut headers = Vec::new();
     for h in &a.headers {
-        let (n, v) = header(h)?;
+        headers.push(header(h)?);
+    }
+    for h in &a.header_env {
+        headers.push(header_env("header-env", h)?);
+    }
+    for f in &a.header_file {
+        headers.extend(header_file("header-file", f)?);
+    }
+    for (n, v) in headers {
         t.headers.retain(|(m, _)| *m != n);
         t.headers.push((n, v));
     }
-    if !a.second_credential.is_empty() {
-        t.second_credential = a
-            .second_credential
-            .iter()
-            .map(|h| header(h))
-            .collect::<Result<_, _>>()?;
+    let mut second = Vec::new();
+    for h in &a.second_credential {
+        second.push(header(h)?);
     }
+    for h in &a.second_credential_env {
+        second.push(header_env("second-credential-env", h)?);
+    }
+    for f in &a.second_credential_file {
+        second.extend(header_file("second-credential-file", f)?);
+    }
+    if !second.is_empty() {
+        t.second_credential = second;
+    }
+    t.show_secrets = a.show_secrets;
     t.key_header = HeaderName::from_bytes(a.key_header.as_bytes())
         .map_err(|_| format!("invalid key header name {:?}", a.key_header))?;
     t.key_style = a.key_style;
@@ -377,23 +496,27 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The cases with their requirement's level under each profile.
 fn list() {
+    use idem_spec::Profile as P;
     println!(
-        "{:<16} {:<7} {:<14} WHAT IT SENDS AND CHECKS",
-        "ID", "LEVEL", "REQUIREMENT"
+        "{:<16} {:<14} {:<7} {:<7} {:<7} WHAT IT SENDS AND CHECKS",
+        "ID", "REQUIREMENT", "IETF", "IDEM", "STRIPE"
     );
     for c in crate::cases::all() {
         println!(
-            "{:<16} {:<7} {:<14} {}",
+            "{:<16} {:<14} {:<7} {:<7} {:<7} {}",
             c.id,
-            c.level().as_str(),
             c.requirement,
+            c.level(P::Ietf).as_str(),
+            c.level(P::Idem).as_str(),
+            c.level(P::Stripe).as_str(),
             c.title
         );
     }
 }
 
-async fn run(a: RunArgs) -> Result<u8, String> {
+async fn run(a: RunArgs) -> Result<u8, Failure> {
     let cases = suite::select(&a.cases)?;
     if a.list {
         list();
@@ -403,32 +526,33 @@ async fn run(a: RunArgs) -> Result<u8, String> {
     let mut server = None;
     let mut target = match &a.url {
         Some(url) => {
-            if a.fault.is_some() || a.delay_ms.is_some() || a.tls {
+            if a.fault.is_some() || a.delay_ms.is_some() || a.tls || a.uuid_keys {
                 return Err(
-                    "--fault, --delay-ms and --tls apply to the embedded server only (give no URL)"
+                    "--fault, --delay-ms, --tls and --uuid-keys apply to the embedded server only (give no URL)"
                         .into(),
                 );
             }
             let url = Url::parse(url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
             if !matches!(url.scheme(), "http" | "https") {
-                return Err(format!(
+                return Err(Failure::Usage(format!(
                     "{url}: only http:// and https:// URLs are supported"
-                ));
+                )));
             }
             Target::new(url)
         }
         None => {
             let mut config = ServerConfig::fast();
             config.fault = a.fault;
+            config.uuid_keys = a.uuid_keys;
             if a.tls {
-                config.tls = Some(crate::tls::Identity::generate()?);
+                config.tls = Some(crate::tls::Identity::generate().map_err(harness)?);
             }
             if let Some(ms) = a.delay_ms {
                 config.delay = Duration::from_millis(ms);
             }
             let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(start_error)?;
             let t = Target::for_reference(&s, &config);
             server = Some(s);
             t
@@ -443,7 +567,7 @@ async fn run(a: RunArgs) -> Result<u8, String> {
         if quiet {
             return;
         }
-        if let suite::Progress::Finished { .. } = p {
+        if let suite::Progress::Finished { .. } | suite::Progress::Waiting { .. } = p {
             eprintln!("{}", report::progress_line(&p, err_color));
         }
     };
@@ -461,21 +585,25 @@ async fn run(a: RunArgs) -> Result<u8, String> {
     }
     let report = suite::run(&target, &cases, embedded, &mut progress)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e {
+            crate::http::HarnessError::Usage(m) => Failure::Usage(m),
+            e => harness(e),
+        })?;
     drop(server);
     print!("{}", report::terminal(&report, color));
     if let Some(path) = &a.json {
         std::fs::write(path, report::json(&report))
-            .map_err(|e| format!("--json {}: {e}", path.display()))?;
+            .map_err(|e| harness(format!("--json {}: {e}", path.display())))?;
     }
     if let Some(path) = &a.junit {
-        let xml = report::junit(&report).map_err(|e| format!("JUnit report: {e}"))?;
-        std::fs::write(path, xml).map_err(|e| format!("--junit {}: {e}", path.display()))?;
+        let xml = report::junit(&report).map_err(|e| harness(format!("JUnit report: {e}")))?;
+        std::fs::write(path, xml)
+            .map_err(|e| harness(format!("--junit {}: {e}", path.display())))?;
     }
     Ok(report.exit_code)
 }
 
-async fn serve(a: ServeArgs) -> Result<u8, String> {
+async fn serve(a: ServeArgs) -> Result<u8, Failure> {
     let mut config = ServerConfig {
         response_ttl: seconds("response-ttl", a.response_ttl)?,
         key_ttl: seconds("key-ttl", a.key_ttl)?,
@@ -488,10 +616,11 @@ async fn serve(a: ServeArgs) -> Result<u8, String> {
         },
         fault: a.fault,
         tls: None,
+        uuid_keys: a.uuid_keys,
     };
     let mut ca_path = None;
     if a.tls {
-        let identity = crate::tls::Identity::generate()?;
+        let identity = crate::tls::Identity::generate().map_err(harness)?;
         let dir = match &a.tls_dir {
             Some(dir) => dir.clone(),
             None => std::env::temp_dir().join(format!(
@@ -500,12 +629,10 @@ async fn serve(a: ServeArgs) -> Result<u8, String> {
                 uuid::Uuid::new_v4().simple()
             )),
         };
-        ca_path = Some(identity.write_ca(&dir)?);
+        ca_path = Some(identity.write_ca(&dir).map_err(harness)?);
         config.tls = Some(identity);
     }
-    let mut server = Server::start(a.listen, config)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut server = Server::start(a.listen, config).await.map_err(start_error)?;
     println!(
         "idem reference server listening on {} (POST /orders, GET /count){}",
         server.base_url(),
@@ -524,7 +651,7 @@ async fn serve(a: ServeArgs) -> Result<u8, String> {
     Ok(0)
 }
 
-async fn bench(a: BenchArgs) -> Result<u8, String> {
+async fn bench(a: BenchArgs) -> Result<u8, Failure> {
     if a.connections == 0 || a.connections > 1024 {
         return Err("--connections must be between 1 and 1024".into());
     }
@@ -539,7 +666,7 @@ async fn bench(a: BenchArgs) -> Result<u8, String> {
         config.duration.as_secs_f64(),
         a.delay_ms
     );
-    for r in bench::run(config).await? {
+    for r in bench::run(config).await.map_err(harness)? {
         println!(
             "{:<11} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} unexpected",
             r.label,

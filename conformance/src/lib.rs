@@ -2,7 +2,8 @@
 //! server it is proven against.
 //!
 //! * [`suite`] runs the [`cases`] against a [`suite::Target`] and produces a
-//!   [`suite::Report`]; [`report`] renders it for a terminal, as JSON and as JUnit XML.
+//!   [`suite::Report`]; [`report`] renders it for a terminal, as JSON and as JUnit XML,
+//!   after [`secrets`] has taken every credential out of it.
 //! * [`server`] is the reference server: idem-core's engine over a `MemoryStore`, behind a
 //!   real HTTP/1.1 server, with deliberate [`server::Fault`]s that the suite must catch.
 //! * [`http`] is the harness's bounded HTTP layer; [`mod@bench`] measures the reference server.
@@ -16,6 +17,7 @@ pub mod cases;
 pub mod cli;
 pub mod http;
 pub mod report;
+pub mod secrets;
 pub mod server;
 pub mod suite;
 pub mod tls;

@@ -2,7 +2,9 @@
 
 use crate::cases::SECTIONS;
 use crate::http::Exchange;
-use crate::suite::{CaseResult, Progress, Report, Verdict};
+use crate::suite::{
+    CaseResult, Progress, Report, Verdict, EXIT_FAIL, EXIT_HARNESS, EXIT_UNSAFE, EXIT_USAGE,
+};
 use quick_xml::events::{BytesDecl, BytesText, Event};
 use quick_xml::Writer;
 use std::fmt::Write as _;
@@ -50,6 +52,12 @@ pub fn progress_line(p: &Progress<'_>, color: Color) -> String {
                 case.id, case.requirement
             )
         }
+        Progress::Waiting { case, wait } => format!(
+            "        {:<16} waiting for {} ({:.0} s left at most)",
+            case.id,
+            wait.what,
+            wait.left.as_secs_f64().ceil()
+        ),
         Progress::Finished {
             index,
             total,
@@ -64,11 +72,18 @@ pub fn progress_line(p: &Progress<'_>, color: Color) -> String {
     }
 }
 
-fn section_title(section: &str) -> &str {
-    SECTIONS
-        .iter()
-        .find(|(s, _)| *s == section)
-        .map_or(section, |(_, t)| t)
+/// What each exit code means.
+pub fn exit_meaning(code: u8) -> &'static str {
+    match code {
+        0 => "all required cases passed",
+        EXIT_FAIL => "a case failed",
+        EXIT_UNSAFE => "UNSAFE: a request was executed more than once",
+        EXIT_USAGE => "usage error: a bad option or value",
+        EXIT_HARNESS => {
+            "the harness could not judge some cases (unreachable, TLS, timeouts, unusable answers)"
+        }
+        _ => "unknown",
+    }
 }
 
 fn exchange_text(out: &mut String, e: &Exchange) {
@@ -136,23 +151,31 @@ pub fn terminal(report: &Report, color: Color) -> String {
     );
     let _ = writeln!(
         out,
-        "profile {} ({}/{}/{}){}",
+        "profile {} (levels of {}, codes {}/{}/{}){}",
         report.profile.name,
+        report.profile.levels.name(),
         report.profile.bad_key,
         report.profile.conflict,
         report.profile.mismatch,
-        if report.strict { ", strict" } else { "" }
+        if report.strict {
+            ", strict: SHOULD misses fail"
+        } else {
+            ""
+        }
     );
-    for (section, _) in SECTIONS {
+    if let Some(tls) = report.tls {
+        let _ = writeln!(out, "TLS: {tls}");
+    }
+    for section in SECTIONS {
         let cases: Vec<&CaseResult> = report
             .cases
             .iter()
-            .filter(|c| c.section == *section)
+            .filter(|c| c.section == section.name)
             .collect();
         if cases.is_empty() {
             continue;
         }
-        let _ = writeln!(out, "\n{}", section_title(section));
+        let _ = writeln!(out, "\n{}", section.title);
         for c in cases {
             let verdict = color.paint(
                 c.verdict,
@@ -161,7 +184,10 @@ pub fn terminal(report: &Report, color: Color) -> String {
             let _ = writeln!(
                 out,
                 "  {verdict} {:<16} {:<6} {:<14} {}",
-                c.id, c.level, c.requirement, c.title
+                c.id,
+                c.level.as_str(),
+                c.requirement,
+                c.title
             );
             case_details(&mut out, c);
         }
@@ -179,13 +205,12 @@ pub fn terminal(report: &Report, color: Color) -> String {
         s.error,
         report.duration_ms / 1000.0
     );
-    let meaning = match report.exit_code {
-        0 => "all required cases passed",
-        1 => "a case failed",
-        2 => "UNSAFE: a request was executed more than once",
-        _ => "the harness could not judge some cases (connection or protocol trouble)",
-    };
-    let _ = writeln!(out, "exit code {}: {meaning}", report.exit_code);
+    let _ = writeln!(
+        out,
+        "exit code {}: {}",
+        report.exit_code,
+        exit_meaning(report.exit_code)
+    );
     out
 }
 
@@ -199,6 +224,7 @@ fn case_details(out: &mut String, c: &CaseResult) {
                     .unwrap_or_default();
                 let _ = writeln!(out, "             confidence {conf}: {why}");
             }
+            missed_lines(out, c, "             ");
             for n in &c.notes {
                 let _ = writeln!(out, "             {n}");
             }
@@ -212,14 +238,28 @@ fn case_details(out: &mut String, c: &CaseResult) {
             let _ = writeln!(
                 out,
                 "      requirement {} ({}): {}",
-                c.requirement, c.level, c.requirement_text
+                c.requirement,
+                c.level.as_str(),
+                c.requirement_text
             );
+            if let Some(m) = c.missed.iter().find(|m| {
+                m.requirement != c.requirement && c.observed.as_deref() == Some(&m.observed)
+            }) {
+                let text = idem_spec::get(&m.requirement).map_or("", |r| r.text.as_str());
+                let _ = writeln!(
+                    out,
+                    "      missed {} ({}): {text}",
+                    m.requirement,
+                    m.level.as_str()
+                );
+            }
             if let Some(e) = &c.expected {
                 let _ = writeln!(out, "      expected: {e}");
             }
             if let Some(o) = &c.observed {
                 let _ = writeln!(out, "      observed: {o}");
             }
+            missed_lines(out, c, "      ");
             if let Some(r) = &c.reason {
                 let _ = writeln!(out, "      harness:  {r}");
             }
@@ -234,6 +274,24 @@ fn case_details(out: &mut String, c: &CaseResult) {
                 exchange_text(out, e);
             }
         }
+    }
+}
+
+/// The misses of a case that did not decide its verdict, with what each means under the
+/// profile (the deciding one is shown as expected/observed).
+fn missed_lines(out: &mut String, c: &CaseResult, indent: &str) {
+    for m in &c.missed {
+        if c.observed.as_deref() == Some(m.observed.as_str()) || m.verdict == Verdict::Pass {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "{indent}also missed {} ({}, {}): {}",
+            m.requirement,
+            m.level.as_str(),
+            m.verdict.name(),
+            m.observed
+        );
     }
 }
 
@@ -267,11 +325,11 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
             ("time", time.as_str()),
         ])
         .write_inner_content(|w| {
-            for (section, _) in SECTIONS {
+            for section in SECTIONS {
                 let cases: Vec<&CaseResult> = report
                     .cases
                     .iter()
-                    .filter(|c| c.section == *section)
+                    .filter(|c| c.section == section.name)
                     .collect();
                 if cases.is_empty() {
                     continue;
@@ -284,7 +342,7 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
                     "{:.3}",
                     cases.iter().map(|c| c.duration_ms).sum::<f64>() / 1000.0
                 );
-                let name = format!("idem-conformance.{section}");
+                let name = format!("idem-conformance.{}", section.name);
                 w.create_element("testsuite")
                     .with_attributes([
                         ("name", name.as_str()),
@@ -317,7 +375,9 @@ fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult) -> std::io::Result<()> {
     ]);
     let mut details = format!(
         "requirement {} ({}): {}\n",
-        c.requirement, c.level, c.requirement_text
+        c.requirement,
+        c.level.as_str(),
+        c.requirement_text
     );
     if let Some(e) = &c.expected {
         let _ = writeln!(details, "expected: {e}");
@@ -328,6 +388,7 @@ fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult) -> std::io::Result<()> {
     if let Some(r) = &c.reason {
         let _ = writeln!(details, "{r}");
     }
+    missed_lines(&mut details, c, "");
     for n in &c.notes {
         let _ = writeln!(details, "note: {n}");
     }

@@ -10,10 +10,12 @@
 //!   `Authorization` value is a principal of its own, and requests without one share the
 //!   principal `anonymous`, which no `Authorization` value can equal. Every run of the
 //!   handler increments an execution counter, sleeps the configured delay, and answers
-//!   `201` with `{"id":"ord_000001","execution":1,"recovered":false}`. The JSON body's
+//!   `201` with `{"id":"ord_000001","execution":1,"recovered":false}`, a `Location`, a
+//!   `Set-Cookie` and an `X-Order-Id` (headers a replay must repeat). The JSON body's
 //!   `"outcome"` member selects other results, so the suite can test error replay:
 //!   `"decline"` gives a deterministic `402` (stored and replayed), `"unavailable"` gives a
-//!   `503` (an unknown outcome: not stored under the default policy), and `"crash"` makes a
+//!   `503` (an unknown outcome: not stored under the default policy), `"busy"` a `429` with
+//!   `Retry-After` (retryable: the key is released), and `"crash"` makes a
 //!   first attempt die without answering or completing (the connection is closed and the key
 //!   stays in flight until its lease ends); a recovering attempt then succeeds.
 //! * `GET /count` returns `{"count":N}`, the number of handler runs: the side-effect oracle.
@@ -93,11 +95,19 @@ pub enum Fault {
     NoTombstone,
     /// Keys are never forgotten: after the key retention the key is still refused.
     NeverExpire,
+    /// The fingerprint covers a value that differs on every request (as a timestamp header
+    /// would): every retry is refused as a payload mismatch (422).
+    VolatileFingerprint,
+    /// Replays leave out the `Location` header; status and body are still replayed.
+    DropLocation,
+    /// An attempt that fails (5xx, 408, 425, 429) leaves its key in flight for good: every
+    /// retry is refused as in progress.
+    NeverRelease,
 }
 
 impl Fault {
     /// Every fault, in a stable order.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 17] = [
         Fault::NoLock,
         Fault::NoFingerprint,
         Fault::NoStore,
@@ -112,6 +122,9 @@ impl Fault {
         Fault::ForgetErrors,
         Fault::NoTombstone,
         Fault::NeverExpire,
+        Fault::VolatileFingerprint,
+        Fault::DropLocation,
+        Fault::NeverRelease,
     ];
 
     /// The name used on the command line.
@@ -131,6 +144,9 @@ impl Fault {
             Fault::ForgetErrors => "forget-errors",
             Fault::NoTombstone => "no-tombstone",
             Fault::NeverExpire => "never-expire",
+            Fault::VolatileFingerprint => "volatile-fingerprint",
+            Fault::DropLocation => "drop-location",
+            Fault::NeverRelease => "never-release",
         }
     }
 }
@@ -160,6 +176,8 @@ pub struct ServerConfig {
     pub fault: Option<Fault>,
     /// Serve HTTPS with this certificate instead of plain HTTP.
     pub tls: Option<crate::tls::Identity>,
+    /// Accept only UUID keys (as many APIs do) instead of any opaque key.
+    pub uuid_keys: bool,
 }
 
 impl Default for ServerConfig {
@@ -175,6 +193,7 @@ impl Default for ServerConfig {
             limits: MemoryStoreLimits::default(),
             fault: None,
             tls: None,
+            uuid_keys: false,
         }
     }
 }
@@ -225,6 +244,8 @@ pub enum StartError {
     Config(idem_core::ConfigError),
     /// The address could not be bound.
     Bind(std::io::Error),
+    /// The key kind cannot be configured.
+    Keys(idem_core::KindConfigError),
 }
 
 impl fmt::Display for StartError {
@@ -232,6 +253,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Config(e) => write!(f, "invalid server settings: {e}"),
             StartError::Bind(e) => write!(f, "cannot listen: {e}"),
+            StartError::Keys(e) => write!(f, "invalid key kind: {e}"),
         }
     }
 }
@@ -280,12 +302,17 @@ impl Server {
     /// tokio runtime.
     pub async fn start(addr: SocketAddr, config: ServerConfig) -> Result<Server, StartError> {
         let engine = Engine::new(config.engine_config()).map_err(StartError::Config)?;
-        let policy = Policy::new(engine)
+        let mut policy = Policy::new(engine)
             .with_fingerprint(FingerprintSpec {
                 max_body: config.max_body,
                 ..FingerprintSpec::default()
             })
             .with_methods(["POST"]);
+        if config.uuid_keys {
+            policy = policy
+                .with_keys(idem_core::KeyKind::Uuid(None))
+                .map_err(StartError::Keys)?;
+        }
         let listener = TcpListener::bind(addr).await.map_err(StartError::Bind)?;
         let addr = listener.local_addr().map_err(StartError::Bind)?;
         let state = Arc::new(State {
@@ -560,6 +587,12 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
     } else {
         &order.body[..]
     };
+    // A volatile fingerprint: the target carries a value no two requests share.
+    let target = if state.fault(Fault::VolatileFingerprint) {
+        format!("{}#{}", order.target, nonce())
+    } else {
+        order.target.clone()
+    };
     let intake = Intake {
         principal: if state.fault(Fault::ReplayAcrossPrincipals) {
             None
@@ -568,7 +601,7 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
         },
         method: "POST",
         route: ORDERS_PATH,
-        target: &order.target,
+        target: &target,
         keys: &keys,
         low_water: None,
         content_type: if state.fault(Fault::NoFingerprint) {
@@ -600,6 +633,10 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
                     // The process "died": nothing is completed, the lease is left to expire.
                     Handled::Crash => return Err(Crashed),
                 };
+                if state.fault(Fault::NeverRelease) && retryable(response.status) {
+                    // The failure is answered, but the claim is never settled.
+                    return Ok(handler_response(&response, &state));
+                }
                 let outcome = if state.fault(Fault::NoStore)
                     || (state.fault(Fault::ForgetErrors) && (400..500).contains(&response.status))
                 {
@@ -628,6 +665,12 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
             }
         }
     }
+}
+
+/// Answers after which a correct server lets the key be used again (or, for 5xx, holds or
+/// re-runs it): what [`Fault::NeverRelease`] leaves in flight.
+fn retryable(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429) || status >= 500
 }
 
 /// Runs the request's store steps under the store's lock, held only for this synchronous
@@ -663,8 +706,8 @@ impl Store for Faulty<'_> {
             (Some(Fault::NoLock), Some(r)) if matches!(r.state, RecordState::InFlight { .. }) => {
                 None
             }
-            // Lost lease: a lease, once taken, never ends.
-            (Some(Fault::LostLease), Some(r))
+            // Lost lease (or never released): a lease, once taken, never ends.
+            (Some(Fault::LostLease | Fault::NeverRelease), Some(r))
                 if matches!(r.state, RecordState::InFlight { .. }) =>
             {
                 let mut r = r.clone();
@@ -722,7 +765,7 @@ async fn run_handler(state: &State, body: &[u8], recovered: bool) -> Handled {
     let outcome = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get("outcome").and_then(|o| o.as_str()).map(str::to_owned));
-    let json = |status: u16, body: serde_json::Value, extra: Option<(String, String)>| {
+    let json = |status: u16, body: serde_json::Value, extra: Vec<(String, String)>| {
         let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
         headers.extend(extra);
         Handled::Response(StoredResponse {
@@ -735,12 +778,17 @@ async fn run_handler(state: &State, body: &[u8], recovered: bool) -> Handled {
         Some("decline") => json(
             402,
             serde_json::json!({ "error": "card_declined", "execution": n }),
-            None,
+            Vec::new(),
         ),
         Some("unavailable") => json(
             503,
             serde_json::json!({ "error": "unavailable", "execution": n }),
-            None,
+            Vec::new(),
+        ),
+        Some("busy") => json(
+            429,
+            serde_json::json!({ "error": "busy", "execution": n }),
+            vec![("retry-after".to_owned(), "1".to_owned())],
         ),
         Some("crash") if !recovered => Handled::Crash,
         _ => {
@@ -748,7 +796,14 @@ async fn run_handler(state: &State, body: &[u8], recovered: bool) -> Handled {
             json(
                 201,
                 serde_json::json!({ "id": id, "execution": n, "recovered": recovered }),
-                Some(("location".to_owned(), format!("{ORDERS_PATH}/{id}"))),
+                vec![
+                    ("location".to_owned(), format!("{ORDERS_PATH}/{id}")),
+                    (
+                        "set-cookie".to_owned(),
+                        format!("last_order={id}; Path=/; HttpOnly"),
+                    ),
+                    ("x-order-id".to_owned(), id.clone()),
+                ],
             )
         }
     }
@@ -772,10 +827,13 @@ fn build<'h>(
     body: &[u8],
     state: &State,
 ) -> Response<Full<Bytes>> {
+    let headers: Vec<(&str, &str)> = headers.collect();
+    let replay = headers.iter().any(|(n, _)| *n == REPLAYED_HEADER);
     let mut builder = Response::builder().status(status);
     for (name, value) in headers {
         let dropped = (state.fault(Fault::NoMarker) && name == REPLAYED_HEADER)
-            || (state.fault(Fault::NoRetryAfter) && status == 409 && name == "retry-after");
+            || (state.fault(Fault::NoRetryAfter) && status == 409 && name == "retry-after")
+            || (state.fault(Fault::DropLocation) && replay && name == "location");
         if !dropped {
             builder = builder.header(name, value);
         }

@@ -1,13 +1,14 @@
 //! What the suite runs against ([`Target`], [`Profile`]), what it concludes ([`Verdict`],
 //! [`CaseResult`], [`Report`]) and the runner ([`run`]).
 
-use crate::cases::{self, Case, Check, Ctx};
+use crate::cases::{self, Case, Check, Ctx, Miss, Waiting};
 use crate::http::{Exchange, HarnessError, Http, Log};
 use crate::server::{Fault, Server, ServerConfig, COUNT_PATH, ORDERS_PATH};
 use crate::tls::Trust;
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Method;
+use idem_spec::Level;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use url::Url;
@@ -28,11 +29,15 @@ pub enum KeyStyle {
     Bare,
 }
 
-/// The status codes (and replay marker) a server is expected to use.
+/// How a server is graded: the level of each requirement, and the status codes (and replay
+/// marker) it is expected to use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Profile {
-    /// `ietf`, `stripe`, or the codes as given.
+    /// `ietf`, `idem`, `stripe`, or the codes as given.
     pub name: String,
+    /// Whose levels grade the requirements: a miss of a MUST fails, of a SHOULD is
+    /// non-strict, of a MAY is an accepted outcome.
+    pub levels: idem_spec::Profile,
     /// Whether requests without a key must be refused.
     pub keys_required: bool,
     /// Status for a missing, empty, oversized or malformed key.
@@ -46,11 +51,12 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// IETF draft-07 codes (400/409/422), keys required, `Idempotent-Replayed: true` on
-    /// replays (a SHOULD of the idem spec).
+    /// draft-07's levels and codes (400/409/422), keys required, `Idempotent-Replayed:
+    /// true` on replays (a SHOULD of the idem spec).
     pub fn ietf() -> Profile {
         Profile {
             name: "ietf".into(),
+            levels: idem_spec::Profile::Ietf,
             keys_required: true,
             bad_key: 400,
             conflict: 409,
@@ -59,11 +65,23 @@ impl Profile {
         }
     }
 
+    /// idem's own levels, stricter than the draft (the 255-character limit, visible ASCII,
+    /// one key line, `Retry-After`, headers replayed byte for byte, 5xx never replayed),
+    /// with the IETF codes.
+    pub fn idem() -> Profile {
+        Profile {
+            name: "idem".into(),
+            levels: idem_spec::Profile::Idem,
+            ..Profile::ietf()
+        }
+    }
+
     /// Stripe's behaviour: keys optional, 400 for bad keys and for a changed payload, 409
-    /// while in progress, `Idempotent-Replayed: true` on replays.
+    /// while in progress, `Idempotent-Replayed: true` on replays, stored 5xx accepted.
     pub fn stripe() -> Profile {
         Profile {
             name: "stripe".into(),
+            levels: idem_spec::Profile::Stripe,
             keys_required: false,
             bad_key: 400,
             conflict: 409,
@@ -72,11 +90,12 @@ impl Profile {
         }
     }
 
-    /// `ietf`, `stripe`, or three codes `BAD_KEY/CONFLICT/MISMATCH` (for example
-    /// `400/409/400`) on top of the IETF profile.
+    /// `ietf`, `idem`, `stripe`, or three codes `BAD_KEY/CONFLICT/MISMATCH` (for example
+    /// `400/409/400`) on top of the IETF profile and its levels.
     pub fn parse(s: &str) -> Result<Profile, String> {
         match s {
             "ietf" => return Ok(Profile::ietf()),
+            "idem" => return Ok(Profile::idem()),
             "stripe" => return Ok(Profile::stripe()),
             _ => {}
         }
@@ -104,7 +123,7 @@ impl Profile {
 }
 
 fn profile_error(s: &str) -> String {
-    format!("unknown profile {s:?}: use ietf, stripe, or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/422")
+    format!("unknown profile {s:?}: use ietf, idem, stripe, or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/422")
 }
 
 /// Everything the suite needs to know about the endpoint under test.
@@ -131,7 +150,7 @@ pub struct Target {
     pub key_style: KeyStyle,
     /// Expected status codes.
     pub profile: Profile,
-    /// Whether SHOULD-level cases count.
+    /// Whether misses of SHOULD-level requirements count as failures.
     pub strict: bool,
     /// Deadline of each request.
     pub timeout: Duration,
@@ -161,6 +180,9 @@ pub struct Target {
     pub crash_body: Option<Bytes>,
     /// A body that differs from `body`; derived from it when absent.
     pub mismatch_body: Option<Bytes>,
+    /// Whether reports show credentials (by default they are redacted: see
+    /// [`crate::secrets`]).
+    pub show_secrets: bool,
 }
 
 impl Target {
@@ -192,6 +214,7 @@ impl Target {
             fail_body: None,
             crash_body: None,
             mismatch_body: None,
+            show_secrets: false,
         }
     }
 
@@ -229,6 +252,12 @@ impl Target {
         target.decline_body = Some(with_outcome("decline"));
         target.fail_body = Some(with_outcome("unavailable"));
         target.crash_body = Some(with_outcome("crash"));
+        // Quoted keys, as the draft writes them; a UUID-only server takes bare UUIDs.
+        target.key_style = if config.uuid_keys {
+            KeyStyle::Uuid
+        } else {
+            KeyStyle::SfString
+        };
         target
     }
 }
@@ -249,6 +278,31 @@ pub enum Verdict {
     Skip,
     /// The harness could not tell: unreachable, timeout, unexpected protocol.
     Error,
+}
+
+impl Verdict {
+    /// How bad it is, for picking the worst of several: unsafe, fail, error, non-strict,
+    /// pass, skip.
+    fn rank(self) -> u8 {
+        match self {
+            Verdict::Skip => 0,
+            Verdict::Pass => 1,
+            Verdict::NonStrict => 2,
+            Verdict::Error => 3,
+            Verdict::Fail => 4,
+            Verdict::Unsafe => 5,
+        }
+    }
+
+    /// The verdict for a missed requirement of `level`.
+    pub fn for_miss(level: Level, strict: bool) -> Verdict {
+        match level {
+            Level::Must => Verdict::Fail,
+            Level::Should if strict => Verdict::Fail,
+            Level::Should => Verdict::NonStrict,
+            Level::May => Verdict::Pass,
+        }
+    }
 }
 
 impl Verdict {
@@ -277,6 +331,21 @@ pub enum Confidence {
     Low,
 }
 
+/// A requirement a case found missed, and what that means under the profile.
+#[derive(Clone, Debug, Serialize)]
+pub struct Missed {
+    /// The requirement ID.
+    pub requirement: String,
+    /// Its level under the profile.
+    pub level: Level,
+    /// What the miss alone makes of the case.
+    pub verdict: Verdict,
+    /// What the requirement expects.
+    pub expected: String,
+    /// What the server did.
+    pub observed: String,
+}
+
 /// One case's result.
 #[derive(Clone, Debug, Serialize)]
 pub struct CaseResult {
@@ -284,8 +353,8 @@ pub struct CaseResult {
     pub id: String,
     /// Its section (the ID up to the slash).
     pub section: String,
-    /// `MUST` or `SHOULD`, from the requirement.
-    pub level: String,
+    /// The requirement's level under the profile.
+    pub level: Level,
     /// The requirement ID (`IDEM-CONC-1`).
     pub requirement: String,
     /// The requirement sentence, from `spec/requirements.toml`.
@@ -296,12 +365,14 @@ pub struct CaseResult {
     pub verdict: Verdict,
     /// For passes: how sure, and why.
     pub confidence: Option<Confidence>,
-    /// Why (passes: the evidence; skips and errors: the reason).
+    /// Why (passes: the outcome seen and the evidence; skips and errors: the reason).
     pub reason: Option<String>,
-    /// For failures: what the requirement expects.
+    /// For failures: what the requirement that decided the verdict expects.
     pub expected: Option<String>,
     /// For failures: what the server did.
     pub observed: Option<String>,
+    /// Every requirement the case found missed, including those the profile accepts.
+    pub missed: Vec<Missed>,
     /// Measurements and remarks.
     pub notes: Vec<String>,
     /// Wall time of the case.
@@ -343,8 +414,10 @@ pub struct Report {
     pub fault: Option<Fault>,
     /// The profile used.
     pub profile: Profile,
-    /// Whether SHOULD-level cases counted.
+    /// Whether SHOULD-level misses counted as failures.
     pub strict: bool,
+    /// For an `https://` target: which certificates were trusted.
+    pub tls: Option<&'static str>,
     /// Wall time of the run.
     pub duration_ms: f64,
     /// Verdict counts.
@@ -356,16 +429,17 @@ pub struct Report {
 }
 
 impl Report {
-    /// The exit code: 2 if anything was unsafe, else 1 if a case failed, else 3 if the
-    /// harness could not judge a case (connection or protocol trouble), else 0.
+    /// The exit code: [`EXIT_UNSAFE`] if anything was unsafe, else [`EXIT_FAIL`] if a
+    /// case failed, else [`EXIT_HARNESS`] if the harness could not judge a case (connection
+    /// or protocol trouble), else 0.
     pub fn compute_exit_code(cases: &[CaseResult]) -> u8 {
         let has = |v: Verdict| cases.iter().any(|c| c.verdict == v);
         if has(Verdict::Unsafe) {
-            2
+            EXIT_UNSAFE
         } else if has(Verdict::Fail) {
-            1
+            EXIT_FAIL
         } else if has(Verdict::Error) {
-            3
+            EXIT_HARNESS
         } else {
             0
         }
@@ -376,6 +450,16 @@ impl Report {
         self.cases.iter().find(|c| c.id == id)
     }
 }
+
+/// Exit code: a case failed.
+pub const EXIT_FAIL: u8 = 1;
+/// Exit code: a request executed more often than once.
+pub const EXIT_UNSAFE: u8 = 2;
+/// Exit code: the command line or an option's value is wrong.
+pub const EXIT_USAGE: u8 = 3;
+/// Exit code: the target could not be reached or judged (connection, TLS, timeout,
+/// unusable answers), or the harness itself failed.
+pub const EXIT_HARNESS: u8 = 4;
 
 /// Progress events, for a live terminal display.
 #[derive(Debug)]
@@ -388,6 +472,14 @@ pub enum Progress<'a> {
         total: usize,
         /// The case.
         case: &'a Case,
+    },
+    /// The running case waits, for longer than a second: announced when it has lasted a
+    /// second, then every few seconds.
+    Waiting {
+        /// The case.
+        case: &'a Case,
+        /// What it waits for, and how long is left at most.
+        wait: &'a Waiting,
     },
     /// It finished.
     Finished {
@@ -404,7 +496,7 @@ pub enum Progress<'a> {
 pub fn select(prefixes: &[String]) -> Result<Vec<&'static Case>, String> {
     let all = cases::all();
     if prefixes.is_empty() {
-        return Ok(all.iter().collect());
+        return Ok(all.to_vec());
     }
     for p in prefixes {
         if !all.iter().any(|c| c.id.starts_with(p.as_str())) {
@@ -414,6 +506,7 @@ pub fn select(prefixes: &[String]) -> Result<Vec<&'static Case>, String> {
     Ok(all
         .iter()
         .filter(|c| prefixes.iter().any(|p| c.id.starts_with(p.as_str())))
+        .copied()
         .collect())
 }
 
@@ -432,7 +525,8 @@ pub fn client(target: &Target) -> Result<Http, HarnessError> {
 }
 
 /// Runs `cases` against `target`, one after the other (the count oracle is global, so
-/// cases never overlap), reporting progress as it goes.
+/// cases never overlap), reporting progress as it goes. The report carries no credential
+/// unless `target.show_secrets`.
 pub async fn run(
     target: &Target,
     cases: &[&'static Case],
@@ -449,7 +543,7 @@ pub async fn run(
             total,
             case,
         });
-        let result = run_case(target, &http, case).await;
+        let result = run_case(target, &http, case, progress).await;
         progress(Progress::Finished {
             index: i + 1,
             total,
@@ -468,7 +562,7 @@ pub async fn run(
             Verdict::Error => summary.error += 1,
         }
     }
-    Ok(Report {
+    let mut report = Report {
         tool: "idem-conformance",
         version: env!("CARGO_PKG_VERSION"),
         target: target.url.to_string(),
@@ -476,21 +570,52 @@ pub async fn run(
         fault: embedded.flatten(),
         profile: target.profile.clone(),
         strict: target.strict,
+        tls: (target.url.scheme() == "https").then(|| target.trust.describe()),
         duration_ms: crate::http::ms(started.elapsed()),
         summary,
         exit_code: Report::compute_exit_code(&results),
         cases: results,
-    })
+    };
+    if !target.show_secrets {
+        crate::secrets::Redactor::for_target(target).report(&mut report);
+    }
+    Ok(report)
 }
 
-async fn run_case(target: &Target, http: &Http, case: &'static Case) -> CaseResult {
-    let ctx = Ctx::new(target, http, Log::new());
-    let outcome = case.run(&ctx).await;
-    let level = case.level();
+async fn run_case(
+    target: &Target,
+    http: &Http,
+    case: &'static Case,
+    progress: &mut (dyn FnMut(Progress<'_>) + Send),
+) -> CaseResult {
+    let (tx, mut waits) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = Ctx::new(target, http, Log::new(), Some(tx));
+    let outcome = {
+        let running = case.run(&ctx);
+        tokio::pin!(running);
+        loop {
+            tokio::select! {
+                outcome = &mut running => break outcome,
+                Some(wait) = waits.recv() => progress(Progress::Waiting { case, wait: &wait }),
+            }
+        }
+    };
+    grade(target, case, &ctx, outcome)
+}
+
+/// The verdict of a case: the worst of its end and of every miss it recorded, each miss
+/// graded by its requirement's level under the profile.
+fn grade(
+    target: &Target,
+    case: &'static Case,
+    ctx: &Ctx<'_>,
+    outcome: Result<Check, HarnessError>,
+) -> CaseResult {
+    let profile = target.profile.levels;
     let mut result = CaseResult {
         id: case.id.to_owned(),
         section: case.section().to_owned(),
-        level: level.as_str().to_owned(),
+        level: case.level(profile),
         requirement: case.requirement.to_owned(),
         requirement_text: case.requirement_text().to_owned(),
         title: case.title.to_owned(),
@@ -499,24 +624,18 @@ async fn run_case(target: &Target, http: &Http, case: &'static Case) -> CaseResu
         reason: None,
         expected: None,
         observed: None,
+        missed: Vec::new(),
         notes: Vec::new(),
         duration_ms: crate::http::ms(ctx.log.elapsed()),
         exchanges: Vec::new(),
     };
+    let mut misses = ctx.take_misses();
     match outcome {
         Ok(Check::Pass(confidence, why)) => {
             result.confidence = Some(confidence);
             result.reason = Some(why);
         }
-        Ok(Check::Fail { expected, observed }) => {
-            result.verdict = if level == idem_spec::Level::Must || target.strict {
-                Verdict::Fail
-            } else {
-                Verdict::NonStrict
-            };
-            result.expected = Some(expected);
-            result.observed = Some(observed);
-        }
+        Ok(Check::Miss(m)) => misses.push(m),
         Ok(Check::Unsafe { expected, observed }) => {
             result.verdict = Verdict::Unsafe;
             result.expected = Some(expected);
@@ -530,6 +649,45 @@ async fn run_case(target: &Target, http: &Http, case: &'static Case) -> CaseResu
             result.verdict = Verdict::Error;
             result.reason = Some(e.to_string());
         }
+    }
+    let mut accepted = Vec::new();
+    for Miss {
+        requirement,
+        expected,
+        observed,
+    } in misses
+    {
+        let requirement = requirement.unwrap_or(case.requirement);
+        let level = cases::level(requirement, profile);
+        let verdict = Verdict::for_miss(level, target.strict);
+        if verdict == Verdict::Pass {
+            accepted.push(format!(
+                "accepted under the {} profile ({requirement} is {}): {observed}",
+                target.profile.name,
+                level.as_str()
+            ));
+        } else if verdict.rank() > result.verdict.rank() {
+            result.verdict = verdict;
+            result.expected = Some(expected.clone());
+            result.observed = Some(observed.clone());
+        }
+        result.missed.push(Missed {
+            requirement: requirement.to_owned(),
+            level,
+            verdict,
+            expected,
+            observed,
+        });
+    }
+    if !accepted.is_empty() && result.verdict == Verdict::Pass {
+        let seen = result.reason.take();
+        result.reason = Some(
+            accepted
+                .into_iter()
+                .chain(seen)
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
     }
     result.notes = ctx.take_notes();
     result.exchanges = ctx.log.take();
@@ -583,7 +741,7 @@ mod tests {
         let case = |v: Verdict| CaseResult {
             id: "x/1".into(),
             section: "x".into(),
-            level: "MUST".into(),
+            level: Level::Must,
             requirement: "IDEM-EXEC-1".into(),
             requirement_text: String::new(),
             title: String::new(),
@@ -592,6 +750,7 @@ mod tests {
             reason: None,
             expected: None,
             observed: None,
+            missed: Vec::new(),
             notes: Vec::new(),
             duration_ms: 0.0,
             exchanges: Vec::new(),
@@ -600,8 +759,124 @@ mod tests {
             Report::compute_exit_code(&vs.iter().map(|v| case(*v)).collect::<Vec<_>>())
         };
         assert_eq!(code(&[Verdict::Pass, Verdict::Skip, Verdict::NonStrict]), 0);
-        assert_eq!(code(&[Verdict::Pass, Verdict::Error]), 3);
+        assert_eq!(code(&[Verdict::Pass, Verdict::Error]), EXIT_HARNESS);
         assert_eq!(code(&[Verdict::Error, Verdict::Fail]), 1);
         assert_eq!(code(&[Verdict::Fail, Verdict::Unsafe, Verdict::Error]), 2);
+    }
+
+    /// Grades `outcome` of case `id` (with `soft` misses recorded on the way) under
+    /// `profile`.
+    fn graded(
+        id: &str,
+        profile: Profile,
+        strict: bool,
+        soft: &[&'static str],
+        outcome: Result<Check, HarnessError>,
+    ) -> CaseResult {
+        let mut target = Target::new(Url::parse("http://127.0.0.1:1/").expect("url"));
+        target.profile = profile;
+        target.strict = strict;
+        let http = client(&target).expect("client");
+        let ctx = Ctx::new(&target, &http, Log::new(), None);
+        for r in soft {
+            ctx.miss(r, "expected", format!("soft miss of {r}"));
+        }
+        let case = cases::all()
+            .iter()
+            .find(|c| c.id == id)
+            .expect("case exists");
+        grade(&target, case, &ctx, outcome)
+    }
+
+    fn own_miss() -> Result<Check, HarnessError> {
+        Ok(cases::fail("a 5xx is not stored", "the 500 was replayed"))
+    }
+
+    #[test]
+    fn a_miss_is_graded_by_its_level_under_the_profile() {
+        // errors/2 cites IDEM-OUT-4: MAY under ietf and stripe, MUST under idem.
+        for p in [Profile::ietf(), Profile::stripe()] {
+            let r = graded("errors/2", p.clone(), true, &[], own_miss());
+            assert_eq!(r.verdict, Verdict::Pass, "{}", p.name);
+            let reason = r.reason.expect("the accepted outcome is named");
+            assert!(
+                reason.contains("accepted under the")
+                    && reason.contains("IDEM-OUT-4 is MAY")
+                    && reason.contains("the 500 was replayed"),
+                "{reason}"
+            );
+            assert_eq!(r.missed.len(), 1);
+        }
+        let r = graded("errors/2", Profile::idem(), false, &[], own_miss());
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(r.observed.as_deref(), Some("the 500 was replayed"));
+        assert_eq!(r.level, Level::Must);
+    }
+
+    #[test]
+    fn a_should_miss_is_non_strict_unless_strict_and_the_worst_miss_decides() {
+        // concurrent/2 cites IDEM-CONC-3 (Retry-After): SHOULD under ietf, MUST under idem.
+        let pass = || Ok(Check::Pass(Confidence::High, "ok".into()));
+        let r = graded(
+            "concurrent/2",
+            Profile::ietf(),
+            false,
+            &["IDEM-CONC-3"],
+            pass(),
+        );
+        assert_eq!(r.verdict, Verdict::NonStrict);
+        let r = graded(
+            "concurrent/2",
+            Profile::ietf(),
+            true,
+            &["IDEM-CONC-3"],
+            pass(),
+        );
+        assert_eq!(r.verdict, Verdict::Fail);
+        let r = graded(
+            "concurrent/2",
+            Profile::idem(),
+            false,
+            &["IDEM-CONC-3"],
+            pass(),
+        );
+        assert_eq!(r.verdict, Verdict::Fail);
+        // A SHOULD miss of the status code does not hide a MUST miss recorded with it.
+        let r = graded(
+            "replay/1",
+            Profile::ietf(),
+            false,
+            &["IDEM-HTTP-1"],
+            Ok(cases::fail("the same body", "another body")),
+        );
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(r.observed.as_deref(), Some("another body"));
+        assert_eq!(r.missed.len(), 2);
+        // Unsafe stays unsafe whatever else was missed; a harness error stays an error
+        // unless a miss is a failure.
+        let r = graded(
+            "replay/1",
+            Profile::ietf(),
+            false,
+            &["IDEM-HTTP-1"],
+            Ok(cases::unsafe_("once", "twice")),
+        );
+        assert_eq!(r.verdict, Verdict::Unsafe);
+        let err = || Err(HarnessError::Timeout("x".into()));
+        assert_eq!(
+            graded("replay/1", Profile::ietf(), false, &["IDEM-HTTP-1"], err()).verdict,
+            Verdict::Error
+        );
+        assert_eq!(
+            graded(
+                "replay/1",
+                Profile::ietf(),
+                false,
+                &["IDEM-REPLAY-1"],
+                err()
+            )
+            .verdict,
+            Verdict::Fail
+        );
     }
 }

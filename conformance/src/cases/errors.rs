@@ -1,14 +1,34 @@
 //! Error responses: which are stored and replayed, which release the key.
 
-use super::{fail, runs, unsafe_, Check, Ctx};
+use super::{fail, miss, problem_type, runs, unsafe_, Case, Check, Ctx};
 use crate::http::{HarnessError, Resp};
 use crate::suite::Confidence;
 
-fn retryable(status: u16) -> bool {
-    matches!(status, 408 | 425 | 429) || (500..600).contains(&status)
+pub(super) const CASES: &[Case] = &[
+    Case {
+        id: "errors/1",
+        requirement: "IDEM-REPLAY-3",
+        title: "a deterministic 4xx (--decline-body) is stored: the retry replays it without executing",
+        run: |ctx| Box::pin(decline_replayed(ctx)),
+    },
+    Case {
+        id: "errors/2",
+        requirement: "IDEM-OUT-4",
+        title: "a retryable failure (--fail-body, 5xx/408/425/429): the retry runs again, or (5xx) is held as outcome-unknown; a replayed 5xx is accepted where the profile allows it",
+        run: |ctx| Box::pin(failure_not_stored(ctx)),
+    },
+];
+
+/// Answers after which the handler did nothing: the key must be released (`IDEM-OUT-2`).
+fn released(status: u16) -> bool {
+    matches!(status, 408 | 425 | 429)
 }
 
-pub(super) async fn decline_replayed(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+fn retryable(status: u16) -> bool {
+    released(status) || (500..600).contains(&status)
+}
+
+async fn decline_replayed<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let Some(body) = ctx.t.decline_body.clone() else {
         return Ok(Check::Skip(
             "needs --decline-body: a request the server refuses with a deterministic 4xx".into(),
@@ -56,7 +76,31 @@ pub(super) async fn decline_replayed(ctx: &Ctx<'_>) -> Result<Check, HarnessErro
     })
 }
 
-pub(super) async fn failure_not_stored(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+/// A failure was stored and replayed: for 408/425/429 a miss of `IDEM-OUT-2` (the key must
+/// be released), for a 5xx a miss of the case's own requirement, which the profile grades.
+fn replayed_failure(first: &Resp, second: &Resp, how: &str) -> Check {
+    if released(first.status) {
+        miss(
+            "IDEM-OUT-2",
+            format!(
+                "a {} releases the key: the retry executes as new",
+                first.status
+            ),
+            format!("the retry got {} {how}", second.summary()),
+        )
+    } else {
+        fail(
+            "a 5xx is not stored: the retry runs again or is held as outcome-unknown",
+            format!(
+                "the {} was stored: the retry got {} {how}",
+                first.status,
+                second.summary()
+            ),
+        )
+    }
+}
+
+async fn failure_not_stored<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let Some(body) = ctx.t.fail_body.clone() else {
         return Ok(Check::Skip(
             "needs --fail-body: a request the server fails with a 5xx, 408, 425 or 429".into(),
@@ -72,37 +116,84 @@ pub(super) async fn failure_not_stored(ctx: &Ctx<'_>) -> Result<Check, HarnessEr
         )));
     }
     let middle = ctx.count().await?;
-    let second: Resp = ctx.post("retry", &key, &body).await?;
-    let after = ctx.count().await?;
-    if ctx.marked(&second) {
-        return Ok(fail(
-            "the failure is not stored: the retry runs again",
+    let mut second: Resp = ctx.post("retry", &key, &body).await?;
+    let unknown = super::spec("IDEM-OUT-3").problem.as_deref();
+    let held = |r: &Resp| {
+        (500..600).contains(&first.status)
+            && r.status == ctx.t.profile.conflict
+            && problem_type(r).as_deref() == unknown
+    };
+    if held(&second) {
+        return Ok(Check::Pass(
+            Confidence::Medium,
             format!(
-                "the retry is a marked replay of the failure: {}",
-                second.summary()
+                "the outcome of the {} is held: the retry was refused with {} and the outcome-unknown problem type",
+                first.status, second.status
             ),
         ));
     }
     if second.status == ctx.t.profile.conflict {
-        return Ok(Check::Pass(
-            Confidence::Medium,
-            format!(
-                "the retry was refused with {} (the outcome is held), not answered with the stored failure",
-                second.status
-            ),
-        ));
+        // The attempt has answered; a server may still be releasing its key. Give it the
+        // settle window before calling the key stuck.
+        second = ctx.settle("retry (polled)", &key, &body).await?;
+        if held(&second) {
+            return Ok(Check::Pass(
+                Confidence::Medium,
+                format!(
+                    "the outcome of the {} is held with the outcome-unknown problem type",
+                    first.status
+                ),
+            ));
+        }
+        if second.status == ctx.t.profile.conflict {
+            let observed = format!(
+                "the retry is still refused as in progress after the attempt answered {}: {}",
+                first.status,
+                second.summary()
+            );
+            return Ok(if released(first.status) {
+                miss(
+                    "IDEM-OUT-2",
+                    format!(
+                        "a {} releases the key: the retry executes as new",
+                        first.status
+                    ),
+                    observed,
+                )
+            } else {
+                miss(
+                    "IDEM-OUT-6",
+                    "a retry after a failed attempt is never refused as in progress: it runs again, gets the stored answer, or is held with the outcome-unknown type",
+                    observed,
+                )
+            });
+        }
+    }
+    let after = ctx.count().await?;
+    if ctx.marked(&second) {
+        return Ok(replayed_failure(&first, &second, "marked as a replay"));
     }
     match (runs(before, middle), runs(middle, after)) {
-        (Some(_), Some(0)) => Ok(fail(
-            "the failure is not stored: the retry runs again",
+        (Some(_), Some(0)) if first.same_answer(&second) => Ok(replayed_failure(
+            &first,
+            &second,
+            "without executing: the failure was replayed",
+        )),
+        (Some(_), Some(0)) => Ok(miss(
+            "IDEM-OUT-6",
+            "the retry runs again, gets the stored answer, or is held with the outcome-unknown type",
             format!(
-                "the retry got {} without executing: the failure was replayed",
-                second.summary()
+                "the retry got {} without executing: neither the stored failure ({}) nor a new attempt",
+                second.summary(),
+                first.status
             ),
         )),
         (Some(_), Some(_)) => Ok(Check::Pass(
             Confidence::High,
-            "the count oracle saw the retry execute again".into(),
+            format!(
+                "the count oracle saw the retry execute again; it got {}",
+                second.status
+            ),
         )),
         _ if first.same_answer(&second) => Ok(Check::Pass(
             Confidence::Low,
@@ -110,7 +201,10 @@ pub(super) async fn failure_not_stored(ctx: &Ctx<'_>) -> Result<Check, HarnessEr
         )),
         _ => Ok(Check::Pass(
             Confidence::Medium,
-            format!("the retry got a different answer ({}), not the stored failure", second.status),
+            format!(
+                "the retry got a different answer ({}), not the stored failure",
+                second.status
+            ),
         )),
     }
 }

@@ -1,16 +1,37 @@
 //! Expiry (opt-in): what a key means before and after the server's retention times.
 
-use super::{fail, require_success, runs, unsafe_, Check, Ctx};
+use super::{fail, require_success, runs, unsafe_, Case, Check, Ctx, Who};
 use crate::http::HarnessError;
 use crate::suite::Confidence;
 use std::time::Duration;
+
+pub(super) const CASES: &[Case] = &[
+    Case {
+        id: "expiry/1",
+        requirement: "IDEM-TTL-1",
+        title: "(opt-in: --response-ttl) halfway through the response retention the response still replays",
+        run: |ctx| Box::pin(before_response_ttl(ctx)),
+    },
+    Case {
+        id: "expiry/2",
+        requirement: "IDEM-TTL-3",
+        title: "(opt-in: --response-ttl, --key-ttl) after the response retention, before the key retention: refused, not executed",
+        run: |ctx| Box::pin(after_response_ttl(ctx)),
+    },
+    Case {
+        id: "expiry/3",
+        requirement: "IDEM-TTL-2",
+        title: "(opt-in: --key-ttl) after the key retention the key is new again: it executes",
+        run: |ctx| Box::pin(after_key_ttl(ctx)),
+    },
+];
 
 /// How long past a deadline the harness waits before it checks it.
 fn margin(ttl: Duration) -> Duration {
     Duration::from_millis(300) + ttl / 20
 }
 
-pub(super) async fn before_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+async fn before_response_ttl<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let Some(ttl) = ctx.t.response_ttl else {
         return Ok(Check::Skip(
             "opt-in: needs --response-ttl (or --ttl)".into(),
@@ -21,7 +42,8 @@ pub(super) async fn before_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessE
     let before = ctx.count().await?;
     let first = ctx.post("original", &key, &body).await?;
     require_success(&first, "the original request")?;
-    tokio::time::sleep(ttl / 2).await;
+    ctx.sleep("half the response retention (--response-ttl)", ttl / 2)
+        .await;
     let second = ctx
         .post("repeat at half the retention", &key, &body)
         .await?;
@@ -34,6 +56,21 @@ pub(super) async fn before_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessE
                 (ttl / 2).as_secs_f64()
             ),
         ));
+    }
+    if !second.is_success() {
+        return ctx
+            .wrong_answer(
+                "IDEM-TTL-1",
+                format!("replayed for the advertised {:.1} s", ttl.as_secs_f64()),
+                format!(
+                    "after {:.1} s the repeat was answered {}",
+                    (ttl / 2).as_secs_f64(),
+                    second.summary()
+                ),
+                Who::A,
+                &body,
+            )
+            .await;
     }
     if !second.same_answer(&first) {
         return Ok(fail(
@@ -55,7 +92,7 @@ pub(super) async fn before_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessE
     ))
 }
 
-pub(super) async fn after_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+async fn after_response_ttl<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let (Some(response_ttl), Some(key_ttl)) = (ctx.t.response_ttl, ctx.t.key_ttl) else {
         return Ok(Check::Skip(
             "opt-in: needs --response-ttl and --key-ttl (a longer key retention)".into(),
@@ -74,7 +111,8 @@ pub(super) async fn after_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessEr
     let body = ctx.t.body.clone();
     let first = ctx.post("original", &key, &body).await?;
     require_success(&first, "the original request")?;
-    tokio::time::sleep(wait).await;
+    ctx.sleep("the response retention (--response-ttl) to pass", wait)
+        .await;
     let before = ctx.count().await?;
     let late = ctx.post("late retry", &key, &body).await?;
     let after = ctx.count().await?;
@@ -99,7 +137,7 @@ pub(super) async fn after_response_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessEr
     ))
 }
 
-pub(super) async fn after_key_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+async fn after_key_ttl<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let Some(ttl) = ctx.t.key_ttl else {
         return Ok(Check::Skip("opt-in: needs --key-ttl (or --ttl)".into()));
     };
@@ -108,7 +146,8 @@ pub(super) async fn after_key_ttl(ctx: &Ctx<'_>) -> Result<Check, HarnessError> 
     let first = ctx.post("original", &key, &body).await?;
     require_success(&first, "the original request")?;
     let wait = ttl + margin(ttl);
-    tokio::time::sleep(wait).await;
+    ctx.sleep("the key retention (--key-ttl) to pass", wait)
+        .await;
     let before = ctx.count().await?;
     let late = ctx.post("after the key retention", &key, &body).await?;
     let after = ctx.count().await?;

@@ -1,11 +1,18 @@
 //! Orphaned in-flight keys: a handler dies, and its key must not stay blocked forever.
 
-use super::{fail, require_success, Check, Ctx, POLL};
+use super::{fail, require_success, Case, Check, Ctx, Who, POLL};
 use crate::http::HarnessError;
 use crate::suite::Confidence;
 use std::time::{Duration, Instant};
 
-pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+pub(super) const CASES: &[Case] = &[Case {
+    id: "lease/1",
+    requirement: "IDEM-LEASE-1",
+    title: "(opt-in: --lease, --crash-body) a key whose handler died is taken over after the lease, not blocked forever",
+    run: |ctx| Box::pin(orphan_recovers(ctx)),
+}];
+
+async fn orphan_recovers<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let (Some(lease), Some(body)) = (ctx.t.lease, ctx.t.crash_body.clone()) else {
         return Ok(Check::Skip(
             "opt-in: needs --lease (the server's lease) and --crash-body (a request whose first attempt dies)".into(),
@@ -31,6 +38,10 @@ pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError
     }
     let deadline = started + lease + lease / 2 + Duration::from_secs(2);
     let mut in_progress = 0u32;
+    let mut wait = ctx.waiting(
+        "the server's lease on the orphaned key to expire",
+        deadline.saturating_duration_since(Instant::now()),
+    );
     let recovered = loop {
         match ctx.post("retry", &key, &body).await {
             Ok(r) if r.status == ctx.t.profile.conflict => {
@@ -48,6 +59,7 @@ pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError
                         ),
                     ));
                 }
+                wait.tick();
                 tokio::time::sleep(POLL).await;
             }
             Ok(r) => break r,
@@ -60,7 +72,20 @@ pub(super) async fn orphan_recovers(ctx: &Ctx<'_>) -> Result<Check, HarnessError
             Err(e) => return Err(e),
         }
     };
-    require_success(&recovered, "the recovering retry")?;
+    if !recovered.is_success() {
+        return ctx
+            .wrong_answer(
+                "IDEM-LEASE-1",
+                "after the lease a retry takes over the orphaned key and completes",
+                format!(
+                    "the retry after the lease was answered {}",
+                    recovered.summary()
+                ),
+                Who::A,
+                &ctx.t.body,
+            )
+            .await;
+    }
     ctx.note(format!(
         "taken over {:.2} s after the crash, after {in_progress} in-progress answer(s)",
         started.elapsed().as_secs_f64()

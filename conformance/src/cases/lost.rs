@@ -1,15 +1,25 @@
 //! Lost responses: the request reaches the server, the response never reaches the client.
 
-use super::{fail, require_success, runs, unsafe_, Check, Ctx, Who};
+use super::{fail, runs, unsafe_, Case, Check, Ctx, Who};
 use crate::http::{send_and_drop, HarnessError};
 use crate::suite::Confidence;
 use std::time::{Duration, Instant};
+
+pub(super) const CASES: &[Case] = &[Case {
+    id: "lost-response/1",
+    requirement: "IDEM-EXEC-1",
+    title: "send, close the connection before the response, retry twice with the same key: one execution, the retries agree",
+    run: |ctx| Box::pin(lost_response(ctx)),
+}];
 
 /// How long the dropped connection stays open after the request is written, so that the
 /// server has read it before it sees the connection close.
 const LINGER: Duration = Duration::from_millis(20);
 
-pub(super) async fn lost_response(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+/// What a retry after a lost response must get.
+const OUTCOME: &str = "a retry gets the outcome of the one execution of the dropped request";
+
+async fn lost_response<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let key = ctx.fresh();
     let body = ctx.t.body.clone();
     let before = ctx.count().await?;
@@ -32,7 +42,6 @@ pub(super) async fn lost_response(ctx: &Ctx<'_>) -> Result<Check, HarnessError> 
             ),
         ));
     }
-    require_success(&first, "the retry")?;
     let second = ctx.post("retry 2", &key, &body).await?;
     let after = ctx.count().await?;
     if let Some(n) = runs(before, after) {
@@ -42,12 +51,38 @@ pub(super) async fn lost_response(ctx: &Ctx<'_>) -> Result<Check, HarnessError> 
                 format!("the count oracle saw {n} executions"),
             ));
         }
-        if n == 0 {
-            return Ok(fail(
-                "exactly one execution",
-                "the count oracle saw none, although the retry succeeded",
-            ));
-        }
+    }
+    if !first.is_success() {
+        return ctx
+            .wrong_answer(
+                "IDEM-REPLAY-1",
+                OUTCOME,
+                format!("retry 1 was answered {}", first.summary()),
+                Who::A,
+                &body,
+            )
+            .await;
+    }
+    if runs(before, after) == Some(0) {
+        return Ok(fail(
+            "exactly one execution",
+            "the count oracle saw none, although the retry succeeded",
+        ));
+    }
+    if !second.is_success() {
+        return ctx
+            .wrong_answer(
+                "IDEM-REPLAY-1",
+                OUTCOME,
+                format!(
+                    "retry 1 got {}, then retry 2 was answered {}",
+                    first.status,
+                    second.summary()
+                ),
+                Who::A,
+                &body,
+            )
+            .await;
     }
     if !first.same_answer(&second) {
         if let Some((a, b)) = ctx.distinct_ids(&first, &second) {
@@ -56,7 +91,8 @@ pub(super) async fn lost_response(ctx: &Ctx<'_>) -> Result<Check, HarnessError> 
                 format!("retry 1 names {a}, retry 2 names {b}: two executions"),
             ));
         }
-        return Ok(fail(
+        return Ok(super::miss(
+            "IDEM-REPLAY-1",
             "both retries get the same status and body",
             format!(
                 "retry 1: {}; retry 2: {}",

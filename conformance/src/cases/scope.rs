@@ -1,10 +1,17 @@
 //! Cross-principal isolation: a key belongs to one principal.
 
-use super::{fail, require_success, runs, Check, Ctx, Who};
+use super::{fail, require_success, runs, Case, Check, Ctx, Who};
 use crate::http::HarnessError;
 use crate::suite::Confidence;
 
-pub(super) async fn cross_principal(ctx: &Ctx<'_>) -> Result<Check, HarnessError> {
+pub(super) const CASES: &[Case] = &[Case {
+    id: "scope/1",
+    requirement: "IDEM-SCOPE-1",
+    title: "key K under credential A, then K under credential B: B never gets A's response",
+    run: |ctx| Box::pin(cross_principal(ctx)),
+}];
+
+async fn cross_principal<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     if ctx.t.second_credential.is_empty() {
         return Ok(Check::Skip(
             "needs --second-credential: the header of another principal".into(),
@@ -31,7 +38,17 @@ pub(super) async fn cross_principal(ctx: &Ctx<'_>) -> Result<Check, HarnessError
             format!("B was refused: {}", b.summary()),
         ));
     }
-    require_success(&b, "principal B's request")?;
+    if !b.is_success() {
+        return ctx
+            .wrong_answer(
+                "IDEM-SCOPE-1",
+                "principal B's request executes on its own, as if the key were new",
+                format!("B was answered {}", b.summary()),
+                Who::B,
+                &body,
+            )
+            .await;
+    }
     if let (Some(x), Some(y)) = (ctx.resource_id(&a), ctx.resource_id(&b)) {
         if x == y {
             return Ok(fail(
