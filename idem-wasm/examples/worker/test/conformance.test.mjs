@@ -99,6 +99,13 @@ test("idem-conformance passes every case against the worker under workerd", { ti
         order("decline"),
         "--fail-body",
         order("unavailable"),
+        // idem's own levels, strictly: the worker is held to every expectation, and keys
+        // are quoted sf-strings so that keys/6 runs too.
+        "--profile",
+        "idem",
+        "--strict",
+        "--key-style",
+        "sf-string",
         "--json",
         json,
         "--junit",
@@ -123,6 +130,7 @@ test("idem-conformance passes every case against the worker under workerd", { ti
       "lost-response/1",
       "replay/1",
       "replay/2",
+      "replay/3",
       "concurrent/1",
       "concurrent/2",
       "mismatch/1",
