@@ -1,6 +1,6 @@
 //! Error responses: which are stored and replayed, which release the key.
 
-use super::{fail, miss, problem_type, runs, unsafe_, Case, Check, Ctx};
+use super::{fail, miss, problem_type, runs, Case, Check, Ctx};
 use crate::http::{HarnessError, Resp};
 use crate::suite::Confidence;
 
@@ -45,11 +45,13 @@ async fn decline_replayed<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     }
     let second = ctx.post("retry", &key, &body).await?;
     let after = ctx.count().await?;
+    // A declined request that runs again has done nothing twice: a miss of the requirement,
+    // graded by the profile, not a double execution.
     if let Some(n) = runs(before, after).filter(|n| *n > 1) {
-        return Ok(unsafe_(
+        return Ok(fail(
             "the retry replays the stored 4xx without executing",
             format!(
-                "the count oracle saw {n} executions; the retry got {}",
+                "the 4xx was not stored: the retry ran again (the count oracle saw {n} executions) and got {}",
                 second.summary()
             ),
         ));

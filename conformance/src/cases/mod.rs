@@ -3,9 +3,9 @@
 //! in `spec/requirements.toml`, whose sentence and per-profile level are read from there),
 //! a one-line description of what it sends, and the code that runs it.
 //!
-//! A case ends in a [`Check`]: a pass (with how sure it is and the outcome it saw), a miss
+//! A case ends in a check: a pass (with how sure it is and the outcome it saw), a miss
 //! of a requirement, unsafe behaviour (a double execution), or a skip. Along the way it may
-//! record further misses that do not stop it ([`Ctx::miss`]). The runner grades every miss
+//! record further misses that do not stop it. The runner grades every miss
 //! by the level its requirement has under the profile: a MUST is a failure, a SHOULD is
 //! non-strict unless `--strict`, and a MAY is an accepted outcome. A [`HarnessError`] is an
 //! error verdict: the harness could not judge.
