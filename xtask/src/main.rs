@@ -1,8 +1,11 @@
 //! `cargo xtask test`: installs what the tests need (idempotently, quietly when present) and
-//! runs every test of the project. `cargo xtask setup` only installs.
+//! runs every test of the project. `cargo xtask setup` only installs. `cargo xtask interop`
+//! runs the conformance suite against third-party Idempotency-Key implementations (not part
+//! of `test`: it installs them from their registries and takes minutes).
 
 use std::process::{Command, ExitCode};
 
+mod interop;
 mod util;
 mod wasm;
 mod worker;
@@ -14,8 +17,12 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("setup") => setup(),
         Some("test") => setup().and_then(|()| test()),
+        Some("interop") => {
+            step("build: idem-conformance (release)");
+            worker::build_conformance().and_then(|c| interop::interop(&c))
+        }
         _ => {
-            eprintln!("usage: cargo xtask <setup|test>");
+            eprintln!("usage: cargo xtask <setup|test|interop>");
             return ExitCode::from(2);
         }
     };

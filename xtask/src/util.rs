@@ -96,6 +96,44 @@ fn forget_in(src: &std::path::Path, names: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// Installs the Debian packages of `packages` that are not installed yet, with `apt-get`
+/// (through `sudo` unless running as root); quiet when all are there.
+pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    step(&format!("setup: apt-get install {}", missing.join(" ")));
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let apt = |args: &[&str]| {
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg("apt-get");
+            c
+        };
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        cmd
+    };
+    run(&mut apt(&["update", "-qq"]))?;
+    let mut install = apt(&["install", "-y", "-qq", "--no-install-recommends"]);
+    install.args(&missing);
+    run(&mut install)
+}
+
 #[cfg(test)]
 mod tests {
     use super::forget_in;

@@ -29,7 +29,7 @@ pub(crate) fn setup() -> Result<(), String> {
 
 /// Builds idem-conformance in release mode and returns the path of its executable, read
 /// from cargo's own build messages (so any `CARGO_TARGET_DIR` is honoured).
-fn build_conformance() -> Result<PathBuf, String> {
+pub(crate) fn build_conformance() -> Result<PathBuf, String> {
     let mut cmd = cargo();
     cmd.args([
         "build",
