@@ -47,10 +47,13 @@ pub(crate) fn setup() -> Result<(), String> {
         .unwrap_or_default();
     if current.split_whitespace().nth(1) != Some(WASM_BINDGEN_VERSION) {
         step("setup: wasm-bindgen-cli (builds from source, about 10 minutes)");
+        // `--force`: cargo's own record of installed packages may still list the pinned
+        // version after its binary was deleted, and would then install nothing.
         run(crate::util::cargo().args([
             "install",
             "--locked",
             "--quiet",
+            "--force",
             "wasm-bindgen-cli",
             "--version",
             WASM_BINDGEN_VERSION,
