@@ -917,7 +917,8 @@ impl Counters {
     }
 
     /// Opens a session on `store` (read, [`Counters::open`], apply, again after a lost
-    /// race). The outer error is the store's, the inner one the request's.
+    /// race: the [`SessionOpening`] machine driven on a synchronous store). The outer error
+    /// is the store's, the inner one the request's.
     pub fn open_on<S: Store + ?Sized>(
         &self,
         store: &mut S,
@@ -927,20 +928,41 @@ impl Counters {
         first_seq: u64,
         nonce: u64,
     ) -> Result<Result<u64, CounterError>, S::Error> {
-        let key = self.session_key(scope, client);
-        // Opening writes the session whatever it holds, so a lost race only means another
-        // open or request came first: open again on top of it, as a completion would.
-        for _ in 0..MAX_COMPLETION_ROUNDS {
-            let stored = store.read(&key)?;
-            let opened = match self.open(now, scope, client, first_seq, stored.as_deref(), nonce) {
-                Ok(o) => o,
-                Err(e) => return Ok(Err(e)),
-            };
-            if store.apply(now, opened.write)? == Applied::Applied {
-                return Ok(Ok(opened.epoch));
+        let mut opening = self.opening(scope, client, first_seq, nonce);
+        loop {
+            match opening.poll() {
+                OpenStep::Load(key) => {
+                    let stored = store.read(&key)?;
+                    opening.handle_record(now, stored.as_deref());
+                }
+                OpenStep::Apply(write) => {
+                    let applied = store.apply(now, write)?;
+                    opening.handle_applied(applied);
+                }
+                OpenStep::Opened(epoch) => return Ok(Ok(epoch)),
+                OpenStep::Failed(e) => return Ok(Err(e)),
             }
         }
-        Ok(Err(CounterError::Contended))
+    }
+
+    /// The machine that opens the session of `client` in `scope` on any store, sans-IO:
+    /// poll it for the record to read and the write to apply, report each result back.
+    pub fn opening(
+        &self,
+        scope: &Scope,
+        client: &str,
+        first_seq: u64,
+        nonce: u64,
+    ) -> SessionOpening {
+        SessionOpening {
+            counters: self.clone(),
+            scope: scope.clone(),
+            client: String::from(client),
+            first_seq,
+            nonce,
+            state: OpeningState::Read,
+            rounds: 0,
+        }
     }
 
     /// Reads, decides and claims on `store`, deciding again after a lost race, like
@@ -1022,5 +1044,93 @@ fn session_record(
         state: RecordState::Counter {
             session: Arc::new(session),
         },
+    }
+}
+
+/// What a [`SessionOpening`] needs next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpenStep {
+    /// Read this record and report it with [`SessionOpening::handle_record`].
+    Load(RecordKey),
+    /// Apply this write and report the result with [`SessionOpening::handle_applied`].
+    Apply(Write),
+    /// The session is open at this epoch.
+    Opened(u64),
+    /// It cannot be opened.
+    Failed(CounterError),
+}
+
+#[derive(Clone, Debug)]
+enum OpeningState {
+    /// The session record is to be read.
+    Read,
+    /// This write is to be applied; it opens the session at this epoch.
+    Write(Write, u64),
+    Opened(u64),
+    Failed(CounterError),
+}
+
+/// Opening (or renewing) a client's counter session as a sans-IO machine: read the session,
+/// [`Counters::open`] on top of it, apply with compare-and-set, and read again after a lost
+/// race, at most [`MAX_COMPLETION_ROUNDS`] times (then [`CounterError::Contended`]). Opening
+/// writes the session whatever it holds, so a lost race only means another open or request
+/// came first. Polling again before reporting a result asks for the same step.
+#[derive(Clone, Debug)]
+pub struct SessionOpening {
+    counters: Counters,
+    scope: Scope,
+    client: String,
+    first_seq: u64,
+    nonce: u64,
+    state: OpeningState,
+    rounds: usize,
+}
+
+impl SessionOpening {
+    /// The session record's key.
+    pub fn key(&self) -> RecordKey {
+        self.counters.session_key(&self.scope, &self.client)
+    }
+
+    /// The next step.
+    pub fn poll(&self) -> OpenStep {
+        match &self.state {
+            OpeningState::Read => OpenStep::Load(self.key()),
+            OpeningState::Write(write, _) => OpenStep::Apply(write.clone()),
+            OpeningState::Opened(epoch) => OpenStep::Opened(*epoch),
+            OpeningState::Failed(e) => OpenStep::Failed(e.clone()),
+        }
+    }
+
+    /// The session record as read (`None`: there is none).
+    pub fn handle_record(&mut self, now: UnixMillis, stored: Option<&Record>) {
+        self.state = match self.counters.open(
+            now,
+            &self.scope,
+            &self.client,
+            self.first_seq,
+            stored,
+            self.nonce,
+        ) {
+            Ok(opened) => OpeningState::Write(opened.write, opened.epoch),
+            Err(e) => OpeningState::Failed(e),
+        };
+    }
+
+    /// Whether the write was applied.
+    pub fn handle_applied(&mut self, applied: Applied) {
+        let OpeningState::Write(_, epoch) = self.state else {
+            return;
+        };
+        self.state = if applied == Applied::Applied {
+            OpeningState::Opened(epoch)
+        } else {
+            self.rounds += 1;
+            if self.rounds >= MAX_COMPLETION_ROUNDS {
+                OpeningState::Failed(CounterError::Contended)
+            } else {
+                OpeningState::Read
+            }
+        };
     }
 }

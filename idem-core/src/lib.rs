@@ -90,7 +90,7 @@ pub use key::{
 pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats};
 pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-pub use reply::{Refusal, Reply, StoreFailure, KEY_HEADER, REPLAYED_HEADER};
+pub use reply::{Refusal, Reply, StoreFailure, KEY_HEADER, LOW_WATER_HEADER, REPLAYED_HEADER};
 pub use request::{
     principal_digest, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyKind, Policy,
     Request, Step, Subject, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS,
@@ -106,8 +106,8 @@ pub use client::{
 };
 pub use counter::{
     parse_counter_key, serial_cmp, CounterAttempt, CounterClaim, CounterConfig, CounterDecision,
-    CounterError, CounterKey, CounterLease, CounterSession, CounterSlot, Counters, OpenedSession,
-    SlotState, MAX_WINDOW,
+    CounterError, CounterKey, CounterLease, CounterSession, CounterSlot, Counters, OpenStep,
+    OpenedSession, SessionOpening, SlotState, MAX_WINDOW,
 };
 pub use derive::{derive_key, sub_key, DeriveError, DERIVED_PREFIX, SUB_KEY_LABEL_LEN};
 pub use inbox::{Delivery, Inbox};

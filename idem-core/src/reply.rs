@@ -17,6 +17,9 @@ use alloc::vec::Vec;
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// The request header that carries the key (IETF draft §2), lowercase.
 pub const KEY_HEADER: &str = "idempotency-key";
+/// The request header that carries a counter client's low-water mark (`IDEM-CTR-11`): every
+/// response below it was received. Lowercase.
+pub const LOW_WATER_HEADER: &str = "idempotency-low-water";
 
 /// How a store failed, as far as the answer is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +88,25 @@ impl Refusal {
                 requirement
             },
             ..Refusal::new(problem, e.to_string())
+        }
+    }
+
+    /// A counter session that cannot be opened: a bad client id or first number
+    /// (`IDEM-CTR-1`, 400), or a session that kept changing under the opening (409 with
+    /// `Retry-After`, like a key being fought over).
+    pub fn session(e: &crate::CounterError) -> Refusal {
+        use crate::CounterError;
+        match e {
+            CounterError::BadClientId | CounterError::SequenceBeyondBits { .. } => Refusal {
+                requirement: "IDEM-CTR-1",
+                ..Refusal::new(Problem::MALFORMED_KEY, e.to_string())
+            },
+            CounterError::Contended => Refusal {
+                requirement: "IDEM-CTR-12",
+                retry_after: Some(1),
+                ..Refusal::new(Problem::IN_PROGRESS, e.to_string())
+            },
+            _ => Refusal::new(Problem::STORE_UNAVAILABLE, e.to_string()),
         }
     }
 

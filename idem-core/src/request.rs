@@ -284,9 +284,18 @@ impl Policy {
         }
     }
 
+    /// The scope of requests from `principal` (`None`: the host serves one tenant) with
+    /// `method` to `route`: where their records live, what a token is issued for
+    /// ([`Policy::issue_token`]) and where a counter session is opened
+    /// ([`Policy::open_session`]). An empty principal is refused (`IDEM-SCOPE-3`).
     #[allow(clippy::result_large_err)] // as for check_body_size
-    fn identify(&self, i: &Intake<'_>) -> Result<(RecordKey, Fingerprint, Subject), Refusal> {
-        let principal = match i.principal {
+    pub fn scope(
+        &self,
+        principal: Option<&str>,
+        method: &str,
+        route: &str,
+    ) -> Result<Scope, Refusal> {
+        let principal = match principal {
             Some("") => {
                 return Err(Refusal::new(
                     Problem::NO_PRINCIPAL,
@@ -297,6 +306,43 @@ impl Policy {
             // One tenant: the empty string, which no digest equals.
             None => String::new(),
         };
+        Ok(Scope::new(&principal, method, route))
+    }
+
+    /// Issues a one-time token for requests in `scope` from 128 random bits
+    /// (`IDEM-TOKEN-1`); `None` unless the policy's keys are server-issued tokens. Apply
+    /// the token's write before handing it out.
+    pub fn issue_token(
+        &self,
+        now: UnixMillis,
+        scope: &Scope,
+        random: [u64; 2],
+    ) -> Option<crate::IssuedToken> {
+        match &self.rules {
+            Rules::Token(t) => Some(t.issue(now, scope, random)),
+            _ => None,
+        }
+    }
+
+    /// The machine that opens (or moves to a new epoch) the counter session of `client` in
+    /// `scope`, its first number `first_seq` (`IDEM-CTR-3`, `IDEM-CTR-5`); `None` unless
+    /// the policy's keys are counters. `nonce` is random: a new session's epoch.
+    pub fn open_session(
+        &self,
+        scope: &Scope,
+        client: &str,
+        first_seq: u64,
+        nonce: u64,
+    ) -> Option<crate::SessionOpening> {
+        match &self.rules {
+            Rules::Counter(c) => Some(c.opening(scope, client, first_seq, nonce)),
+            _ => None,
+        }
+    }
+
+    #[allow(clippy::result_large_err)] // as for check_body_size
+    fn identify(&self, i: &Intake<'_>) -> Result<(RecordKey, Fingerprint, Subject), Refusal> {
+        let scope = self.scope(i.principal, i.method, i.route)?;
         let value = match i.keys {
             [] => Err(KeyError::Empty),
             [one] => Ok(*one),
@@ -319,7 +365,6 @@ impl Policy {
                 body: i.body,
             })
             .map_err(|e| Refusal::fingerprint(&e))?;
-        let scope = Scope::new(&principal, i.method, i.route);
         let (record_key, subject) = match &self.rules {
             Rules::Record(_) => (RecordKey::new(scope, key), Subject::Record),
             Rules::Time(t) => {
