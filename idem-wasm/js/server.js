@@ -5,7 +5,17 @@
 // data. It identifies the request, then asks the machine for the next step and does it
 // (read or write the store, sleep, run the handler, send the reply), reporting each result
 // back. With the MemoryStore every store step runs inside the module.
-import { Engine, HeartbeatState, Ran, StepKind as Step, engineOptionNames, eventNames, securityMask } from "./idem_wasm.js";
+import {
+  Engine,
+  HeartbeatState,
+  OpStep,
+  Ran,
+  StepKind as Step,
+  engineOptionNames,
+  eventNames,
+  lowWaterHeader,
+  securityMask,
+} from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
 import { flatHeaders, listText, random32, rangeError, sleep, takeReply } from "./util.js";
 
@@ -25,6 +35,13 @@ function securityRelevant(index) {
 }
 
 let optionNames = null;
+let lowWater = null;
+
+/** The request header that carries a counter client's low-water mark (idem-core's name). */
+function lowWaterName() {
+  lowWater ??= lowWaterHeader();
+  return lowWater;
+}
 
 /** Per-request idempotency context, for handlers: see `idempotencyOf`. */
 const contexts = new WeakMap();
@@ -106,6 +123,7 @@ export class Idempotency {
   #onEvent;
   #now;
   #fingerprintHeaders;
+  #route;
 
   constructor(options) {
     checkOptions(options);
@@ -121,6 +139,12 @@ export class Idempotency {
     this.#onEvent = options.onEvent ?? null;
     this.#now = options.now ?? Date.now;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
+    this.#route = options.route;
+  }
+
+  /** The `route` option: how `withIdempotency` names a request's route. */
+  get route() {
+    return this.#route;
   }
 
   /** Whether a request with this method (and a key, or not) is protected; others go
@@ -161,10 +185,11 @@ export class Idempotency {
 
   /**
    * Handles one request given as plain data:
-   * `{ method, target, route?, key, contentType?, headers?, body? }` (plus whatever
-   * `options.principal` reads), where `target` is the path and query, `key` the raw
-   * `Idempotency-Key` header value (or null), `headers` a Headers object, pair list or
-   * record (only the fingerprint headers are read) and `body` a Uint8Array.
+   * `{ method, target, route?, key, lowWater?, contentType?, headers?, body? }` (plus
+   * whatever `options.principal` reads), where `target` is the path and query, `key` the
+   * raw `Idempotency-Key` header value (or null), `lowWater` the raw
+   * `Idempotency-Low-Water` header value of a counter client, `headers` a Headers object,
+   * pair list or record (only the fingerprint headers are read) and `body` a Uint8Array.
    * `run(context)` executes the handler and returns `{ status, headers?, body? }`. Resolves
    * to `{ status, headers, body, replayed }` with headers as a flat `[name, value, …]` list.
    */
@@ -179,6 +204,7 @@ export class Idempotency {
       input.contentType,
       input.headers,
       input.body ?? EMPTY,
+      input.lowWater,
     );
     return this.serve(slot, plainReply, async (context) => {
       let out;
@@ -207,8 +233,9 @@ export class Idempotency {
 
   /** Identifies a request and opens its slot (an integer). A request that cannot be
    * identified (no or a malformed key, an unusable body, no principal) gets a slot too: its
-   * first step is its refusal. `headers` is only read for the fingerprint headers. */
-  begin(key, principal, method, route, target, contentType, headers, body) {
+   * first step is its refusal. `headers` is only read for the fingerprint headers;
+   * `lowWater` is a counter client's low-water mark (or undefined). */
+  begin(key, principal, method, route, target, contentType, headers, body, lowWater) {
     let selected = "";
     const names = this.#fingerprintHeaders;
     if (names.length > 0 && headers != null) {
@@ -240,9 +267,84 @@ export class Idempotency {
       contentType ?? undefined,
       selected,
       body,
+      lowWater ?? undefined,
       random32(),
       random32(),
     );
+  }
+
+  /**
+   * Issues a one-time token (`keyKind: "token"`) for the caller of `request` (whatever
+   * `options.principal` reads from it) to spend on `method` (default POST) to `route`, and
+   * stores it. Resolves to `{ token, expires }` (expires: ms since the epoch; unused, the
+   * token is refused as expired after that). See `tokenResponse` for the endpoint.
+   */
+  async issueToken(request, { route, method = "POST" } = {}) {
+    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "issueToken needs { route }: the route the token is for");
+    const principal = await this.principalOf(request);
+    const op = this.#engine.issueToken(principal, method.toUpperCase(), route, this.#now(), random32(), random32(), random32(), random32());
+    const token = await this.#runOp(op, (o) => this.#engine.opExpires(o));
+    return { token: token.result, expires: token.extra };
+  }
+
+  /**
+   * The documented token endpoint (for example `POST /idempotency-tokens`): issues a token
+   * for `route` and answers 201 `{ "token": "tok_…", "expiresAt": ms, "ttl": ms }`, never
+   * cached. A refusal (an empty principal) is the engine's error, thrown.
+   */
+  async tokenResponse(request, { route, method = "POST" } = {}) {
+    const { token, expires } = await this.issueToken(request, { route, method });
+    const body = JSON.stringify({ token, expiresAt: expires, ttl: Math.max(0, expires - this.#now()) });
+    return new Response(body, {
+      status: 201,
+      headers: { "content-type": "application/json", "cache-control": "no-store" },
+    });
+  }
+
+  /**
+   * Opens the counter session (`keyKind: "counter"`) of `client` for the caller of
+   * `request`, for `method` (default POST) to `route`, with `firstSeq` (default 0) as its
+   * first sequence number; on a live session, moves it to its next epoch (the old epoch's
+   * requests are refused from then on). Resolves to `{ client, epoch, firstSeq }`, the
+   * epoch as decimal text (it may not fit a JavaScript number). Throws a RangeError
+   * (IDEM-CTR-1 for a bad client id or first number).
+   */
+  async openSession(request, { route, client, firstSeq = 0, method = "POST" } = {}) {
+    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "openSession needs { route }: the route the session is for");
+    if (typeof client !== "string") throw rangeError("IDEM-CTR-1", "openSession needs { client }: the client id");
+    // Decimal text, so that 64-bit numbers (a BigInt) cross whole; the engine refuses
+    // anything else (IDEM-CTR-1).
+    const first = String(firstSeq);
+    const principal = await this.principalOf(request);
+    const op = this.#engine.openSession(principal, method.toUpperCase(), route, client, first, random32(), random32());
+    const opened = await this.#runOp(op);
+    return { client, epoch: opened.result, firstSeq: first };
+  }
+
+  /** Drives a store operation (a session opening, a token's write) to its end: in the
+   * memory store at once, otherwise step by step on the store. Its result, or its error. */
+  async #runOp(op, extra) {
+    const engine = this.#engine;
+    try {
+      if (this.#records !== null) {
+        engine.opDriveIn(this.#records, op, this.#now());
+      } else {
+        const store = this.#store;
+        for (let step = engine.opPoll(op); step === OpStep.Load || step === OpStep.Apply; step = engine.opPoll(op)) {
+          const key = engine.opKey(op);
+          if (step === OpStep.Load) {
+            const current = await store.load(key);
+            engine.opRecord(op, this.#now(), current?.value ?? undefined);
+          } else {
+            const applied = await store.apply(key, engine.opWrite(op), this.#now());
+            engine.opApplied(op, applied === true);
+          }
+        }
+      }
+      return { result: engine.opResult(op), extra: extra ? extra(op) : undefined };
+    } finally {
+      engine.opEnd(op);
+    }
   }
 
   /** A slot answering 413 for a body of `length` bytes announced before it is read, or
@@ -422,7 +524,8 @@ function toResponse(reply) {
  */
 export function withIdempotency(handler, options) {
   if (typeof handler !== "function") throw rangeError("IDEM-JS-1", "handler must be a function");
-  const idem = new Idempotency(options);
+  // An Idempotency of its own, or one the caller also uses (to issue tokens, open sessions).
+  const idem = options instanceof Idempotency ? options : new Idempotency(options);
   const route = options.route ?? null;
   return async function idempotent(request, ...rest) {
     const method = request.method;
@@ -455,6 +558,7 @@ export function withIdempotency(handler, options) {
       headers.get("content-type"),
       headers,
       body,
+      headers.get(lowWaterName()) ?? undefined,
     );
     return idem.serve(slot, toResponse, async (context) => {
       // The handler gets a request it can read: the body was read for the fingerprint.

@@ -13,11 +13,12 @@
 //! [`Host::claimed_bytes`], and the worker passes them to [`Host::claimed`].
 
 use crate::interop::{self, ErrorKind, ErrorParts, StoreWrite};
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use idem_core::{
-    Applied, Event, Intake, MemoryStore, Outcome, Policy, Precondition, RecordKey, Refusal,
-    Request, Scope, Step, Store, StoreFailure, StoredResponse, UnixMillis, Waiters, Write, WriteOp,
+    Applied, Event, Intake, MemoryStore, OpenStep, Outcome, Policy, Precondition, RecordKey,
+    Refusal, Request, Scope, SessionOpening, Step, Store, StoreFailure, StoredResponse, UnixMillis,
+    Waiters, Write, WriteOp,
 };
 
 /// A request as the JavaScript side passes it.
@@ -39,9 +40,11 @@ pub struct Incoming<'a> {
     pub headers: &'a str,
     /// The body.
     pub body: &'a [u8],
+    /// The client's low-water mark (counter keys), `None` when absent.
+    pub low_water: Option<&'a str>,
 }
 
-pub use crate::interop::{HeartbeatState, Ran, StepKind};
+pub use crate::interop::{HeartbeatState, OpStep, Ran, StepKind};
 
 struct Slot {
     req: Request<'static>,
@@ -53,11 +56,26 @@ struct Slot {
     done: Option<idem_core::Finish>,
 }
 
+/// A store operation beside the requests, driven like one: opening a counter session, or
+/// storing a token just issued.
+enum Op {
+    /// The session opening machine of idem-core.
+    Open(SessionOpening),
+    /// A token and the write that stores it; `applied` once the store answered.
+    Issue {
+        token: String,
+        expires: UnixMillis,
+        write: Write,
+        applied: Option<bool>,
+    },
+}
+
 /// The policy, the requests in flight, and who waits for what.
 pub struct Host {
     policy: Policy,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
+    ops: Vec<Option<Op>>,
     waiters: Waiters,
     /// Reply bytes, read in place by JavaScript.
     out: Vec<u8>,
@@ -78,6 +96,7 @@ impl Host {
             policy,
             slots: Vec::new(),
             free: Vec::new(),
+            ops: Vec::new(),
             waiters: Waiters::default(),
             out: Vec::new(),
         }
@@ -167,7 +186,7 @@ impl Host {
             route: req.route,
             target: req.target,
             keys,
-            low_water: None,
+            low_water: req.low_water,
             content_type: req.content_type,
             headers: &headers,
             body: req.body,
@@ -441,6 +460,246 @@ pub fn expire(now: UnixMillis, value: &[u8]) -> Result<Option<StoreWrite>, Error
     Ok(idem_core::Engine::default()
         .expire(now, &key, &record)
         .map(|w| StoreWrite::from_core(&w)))
+}
+
+impl Host {
+    fn open_op(&mut self, op: Op) -> u32 {
+        match self.ops.iter().position(Option::is_none) {
+            Some(i) => {
+                self.ops[i] = Some(op);
+                i as u32
+            }
+            None => {
+                self.ops.push(Some(op));
+                (self.ops.len() - 1) as u32
+            }
+        }
+    }
+
+    fn op(&self, o: u32) -> Result<&Op, ErrorParts> {
+        self.ops
+            .get(o as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(no_slot)
+    }
+
+    fn op_mut(&mut self, o: u32) -> Result<&mut Op, ErrorParts> {
+        self.ops
+            .get_mut(o as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(no_slot)
+    }
+
+    /// The scope of `principal`'s requests with `method` to `route`; its refusal (an empty
+    /// principal, `IDEM-SCOPE-3`) as an error.
+    fn scope(
+        &self,
+        principal: Option<&str>,
+        method: &str,
+        route: &str,
+    ) -> Result<Scope, ErrorParts> {
+        self.policy
+            .scope(principal, method, route)
+            .map_err(|r| ErrorParts::refusal(&r))
+    }
+
+    /// Issues a token for `principal`'s requests with `method` to `route` (`IDEM-TOKEN-1`)
+    /// and opens the operation that stores it. `IDEM-JS-1` unless the keys are tokens.
+    pub fn issue_token(
+        &mut self,
+        principal: Option<&str>,
+        method: &str,
+        route: &str,
+        now: UnixMillis,
+        random: [u64; 2],
+    ) -> Result<u32, ErrorParts> {
+        let scope = self.scope(principal, method, route)?;
+        let issued = self
+            .policy
+            .issue_token(now, &scope, random)
+            .ok_or_else(|| ErrorParts::options("issueToken needs keyKind \"token\""))?;
+        Ok(self.open_op(Op::Issue {
+            token: issued.token,
+            expires: issued.expires,
+            write: issued.write,
+            applied: None,
+        }))
+    }
+
+    /// Opens (or moves to a new epoch) the counter session of `client` for `principal`'s
+    /// requests with `method` to `route`, its first sequence number `first_seq` (decimal),
+    /// as an operation. `IDEM-CTR-1` for a first number that is not one, `IDEM-JS-1` unless
+    /// the keys are counters.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_session(
+        &mut self,
+        principal: Option<&str>,
+        method: &str,
+        route: &str,
+        client: &str,
+        first_seq: &str,
+        nonce: u64,
+    ) -> Result<u32, ErrorParts> {
+        let scope = self.scope(principal, method, route)?;
+        let first = first_seq
+            .parse::<u64>()
+            .ok()
+            .filter(|_| first_seq.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                ErrorParts::range(
+                    "IDEM-CTR-1",
+                    "the first sequence number must be a decimal number",
+                )
+            })?;
+        let opening = self
+            .policy
+            .open_session(&scope, client, first, nonce)
+            .ok_or_else(|| ErrorParts::options("openSession needs keyKind \"counter\""))?;
+        Ok(self.open_op(Op::Open(opening)))
+    }
+
+    /// The next step of an operation.
+    pub fn op_poll(&self, o: u32) -> Result<OpStep, ErrorParts> {
+        Ok(match self.op(o)? {
+            Op::Open(opening) => match opening.poll() {
+                OpenStep::Load(_) => OpStep::Load,
+                OpenStep::Apply(_) => OpStep::Apply,
+                OpenStep::Opened(_) => OpStep::Done,
+                OpenStep::Failed(_) => OpStep::Failed,
+            },
+            Op::Issue { applied, .. } => match applied {
+                None => OpStep::Apply,
+                Some(true) => OpStep::Done,
+                Some(false) => OpStep::Failed,
+            },
+        })
+    }
+
+    /// The storage key the operation reads and writes.
+    pub fn op_key(&self, o: u32) -> Result<String, ErrorParts> {
+        Ok(match self.op(o)? {
+            Op::Open(opening) => opening.key().storage_key(),
+            Op::Issue { write, .. } => write.key.storage_key(),
+        })
+    }
+
+    /// The write of an [`OpStep::Apply`].
+    pub fn op_write(&self, o: u32) -> Result<StoreWrite, ErrorParts> {
+        match self.op(o)? {
+            Op::Open(opening) => match opening.poll() {
+                OpenStep::Apply(write) => Ok(StoreWrite::from_core(&write)),
+                _ => Err(no_slot()),
+            },
+            Op::Issue { write, .. } => Ok(StoreWrite::from_core(write)),
+        }
+    }
+
+    /// The record read for an [`OpStep::Load`] (`None`: none).
+    pub fn op_record(
+        &mut self,
+        o: u32,
+        now: UnixMillis,
+        value: Option<&[u8]>,
+    ) -> Result<(), ErrorParts> {
+        let record = match value {
+            Some(bytes) => {
+                Some(idem_core::decode_record(bytes).map_err(|e| ErrorParts::record(&e))?)
+            }
+            None => None,
+        };
+        if let Op::Open(opening) = self.op_mut(o)? {
+            opening.handle_record(now, record.as_ref());
+        }
+        Ok(())
+    }
+
+    /// Whether the write of an [`OpStep::Apply`] was applied.
+    pub fn op_applied(&mut self, o: u32, ok: bool) -> Result<(), ErrorParts> {
+        match self.op_mut(o)? {
+            Op::Open(opening) => opening.handle_applied(if ok {
+                Applied::Applied
+            } else {
+                Applied::Conflict
+            }),
+            Op::Issue { applied, .. } => *applied = Some(ok),
+        }
+        Ok(())
+    }
+
+    /// Runs an operation's store steps in the in-process store; its last step.
+    pub fn op_drive_in(
+        &mut self,
+        store: &mut MemoryStore,
+        o: u32,
+        now: UnixMillis,
+    ) -> Result<OpStep, ErrorParts> {
+        loop {
+            match self.op_poll(o)? {
+                OpStep::Load => {
+                    let key = self.op(o).map(|op| match op {
+                        Op::Open(opening) => opening.key(),
+                        Op::Issue { write, .. } => write.key.clone(),
+                    })?;
+                    let stored = store.get(&key).cloned();
+                    if let Op::Open(opening) = self.op_mut(o)? {
+                        opening.handle_record(now, stored.as_ref());
+                    }
+                }
+                OpStep::Apply => {
+                    let write = match self.op(o)? {
+                        Op::Open(opening) => match opening.poll() {
+                            OpenStep::Apply(write) => write,
+                            _ => return Err(no_slot()),
+                        },
+                        Op::Issue { write, .. } => write.clone(),
+                    };
+                    // A full store refuses the new record: the operation fails.
+                    let ok = store.apply(now, write) == Ok(Applied::Applied);
+                    self.op_applied(o, ok)?;
+                }
+                done => return Ok(done),
+            }
+        }
+    }
+
+    /// What a finished operation came to: the session's epoch (decimal: it may not fit a
+    /// JavaScript number) or the token. Its refusal as an error: `IDEM-CTR-1` (a bad
+    /// client id or first number), `IDEM-CTR-12` (the session kept changing), or for a
+    /// token the store would not take, `IDEM-STORE-3`.
+    pub fn op_result(&self, o: u32) -> Result<String, ErrorParts> {
+        match self.op(o)? {
+            Op::Open(opening) => match opening.poll() {
+                OpenStep::Opened(epoch) => Ok(epoch.to_string()),
+                OpenStep::Failed(e) => Err(ErrorParts::refusal(&Refusal::session(&e))),
+                _ => Err(no_slot()),
+            },
+            Op::Issue {
+                token,
+                applied: Some(true),
+                ..
+            } => Ok(token.clone()),
+            Op::Issue {
+                applied: Some(false),
+                ..
+            } => Err(ErrorParts::refusal(&Refusal::store(StoreFailure::Full))),
+            Op::Issue { .. } => Err(no_slot()),
+        }
+    }
+
+    /// When an issued token expires unless consumed.
+    pub fn op_expires(&self, o: u32) -> Result<UnixMillis, ErrorParts> {
+        match self.op(o)? {
+            Op::Issue { expires, .. } => Ok(*expires),
+            Op::Open(_) => Err(no_slot()),
+        }
+    }
+
+    /// Closes an operation.
+    pub fn op_end(&mut self, o: u32) {
+        if let Some(op) = self.ops.get_mut(o as usize) {
+            *op = None;
+        }
+    }
 }
 
 /// What [`store_apply`] did.

@@ -24,9 +24,10 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::time::Duration;
 use idem_core::{
-    Claimed, CompleteError, Config, ConfigError, DecodeError, Event, FingerprintSpec, InFlight,
-    JsonMode, KeyKind, KindConfigError, Policy, Precondition, RecordKey, Refusal, Scope, Ticket,
-    UnixMillis, UnknownOutcomePolicy, UuidVersion, Write, WriteOp,
+    Claimed, CompleteError, Config, ConfigError, CounterConfig, DecodeError, Event,
+    FingerprintSpec, InFlight, JsonMode, KeyKind, KindConfigError, Policy, Precondition, RecordKey,
+    Refusal, Scope, Ticket, TimeKeyConfig, TokenSecret, UnixMillis, UnknownOutcomePolicy,
+    UuidVersion, Write, WriteOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +61,8 @@ pub struct ErrorParts {
 }
 
 impl ErrorParts {
-    fn range(code: &'static str, message: impl Into<String>) -> ErrorParts {
+    /// A `RangeError` with this code.
+    pub fn range(code: &'static str, message: impl Into<String>) -> ErrorParts {
         ErrorParts {
             kind: ErrorKind::Range,
             code,
@@ -150,6 +152,21 @@ pub enum StepKind {
     Done = 7,
 }
 
+/// The steps of a store operation beside the requests (opening a counter session, storing
+/// an issued token): what an operation's `opPoll` returns.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpStep {
+    /// Read the record under `opKey` and report it with `opRecord`.
+    Load = 0,
+    /// Apply the write of `opTakeWrite` under `opKey` and report it with `opApplied`.
+    Apply = 1,
+    /// Done: `opResult` has the epoch or the token.
+    Done = 2,
+    /// Refused: `opResult` throws why.
+    Failed = 3,
+}
+
 /// What the handler's run came to.
 #[wasm_bindgen::prelude::wasm_bindgen]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,6 +222,17 @@ pub const ENGINE_OPTIONS: &[&str] = &[
     "methods",
     "keys",
     "maxResponseBytes",
+    "timeKeys",
+    "counter",
+    "token",
+];
+
+/// The members of `timeKeys` (`keyKind: "unix-time"`), `counter` (`keyKind: "counter"`)
+/// and `token` (`keyKind: "token"`).
+pub const KIND_OPTIONS: &[(&str, &[&str])] = &[
+    ("timeKeys", &["maxAhead", "maxAge"]),
+    ("counter", &["bits", "window"]),
+    ("token", &["secret", "ttl"]),
 ];
 
 /// The members of `fingerprint`.
@@ -221,8 +249,15 @@ pub struct EngineOptions {
     pub lease: Option<f64>,
     /// `unknownOutcome`: `reexecute`, `store` or `hold`.
     pub unknown_outcome: Option<String>,
-    /// `keyKind`: `opaque`, `opaque-strict`, `uuid`, `uuid-v4`, `uuid-v7`.
+    /// `keyKind`: `opaque`, `opaque-strict`, `uuid`, `uuid-v4`, `uuid-v7`, `unix-time`,
+    /// `counter`, `token`.
     pub key_kind: Option<String>,
+    /// `timeKeys.maxAhead` and `timeKeys.maxAge`, ms.
+    pub time_keys: (Option<f64>, Option<f64>),
+    /// `counter.bits` and `counter.window`.
+    pub counter: (Option<f64>, Option<f64>),
+    /// `token.secret` (64 hex digits) and `token.ttl` (ms).
+    pub token: (Option<String>, Option<f64>),
     /// `fingerprint.headers`.
     pub headers: Vec<String>,
     /// `fingerprint.exclude`.
@@ -315,6 +350,9 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
             ("uuid", 2),
             ("uuid-v4", 3),
             ("uuid-v7", 4),
+            ("unix-time", 5),
+            ("counter", 6),
+            ("token", 7),
         ],
     )?;
     let kind = match kind {
@@ -322,8 +360,53 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
         1 => KeyKind::OpaqueStrict,
         2 => KeyKind::Uuid(None),
         3 => KeyKind::Uuid(Some(UuidVersion::V4)),
-        _ => KeyKind::Uuid(Some(UuidVersion::V7)),
+        4 => KeyKind::Uuid(Some(UuidVersion::V7)),
+        5 => {
+            let d = TimeKeyConfig::default();
+            KeyKind::Time(TimeKeyConfig {
+                max_ahead: duration("timeKeys.maxAhead", o.time_keys.0, d.max_ahead)?,
+                max_age: duration("timeKeys.maxAge", o.time_keys.1, d.max_age)?,
+            })
+        }
+        6 => {
+            let d = CounterConfig::default();
+            let small = |name: &str, v: Option<f64>, default: u32| match v {
+                None => Ok(default),
+                Some(n) if whole(n) && (0.0..=f64::from(u32::MAX)).contains(&n) => Ok(n as u32),
+                Some(_) => Err(ErrorParts::options(format!(
+                    "{name} must be a whole number"
+                ))),
+            };
+            KeyKind::Counter(CounterConfig {
+                bits: small("counter.bits", o.counter.0, u32::from(d.bits))?.min(255) as u8,
+                window: small("counter.window", o.counter.1, d.window)?,
+            })
+        }
+        _ => {
+            let secret = token_secret(o.token.0.as_deref())?;
+            let Some(ttl) = o.token.1 else {
+                return Err(ErrorParts::options(
+                    "keyKind \"token\" needs token.ttl: how long an issued token stays valid, in ms",
+                ));
+            };
+            KeyKind::Token {
+                secret,
+                ttl: duration("token.ttl", Some(ttl), Duration::ZERO)?,
+            }
+        }
     };
+    let uses = |name: &str, given: bool, kind: &str| {
+        if given && o.key_kind.as_deref() != Some(kind) {
+            Err(ErrorParts::options(format!(
+                "options.{name} applies to keyKind \"{kind}\" only"
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    uses("timeKeys", o.time_keys != (None, None), "unix-time")?;
+    uses("counter", o.counter != (None, None), "counter")?;
+    uses("token", o.token != (None, None), "token")?;
     let mut fingerprint = FingerprintSpec {
         headers: o.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
         exclude: o.exclude.clone(),
@@ -367,6 +450,25 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
         policy = policy.with_max_response_bytes(max);
     }
     Ok(policy)
+}
+
+/// The token secret: 32 bytes as 64 hex digits.
+fn token_secret(hex: Option<&str>) -> Result<TokenSecret, ErrorParts> {
+    let bad = || {
+        ErrorParts::options(
+            "keyKind \"token\" needs token.secret: 32 random bytes as 64 hex digits, the same on every instance",
+        )
+    };
+    let hex = hex.ok_or_else(bad)?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut secret = [0u8; 32];
+    for (i, byte) in secret.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+            .map_err(|_| bad())?;
+    }
+    Ok(TokenSecret(secret))
 }
 
 /// Milliseconds from JavaScript (`Date.now()`) as core time; negative or non-finite values

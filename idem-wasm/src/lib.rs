@@ -37,7 +37,7 @@ pub mod interop;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use host::{Host, Incoming};
-use interop::{EngineOptions, ErrorParts, HeartbeatState, Ran, StepKind, StoreWrite};
+use interop::{EngineOptions, ErrorParts, HeartbeatState, OpStep, Ran, StepKind, StoreWrite};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -111,6 +111,43 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
             }
         }
     }
+    let mut kinds = Vec::new();
+    for (name, members) in interop::KIND_OPTIONS {
+        let v = get(o, name);
+        if given(&v) {
+            if !v.is_object() || Array::is_array(&v) {
+                return Err(ErrorParts::options(alloc::format!(
+                    "options.{name} must be an object"
+                )));
+            }
+            for member in Object::keys(&Object::from(v.clone())).iter() {
+                let member = member.as_string().unwrap_or_default();
+                if !members.contains(&member.as_str()) {
+                    return Err(ErrorParts::options(alloc::format!(
+                        "unknown option \"{name}.{member}\""
+                    )));
+                }
+            }
+        }
+        kinds.push(v);
+    }
+    let member = |i: usize, name: &str| -> Result<Option<f64>, ErrorParts> {
+        if given(&kinds[i]) {
+            number(&kinds[i], name)
+        } else {
+            Ok(None)
+        }
+    };
+    let time_keys = (member(0, "maxAhead")?, member(0, "maxAge")?);
+    let counter = (member(1, "bits")?, member(1, "window")?);
+    let token = (
+        if given(&kinds[2]) {
+            text(&kinds[2], "secret")?
+        } else {
+            None
+        },
+        member(2, "ttl")?,
+    );
     let in_flight = get(o, "inFlight");
     let in_flight = if !given(&in_flight) || in_flight.as_string().as_deref() == Some("reject") {
         None
@@ -129,6 +166,9 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
         lease: number(o, "lease")?,
         unknown_outcome: text(o, "unknownOutcome")?,
         key_kind: text(o, "keyKind")?,
+        time_keys,
+        counter,
+        token,
         headers: if given(&f) {
             strings(&f, "headers", "fingerprint.headers")?.unwrap_or_default()
         } else {
@@ -182,6 +222,12 @@ pub fn engine_option_names() -> String {
     interop::ENGINE_OPTIONS.join(",")
 }
 
+/// The request header that carries a counter client's low-water mark, lowercase.
+#[wasm_bindgen(js_name = lowWaterHeader)]
+pub fn low_water_header() -> String {
+    String::from(idem_core::LOW_WATER_HEADER)
+}
+
 /// The idempotency engine with its policy, and the requests in flight, each in a numbered
 /// slot (see [`host`]).
 #[wasm_bindgen]
@@ -225,6 +271,7 @@ impl Engine {
         content_type: Option<String>,
         headers: &str,
         body: &[u8],
+        low_water: Option<String>,
         nonce_hi: u32,
         nonce_lo: u32,
     ) -> JsResult<u32> {
@@ -237,9 +284,131 @@ impl Engine {
             content_type: content_type.as_deref(),
             headers,
             body,
+            low_water: low_water.as_deref(),
         };
         let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
         self.host.begin(&req, nonce).map_err(js)
+    }
+
+    /// Issues a one-time token (`keyKind: "token"`) for the requests of `principal`
+    /// (`undefined`: a single tenant) with `method` to `route`, from 128 random bits, and
+    /// opens the operation that stores it: drive it with `opDriveIn` or the `op…` steps,
+    /// then `opResult` is the token and `opExpires` its expiry. Throws a `RangeError`
+    /// (`IDEM-SCOPE-3` for an empty principal, `IDEM-JS-1` for another key kind).
+    #[allow(clippy::too_many_arguments)]
+    #[wasm_bindgen(js_name = issueToken)]
+    pub fn issue_token(
+        &mut self,
+        principal: Option<String>,
+        method: &str,
+        route: &str,
+        now: f64,
+        r0: u32,
+        r1: u32,
+        r2: u32,
+        r3: u32,
+    ) -> JsResult<u32> {
+        let random = [
+            interop::u64_from_halves(r0, r1),
+            interop::u64_from_halves(r2, r3),
+        ];
+        self.host
+            .issue_token(
+                principal.as_deref(),
+                method,
+                route,
+                interop::millis(now),
+                random,
+            )
+            .map_err(js)
+    }
+
+    /// Opens (or moves to its next epoch) the counter session of `client`
+    /// (`keyKind: "counter"`) for the requests of `principal` with `method` to `route`,
+    /// starting at sequence number `firstSeq` (decimal text), as an operation: drive it,
+    /// then `opResult` is the epoch (decimal text). Throws a `RangeError` (`IDEM-SCOPE-3`,
+    /// `IDEM-CTR-1`, `IDEM-JS-1`).
+    #[allow(clippy::too_many_arguments)]
+    #[wasm_bindgen(js_name = openSession)]
+    pub fn open_session(
+        &mut self,
+        principal: Option<String>,
+        method: &str,
+        route: &str,
+        client: &str,
+        first_seq: &str,
+        nonce_hi: u32,
+        nonce_lo: u32,
+    ) -> JsResult<u32> {
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host
+            .open_session(
+                principal.as_deref(),
+                method,
+                route,
+                client,
+                first_seq,
+                nonce,
+            )
+            .map_err(js)
+    }
+
+    /// The next step of an operation.
+    #[wasm_bindgen(js_name = opPoll)]
+    pub fn op_poll(&self, op: u32) -> JsResult<OpStep> {
+        self.host.op_poll(op).map_err(js)
+    }
+
+    /// The storage key an operation reads and writes.
+    #[wasm_bindgen(js_name = opKey)]
+    pub fn op_key(&self, op: u32) -> JsResult<String> {
+        self.host.op_key(op).map_err(js)
+    }
+
+    /// The write of an operation's `Apply` step: `{ expect, value, version, deadline }`.
+    #[wasm_bindgen(js_name = opWrite)]
+    pub fn op_write(&self, op: u32) -> JsResult<JsValue> {
+        self.host.op_write(op).map(|w| write_object(&w)).map_err(js)
+    }
+
+    /// The stored record bytes read for an operation's `Load` step (`undefined`: none).
+    #[wasm_bindgen(js_name = opRecord)]
+    pub fn op_record(&mut self, op: u32, now: f64, value: Option<Vec<u8>>) -> JsResult<()> {
+        self.host
+            .op_record(op, interop::millis(now), value.as_deref())
+            .map_err(js)
+    }
+
+    /// Whether the write of an operation's `Apply` step was applied.
+    #[wasm_bindgen(js_name = opApplied)]
+    pub fn op_applied(&mut self, op: u32, applied: bool) -> JsResult<()> {
+        self.host.op_applied(op, applied).map_err(js)
+    }
+
+    /// Runs an operation's store steps in the in-process store; its last step.
+    #[wasm_bindgen(js_name = opDriveIn)]
+    pub fn op_drive_in(&mut self, store: &mut Records, op: u32, now: f64) -> JsResult<OpStep> {
+        self.host
+            .op_drive_in(&mut store.store, op, interop::millis(now))
+            .map_err(js)
+    }
+
+    /// What a finished operation came to: the epoch or the token; its refusal as an error.
+    #[wasm_bindgen(js_name = opResult)]
+    pub fn op_result(&self, op: u32) -> JsResult<String> {
+        self.host.op_result(op).map_err(js)
+    }
+
+    /// When an issued token expires unless consumed (ms since the epoch).
+    #[wasm_bindgen(js_name = opExpires)]
+    pub fn op_expires(&self, op: u32) -> JsResult<f64> {
+        self.host.op_expires(op).map(interop::to_ms).map_err(js)
+    }
+
+    /// Closes an operation.
+    #[wasm_bindgen(js_name = opEnd)]
+    pub fn op_end(&mut self, op: u32) {
+        self.host.op_end(op);
     }
 
     /// A slot refusing a body of `length` bytes, announced by `Content-Length` before it is

@@ -29,6 +29,7 @@ fn request<'a>(key: Option<&'a str>, principal: Option<&'a str>, body: &'a [u8])
         content_type: Some("application/json"),
         headers: "",
         body,
+        low_water: None,
     }
 }
 
@@ -338,4 +339,212 @@ fn expiry_writes_tombstone_then_delete() {
     let gone = expire(at(5010), &tomb.value.unwrap()).unwrap().unwrap();
     assert_eq!(gone.value, None, "then the key is deleted");
     assert_eq!(expire(at(0), b"junk").unwrap_err().code, "IDEM-REC-1");
+}
+
+fn counter_host() -> Host {
+    host(EngineOptions {
+        key_kind: Some("counter".into()),
+        counter: (Some(8.0), Some(4.0)),
+        ..short()
+    })
+}
+
+fn counter_request<'a>(key: &'a str, low_water: Option<&'a str>, body: &'a [u8]) -> Incoming<'a> {
+    Incoming {
+        low_water,
+        route: "/transfers",
+        target: "/transfers",
+        ..request(Some(key), Some("alice"), body)
+    }
+}
+
+/// Runs a request on the memory path with a 201 of `made`; its step after the handler.
+fn run_in(h: &mut Host, store: &mut MemoryStore, req: &Incoming<'_>, now: UnixMillis) -> StepKind {
+    let t = h.begin(req, 1).unwrap();
+    let step = h.drive_in(store, t, now).unwrap();
+    if step != StepKind::Run {
+        return step;
+    }
+    h.outcome(t, Ran::Answered, 201, "", b"made".to_vec())
+        .unwrap();
+    let done = h.drive_in(store, t, now).unwrap();
+    h.end(t);
+    done
+}
+
+#[test]
+fn a_counter_session_opens_in_the_memory_store_and_its_keys_run() {
+    // IDEM-CTR-3 IDEM-CTR-5 IDEM-CTR-6 IDEM-CTR-11
+    let mut h = counter_host();
+    let mut store = MemoryStore::default();
+    let op = h
+        .open_session(Some("alice"), "POST", "/transfers", "c1", "0", 0x42)
+        .unwrap();
+    assert_eq!(h.op_drive_in(&mut store, op, at(0)).unwrap(), OpStep::Done);
+    let epoch = h.op_result(op).unwrap();
+    h.op_end(op);
+    let key0 = format!("c1:{epoch}:0");
+    let key1 = format!("c1:{epoch}:1");
+    assert_eq!(
+        run_in(
+            &mut h,
+            &mut store,
+            &counter_request(&key0, None, b"{}"),
+            at(1)
+        ),
+        StepKind::Done
+    );
+    // The low-water mark of the next request makes 0 stale.
+    assert_eq!(
+        run_in(
+            &mut h,
+            &mut store,
+            &counter_request(&key1, Some("1"), b"{}"),
+            at(2)
+        ),
+        StepKind::Done
+    );
+    let t = h.begin(&counter_request(&key0, None, b"{}"), 3).unwrap();
+    assert_eq!(h.drive_in(&mut store, t, at(3)).unwrap(), StepKind::Reply);
+    let (status, _, body) = reply(&mut h, t);
+    assert_eq!(status, 412);
+    assert!(String::from_utf8_lossy(&body).contains("urn:idem:problem:key-stale"));
+}
+
+#[test]
+fn a_session_opens_step_by_step_on_a_store_of_the_javascript_side() {
+    // IDEM-CTR-3 IDEM-CTR-12
+    let mut h = counter_host();
+    let mut store = MemoryStore::default();
+    let op = h
+        .open_session(None, "POST", "/transfers", "c1", "250", 7)
+        .unwrap();
+    let key = h.op_key(op).unwrap();
+    assert_eq!(h.op_poll(op).unwrap(), OpStep::Load);
+    h.op_record(
+        op,
+        at(0),
+        store_load(&store, &key).map(|(_, v)| v).as_deref(),
+    )
+    .unwrap();
+    assert_eq!(h.op_poll(op).unwrap(), OpStep::Apply);
+    let write = h.op_write(op).unwrap();
+    // Another writer got there first: the operation reads again.
+    h.op_applied(op, false).unwrap();
+    assert_eq!(h.op_poll(op).unwrap(), OpStep::Load);
+    h.op_record(op, at(0), None).unwrap();
+    let write = {
+        assert_eq!(h.op_poll(op).unwrap(), OpStep::Apply);
+        let again = h.op_write(op).unwrap();
+        assert_eq!(again.expect, write.expect);
+        again
+    };
+    let applied = store_apply(
+        &mut store,
+        at(0),
+        &key,
+        write.expect.as_deref(),
+        write.value.as_deref(),
+    )
+    .unwrap();
+    h.op_applied(op, applied == StoreApplied::Applied).unwrap();
+    assert_eq!(h.op_poll(op).unwrap(), OpStep::Done);
+    assert!(h.op_result(op).unwrap().parse::<u64>().is_ok());
+    // A first number beyond the bits is refused when the session is opened.
+    let bad = h
+        .open_session(None, "POST", "/transfers", "c1", "256", 8)
+        .unwrap();
+    assert_eq!(
+        h.op_drive_in(&mut store, bad, at(1)).unwrap(),
+        OpStep::Failed
+    );
+    assert_eq!(h.op_result(bad).unwrap_err().code, "IDEM-CTR-1");
+    // Not a number at all, an empty principal, another key kind: errors at once.
+    for first in ["-1", "+1", "1.5", "", "99999999999999999999"] {
+        let e = h.open_session(None, "POST", "/t", "c1", first, 9).err();
+        assert_eq!(e.map(|e| e.code), Some("IDEM-CTR-1"), "{first:?}");
+    }
+    assert_eq!(
+        h.open_session(Some(""), "POST", "/t", "c1", "0", 9)
+            .unwrap_err()
+            .code,
+        "IDEM-SCOPE-3"
+    );
+    let mut opaque = host(short());
+    assert_eq!(
+        opaque
+            .open_session(None, "POST", "/t", "c1", "0", 9)
+            .unwrap_err()
+            .code,
+        "IDEM-JS-1"
+    );
+    assert_eq!(
+        opaque
+            .issue_token(None, "POST", "/t", at(0), [1, 2])
+            .unwrap_err()
+            .code,
+        "IDEM-JS-1"
+    );
+}
+
+#[test]
+fn a_token_is_stored_by_its_operation_and_consumed_once() {
+    // IDEM-TOKEN-1 IDEM-TOKEN-2 IDEM-TOKEN-4
+    let mut h = host(EngineOptions {
+        key_kind: Some("token".into()),
+        token: (Some("ab".repeat(32)), Some(2000.0)),
+        ..short()
+    });
+    let mut store = MemoryStore::default();
+    let op = h
+        .issue_token(Some("alice"), "POST", "/orders", at(0), [5, 6])
+        .unwrap();
+    assert_eq!(h.op_drive_in(&mut store, op, at(0)).unwrap(), OpStep::Done);
+    let token = h.op_result(op).unwrap();
+    assert!(token.starts_with("tok_"));
+    assert_eq!(h.op_expires(op).unwrap(), at(2000));
+    h.op_end(op);
+    let req = request(Some(token.as_str()), Some("alice"), b"{}");
+    assert_eq!(run_in(&mut h, &mut store, &req, at(1)), StepKind::Done);
+    let t = h.begin(&req, 2).unwrap();
+    assert_eq!(h.drive_in(&mut store, t, at(2)).unwrap(), StepKind::Reply);
+    assert_eq!(reply(&mut h, t).0, 201, "a replay");
+    // A token never stored is unknown until its expiry, then expired.
+    let lost = h
+        .issue_token(Some("alice"), "POST", "/orders", at(0), [7, 8])
+        .unwrap();
+    let lost_token = {
+        let w = h.op_write(lost).unwrap();
+        assert!(w.value.is_some());
+        h.op_applied(lost, true).unwrap();
+        h.op_result(lost).unwrap()
+    };
+    for (now, status) in [(at(10), 400), (at(2001), 410)] {
+        let t = h
+            .begin(&request(Some(lost_token.as_str()), Some("alice"), b"{}"), 3)
+            .unwrap();
+        assert_eq!(h.drive_in(&mut store, t, now).unwrap(), StepKind::Reply);
+        assert_eq!(reply(&mut h, t).0, status);
+        h.end(t);
+    }
+    // Token options: a secret of 64 hex digits and a TTL, for keyKind "token" only.
+    for (secret, ttl) in [
+        (None, Some(1.0)),
+        (Some("ab".repeat(31)), Some(1.0)),
+        (Some("zz".repeat(32)), Some(1.0)),
+        (Some("ab".repeat(32)), None),
+    ] {
+        let e = policy(&EngineOptions {
+            key_kind: Some("token".into()),
+            token: (secret, ttl),
+            ..short()
+        })
+        .err();
+        assert_eq!(e.map(|e| e.code), Some("IDEM-JS-1"));
+    }
+    assert!(policy(&EngineOptions {
+        token: (Some("ab".repeat(32)), Some(1.0)),
+        ..short()
+    })
+    .is_err());
 }

@@ -80,6 +80,7 @@ fn options_convert_milliseconds_policies_and_fingerprint_settings() {
         methods: Some(vec!["post".into(), "DELETE".into()]),
         keys: Some("optional".into()),
         max_response_bytes: Some(4096.0),
+        ..EngineOptions::default()
     })
     .unwrap();
     let c = p.engine().config();

@@ -87,3 +87,25 @@ void (async () => {
     void reason;
   }
 })();
+
+// The key kinds with state of their own: tokens and counter sessions through one Idempotency.
+const tokens = new Idempotency<Request>({
+  store,
+  principal: (r) => r.headers.get("x-account-id") ?? "",
+  keyKind: "token",
+  token: { secret: "ab".repeat(32), ttl: 3_600_000 },
+});
+void withIdempotency(() => new Response("paid", { status: 201 }), tokens);
+void (async () => {
+  const request = new Request("https://x/idempotency-tokens", { method: "POST" });
+  const issued: { token: string; expires: number } = await tokens.issueToken(request, { route: "/checkout" });
+  const endpoint: Response = await tokens.tokenResponse(request, { route: "/checkout", method: "POST" });
+  void [issued, endpoint];
+})();
+const counters = new Idempotency({ store, principal: "none", keyKind: "counter", counter: { bits: 16, window: 8 } });
+void counters.openSession({ method: "POST", target: "/sessions", key: null }, { route: "/transfers", client: "app-1", firstSeq: 0n }).then((s) => {
+  const epoch: string = s.epoch;
+  return epoch;
+});
+void new Idempotency({ store, principal: "none", keyKind: "unix-time", timeKeys: { maxAhead: 60_000, maxAge: 86_400_000 } });
+void counters.handle({ method: "POST", target: "/transfers", key: "app-1:5:0", lowWater: "0" }, () => ({ status: 201 }));

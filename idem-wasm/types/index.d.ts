@@ -6,7 +6,17 @@ export type Millis = number;
 
 /** How keys are parsed: an RFC 8941 sf-string only (`opaque-strict`), an sf-string or a
  * Stripe-style bare key (`opaque`, the default), or a UUID (any version, v4 or v7). */
-export type KeyKind = "opaque" | "opaque-strict" | "uuid" | "uuid-v4" | "uuid-v7";
+/** The key a request carries: opaque (sf-string or bare), a UUID, a client timestamp
+ * (`[client:]millis`), a wrapping counter (`client:epoch:seq`) or a server-issued token. */
+export type KeyKind =
+  | "opaque"
+  | "opaque-strict"
+  | "uuid"
+  | "uuid-v4"
+  | "uuid-v7"
+  | "unix-time"
+  | "counter"
+  | "token";
 
 /** What happens after an unknown outcome (a thrown handler, a 5xx): re-execute with
  * `recovered: true` (default), store and replay the response, or hold the key (409). */
@@ -82,6 +92,16 @@ export interface IdempotencyOptions<R = Request> {
   /** Whether guarded requests must carry a key (default) or pass through without one. */
   keys?: "required" | "optional";
   keyKind?: KeyKind;
+  /** `keyKind: "unix-time"`: how far ahead of the server's clock a timestamp may be
+   * (default 5 minutes) and how old it may be (default 24 h); `maxAge + maxAhead` must not
+   * exceed `keyTtl`. */
+  timeKeys?: { maxAhead?: Millis; maxAge?: Millis };
+  /** `keyKind: "counter"`: the sequence number's width in bits, 8 to 64 (default 32), and
+   * the window of retained results per client (default 8). */
+  counter?: { bits?: number; window?: number };
+  /** `keyKind: "token"`: the signing secret (32 random bytes as 64 hex digits, the same on
+   * every instance) and how long an issued token stays valid (at most `keyTtl`). */
+  token?: { secret: string; ttl: Millis };
   /** How long a completed response is replayed (default 24 h). */
   responseTtl?: Millis;
   /** How long a key is remembered, at least `responseTtl` (default 7 days). */
@@ -119,7 +139,7 @@ export interface IdempotencyContext {
 /** Wraps a Fetch handler with Idempotency-Key semantics. */
 export function withIdempotency<Rest extends unknown[]>(
   handler: (request: Request, ...rest: Rest) => Response | Promise<Response>,
-  options: IdempotencyOptions<Request>,
+  options: IdempotencyOptions<Request> | Idempotency<Request>,
 ): (request: Request, ...rest: Rest) => Promise<Response>;
 
 /** The context of a request that `withIdempotency` is executing (the request the handler
@@ -134,6 +154,8 @@ export interface PlainRequest {
   route?: string;
   /** The raw Idempotency-Key header value. */
   key: string | null | undefined;
+  /** The raw Idempotency-Low-Water header value (counter keys). */
+  lowWater?: string | null;
   contentType?: string | null;
   headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>;
   body?: Uint8Array;
@@ -154,11 +176,26 @@ export interface PlainReply {
 }
 
 /** The engine bound to a store; `withIdempotency` is built on it. */
-export class Idempotency<R extends PlainRequest = PlainRequest> {
+/** `R` is what `options.principal` reads: a plain request for `handle`, or a Fetch
+ * `Request` for an instance that `withIdempotency` serves. */
+export class Idempotency<R = PlainRequest> {
   constructor(options: IdempotencyOptions<R>);
   /** Whether a request with this method (and a key, or not) is protected. */
   protects(method: string, hasKey: boolean): boolean;
-  handle(request: R, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
+  handle(request: R & PlainRequest, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
+  /** The `route` option. */
+  readonly route: IdempotencyOptions["route"];
+  /** Issues and stores a one-time token (`keyKind: "token"`) for the caller of `request`,
+   * to spend on `method` (default POST) to `route`. */
+  issueToken(request: R, target: { route: string; method?: string }): Promise<{ token: string; expires: number }>;
+  /** The token endpoint: 201 `{ token, expiresAt, ttl }`, `Cache-Control: no-store`. */
+  tokenResponse(request: R, target: { route: string; method?: string }): Promise<Response>;
+  /** Opens (or moves to its next epoch) the counter session of `client` (`keyKind:
+   * "counter"`); the epoch is decimal text. */
+  openSession(
+    request: R,
+    session: { route: string; client: string; firstSeq?: number | bigint | string; method?: string },
+  ): Promise<{ client: string; epoch: string; firstSeq: string }>;
 }
 
 /** idem-core's in-process store, inside the WebAssembly module (tests, single-process
