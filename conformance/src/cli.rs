@@ -11,7 +11,7 @@
 use crate::bench::{self, BenchConfig};
 use crate::report::{self, Color};
 use crate::server::{Fault, Server, ServerConfig};
-use crate::suite::{self, KeyStyle, Profile, Target, EXIT_HARNESS, EXIT_USAGE};
+use crate::suite::{self, KeyKind, KeyStyle, Profile, Target, EXIT_HARNESS, EXIT_USAGE};
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use hyper::header::{HeaderName, HeaderValue};
@@ -96,6 +96,34 @@ struct RunArgs {
     /// How keys are written.
     #[arg(long, value_enum, default_value_t = KeyStyle::Uuid)]
     key_style: KeyStyle,
+    /// The kind of key the endpoint takes: opaque (the generic cases), or time, counter or
+    /// token (their own case families). Without a URL, the reference server's endpoint of
+    /// that kind.
+    #[arg(long, value_enum, default_value_t = KeyKind::Opaque)]
+    key_kind: KeyKind,
+    /// Time keys: the clock skew the server allows, in seconds (enables time/2).
+    #[arg(long, value_name = "SECS")]
+    time_skew: Option<f64>,
+    /// Time keys: the oldest timestamp the server accepts, in seconds (enables time/3).
+    #[arg(long, value_name = "SECS")]
+    time_max_age: Option<f64>,
+    /// Counter keys: the URL (or path) that opens a client's session: POST
+    /// {"client", "firstSeq"} answering {"epoch"}.
+    #[arg(long, value_name = "URL")]
+    session_url: Option<String>,
+    /// Counter keys: the sequence number's width in bits (default 32; 12 or less lets
+    /// counter/6 wrap).
+    #[arg(long, value_name = "BITS")]
+    counter_bits: Option<u8>,
+    /// Counter keys: the server's window (enables counter/5).
+    #[arg(long, value_name = "N")]
+    counter_window: Option<u32>,
+    /// Tokens: the URL (or path) that issues one: POST answering {"token"}.
+    #[arg(long, value_name = "URL")]
+    token_url: Option<String>,
+    /// Tokens: how long an issued token is valid, in seconds (enables token/3).
+    #[arg(long, value_name = "SECS")]
+    token_ttl: Option<f64>,
     /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
     /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
     /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
@@ -222,6 +250,12 @@ struct ServeArgs {
     /// Accept only UUID keys.
     #[arg(long)]
     uuid_keys: bool,
+    /// The counters of /transfers: their width in bits, 8 to 64 (default 32).
+    #[arg(long)]
+    counter_bits: Option<u8>,
+    /// The counters of /transfers: the window of retained results (default 8).
+    #[arg(long)]
+    counter_window: Option<u32>,
 }
 
 /// Options of `bench`.
@@ -427,6 +461,40 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
     t.key_header = HeaderName::from_bytes(a.key_header.as_bytes())
         .map_err(|_| format!("invalid key header name {:?}", a.key_header))?;
     t.key_style = a.key_style;
+    t.key_kind = a.key_kind;
+    if a.key_kind != KeyKind::Opaque && a.url.is_some() {
+        // Kind keys are not sf-strings.
+        t.key_style = KeyStyle::Bare;
+    }
+    if let Some(v) = a.time_skew {
+        t.time_skew = Some(seconds("time-skew", v)?);
+    }
+    if let Some(v) = a.time_max_age {
+        t.time_max_age = Some(seconds("time-max-age", v)?);
+    }
+    for (name, src, dst) in [
+        ("session-url", &a.session_url, &mut t.session_url),
+        ("token-url", &a.token_url, &mut t.token_url),
+    ] {
+        if let Some(u) = src {
+            *dst = Some(t.url.join(u).map_err(|e| format!("--{name} {u:?}: {e}"))?);
+        }
+    }
+    if let Some(bits) = a.counter_bits {
+        if !(8..=64).contains(&bits) {
+            return Err("--counter-bits must be between 8 and 64".into());
+        }
+        t.counter_bits = bits;
+    }
+    if let Some(w) = a.counter_window {
+        if w == 0 {
+            return Err("--counter-window must be positive".into());
+        }
+        t.counter_window = Some(w);
+    }
+    if let Some(v) = a.token_ttl {
+        t.token_ttl = Some(seconds("token-ttl", v)?);
+    }
     t.profile = Profile::parse(&a.profile)?;
     if a.keys_optional {
         t.profile.keys_required = false;
@@ -553,7 +621,7 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
             let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
                 .await
                 .map_err(start_error)?;
-            let t = Target::for_reference(&s, &config);
+            let t = Target::for_reference_kind(&s, &config, a.key_kind);
             server = Some(s);
             t
         }
@@ -617,7 +685,15 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
         fault: a.fault,
         tls: None,
         uuid_keys: a.uuid_keys,
-    };
+        ..ServerConfig::default()
+    }
+    .with_kind_bounds();
+    if let Some(bits) = a.counter_bits {
+        config.counter.bits = bits;
+    }
+    if let Some(window) = a.counter_window {
+        config.counter.window = window;
+    }
     let mut ca_path = None;
     if a.tls {
         let identity = crate::tls::Identity::generate().map_err(harness)?;

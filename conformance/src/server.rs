@@ -45,6 +45,10 @@ use idem_core::{
     RecordState, Refusal, RequestParts, Step, Store, StoreFailure, StoredResponse, UnixMillis,
     Waiters, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER,
 };
+use idem_core::{
+    CounterConfig, Decision, KeyKind, OpenStep, RejectReason, Scope, TimeKeyConfig, TokenSecret,
+    LOW_WATER_HEADER, TOKEN_PREFIX,
+};
 use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
@@ -58,6 +62,17 @@ use tokio::task::{JoinHandle, JoinSet};
 pub const ORDERS_PATH: &str = "/orders";
 /// The path of the execution counter.
 pub const COUNT_PATH: &str = "/count";
+/// The endpoint whose keys are client timestamps (`keyKind` unix-time).
+pub const PAYMENTS_PATH: &str = "/payments";
+/// The endpoint whose keys are wrapping counters.
+pub const TRANSFERS_PATH: &str = "/transfers";
+/// Opens a counter client's session for [`TRANSFERS_PATH`]: `POST {"client": "…",
+/// "firstSeq": n}` → `201 {"client", "epoch", "firstSeq"}` (the epoch as decimal text).
+pub const SESSIONS_PATH: &str = "/sessions";
+/// The endpoint whose keys are server-issued tokens.
+pub const CHECKOUT_PATH: &str = "/checkout";
+/// Issues a token for [`CHECKOUT_PATH`]: `POST` → `201 {"token", "expiresAt", "ttl"}`.
+pub const TOKENS_PATH: &str = "/idempotency-tokens";
 
 /// One deliberate defect of the reference server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -80,7 +95,9 @@ pub enum Fault {
     LostLease,
     /// Responses are dropped after a tenth of the advertised retention, and the key with them.
     ForgetEarly,
-    /// Requests without a valid key are executed anyway, without protection.
+    /// Requests without a valid key are executed anyway, without protection: a missing or
+    /// malformed key, and a key of another kind that its rules refuse (stale, from the
+    /// future, an unknown client or epoch, a gap, a forged, unknown or expired token).
     NoKeyCheck,
     /// Keys longer than 64 characters are refused although up to 255 are valid.
     ShortKeys,
@@ -103,11 +120,21 @@ pub enum Fault {
     /// An attempt that fails (5xx, 408, 425, 429) leaves its key in flight for good: every
     /// retry is refused as in progress.
     NeverRelease,
+    /// Counter keys: a number in the window with another payload (as after a wrap onto a
+    /// retained slot) executes instead of being refused as a collision.
+    CounterNoWrapCheck,
+    /// Counter keys: a number below the low-water mark executes instead of being refused as
+    /// stale.
+    CounterAcceptStale,
+    /// Time keys: timestamps far in the future are accepted (no clock-skew bound).
+    TimeNoSkew,
+    /// Tokens: a consumed token is taken as unused again, so it runs again.
+    TokenReuse,
 }
 
 impl Fault {
     /// Every fault, in a stable order.
-    pub const ALL: [Fault; 17] = [
+    pub const ALL: [Fault; 21] = [
         Fault::NoLock,
         Fault::NoFingerprint,
         Fault::NoStore,
@@ -125,6 +152,10 @@ impl Fault {
         Fault::VolatileFingerprint,
         Fault::DropLocation,
         Fault::NeverRelease,
+        Fault::CounterNoWrapCheck,
+        Fault::CounterAcceptStale,
+        Fault::TimeNoSkew,
+        Fault::TokenReuse,
     ];
 
     /// The name used on the command line.
@@ -147,6 +178,10 @@ impl Fault {
             Fault::VolatileFingerprint => "volatile-fingerprint",
             Fault::DropLocation => "drop-location",
             Fault::NeverRelease => "never-release",
+            Fault::CounterNoWrapCheck => "counter-no-wrap-check",
+            Fault::CounterAcceptStale => "counter-accept-stale",
+            Fault::TimeNoSkew => "time-no-skew",
+            Fault::TokenReuse => "token-reuse",
         }
     }
 }
@@ -178,6 +213,13 @@ pub struct ServerConfig {
     pub tls: Option<crate::tls::Identity>,
     /// Accept only UUID keys (as many APIs do) instead of any opaque key.
     pub uuid_keys: bool,
+    /// The time keys of [`PAYMENTS_PATH`]: the clock skew and the maximum age
+    /// (`max_age + max_ahead` at most the key retention).
+    pub time_keys: TimeKeyConfig,
+    /// The counters of [`TRANSFERS_PATH`]: bits and window.
+    pub counter: CounterConfig,
+    /// How long a token issued at [`TOKENS_PATH`] stays valid (at most the key retention).
+    pub token_ttl: Duration,
 }
 
 impl Default for ServerConfig {
@@ -194,18 +236,47 @@ impl Default for ServerConfig {
             fault: None,
             tls: None,
             uuid_keys: false,
+            time_keys: TimeKeyConfig {
+                max_ahead: Duration::from_secs(5 * 60),
+                max_age: engine.response_ttl,
+            },
+            counter: CounterConfig::default(),
+            token_ttl: Duration::from_secs(3600),
         }
     }
 }
 
 impl ServerConfig {
+    /// Bounds of the key kinds that fit the retention times: a clock skew of at most 5
+    /// minutes (a quarter of the key retention when that is shorter), time keys accepted for
+    /// the response retention (less the skew where the key retention requires it), tokens
+    /// valid for an hour at most (the key retention when that is shorter).
+    pub fn with_kind_bounds(mut self) -> ServerConfig {
+        let skew = Duration::from_secs(5 * 60).min(self.key_ttl / 4);
+        self.time_keys = TimeKeyConfig {
+            max_ahead: skew,
+            max_age: self.response_ttl.min(self.key_ttl.saturating_sub(skew)),
+        };
+        self.token_ttl = Duration::from_secs(3600).min(self.key_ttl);
+        self
+    }
+
     /// Short retention and lease (1 s response, 2 s key, 1 s lease) so that the expiry and
     /// lease cases finish within seconds: the settings of the embedded default run.
+    ///
+    /// The key kinds get matching bounds: a 0.5 s clock skew and 1 s maximum age for time
+    /// keys, 8-bit counters with a window of 4 (so that a run really wraps), 1 s tokens.
     pub fn fast() -> ServerConfig {
         ServerConfig {
             response_ttl: Duration::from_secs(1),
             key_ttl: Duration::from_secs(2),
             lease: Duration::from_secs(1),
+            time_keys: TimeKeyConfig {
+                max_ahead: Duration::from_millis(500),
+                max_age: Duration::from_secs(1),
+            },
+            counter: CounterConfig { bits: 8, window: 4 },
+            token_ttl: Duration::from_secs(1),
             ..ServerConfig::default()
         }
     }
@@ -260,8 +331,35 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// The guarded endpoints, each with the policy of its key kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Orders,
+    Payments,
+    Transfers,
+    Checkout,
+}
+
+impl Route {
+    fn path(self) -> &'static str {
+        match self {
+            Route::Orders => ORDERS_PATH,
+            Route::Payments => PAYMENTS_PATH,
+            Route::Transfers => TRANSFERS_PATH,
+            Route::Checkout => CHECKOUT_PATH,
+        }
+    }
+}
+
 struct State {
+    /// Opaque keys (or UUIDs with `uuid_keys`), for [`ORDERS_PATH`].
     policy: Policy,
+    /// Time keys, for [`PAYMENTS_PATH`].
+    payments: Policy,
+    /// Counter keys, for [`TRANSFERS_PATH`].
+    transfers: Policy,
+    /// Tokens, for [`CHECKOUT_PATH`].
+    checkout: Policy,
     /// The records and who waits for them, under one lock held only for a synchronous
     /// stretch of the machine (never across the handler).
     store: Mutex<(MemoryStore, Waiters)>,
@@ -278,6 +376,15 @@ impl State {
 
     fn fault(&self, f: Fault) -> bool {
         self.config.fault == Some(f)
+    }
+
+    fn policy(&self, route: Route) -> &Policy {
+        match route {
+            Route::Orders => &self.policy,
+            Route::Payments => &self.payments,
+            Route::Transfers => &self.transfers,
+            Route::Checkout => &self.checkout,
+        }
     }
 }
 
@@ -302,21 +409,45 @@ impl Server {
     /// tokio runtime.
     pub async fn start(addr: SocketAddr, config: ServerConfig) -> Result<Server, StartError> {
         let engine = Engine::new(config.engine_config()).map_err(StartError::Config)?;
-        let mut policy = Policy::new(engine)
+        let base = Policy::new(engine.clone())
             .with_fingerprint(FingerprintSpec {
                 max_body: config.max_body,
                 ..FingerprintSpec::default()
             })
             .with_methods(["POST"]);
-        if config.uuid_keys {
-            policy = policy
-                .with_keys(idem_core::KeyKind::Uuid(None))
-                .map_err(StartError::Keys)?;
+        let kind = |kind: KeyKind| base.clone().with_keys(kind).map_err(StartError::Keys);
+        let policy = if config.uuid_keys {
+            kind(KeyKind::Uuid(None))?
+        } else {
+            base.clone()
+        };
+        // Faults that shorten the key retention shorten the kinds' bounds with it.
+        let key_ttl = engine.config().key_ttl;
+        let mut time_keys = config.time_keys.clone();
+        time_keys.max_ahead = time_keys.max_ahead.min(key_ttl / 4);
+        time_keys.max_age = time_keys
+            .max_age
+            .min(key_ttl.saturating_sub(time_keys.max_ahead))
+            .max(Duration::from_millis(1));
+        if config.fault == Some(Fault::TimeNoSkew) {
+            // As far ahead as the retention allows: no bound a client clock could hit.
+            time_keys.max_ahead = engine.config().key_ttl.saturating_sub(time_keys.max_age);
         }
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|e| StartError::Bind(std::io::Error::other(e)))?;
+        let payments = kind(KeyKind::Time(time_keys))?;
+        let transfers = kind(KeyKind::Counter(config.counter))?;
+        let checkout = kind(KeyKind::Token {
+            secret: TokenSecret(secret),
+            ttl: config.token_ttl.min(key_ttl),
+        })?;
         let listener = TcpListener::bind(addr).await.map_err(StartError::Bind)?;
         let addr = listener.local_addr().map_err(StartError::Bind)?;
         let state = Arc::new(State {
             policy,
+            payments,
+            transfers,
+            checkout,
             store: Mutex::new((MemoryStore::new(config.limits), Waiters::default())),
             config,
             executions: AtomicU64::new(0),
@@ -449,12 +580,21 @@ type Reply = Result<Response<Full<Bytes>>, Crashed>;
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
     match (req.method(), req.uri().path()) {
-        (&Method::POST, ORDERS_PATH) => orders(state, req).await,
+        (&Method::POST, ORDERS_PATH) => guarded(state, req, Route::Orders).await,
+        (&Method::POST, PAYMENTS_PATH) => guarded(state, req, Route::Payments).await,
+        (&Method::POST, TRANSFERS_PATH) => guarded(state, req, Route::Transfers).await,
+        (&Method::POST, CHECKOUT_PATH) => guarded(state, req, Route::Checkout).await,
+        (&Method::POST, SESSIONS_PATH) => Ok(open_session(&state, req).await),
+        (&Method::POST, TOKENS_PATH) => Ok(issue_token(&state, &req)),
         (&Method::GET, COUNT_PATH) => {
             let body = serde_json::json!({ "count": state.executions.load(Ordering::SeqCst) });
             Ok(json_response(StatusCode::OK, body.to_string()))
         }
-        (_, ORDERS_PATH) => Ok(plain_problem(405, "Method Not Allowed", "use POST", "POST")),
+        (
+            _,
+            ORDERS_PATH | PAYMENTS_PATH | TRANSFERS_PATH | CHECKOUT_PATH | SESSIONS_PATH
+            | TOKENS_PATH,
+        ) => Ok(plain_problem(405, "Method Not Allowed", "use POST", "POST")),
         (_, COUNT_PATH) => Ok(plain_problem(405, "Method Not Allowed", "use GET", "GET")),
         _ => Ok(plain_problem(404, "Not Found", "no such resource", "")),
     }
@@ -494,25 +634,20 @@ fn problem_response(status: u16, body: String) -> Response<Full<Bytes>> {
 
 /// The request as the handler task needs it.
 struct Order {
+    route: Route,
     principal: String,
+    low_water: Option<String>,
     keys: Vec<Bytes>,
     target: String,
     content_type: Option<String>,
     body: Bytes,
 }
 
-async fn orders(state: Arc<State>, req: Request<Incoming>) -> Reply {
-    let (parts, body) = req.into_parts();
-    let keys: Vec<Bytes> = parts
-        .headers
-        .get_all(KEY_HEADER)
-        .iter()
-        .map(|v| Bytes::copy_from_slice(v.as_bytes()))
-        .collect();
-    // The test credentials: `Authorization: Bearer <token>` names the token's owner; any
-    // other Authorization value is a principal of its own, and no header is "anonymous",
-    // which no Authorization value can equal.
-    let principal = match parts.headers.get(hyper::header::AUTHORIZATION) {
+/// The test credentials: `Authorization: Bearer <token>` names the token's owner; any other
+/// Authorization value is a principal of its own, and no header is "anonymous", which no
+/// Authorization value can equal.
+fn principal_of(headers: &hyper::HeaderMap) -> String {
+    match headers.get(hyper::header::AUTHORIZATION) {
         None => "anonymous".to_owned(),
         Some(v) => {
             let v = String::from_utf8_lossy(v.as_bytes());
@@ -521,7 +656,22 @@ async fn orders(state: Arc<State>, req: Request<Incoming>) -> Reply {
                 None => format!("authorization {v}"),
             }
         }
-    };
+    }
+}
+
+async fn guarded(state: Arc<State>, req: Request<Incoming>, route: Route) -> Reply {
+    let (parts, body) = req.into_parts();
+    let keys: Vec<Bytes> = parts
+        .headers
+        .get_all(KEY_HEADER)
+        .iter()
+        .map(|v| Bytes::copy_from_slice(v.as_bytes()))
+        .collect();
+    let principal = principal_of(&parts.headers);
+    let low_water = parts
+        .headers
+        .get(LOW_WATER_HEADER)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let body = match Limited::new(body, state.config.max_body).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
@@ -535,12 +685,14 @@ async fn orders(state: Arc<State>, req: Request<Incoming>) -> Reply {
         Err(_) => return Err(Crashed),
     };
     let order = Order {
+        route,
         principal,
+        low_water,
         keys,
         target: parts
             .uri
             .path_and_query()
-            .map_or_else(|| ORDERS_PATH.to_owned(), |p| p.as_str().to_owned()),
+            .map_or_else(|| route.path().to_owned(), |p| p.as_str().to_owned()),
         content_type: parts
             .headers
             .get(CONTENT_TYPE)
@@ -580,7 +732,11 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
             headers: &[],
             body: &order.body,
         };
-        if let Err(e) = state.policy.fingerprint_spec().fingerprint(&parts) {
+        if let Err(e) = state
+            .policy(order.route)
+            .fingerprint_spec()
+            .fingerprint(&parts)
+        {
             return Ok(to_http(&Refusal::fingerprint(&e).reply(), &state));
         }
         &[][..]
@@ -600,10 +756,10 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
             Some(&order.principal)
         },
         method: "POST",
-        route: ORDERS_PATH,
+        route: order.route.path(),
         target: &target,
         keys: &keys,
-        low_water: None,
+        low_water: order.low_water.as_deref(),
         content_type: if state.fault(Fault::NoFingerprint) {
             None
         } else {
@@ -612,7 +768,7 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
         headers: &[],
         body: fingerprinted,
     };
-    let mut req = state.policy.request(&intake, nonce());
+    let mut req = state.policy(order.route).request(&intake, nonce());
     if state.fault(Fault::NoKeyCheck)
         && req
             .refusal()
@@ -651,6 +807,33 @@ async fn process(state: Arc<State>, order: Order) -> Reply {
                 return Ok(handler_response(&response, &state));
             }
             Ok(Step::Reply) => {
+                // Counter faults: a refusal the correct server makes, ignored.
+                let ignored = match req.decision() {
+                    Some(Decision::Rejected(
+                        RejectReason::Stale
+                        | RejectReason::FromFuture { .. }
+                        | RejectReason::UnknownClient
+                        | RejectReason::StaleEpoch
+                        | RejectReason::UnknownEpoch
+                        | RejectReason::SequenceGap { .. }
+                        | RejectReason::TokenForged
+                        | RejectReason::TokenUnknown
+                        | RejectReason::TokenExpired,
+                    )) if state.fault(Fault::NoKeyCheck) => true,
+                    Some(Decision::Rejected(RejectReason::Collision)) => {
+                        state.fault(Fault::CounterNoWrapCheck) && order.route == Route::Transfers
+                    }
+                    Some(Decision::Rejected(RejectReason::Stale)) => {
+                        state.fault(Fault::CounterAcceptStale) && order.route == Route::Transfers
+                    }
+                    _ => false,
+                };
+                if ignored {
+                    return match run_handler(&state, &order.body, false).await {
+                        Handled::Response(r) => Ok(handler_response(&r, &state)),
+                        Handled::Crash => Err(Crashed),
+                    };
+                }
                 let Some(reply) = req.reply() else {
                     return Ok(plain_problem(500, "Internal Server Error", "no reply", ""));
                 };
@@ -716,6 +899,17 @@ impl Store for Faulty<'_> {
                 };
                 Some(Cow::Owned(r))
             }
+            // Token reuse: a consumed token looks unused again.
+            (Some(Fault::TokenReuse), Some(r))
+                if key.key.starts_with(TOKEN_PREFIX)
+                    && matches!(r.state, RecordState::Completed { .. }) =>
+            {
+                let mut r = r.clone();
+                r.state = RecordState::Issued {
+                    expires: r.key_expires,
+                };
+                Some(Cow::Owned(r))
+            }
             (_, r) => r.map(Cow::Borrowed),
         })
     }
@@ -740,6 +934,109 @@ impl Store for Faulty<'_> {
     fn failure(error: &MemoryStoreError) -> StoreFailure {
         MemoryStore::failure(error)
     }
+}
+
+/// `POST /sessions {"client": "…", "firstSeq": n}`: opens (or moves to its next epoch) the
+/// caller's counter session for [`TRANSFERS_PATH`] through idem-core's session opening.
+async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let principal = principal_of(req.headers());
+    let body = match Limited::new(req.into_body(), 4096).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return plain_problem(
+                400,
+                "Bad Request",
+                "the body must be a small JSON object",
+                "",
+            )
+        }
+    };
+    let input: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let Some(client) = input.get("client").and_then(|c| c.as_str()) else {
+        return plain_problem(
+            400,
+            "Bad Request",
+            "send {\"client\": \"…\", \"firstSeq\": n}",
+            "",
+        );
+    };
+    let first = match input.get("firstSeq") {
+        None => 0,
+        Some(n) => match n.as_u64() {
+            Some(n) => n,
+            None => {
+                let e = idem_core::CounterError::SequenceBeyondBits {
+                    seq: 0,
+                    bits: state.config.counter.bits,
+                };
+                let mut refusal = Refusal::session(&e);
+                refusal.detail = "firstSeq must be a whole number".into();
+                return to_http(&refusal.reply(), state);
+            }
+        },
+    };
+    let policy = &state.transfers;
+    let scope = match policy.scope(Some(&principal), "POST", TRANSFERS_PATH) {
+        Ok(s) => s,
+        Err(r) => return to_http(&r.reply(), state),
+    };
+    let Some(mut opening) = policy.open_session(&scope, client, first, nonce()) else {
+        return plain_problem(500, "Internal Server Error", "no counter keys", "");
+    };
+    loop {
+        let now = UnixMillis::now();
+        match opening.poll() {
+            OpenStep::Load(key) => {
+                let stored = state.store().0.get(&key).cloned();
+                opening.handle_record(now, stored.as_ref());
+            }
+            OpenStep::Apply(write) => {
+                let applied = state.store().0.apply(now, write);
+                opening.handle_applied(applied.unwrap_or(Applied::Conflict));
+            }
+            OpenStep::Opened(epoch) => {
+                let body = serde_json::json!({
+                    "client": client, "epoch": epoch.to_string(), "firstSeq": first,
+                });
+                let mut r = json_response(StatusCode::CREATED, body.to_string());
+                r.headers_mut().insert(
+                    hyper::header::CACHE_CONTROL,
+                    HeaderValue::from_static("no-store"),
+                );
+                return r;
+            }
+            OpenStep::Failed(e) => return to_http(&Refusal::session(&e).reply(), state),
+        }
+    }
+}
+
+/// `POST /idempotency-tokens`: issues a token for the caller's requests to
+/// [`CHECKOUT_PATH`] and stores it.
+fn issue_token(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let principal = principal_of(req.headers());
+    let policy = &state.checkout;
+    let scope: Scope = match policy.scope(Some(&principal), "POST", CHECKOUT_PATH) {
+        Ok(s) => s,
+        Err(r) => return to_http(&r.reply(), state),
+    };
+    let now = UnixMillis::now();
+    let Some(issued) = policy.issue_token(now, &scope, [nonce(), nonce()]) else {
+        return plain_problem(500, "Internal Server Error", "no token keys", "");
+    };
+    if state.store().0.apply(now, issued.write) != Ok(Applied::Applied) {
+        return to_http(&Refusal::store(StoreFailure::Full).reply(), state);
+    }
+    let body = serde_json::json!({
+        "token": issued.token,
+        "expiresAt": issued.expires.0,
+        "ttl": issued.expires.0.saturating_sub(now.0),
+    });
+    let mut r = json_response(StatusCode::CREATED, body.to_string());
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    r
 }
 
 fn nonce() -> u64 {

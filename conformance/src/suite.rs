@@ -3,7 +3,10 @@
 
 use crate::cases::{self, Case, Check, Ctx, Miss, Waiting};
 use crate::http::{Exchange, HarnessError, Http, Log};
-use crate::server::{Fault, Server, ServerConfig, COUNT_PATH, ORDERS_PATH};
+use crate::server::{
+    Fault, Server, ServerConfig, CHECKOUT_PATH, COUNT_PATH, ORDERS_PATH, PAYMENTS_PATH,
+    SESSIONS_PATH, TOKENS_PATH, TRANSFERS_PATH,
+};
 use crate::tls::Trust;
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
@@ -16,6 +19,35 @@ use url::Url;
 /// The body the suite sends by default.
 pub const DEFAULT_BODY: &str =
     r#"{"amount":4200,"currency":"eur","description":"idem-conformance"}"#;
+
+/// The kind of key the endpoint takes, and so which cases apply: the generic cases need
+/// opaque keys (or UUIDs); the `time/…`, `counter/…` and `token/…` families need their
+/// kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyKind {
+    /// Opaque keys or UUIDs: the generic cases.
+    #[default]
+    Opaque,
+    /// Client timestamps, `client:millis`: the `time/…` cases.
+    Time,
+    /// Wrapping counters, `client:epoch:seq`, with sessions: the `counter/…` cases.
+    Counter,
+    /// Server-issued one-time tokens: the `token/…` cases.
+    Token,
+}
+
+impl KeyKind {
+    /// The section of the cases of this kind, if it has its own.
+    pub fn section(self) -> Option<&'static str> {
+        match self {
+            KeyKind::Opaque => None,
+            KeyKind::Time => Some("time"),
+            KeyKind::Counter => Some("counter"),
+            KeyKind::Token => Some("token"),
+        }
+    }
+}
 
 /// How the harness writes keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -183,6 +215,23 @@ pub struct Target {
     /// Whether reports show credentials (by default they are redacted: see
     /// [`crate::secrets`]).
     pub show_secrets: bool,
+    /// The kind of key the endpoint takes.
+    pub key_kind: KeyKind,
+    /// Time keys: the clock skew the server allows (enables `time/2`).
+    pub time_skew: Option<Duration>,
+    /// Time keys: the oldest timestamp the server accepts (enables `time/3`).
+    pub time_max_age: Option<Duration>,
+    /// Counter keys: where a client opens its session (`POST {"client", "firstSeq"}` →
+    /// `{"epoch"}`).
+    pub session_url: Option<Url>,
+    /// Counter keys: the sequence number's width in bits.
+    pub counter_bits: u8,
+    /// Counter keys: the server's window (enables `counter/5`).
+    pub counter_window: Option<u32>,
+    /// Tokens: where one is issued (`POST` → `{"token"}`).
+    pub token_url: Option<Url>,
+    /// Tokens: how long an issued token is valid (enables `token/3`).
+    pub token_ttl: Option<Duration>,
 }
 
 impl Target {
@@ -215,6 +264,14 @@ impl Target {
             crash_body: None,
             mismatch_body: None,
             show_secrets: false,
+            key_kind: KeyKind::Opaque,
+            time_skew: None,
+            time_max_age: None,
+            session_url: None,
+            counter_bits: 32,
+            counter_window: None,
+            token_url: None,
+            token_ttl: None,
         }
     }
 
@@ -258,6 +315,34 @@ impl Target {
         } else {
             KeyStyle::SfString
         };
+        target.time_skew = Some(config.time_keys.max_ahead);
+        target.time_max_age = Some(config.time_keys.max_age);
+        target.session_url = Some(url(SESSIONS_PATH));
+        target.counter_bits = config.counter.bits;
+        target.counter_window = Some(config.counter.window);
+        target.token_url = Some(url(TOKENS_PATH));
+        target.token_ttl = Some(config.token_ttl);
+        target
+    }
+
+    /// The target for the reference server's endpoint of `kind`: `/payments`, `/transfers`
+    /// or `/checkout` (opaque: `/orders`), with everything [`Target::for_reference`] sets.
+    pub fn for_reference_kind(server: &Server, config: &ServerConfig, kind: KeyKind) -> Target {
+        let mut target = Target::for_reference(server, config);
+        let path = match kind {
+            KeyKind::Opaque => ORDERS_PATH,
+            KeyKind::Time => PAYMENTS_PATH,
+            KeyKind::Counter => TRANSFERS_PATH,
+            KeyKind::Token => CHECKOUT_PATH,
+        };
+        if let Ok(url) = target.url.join(path) {
+            target.url = url;
+        }
+        target.key_kind = kind;
+        if kind != KeyKind::Opaque {
+            // Kind keys are bare: they are not sf-strings of their own.
+            target.key_style = KeyStyle::Bare;
+        }
         target
     }
 }
@@ -590,6 +675,9 @@ async fn run_case(
 ) -> CaseResult {
     let (tx, mut waits) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Ctx::new(target, http, Log::new(), Some(tx));
+    if let Some(why) = kind_mismatch(target.key_kind, case) {
+        return grade(target, case, &ctx, Ok(Check::Skip(why)));
+    }
     let outcome = {
         let running = case.run(&ctx);
         tokio::pin!(running);
@@ -601,6 +689,25 @@ async fn run_case(
         }
     };
     grade(target, case, &ctx, outcome)
+}
+
+/// Why `case` does not apply to an endpoint of `kind`, if it does not.
+fn kind_mismatch(kind: KeyKind, case: &Case) -> Option<String> {
+    let family = [KeyKind::Time, KeyKind::Counter, KeyKind::Token]
+        .into_iter()
+        .find(|k| k.section() == Some(case.section()));
+    match (family, kind) {
+        (None, KeyKind::Opaque) => None,
+        (None, k) => Some(format!(
+            "the endpoint takes {} keys (--key-kind); the generic cases need an endpoint with opaque keys",
+            k.section().unwrap_or("other")
+        )),
+        (Some(f), k) if f == k => None,
+        (Some(f), _) => Some(format!(
+            "needs --key-kind {} and an endpoint with those keys",
+            f.section().unwrap_or("")
+        )),
+    }
 }
 
 /// The verdict of a case: the worst of its end and of every miss it recorded, each miss

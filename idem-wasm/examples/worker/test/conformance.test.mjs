@@ -119,9 +119,12 @@ test("idem-conformance passes every case against the worker under workerd", { ti
 
     const report = JSON.parse(readFileSync(json, "utf8"));
     assert.equal(report.exit_code, 0);
+    // The key kinds' families need endpoints of their kinds: they skip here.
+    const kinds = report.cases.filter((c) => ["time", "counter", "token"].includes(c.section));
+    assert.ok(kinds.every((c) => c.verdict === "skip"), output);
     assert.deepEqual(
       report.summary,
-      { pass: report.cases.length, non_strict: 0, fail: 0, unsafe: 0, skip: 0, error: 0 },
+      { pass: report.cases.length - kinds.length, non_strict: 0, fail: 0, unsafe: 0, skip: kinds.length, error: 0 },
       output,
     );
     const byId = new Map(report.cases.map((c) => [c.id, c]));
@@ -153,7 +156,7 @@ test("idem-conformance passes every case against the worker under workerd", { ti
       assert.equal(c.verdict, "pass", `${id}: ${c.reason}`);
     }
     for (const c of report.cases) {
-      if (c.level === "MUST") assert.equal(c.verdict, "pass", `${c.id}: ${c.reason}`);
+      if (c.level === "MUST" && !kinds.includes(c)) assert.equal(c.verdict, "pass", `${c.id}: ${c.reason}`);
     }
     // Concurrent duplicates: every round fired 32 requests, and the count oracle saw one
     // execution per round.
