@@ -15,7 +15,15 @@ export const DEFAULTS = Object.freeze({
   IDEM_LOG_EVENTS: "security",
   ORDER_DELAY_MS: "0",
   UNPROTECTED_ROUTE: "off",
+  IDEM_TIME_MAX_AHEAD_MS: "300000",
+  IDEM_TIME_MAX_AGE_MS: "86400000",
+  IDEM_COUNTER_BITS: "32",
+  IDEM_COUNTER_WINDOW: "8",
+  IDEM_TOKEN_TTL_MS: "3600000",
 });
+
+/** The token secret: a secret (`wrangler secret put`), never a `[vars]` entry. */
+const TOKEN_SECRET = "IDEM_TOKEN_SECRET";
 
 /** A setting the worker refuses; `variable` names the culprit. */
 export class ConfigError extends Error {
@@ -67,7 +75,27 @@ export function readConfig(env) {
   if (keyTtl < responseTtl) {
     throw new ConfigError("IDEM_KEY_TTL_MS", `must be at least IDEM_RESPONSE_TTL_MS (${responseTtl}), not ${keyTtl}`);
   }
+  const secret = String(env?.[TOKEN_SECRET] ?? "").trim();
+  if (secret !== "" && !/^[0-9a-fA-F]{64}$/.test(secret)) {
+    throw new ConfigError(TOKEN_SECRET, "must be 32 random bytes as 64 hex digits");
+  }
+  // The kinds' bounds never outlast the key retention: a purged time key could run again,
+  // and a token would outlive its record.
+  const maxAhead = Math.min(wholeNumber(env, "IDEM_TIME_MAX_AHEAD_MS", { min: 0 }), Math.floor(keyTtl / 4));
   return {
+    kinds: {
+      timeKeys: {
+        maxAhead,
+        maxAge: Math.max(1, Math.min(wholeNumber(env, "IDEM_TIME_MAX_AGE_MS"), keyTtl - maxAhead)),
+      },
+      counter: {
+        bits: wholeNumber(env, "IDEM_COUNTER_BITS", { min: 8, max: 64 }),
+        window: wholeNumber(env, "IDEM_COUNTER_WINDOW", { max: 1024 }),
+      },
+      // Without a secret the token routes answer 500 misconfigured: a default secret would
+      // let anyone who read this file forge tokens.
+      token: secret === "" ? null : { secret, ttl: Math.min(wholeNumber(env, "IDEM_TOKEN_TTL_MS"), keyTtl) },
+    },
     idempotency: {
       keys: oneOf(env, "IDEM_KEYS", ["required", "optional"]),
       keyKind: oneOf(env, "IDEM_KEY_KIND", ["opaque", "opaque-strict", "uuid", "uuid-v4", "uuid-v7"]),
@@ -88,5 +116,6 @@ export function readConfig(env) {
 export function configKey(env) {
   return Object.keys(DEFAULTS)
     .map((name) => `${name}=${text(env, name)}`)
+    .concat(`${TOKEN_SECRET}=${env?.[TOKEN_SECRET] ?? ""}`)
     .join("\n");
 }

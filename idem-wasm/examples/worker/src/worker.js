@@ -4,6 +4,12 @@
 // stores the response before it is returned, and replays it to every retry.
 //
 //   POST /orders              create an order (Idempotency-Key required by default)
+//   POST /payments            the same, keyed by the client's timestamp: "[client:]millis"
+//   POST /transfers           the same, keyed by a wrapping counter: "client:epoch:seq",
+//                             with Idempotency-Low-Water; the session comes from
+//   POST /sessions            {"client": "…", "firstSeq": n} → 201 {"client", "epoch", "firstSeq"}
+//   POST /checkout            the same, keyed by a token from
+//   POST /idempotency-tokens  → 201 {"token", "expiresAt", "ttl"} (needs IDEM_TOKEN_SECRET)
 //   GET  /count               how many times the order handler has run: the side-effect oracle
 //   POST /unprotected/orders  the same handler without withIdempotency, for the benchmark
 //                             (only with UNPROTECTED_ROUTE = "on")
@@ -15,7 +21,7 @@
 // From an installed package this import is `from "idem"`; wrangler's bundler picks the
 // package's "workerd" entry. Here it names that entry in the package being built next door.
 import { DurableObject } from "cloudflare:workers";
-import { DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
+import { DurableObjectStore, Idempotency, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
 import { ConfigError, configKey, readConfig } from "./config.js";
 
 export { IdempotencyShard };
@@ -140,6 +146,7 @@ function prepare(env) {
   let config;
   let orders;
   let handler;
+  entry = {};
   try {
     config = readConfig(env);
     const { logEvents } = config;
@@ -161,6 +168,19 @@ function prepare(env) {
     // One wrapper for every request, whatever the in-flight policy: a waiting request only
     // ever awaits its own timers and its own store calls.
     orders = withIdempotency(handler, options);
+    // The other key kinds: the same handler and store, each route with its own kind. Their
+    // records live in scopes of their own, so the shards keep them apart.
+    const kind = (extra) => new Idempotency({ ...options, keyKind: undefined, ...extra });
+    const payments = kind({ keyKind: "unix-time", timeKeys: config.kinds.timeKeys });
+    const transfers = kind({ keyKind: "counter", counter: config.kinds.counter });
+    const checkout = config.kinds.token === null ? null : kind({ keyKind: "token", token: config.kinds.token });
+    entry = {
+      payments: withIdempotency(handler, payments),
+      transfers: withIdempotency(handler, transfers),
+      sessions: transfers,
+      checkout: checkout === null ? null : withIdempotency(handler, checkout),
+      tokens: checkout,
+    };
   } catch (err) {
     if (!(err instanceof ConfigError || /^IDEM-/.test(err?.code ?? ""))) throw err;
     entry = { idem: env.IDEM, error: err.message };
@@ -168,9 +188,46 @@ function prepare(env) {
     return entry;
   }
   if (prepared.size >= 4) prepared.clear();
-  entry = { idem: env.IDEM, config, orders, handler };
+  entry = { ...entry, idem: env.IDEM, config, orders, handler };
   prepared.set(key, entry);
   return entry;
+}
+
+/** `POST /sessions {"client": "…", "firstSeq": n}`: opens the caller's counter session for
+ * `/transfers` (or moves it to its next epoch). */
+async function openSession(request, transfers) {
+  let input;
+  try {
+    input = JSON.parse(await request.text());
+  } catch {
+    input = null;
+  }
+  if (input === null || typeof input !== "object" || typeof input.client !== "string") {
+    return problem(400, "invalid-session", "The session request is not valid", 'send {"client": "…", "firstSeq": n}');
+  }
+  try {
+    const session = await transfers.openSession(request, { route: "/transfers", client: input.client, firstSeq: input.firstSeq ?? 0 });
+    return Response.json(session, { status: 201, headers: { "cache-control": "no-store" } });
+  } catch (err) {
+    if (err instanceof RangeError && /^IDEM-/.test(err.code ?? "")) {
+      // The session kept changing under the opening (IDEM-CTR-12): busy, retry; anything
+      // else is a bad client id or first number.
+      const busy = err.code === "IDEM-CTR-12";
+      const status = busy ? 409 : 400;
+      const body = {
+        type: `urn:idem:problem:${busy ? "in-progress" : "malformed-key"}`,
+        title: "The session cannot be opened",
+        status,
+        detail: err.message,
+        requirement: err.code,
+      };
+      return new Response(JSON.stringify(body), {
+        status,
+        headers: { "content-type": "application/problem+json", ...(busy ? { "retry-after": "1" } : {}) },
+      });
+    }
+    throw err;
+  }
 }
 
 function methodNotAllowed(allow) {
@@ -202,15 +259,38 @@ async function route(request, env, ctx) {
   if (setup.error !== undefined) {
     return problem(500, "misconfigured", "The worker is misconfigured", setup.error);
   }
+  const guarded = {
+    "/orders": setup.orders,
+    "/payments": setup.payments,
+    "/transfers": setup.transfers,
+    "/checkout": setup.checkout,
+    "/sessions": true,
+    "/idempotency-tokens": setup.tokens,
+  };
+  if (pathname in guarded) {
+    if (request.method !== "POST") return methodNotAllowed("POST");
+    if (accountOf(request) === null) {
+      return problem(401, "unauthenticated", "An API key is required", "send Authorization: Bearer <api key>", {
+        "www-authenticate": "Bearer",
+      });
+    }
+    if (guarded[pathname] === null) {
+      return problem(500, "misconfigured", "Tokens are not configured", "set IDEM_TOKEN_SECRET (64 hex digits)");
+    }
+  }
   switch (pathname) {
     case "/orders":
-      if (request.method !== "POST") return methodNotAllowed("POST");
-      if (accountOf(request) === null) {
-        return problem(401, "unauthenticated", "An API key is required", "send Authorization: Bearer <api key>", {
-          "www-authenticate": "Bearer",
-        });
-      }
       return setup.orders(request, env, ctx);
+    case "/payments":
+      return setup.payments(request, env, ctx);
+    case "/transfers":
+      return setup.transfers(request, env, ctx);
+    case "/checkout":
+      return setup.checkout(request, env, ctx);
+    case "/sessions":
+      return openSession(request, setup.sessions);
+    case "/idempotency-tokens":
+      return setup.tokens.tokenResponse(request, { route: "/checkout" });
     case "/unprotected/orders":
       if (!setup.config.unprotectedRoute) break;
       if (request.method !== "POST") return methodNotAllowed("POST");

@@ -15,6 +15,11 @@ test("wrangler.toml sets every variable the worker reads, to its default", () =>
 
 test("the defaults become withIdempotency options", () => {
   assert.deepEqual(readConfig({}), {
+    kinds: {
+      timeKeys: { maxAhead: 300_000, maxAge: 86_400_000 },
+      counter: { bits: 32, window: 8 },
+      token: null,
+    },
     idempotency: {
       keys: "required",
       keyKind: "opaque",

@@ -4,10 +4,9 @@
 // windows (IDEM-EXEC-1, IDEM-CONC-1, IDEM-LEASE-1, IDEM-TTL-1, IDEM-TTL-2, IDEM-TTL-3).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { PACKAGE_DIR, removeDir, startWorker, tempDir } from "./runtime.mjs";
+import { conformanceBinary, removeDir, runProcess as run, startWorker, tempDir } from "./runtime.mjs";
 
 const CONCURRENCY = 32;
 const ROUNDS = 5;
@@ -18,41 +17,6 @@ const LEASE_MS = 1000;
 // Handler work: long enough that concurrent duplicates overlap the first attempt and some
 // get 409 in progress (concurrent/2 checks their Retry-After).
 const ORDER_DELAY_MS = 50;
-
-/** The release build of idem-conformance: $IDEM_CONFORMANCE, or the workspace's target dir. */
-function conformanceBinary() {
-  const root = join(PACKAGE_DIR, "..");
-  const candidates = [
-    process.env.IDEM_CONFORMANCE,
-    process.env.CARGO_TARGET_DIR && join(process.env.CARGO_TARGET_DIR, "release/idem-conformance"),
-    join(root, "target/release/idem-conformance"),
-  ].filter(Boolean);
-  const found = candidates.find((p) => existsSync(p));
-  assert.ok(
-    found,
-    `idem-conformance is not built (looked at ${candidates.join(", ")}): run \`cargo build --release -p idem-conformance\` or set IDEM_CONFORMANCE`,
-  );
-  return found;
-}
-
-function run(bin, args, timeoutMs) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (c) => (stdout += c));
-    child.stderr.on("data", (c) => (stderr += c));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.on("error", (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-}
 
 const order = (outcome) => JSON.stringify({ amount: 4200, currency: "eur", outcome });
 
