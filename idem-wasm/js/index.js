@@ -1,7 +1,7 @@
 // The public API. The build bundles it with the generated glue into dist/idem_wasm.js (ESM)
 // and dist/node.cjs (CommonJS); the entries initialise the WebAssembly module and re-export
 // these names.
-export { Idempotency, idempotencyOf, withIdempotency } from "./server.js";
+export { Idempotency, Inbox, idempotencyOf, withIdempotency } from "./server.js";
 export { MemoryStore } from "./stores.js";
 export { DurableObjectStore, IdempotencyShard, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";

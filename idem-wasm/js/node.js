@@ -8,6 +8,7 @@ export {
   DurableObjectStore,
   Idempotency,
   IdempotencyShard,
+  Inbox,
   MemoryStore,
   StoreFullError,
   idempotencyOf,

@@ -611,3 +611,78 @@ async function readCapped(stream, idem) {
   }
   return out;
 }
+
+const INBOX_OPTIONS = ["store", "responseTtl", "keyTtl", "lease", "unknownOutcome", "fingerprint", "onEvent", "now"];
+
+/**
+ * A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
+ * processed, redeliveries are acknowledged without processing. A message is named by its
+ * source (the sender) and the id the source gives it; its record goes through the same
+ * request machine as an Idempotency-Key (claimed before processing, stored as processed
+ * after), in the inbox route of its source, so the same store serves both.
+ */
+export class Inbox {
+  #idem;
+
+  constructor(options) {
+    if (options === null || typeof options !== "object") throw rangeError("IDEM-JS-1", "options must be an object with a store");
+    for (const name of Object.keys(options)) {
+      if (!INBOX_OPTIONS.includes(name)) throw rangeError("IDEM-JS-1", `unknown option "${name}"`);
+    }
+    // The key retention is how long a message id is remembered: it must outlast the
+    // source's redelivery horizon.
+    this.#idem = new Idempotency({ ...options, principal: "none", keys: "required", methods: ["POST"] });
+  }
+
+  /**
+   * Receives one delivery `{ source, id, body? }` (body: the payload bytes or text, so that
+   * the same id with another payload is a conflict) and runs `process(context)` for the
+   * first one. Resolves to `{ outcome, acknowledge, retryAfter? }`: `processed` (it ran
+   * now), `duplicate` (already processed: acknowledge and do nothing, IDEM-INBOX-1),
+   * `in-progress` (another delivery is being processed: do not acknowledge, so that the
+   * source sends it again, IDEM-INBOX-2), `conflict` (the id came with another payload:
+   * acknowledged, not processed; log it, IDEM-INBOX-3), `held` (an earlier delivery's
+   * outcome is unknown and held). If `process` throws, the error is rethrown (answer the
+   * source with an error: it redelivers, and the next delivery runs as `recovered`).
+   */
+  async receive({ source, id, body }, process) {
+    if (typeof source !== "string" || source === "" || typeof id !== "string") {
+      throw rangeError("IDEM-JS-1", "receive needs { source, id }: the sender and its message id");
+    }
+    const bytes = typeof body === "string" ? textEncoder.encode(body) : (body ?? EMPTY);
+    const route = `inbox:${source}`;
+    const reply = await this.#idem.handle(
+      { method: "POST", target: route, route, key: JSON.stringify(id), body: bytes, contentType: "application/octet-stream" },
+      async (context) => {
+        await process({ source, id, recovered: context.recovered, fence: context.fence });
+        return { status: 200, body: EMPTY };
+      },
+    );
+    if (reply.status === 200) {
+      return reply.replayed ? { outcome: "duplicate", acknowledge: true } : { outcome: "processed", acknowledge: true };
+    }
+    const type = problemTypeOf(reply);
+    if (type === "in-progress") {
+      return { outcome: "in-progress", acknowledge: false, retryAfter: Number(headerOf(reply, "retry-after") ?? 1) };
+    }
+    if (type === "key-reuse-mismatch") return { outcome: "conflict", acknowledge: true };
+    if (type === "outcome-unknown") return { outcome: "held", acknowledge: false };
+    const err = new Error(`idem inbox: ${type ?? reply.status}`);
+    err.code = type === "malformed-key" ? "IDEM-KEY-1" : "IDEM-STORE-4";
+    throw err;
+  }
+}
+
+function headerOf(reply, name) {
+  for (let i = 0; i < reply.headers.length; i += 2) if (reply.headers[i] === name) return reply.headers[i + 1];
+  return undefined;
+}
+
+function problemTypeOf(reply) {
+  try {
+    const type = JSON.parse(new TextDecoder().decode(reply.body)).type;
+    return typeof type === "string" ? type.replace("urn:idem:problem:", "") : undefined;
+  } catch {
+    return undefined;
+  }
+}

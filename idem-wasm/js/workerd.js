@@ -10,6 +10,7 @@ export {
   DurableObjectStore,
   Idempotency,
   IdempotencyShard,
+  Inbox,
   MemoryStore,
   StoreFullError,
   idempotencyOf,

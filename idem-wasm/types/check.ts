@@ -3,6 +3,7 @@
 import {
   DurableObjectStore,
   Idempotency,
+  Inbox,
   IdempotencyShard,
   MemoryStore,
   StoreFullError,
@@ -109,3 +110,9 @@ void counters.openSession({ method: "POST", target: "/sessions", key: null }, { 
 });
 void new Idempotency({ store, principal: "none", keyKind: "unix-time", timeKeys: { maxAhead: 60_000, maxAge: 86_400_000 } });
 void counters.handle({ method: "POST", target: "/transfers", key: "app-1:5:0", lowWater: "0" }, () => ({ status: 201 }));
+
+const inbox = new Inbox({ store, keyTtl: 7 * 86_400_000 });
+void inbox.receive({ source: "stripe", id: "evt_1", body: "{}" }, async ({ recovered }) => void recovered).then((d) => {
+  const ack: boolean = d.acknowledge;
+  return d.outcome === "in-progress" ? d.retryAfter : ack;
+});

@@ -198,6 +198,28 @@ export class Idempotency<R = PlainRequest> {
   ): Promise<{ client: string; epoch: string; firstSeq: string }>;
 }
 
+/** What became of one delivery to an `Inbox`. */
+export interface InboxDelivery {
+  /** `processed` (it ran now), `duplicate` (already processed), `in-progress` (another
+   * delivery is being processed), `conflict` (the id came with another payload), `held`
+   * (an earlier delivery's outcome is unknown). */
+  outcome: "processed" | "duplicate" | "in-progress" | "conflict" | "held";
+  /** Whether to tell the source the message was received (2xx), so it stops sending it. */
+  acknowledge: boolean;
+  /** For `in-progress`: seconds until the other delivery's lease ends. */
+  retryAfter?: number;
+}
+
+/** A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
+ * processed, redeliveries are acknowledged without processing. */
+export class Inbox {
+  constructor(options: Pick<IdempotencyOptions, "store" | "responseTtl" | "keyTtl" | "lease" | "unknownOutcome" | "fingerprint" | "onEvent" | "now">);
+  receive(
+    delivery: { source: string; id: string; body?: Uint8Array | string },
+    process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,
+  ): Promise<InboxDelivery>;
+}
+
 /** idem-core's in-process store, inside the WebAssembly module (tests, single-process
  * servers). Full at `maxEntries` records (default 1,000,000) or `maxBytes` bytes of keys
  * and records (default 256 MiB): new claims then get 503 store-full. `load` and `apply`

@@ -10,6 +10,8 @@
 //   POST /sessions            {"client": "…", "firstSeq": n} → 201 {"client", "epoch", "firstSeq"}
 //   POST /checkout            the same, keyed by a token from
 //   POST /idempotency-tokens  → 201 {"token", "expiresAt", "ttl"} (needs IDEM_TOKEN_SECRET)
+//   POST /webhooks/payments   a payment provider's events: each event id is processed once
+//                             (one ledger entry), redeliveries are acknowledged unprocessed
 //   GET  /count               how many times the order handler has run: the side-effect oracle
 //   POST /unprotected/orders  the same handler without withIdempotency, for the benchmark
 //                             (only with UNPROTECTED_ROUTE = "on")
@@ -21,7 +23,7 @@
 // From an installed package this import is `from "idem"`; wrangler's bundler picks the
 // package's "workerd" entry. Here it names that entry in the package being built next door.
 import { DurableObject } from "cloudflare:workers";
-import { DurableObjectStore, Idempotency, IdempotencyShard, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
+import { DurableObjectStore, Idempotency, IdempotencyShard, Inbox, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
 import { ConfigError, configKey, readConfig } from "./config.js";
 
 export { IdempotencyShard };
@@ -180,6 +182,13 @@ function prepare(env) {
       sessions: transfers,
       checkout: checkout === null ? null : withIdempotency(handler, checkout),
       tokens: checkout,
+      // Webhook events are remembered as long as keys: longer than any provider retries.
+      inbox: new Inbox({
+        store: options.store,
+        responseTtl: config.idempotency.responseTtl,
+        keyTtl: config.idempotency.keyTtl,
+        lease: config.idempotency.lease,
+      }),
     };
   } catch (err) {
     if (!(err instanceof ConfigError || /^IDEM-/.test(err?.code ?? ""))) throw err;
@@ -191,6 +200,33 @@ function prepare(env) {
   entry = { ...entry, idem: env.IDEM, config, orders, handler };
   prepared.set(key, entry);
   return entry;
+}
+
+/**
+ * `POST /webhooks/payments`: a payment provider's event (`{"id": "evt_…", …}`). The first
+ * delivery of an event id is processed (one ledger entry), a redelivery is acknowledged
+ * without processing; while another delivery of it is processed, this one is refused with
+ * 409 and `Retry-After`, so that the provider sends it again. A real receiver verifies the
+ * provider's signature before this.
+ */
+async function receiveEvent(request, env, inbox) {
+  const body = await request.text();
+  let event;
+  try {
+    event = JSON.parse(body);
+  } catch {
+    event = null;
+  }
+  if (event === null || typeof event !== "object" || typeof event.id !== "string" || event.id === "") {
+    return problem(400, "invalid-event", "The event is not valid", 'send a JSON event with a string "id"');
+  }
+  const delivery = await inbox.receive({ source: "payments", id: event.id, body }, async () => {
+    await ledger(env).record();
+  });
+  if (delivery.acknowledge) return Response.json({ received: true, outcome: delivery.outcome });
+  return problem(409, "event-in-progress", "The event is being processed", "another delivery of this event is being processed; deliver it again later", {
+    "retry-after": String(delivery.retryAfter ?? 1),
+  });
 }
 
 /** `POST /sessions {"client": "…", "firstSeq": n}`: opens the caller's counter session for
@@ -279,6 +315,9 @@ async function route(request, env, ctx) {
     }
   }
   switch (pathname) {
+    case "/webhooks/payments":
+      if (request.method !== "POST") return methodNotAllowed("POST");
+      return receiveEvent(request, env, setup.inbox);
     case "/orders":
       return setup.orders(request, env, ctx);
     case "/payments":

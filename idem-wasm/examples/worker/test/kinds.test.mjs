@@ -1,7 +1,8 @@
 // The key kinds through the worker under workerd: /payments (unix-time keys), /transfers
 // (wrapping counters with sessions) and /checkout (tokens), each checked by the conformance
 // suite's family for its kind with the count oracle; 600 sequential requests on 8-bit
-// counters that wrap; and bad input per kind: problem+json, nothing executed.
+// counters that wrap; bad input per kind: problem+json, nothing executed; and the webhook
+// inbox: one event delivered 10 times, processed once.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
@@ -136,4 +137,27 @@ test("without IDEM_TOKEN_SECRET the token routes say so and nothing runs", async
   } finally {
     await plain.dispose();
   }
+});
+
+test("one webhook event delivered 5 times concurrently and 5 times later is processed once (IDEM-INBOX-1, IDEM-INBOX-2)", async () => {
+  const event = JSON.stringify({ id: `evt_${randomBytes(6).toString("hex")}`, type: "payment.succeeded", amount: 4200 });
+  const deliver = () => post(worker.url, { path: "/webhooks/payments", body: event });
+  const before = await count(worker.url);
+  const first = await Promise.all(Array.from({ length: 5 }, deliver));
+  const statuses = await Promise.all(first.map(async (r) => [r.status, await r.json()]));
+  // Each concurrent delivery was processed, or refused as in progress so the provider retries.
+  for (const [status, body] of statuses) {
+    if (status === 200) assert.ok(["processed", "duplicate"].includes(body.outcome), JSON.stringify(body));
+    else assert.equal(status, 409, JSON.stringify(body));
+  }
+  assert.equal(statuses.filter(([, b]) => b.outcome === "processed").length, 1);
+  for (let i = 0; i < 5; i++) {
+    const r = await deliver();
+    assert.equal(r.status, 200);
+    assert.equal((await r.json()).outcome, "duplicate");
+  }
+  assert.equal(await count(worker.url), before + 1);
+  const bad = await post(worker.url, { path: "/webhooks/payments", body: '{"type":"no id"}' });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.headers.get("content-type"), "application/problem+json");
 });
