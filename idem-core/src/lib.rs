@@ -106,8 +106,8 @@ pub use client::{
 };
 pub use counter::{
     parse_counter_key, serial_cmp, CounterAttempt, CounterClaim, CounterConfig, CounterDecision,
-    CounterError, CounterKey, CounterLease, CounterSession, CounterSlot, Counters, OpenStep,
-    OpenedSession, SessionOpening, SlotState, MAX_WINDOW,
+    CounterError, CounterKey, CounterLease, CounterSequence, CounterSession, CounterSlot, Counters,
+    OpenStep, OpenedSession, SessionOpening, SlotState, MAX_WINDOW,
 };
 pub use derive::{derive_key, sub_key, DeriveError, DERIVED_PREFIX, SUB_KEY_LABEL_LEN};
 pub use inbox::{Delivery, Inbox};

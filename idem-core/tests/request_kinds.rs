@@ -260,3 +260,29 @@ fn only_the_kind_that_has_them_issues_tokens_or_opens_sessions() {
     assert!(tokens().open_session(&scope, "c1", 0, 1).is_none());
     assert!(counters(32, 8).issue_token(T0, &scope, [1, 2]).is_none());
 }
+
+#[test]
+fn a_client_sequence_never_reuses_an_open_number_and_its_mark_trails_the_oldest_open_one() {
+    // IDEM-CTR-2 IDEM-CTR-11
+    let mut seq = CounterSequence::new("app-7", 42, 8, 254).unwrap();
+    assert_eq!(seq.low_water(), 254);
+    let a = seq.take();
+    let b = seq.take();
+    let c = seq.take();
+    assert_eq!((a, b, c), (254, 255, 0), "the numbers wrap at 2^bits");
+    assert_eq!(seq.key(c), "app-7:42:0");
+    assert_eq!(seq.low_water(), 254);
+    seq.done(b);
+    assert_eq!(seq.low_water(), 254, "an older answer is still missing");
+    seq.done(a);
+    assert_eq!(seq.low_water(), 0);
+    seq.done(c);
+    assert_eq!(seq.low_water(), 1, "none open: the next number");
+    // A restarted client continues where it stopped.
+    let saved = serde_json::to_vec(&seq).unwrap();
+    let mut again: CounterSequence = serde_json::from_slice(&saved).unwrap();
+    assert_eq!(again.take(), 1);
+    assert!(CounterSequence::new("no spaces", 1, 8, 0).is_err());
+    assert!(CounterSequence::new("c", 1, 8, 256).is_err());
+    assert!(CounterSequence::new("c", 1, 7, 0).is_err());
+}

@@ -1,7 +1,7 @@
 // The client side: `idempotentFetch(input, init, options)`. The retry decisions are the
 // core's outbox entry (idem-core's client state machine, compiled to WebAssembly): this file
 // sends, reports each result, waits as told, and persists the entry between sends.
-import { Outbox } from "./idem_wasm.js";
+import { CounterSequence, Outbox, lowWaterHeader } from "./idem_wasm.js";
 import { random32, rangeError, sleep } from "./util.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
@@ -41,6 +41,43 @@ function newKey(version, now) {
   return Outbox.keyV4(r[0], r[1], r[2], r[3]);
 }
 
+/**
+ * The counter sequences of this process, one per client: loaded from `persist` once, changed
+ * one call at a time (two requests never take the same number), saved after every change.
+ */
+const sequences = new Map();
+
+function sequenceId(client) {
+  return `idem-counter:${client}`;
+}
+
+/** Runs `change(sequence)` on the client's sequence, one call at a time, and saves it. */
+async function withSequence(counter, persist, change) {
+  const client = counter.client;
+  let slot = sequences.get(client);
+  if (slot === undefined) {
+    slot = { sequence: null, chain: Promise.resolve() };
+    sequences.set(client, slot);
+  }
+  const run = slot.chain.then(async () => {
+    const epoch = String(counter.epoch);
+    if (slot.sequence === null && persist) {
+      const saved = await persist.load(sequenceId(client));
+      if (saved != null) slot.sequence = CounterSequence.fromBytes(saved);
+    }
+    if (slot.sequence === null || slot.sequence.epoch !== epoch) {
+      // A new session epoch starts a new numbering.
+      slot.sequence?.free();
+      slot.sequence = new CounterSequence(client, epoch, counter.bits ?? 32, String(counter.firstSeq ?? 0));
+    }
+    const result = change(slot.sequence);
+    if (persist) await persist.save(sequenceId(client), slot.sequence.encode());
+    return result;
+  });
+  slot.chain = run.catch(() => {});
+  return run;
+}
+
 function checkOptions(options) {
   if (options.key !== undefined && typeof options.key !== "string") throw rangeError("IDEM-JS-1", "options.key must be a string");
   if (options.keyVersion !== undefined && options.keyVersion !== 4 && options.keyVersion !== 7) {
@@ -56,6 +93,14 @@ function checkOptions(options) {
   if (options.keyFormat !== undefined && options.keyFormat !== "sf-string" && options.keyFormat !== "bare") {
     throw rangeError("IDEM-JS-1", 'options.keyFormat must be "sf-string" or "bare"');
   }
+  if (options.keyKind !== undefined && options.keyKind !== "uuid" && options.keyKind !== "unix-time" && options.keyKind !== "counter") {
+    throw rangeError("IDEM-JS-1", 'options.keyKind must be "uuid", "unix-time" or "counter"');
+  }
+  const c = options.counter;
+  if (options.keyKind === "counter" && !(c && typeof c.client === "string" && (typeof c.epoch === "string" || typeof c.epoch === "bigint"))) {
+    throw rangeError("IDEM-JS-1", 'keyKind "counter" needs options.counter: { client, epoch (decimal text), bits?, firstSeq? } from the session');
+  }
+  if (options.clientId !== undefined && typeof options.clientId !== "string") throw rangeError("IDEM-JS-1", "options.clientId must be a string");
 }
 
 /**
@@ -86,17 +131,36 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   const url = template.url;
   const digest = Outbox.digest(method, url, template.headers.get("content-type") ?? undefined, body ?? new Uint8Array(0));
 
+  const kind = options.keyKind ?? "uuid";
   let entry = null;
   if (options.persist) {
     const saved = await options.persist.load(options.id);
     if (saved != null) entry = Outbox.fromBytes(saved, retry);
   }
-  entry ??= new Outbox(options.key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
+  if (entry === null) {
+    let key = options.key;
+    if (key === undefined && kind === "unix-time") {
+      // The timestamp is taken once: every retry sends the same key.
+      key = options.clientId === undefined ? String(now()) : `${options.clientId}:${now()}`;
+    } else if (key === undefined && kind === "counter") {
+      // A number no other request of this client has, saved before anything is sent.
+      key = await withSequence(options.counter, options.persist, (sequence) => sequence.key(sequence.take()));
+    }
+    entry = new Outbox(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
+  }
+  // Kind keys are sent bare; opaque keys as sf-strings unless keyFormat says otherwise.
+  const bare = kind !== "uuid" || options.keyFormat === "bare";
+  const seq = kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.encode());
   };
   const finish = async (result) => {
     if (options.persist) await options.persist.delete(options.id);
+    // Its answer arrived (or nothing can have run): the number no longer holds the
+    // low-water mark back. An undetermined one keeps it until reconciled.
+    if (seq !== null && result.outcome !== "undetermined") {
+      await withSequence(options.counter, options.persist, (sequence) => sequence.done(seq));
+    }
     entry.free();
     return result;
   };
@@ -130,7 +194,10 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       entry.send(now(), digest);
       await save();
       const headers = new Headers(template.headers);
-      headers.set("idempotency-key", options.keyFormat === "bare" ? entry.key : `"${entry.key}"`);
+      headers.set("idempotency-key", bare ? entry.key : `"${entry.key}"`);
+      if (seq !== null) {
+        headers.set(lowWaterHeader(), await withSequence(options.counter, options.persist, (sequence) => sequence.lowWater()));
+      }
       let response;
       try {
         response = await doFetch(url, {

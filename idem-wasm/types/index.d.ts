@@ -296,6 +296,17 @@ export interface IdempotentFetchOptions {
   keyVersion?: 4 | 7;
   /** How the key is written: an RFC 8941 sf-string (`"…"`, default) or bare. */
   keyFormat?: "sf-string" | "bare";
+  /** The kind of key generated: a UUID (default), the client's timestamp (`[clientId:]ms`,
+   * taken once, sent bare) or the next number of a counter session (`client:epoch:seq`,
+   * sent bare, with `Idempotency-Low-Water`). */
+  keyKind?: "uuid" | "unix-time" | "counter";
+  /** `keyKind: "unix-time"`: this client's id in the key. */
+  clientId?: string;
+  /** `keyKind: "counter"`: the session the server opened (its epoch as decimal text), the
+   * counters' width (default 32) and first number (default 0). The numbering is kept in
+   * `persist` under `idem-counter:<client>`, so a restarted client continues it and never
+   * reuses a number the server may still hold. */
+  counter?: { client: string; epoch: string | bigint; bits?: number; firstSeq?: number | bigint | string };
   /** Backoff with full jitter: first ceiling `base` (default 200 ms), at most `cap`
    * (20 s), at most `maxAttempts` sends (10), within `deadline` of the first send (10 min). */
   retry?: { base?: Millis; cap?: Millis; maxAttempts?: number; deadline?: Millis };
