@@ -293,3 +293,143 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
 }
+
+/// What a JSON pointer finds in a body.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Nothing there.
+    Missing,
+    /// A string.
+    String(String),
+    /// Something else.
+    NotString,
+}
+
+/// The value at JSON pointer `pointer` in `body`, read while parsing (no `Value` tree): the
+/// members and elements off the path are skipped.
+pub(crate) fn string_at(body: &[u8], pointer: &str) -> Result<Found, serde_json::Error> {
+    let path = parse_patterns(&[String::from(pointer)])
+        .pop()
+        .unwrap_or_default();
+    let path: Vec<String> = if pointer.is_empty() { Vec::new() } else { path };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = Finder { path: &path }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(found)
+}
+
+struct Finder<'p> {
+    path: &'p [String],
+}
+
+impl<'de> DeserializeSeed<'de> for Finder<'_> {
+    type Value = Found;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Finder<'_> {
+    type Value = Found;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Found, E> {
+        Ok(if self.path.is_empty() {
+            Found::String(String::from(v))
+        } else {
+            Found::Missing
+        })
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
+        Ok(self.scalar())
+    }
+    fn visit_unit<E>(self) -> Result<Found, E> {
+        Ok(self.scalar())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
+        Ok(self.scalar())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
+        Ok(self.scalar())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Found, E> {
+        Ok(self.scalar())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+        let target = self.path.first().and_then(|t| t.parse::<usize>().ok());
+        let mut found = if self.path.is_empty() {
+            Found::NotString
+        } else {
+            Found::Missing
+        };
+        let mut i = 0;
+        loop {
+            if Some(i) == target {
+                match seq.next_element_seed(Finder {
+                    path: &self.path[1..],
+                })? {
+                    Some(f) => found = f,
+                    None => break,
+                }
+            } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                break;
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+        let mut found = if self.path.is_empty() {
+            Found::NotString
+        } else {
+            Found::Missing
+        };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if self.path.first().is_some_and(|t| *t == key) {
+                found = map.next_value_seed(Finder {
+                    path: &self.path[1..],
+                })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl Finder<'_> {
+    fn scalar(&self) -> Found {
+        if self.path.is_empty() {
+            Found::NotString
+        } else {
+            Found::Missing
+        }
+    }
+}
+
+#[cfg(test)]
+mod pointer_tests {
+    use super::*;
+
+    #[test]
+    fn a_pointer_finds_strings_in_objects_and_arrays_and_nothing_else() {
+        let body = br#"{"a/b":{"k":"x"},"items":[{"key":"one"},{"key":"two"}],"n":7,"s":"top"}"#;
+        let at = |p: &str| string_at(body, p).unwrap();
+        assert_eq!(at("/a~1b/k"), Found::String("x".into()));
+        assert_eq!(at("/items/1/key"), Found::String("two".into()));
+        assert_eq!(at("/s"), Found::String("top".into()));
+        assert_eq!(at("/n"), Found::NotString);
+        assert_eq!(at("/items"), Found::NotString);
+        assert_eq!(at("/items/2/key"), Found::Missing);
+        assert_eq!(at("/s/deeper"), Found::Missing);
+        assert_eq!(at("/nope"), Found::Missing);
+        assert_eq!(
+            string_at(br#""whole""#, "").unwrap(),
+            Found::String("whole".into())
+        );
+        assert!(string_at(b"{not json", "/a").is_err());
+        assert!(string_at(br#"{"a":"x"} trailing"#, "/a").is_err());
+    }
+}

@@ -92,9 +92,9 @@ pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
 pub use reply::{Refusal, Reply, StoreFailure, KEY_HEADER, LOW_WATER_HEADER, REPLAYED_HEADER};
 pub use request::{
-    principal_digest, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyKind, Policy,
-    Request, Step, Subject, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS,
-    MAX_LOST_RACES,
+    principal_digest, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyFallback, KeyKind,
+    Policy, Request, Step, Subject, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
 pub use store::{Applied, AsyncStore, Claim, Finish, Store};
 pub use time::UnixMillis;

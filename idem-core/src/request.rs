@@ -144,6 +144,24 @@ pub struct Policy {
     methods: Vec<String>,
     keys_required: bool,
     max_response_bytes: usize,
+    /// Where a request without a key header finds its key (`IDEM-DERIVE-4`,
+    /// `IDEM-KEY-7`).
+    fallback: KeyFallback,
+}
+
+/// Where a guarded request without an `Idempotency-Key` header gets its key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum KeyFallback {
+    /// Nowhere: it is refused (keys required) or runs unprotected.
+    #[default]
+    None,
+    /// Derived from the scope, the operation (method and route) and the fingerprint, with
+    /// the fingerprint's excluded fields left out (`IDEM-DERIVE-4`). Two identical requests
+    /// are then one request: a deliberate second identical order is replayed, not run.
+    Derived,
+    /// The string at this JSON pointer in the body (`IDEM-KEY-7`), for clients behind
+    /// proxies that drop headers.
+    JsonPointer(String),
 }
 
 /// The largest response a [`Policy`] stores by default: every record it writes stays
@@ -164,7 +182,16 @@ impl Policy {
             methods: alloc::vec![String::from("POST"), String::from("PATCH")],
             keys_required: true,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            fallback: KeyFallback::None,
         }
+    }
+
+    /// Where a request without a key header finds its key: derived from the request, or
+    /// read from the body at a JSON pointer. Only for opaque and UUID keys; a key header,
+    /// when present, always wins.
+    pub fn with_key_fallback(mut self, fallback: KeyFallback) -> Policy {
+        self.fallback = fallback;
+        self
     }
 
     /// The key kind. Time, counter and token settings are checked against the engine's
@@ -252,7 +279,8 @@ impl Policy {
     /// Whether a request with this method is idempotency-protected: its method is guarded,
     /// and it carries a key or keys are required. Other requests go straight to the handler.
     pub fn protects(&self, method: &str, has_key: bool) -> bool {
-        self.methods.iter().any(|m| m == method) && (has_key || self.keys_required)
+        self.methods.iter().any(|m| m == method)
+            && (has_key || self.keys_required || self.fallback != KeyFallback::None)
     }
 
     /// Refuses a body of `len` bytes, announced before it is read, that is larger than the
@@ -343,6 +371,19 @@ impl Policy {
     #[allow(clippy::result_large_err)] // as for check_body_size
     fn identify(&self, i: &Intake<'_>) -> Result<(RecordKey, Fingerprint, Subject), Refusal> {
         let scope = self.scope(i.principal, i.method, i.route)?;
+        if i.keys.is_empty() && matches!(self.rules, Rules::Record(_)) {
+            match &self.fallback {
+                KeyFallback::None => {}
+                KeyFallback::Derived => return self.derived(i, scope),
+                KeyFallback::JsonPointer(pointer) => {
+                    let key = key_at(i.body, pointer)?;
+                    return self.identify(&Intake {
+                        keys: &[key.as_bytes()],
+                        ..*i
+                    });
+                }
+            }
+        }
         let value = match i.keys {
             [] => Err(KeyError::Empty),
             [one] => Ok(*one),
@@ -397,6 +438,34 @@ impl Policy {
         Ok((record_key, fingerprint, subject))
     }
 
+    /// A request identified by its derived key, in the derived scope of its own scope.
+    #[allow(clippy::result_large_err)] // as for check_body_size
+    fn derived(
+        &self,
+        i: &Intake<'_>,
+        scope: Scope,
+    ) -> Result<(RecordKey, Fingerprint, Subject), Refusal> {
+        let fingerprint = self
+            .fingerprint
+            .fingerprint(&RequestParts {
+                method: i.method,
+                target: i.target,
+                content_type: i.content_type,
+                headers: i.headers,
+                body: i.body,
+            })
+            .map_err(|e| Refusal::fingerprint(&e))?;
+        let mut operation = String::from(i.method);
+        operation.push(' ');
+        operation.push_str(i.route);
+        let key = crate::derive_key(&scope, &operation, &fingerprint);
+        Ok((
+            RecordKey::new(crate::kind::kind_scope(&scope, "derived"), key),
+            fingerprint,
+            Subject::Record,
+        ))
+    }
+
     /// The machine for an attempt that a host identified and a store that claims for it
     /// sent over (a Durable Object: see [`Request::ticket`]).
     pub fn resume(&self, ticket: Ticket, nonce: u64) -> Request<'static> {
@@ -407,6 +476,30 @@ impl Policy {
             ticket.subject,
             nonce,
         )
+    }
+}
+
+/// The key at JSON pointer `pointer` in `body` (`IDEM-KEY-7`): a string, refused as missing
+/// when the body is not JSON or has nothing there, as malformed when it is not a string.
+#[allow(clippy::result_large_err)] // as for check_body_size
+fn key_at(body: &[u8], pointer: &str) -> Result<String, Refusal> {
+    let missing = || Refusal {
+        requirement: "IDEM-KEY-7",
+        ..Refusal::new(
+            Problem::MISSING_KEY,
+            alloc::format!("no Idempotency-Key header, and no key at {pointer} in the body"),
+        )
+    };
+    match crate::canon::string_at(body, pointer).map_err(|_| missing())? {
+        crate::canon::Found::String(key) => Ok(key),
+        crate::canon::Found::NotString => Err(Refusal {
+            requirement: "IDEM-KEY-7",
+            ..Refusal::new(
+                Problem::MALFORMED_KEY,
+                alloc::format!("the key at {pointer} in the body is not a string"),
+            )
+        }),
+        crate::canon::Found::Missing => Err(missing()),
     }
 }
 

@@ -286,3 +286,107 @@ fn a_client_sequence_never_reuses_an_open_number_and_its_mark_trails_the_oldest_
     assert!(CounterSequence::new("c", 1, 8, 256).is_err());
     assert!(CounterSequence::new("c", 1, 7, 0).is_err());
 }
+
+fn keyless(policy: &Policy, body: &str) -> Request<'static> {
+    policy.request(
+        &Intake {
+            principal: Some("alice"),
+            method: "POST",
+            route: "/forms",
+            target: "/forms",
+            keys: &[],
+            low_water: None,
+            content_type: Some("application/json"),
+            headers: &[],
+            body: body.as_bytes(),
+        },
+        5,
+    )
+}
+
+#[test]
+fn derived_keys_make_two_identical_keyless_requests_one_and_a_header_still_wins() {
+    // IDEM-DERIVE-4 IDEM-DERIVE-1
+    let policy = Policy::new(engine())
+        .with_fingerprint(FingerprintSpec {
+            exclude: vec!["/sentAt".into()],
+            ..FingerprintSpec::default()
+        })
+        .with_key_fallback(KeyFallback::Derived);
+    assert!(
+        policy.protects("POST", false),
+        "keyless requests are guarded"
+    );
+    let mut store = MemoryStore::default();
+    let mut first = keyless(&policy, r#"{"item":"a","sentAt":1}"#);
+    assert!(first.key().key.starts_with(DERIVED_PREFIX));
+    run(&mut first, &mut store, T0, "made");
+    // A double submit, its timestamp changed: the same derived key, replayed.
+    let r = refused(
+        &mut keyless(&policy, r#"{"sentAt":2,"item":"a"}"#),
+        &mut store,
+        T0,
+    );
+    assert!(r.is_replay());
+    // Another payload is another request.
+    run(
+        &mut keyless(&policy, r#"{"item":"b"}"#),
+        &mut store,
+        T0,
+        "made b",
+    );
+    // The derived record lives in a scope of its own: an explicit key equal to the derived
+    // one is a new request.
+    let explicit = first.key().key.clone();
+    let mut with_header = policy.request(
+        &Intake {
+            keys: &[explicit.as_bytes()],
+            ..Intake {
+                principal: Some("alice"),
+                method: "POST",
+                route: "/forms",
+                target: "/forms",
+                keys: &[],
+                low_water: None,
+                content_type: Some("application/json"),
+                headers: &[],
+                body: br#"{"item":"a","sentAt":1}"#,
+            }
+        },
+        6,
+    );
+    run(&mut with_header, &mut store, T0, "explicit");
+}
+
+#[test]
+fn a_key_pointer_reads_the_key_from_the_body_and_refuses_a_body_without_one() {
+    // IDEM-KEY-7
+    let policy =
+        Policy::new(engine()).with_key_fallback(KeyFallback::JsonPointer("/meta/key".into()));
+    let mut store = MemoryStore::default();
+    run(
+        &mut keyless(&policy, r#"{"meta":{"key":"k-1"},"item":"a"}"#),
+        &mut store,
+        T0,
+        "made",
+    );
+    let r = refused(
+        &mut keyless(&policy, r#"{"meta":{"key":"k-1"},"item":"a"}"#),
+        &mut store,
+        T0,
+    );
+    assert!(r.is_replay());
+    for (body, kind) in [
+        (r#"{"item":"a"}"#, "urn:idem:problem:missing-key"),
+        ("not json", "urn:idem:problem:missing-key"),
+        (r#"{"meta":{"key":7}}"#, "urn:idem:problem:malformed-key"),
+        (
+            r#"{"meta":{"key":"bad\u0001key"}}"#,
+            "urn:idem:problem:malformed-key",
+        ),
+    ] {
+        let r = refused(&mut keyless(&policy, body), &mut store, T0);
+        assert_eq!(r.status(), 400, "{body}");
+        assert_eq!(problem_type(&r), kind, "{body}");
+    }
+}

@@ -225,6 +225,7 @@ pub const ENGINE_OPTIONS: &[&str] = &[
     "timeKeys",
     "counter",
     "token",
+    "keyFallback",
 ];
 
 /// The members of `timeKeys` (`keyKind: "unix-time"`), `counter` (`keyKind: "counter"`)
@@ -258,6 +259,8 @@ pub struct EngineOptions {
     pub counter: (Option<f64>, Option<f64>),
     /// `token.secret` (64 hex digits) and `token.ttl` (ms).
     pub token: (Option<String>, Option<f64>),
+    /// `keyFallback`: where a request without a key header finds its key.
+    pub key_fallback: Option<idem_core::KeyFallback>,
     /// `fingerprint.headers`.
     pub headers: Vec<String>,
     /// `fingerprint.exclude`.
@@ -436,7 +439,18 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
         o.keys.as_deref(),
         &[("required", true), ("optional", false)],
     )?;
+    if o.key_fallback.is_some()
+        && !matches!(
+            kind,
+            KeyKind::Opaque | KeyKind::OpaqueStrict | KeyKind::Uuid(_)
+        )
+    {
+        return Err(ErrorParts::options(
+            "options.keyFallback applies to opaque and UUID keys only",
+        ));
+    }
     let mut policy = Policy::new(engine)
+        .with_key_fallback(o.key_fallback.clone().unwrap_or_default())
         .with_keys(kind)
         .map_err(|e| ErrorParts::kind_config(&e))?
         .with_fingerprint(fingerprint)

@@ -148,6 +148,22 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
         },
         member(2, "ttl")?,
     );
+    let fallback = get(o, "keyFallback");
+    let key_fallback =
+        if !given(&fallback) {
+            None
+        } else if fallback.as_string().as_deref() == Some("derive") {
+            Some(idem_core::KeyFallback::Derived)
+        } else {
+            match text(&fallback, "jsonPointer") {
+                Ok(Some(p)) if fallback.is_object() && (p.is_empty() || p.starts_with('/')) => {
+                    Some(idem_core::KeyFallback::JsonPointer(p))
+                }
+                _ => return Err(ErrorParts::options(
+                    "options.keyFallback must be \"derive\" or { jsonPointer: \"/path/to/key\" }",
+                )),
+            }
+        };
     let in_flight = get(o, "inFlight");
     let in_flight = if !given(&in_flight) || in_flight.as_string().as_deref() == Some("reject") {
         None
@@ -169,6 +185,7 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
         time_keys,
         counter,
         token,
+        key_fallback,
         headers: if given(&f) {
             strings(&f, "headers", "fingerprint.headers")?.unwrap_or_default()
         } else {

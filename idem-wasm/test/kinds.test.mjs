@@ -270,3 +270,35 @@ describe("server-issued tokens", () => {
     });
   }
 });
+
+describe("keys without a key header", () => {
+  test("derived keys: a double submit with a changed timestamp is one execution; another payload is another (IDEM-DERIVE-4)", async () => {
+    const { handler, state } = api({ keyFallback: "derive", fingerprint: { exclude: ["/sentAt"] } });
+    const first = await handler(post("/forms", null, { item: "a", sentAt: 1 }));
+    assert.equal(first.status, 201);
+    const again = await handler(post("/forms", null, { sentAt: 2, item: "a" }));
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.equal((await handler(post("/forms", null, { item: "b", sentAt: 3 }))).status, 201);
+    // Another user's identical form is theirs.
+    assert.equal((await handler(post("/forms", null, { item: "a", sentAt: 1 }, { "x-user": "user-2" }))).status, 201);
+    assert.equal(state.executions, 3);
+  });
+
+  test("a key from a JSON pointer into the body; a body without one is refused (IDEM-KEY-7)", async () => {
+    const { handler, state } = api({ keyFallback: { jsonPointer: "/meta/key" } });
+    const body = { meta: { key: "form-17" }, item: "a" };
+    assert.equal((await handler(post("/forms", null, body))).status, 201);
+    assert.equal((await handler(post("/forms", null, body))).headers.get("idempotent-replayed"), "true");
+    for (const [bad, type] of [[{ item: "a" }, "missing-key"], [{ meta: { key: 7 } }, "malformed-key"]]) {
+      const p = await problemOf(await handler(post("/forms", null, bad)));
+      assert.deepEqual([p.status, p.type], [400, type]);
+    }
+    assert.equal(state.executions, 1);
+  });
+
+  test("keyFallback is for opaque and UUID keys, as \"derive\" or { jsonPointer } (IDEM-JS-1)", () => {
+    for (const bad of [{ keyFallback: "always" }, { keyFallback: { jsonPointer: "no-slash" } }, { keyKind: "counter", keyFallback: "derive" }]) {
+      assert.throws(() => new Idempotency({ principal: "none", store: new MemoryStore(), ...bad }), (e) => e.code === "IDEM-JS-1", JSON.stringify(bad));
+    }
+  });
+});

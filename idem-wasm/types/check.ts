@@ -116,3 +116,5 @@ void inbox.receive({ source: "stripe", id: "evt_1", body: "{}" }, async ({ recov
   const ack: boolean = d.acknowledge;
   return d.outcome === "in-progress" ? d.retryAfter : ack;
 });
+void new Idempotency({ store, principal: "none", keyFallback: "derive", fingerprint: { exclude: ["/sentAt"] } });
+void new Idempotency({ store, principal: "none", keyFallback: { jsonPointer: "/meta/idempotencyKey" } });

@@ -92,6 +92,12 @@ export interface IdempotencyOptions<R = Request> {
   /** Whether guarded requests must carry a key (default) or pass through without one. */
   keys?: "required" | "optional";
   keyKind?: KeyKind;
+  /** Where a guarded request without an Idempotency-Key header finds its key: `"derive"`
+   * (from the caller, method, route and the fingerprinted body, `fingerprint.exclude`
+   * leaving out volatile fields: a double submit is one request, and so is a deliberate
+   * second identical one) or `{ jsonPointer }` (a string in the JSON body, for clients
+   * behind proxies that drop headers). A key header always wins. Opaque and UUID keys only. */
+  keyFallback?: "derive" | { jsonPointer: string };
   /** `keyKind: "unix-time"`: how far ahead of the server's clock a timestamp may be
    * (default 5 minutes) and how old it may be (default 24 h); `maxAge + maxAhead` must not
    * exceed `keyTtl`. */
