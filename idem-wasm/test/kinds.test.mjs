@@ -154,6 +154,31 @@ describe("counter keys", () => {
     assert.equal((await handler(post(route, `c:${next.epoch}:10`))).status, 201);
   });
 
+  test("the window cannot slide past a number still running: 409 counter-window-full with Retry-After (IDEM-CTR-10)", async () => {
+    const gate = barrier();
+    let first = true;
+    const { core, handler, state } = api(kind, {
+      gate: async () => {
+        if (first) {
+          first = false;
+          await gate.wait();
+        }
+      },
+    });
+    const { epoch } = await core.openSession(post("/sessions", null), { route, client: "slow" });
+    const running = handler(post(route, `slow:${epoch}:0`));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    for (const seq of [1, 2, 3]) assert.equal((await handler(post(route, `slow:${epoch}:${seq}`))).status, 201);
+    const full = await handler(post(route, `slow:${epoch}:4`));
+    const p = await problemOf(full);
+    assert.deepEqual([p.status, p.type], [409, "counter-window-full"]);
+    assert.ok(Number(full.headers.get("retry-after")) >= 1);
+    gate.open();
+    assert.equal((await running).status, 201);
+    assert.equal((await handler(post(route, `slow:${epoch}:4`, { amount: 1 }, { "idempotency-low-water": "1" }))).status, 201);
+    assert.equal(state.executions, 5);
+  });
+
   test("8-bit counters wrap: 600 sequential requests with the window advancing, none lost or doubled (IDEM-CTR-2)", async () => {
     const { core, handler, state } = api(kind);
     const { epoch } = await core.openSession(post("/sessions", null), { route, client: "w" });
