@@ -396,16 +396,7 @@ impl Policy {
             Parse::Uuid(v) => parse_opaque_lenient(value).and_then(|k| parse_uuid(&k, v)),
         }
         .map_err(|e| Refusal::key(&e))?;
-        let fingerprint = self
-            .fingerprint
-            .fingerprint(&RequestParts {
-                method: i.method,
-                target: i.target,
-                content_type: i.content_type,
-                headers: i.headers,
-                body: i.body,
-            })
-            .map_err(|e| Refusal::fingerprint(&e))?;
+        let fingerprint = self.fingerprint_of(i)?;
         let (record_key, subject) = match &self.rules {
             Rules::Record(_) => (RecordKey::new(scope, key), Subject::Record),
             Rules::Time(t) => {
@@ -438,15 +429,10 @@ impl Policy {
         Ok((record_key, fingerprint, subject))
     }
 
-    /// A request identified by its derived key, in the derived scope of its own scope.
+    /// The request's fingerprint, or its refusal (too large, invalid JSON).
     #[allow(clippy::result_large_err)] // as for check_body_size
-    fn derived(
-        &self,
-        i: &Intake<'_>,
-        scope: Scope,
-    ) -> Result<(RecordKey, Fingerprint, Subject), Refusal> {
-        let fingerprint = self
-            .fingerprint
+    fn fingerprint_of(&self, i: &Intake<'_>) -> Result<Fingerprint, Refusal> {
+        self.fingerprint
             .fingerprint(&RequestParts {
                 method: i.method,
                 target: i.target,
@@ -454,7 +440,17 @@ impl Policy {
                 headers: i.headers,
                 body: i.body,
             })
-            .map_err(|e| Refusal::fingerprint(&e))?;
+            .map_err(|e| Refusal::fingerprint(&e))
+    }
+
+    /// A request identified by its derived key, in the derived scope of its own scope.
+    #[allow(clippy::result_large_err)] // as for check_body_size
+    fn derived(
+        &self,
+        i: &Intake<'_>,
+        scope: Scope,
+    ) -> Result<(RecordKey, Fingerprint, Subject), Refusal> {
+        let fingerprint = self.fingerprint_of(i)?;
         let mut operation = String::from(i.method);
         operation.push(' ');
         operation.push_str(i.route);

@@ -81,6 +81,21 @@ pub struct Host {
     out: Vec<u8>,
 }
 
+/// Entry `i` of a numbered table (request slots, operations), if it is open.
+fn numbered<T>(table: &[Option<T>], i: u32) -> Result<&T, ErrorParts> {
+    table
+        .get(i as usize)
+        .and_then(Option::as_ref)
+        .ok_or_else(no_slot)
+}
+
+fn numbered_mut<T>(table: &mut [Option<T>], i: u32) -> Result<&mut T, ErrorParts> {
+    table
+        .get_mut(i as usize)
+        .and_then(Option::as_mut)
+        .ok_or_else(no_slot)
+}
+
 fn no_slot() -> ErrorParts {
     ErrorParts {
         kind: ErrorKind::Error,
@@ -137,27 +152,17 @@ impl Host {
     }
 
     fn slot(&self, t: u32) -> Result<&Slot, ErrorParts> {
-        self.slots
-            .get(t as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(no_slot)
+        numbered(&self.slots, t)
     }
 
     fn slot_mut(&mut self, t: u32) -> Result<&mut Slot, ErrorParts> {
-        self.slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)
+        numbered_mut(&mut self.slots, t)
     }
 
     /// The request in slot `t`, with the host's waiters beside it.
     fn request(&mut self, t: u32) -> Result<(&mut Slot, &mut Waiters), ErrorParts> {
         let Host { slots, waiters, .. } = self;
-        let slot = slots
-            .get_mut(t as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)?;
-        Ok((slot, waiters))
+        Ok((numbered_mut(slots, t)?, waiters))
     }
 
     /// Whether a request with this method (and a key or not) is protected; other requests
@@ -477,17 +482,11 @@ impl Host {
     }
 
     fn op(&self, o: u32) -> Result<&Op, ErrorParts> {
-        self.ops
-            .get(o as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(no_slot)
+        numbered(&self.ops, o)
     }
 
     fn op_mut(&mut self, o: u32) -> Result<&mut Op, ErrorParts> {
-        self.ops
-            .get_mut(o as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(no_slot)
+        numbered_mut(&mut self.ops, o)
     }
 
     /// The scope of `principal`'s requests with `method` to `route`; its refusal (an empty
