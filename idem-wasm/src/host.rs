@@ -81,6 +81,14 @@ pub struct Host {
     out: Vec<u8>,
 }
 
+/// Stored record bytes as a record (`None`: no record); `IDEM-REC-1` for bytes that are not
+/// one.
+fn stored_record(value: Option<&[u8]>) -> Result<Option<idem_core::Record>, ErrorParts> {
+    value
+        .map(|bytes| idem_core::decode_record(bytes).map_err(|e| ErrorParts::record(&e)))
+        .transpose()
+}
+
 /// Entry `i` of a numbered table (request slots, operations), if it is open.
 fn numbered<T>(table: &[Option<T>], i: u32) -> Result<&T, ErrorParts> {
     table
@@ -294,12 +302,7 @@ impl Host {
         now: UnixMillis,
         value: Option<&[u8]>,
     ) -> Result<(), ErrorParts> {
-        let record = match value {
-            Some(bytes) => {
-                Some(idem_core::decode_record(bytes).map_err(|e| ErrorParts::record(&e))?)
-            }
-            None => None,
-        };
+        let record = stored_record(value)?;
         let (slot, waiters) = self.request(t)?;
         slot.req.handle_record(now, record.as_ref(), waiters);
         Ok(())
@@ -600,12 +603,7 @@ impl Host {
         now: UnixMillis,
         value: Option<&[u8]>,
     ) -> Result<(), ErrorParts> {
-        let record = match value {
-            Some(bytes) => {
-                Some(idem_core::decode_record(bytes).map_err(|e| ErrorParts::record(&e))?)
-            }
-            None => None,
-        };
+        let record = stored_record(value)?;
         if let Op::Open(opening) = self.op_mut(o)? {
             opening.handle_record(now, record.as_ref());
         }
