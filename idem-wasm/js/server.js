@@ -124,6 +124,7 @@ export class Idempotency {
   #now;
   #fingerprintHeaders;
   #route;
+  #clientHeader;
 
   constructor(options) {
     checkOptions(options);
@@ -140,6 +141,20 @@ export class Idempotency {
     this.#now = options.now ?? Date.now;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
     this.#route = options.route;
+    const clientHeader = options.timeKeys?.clientHeader;
+    if (clientHeader !== undefined && (typeof clientHeader !== "string" || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(clientHeader))) {
+      throw rangeError("IDEM-JS-1", "options.timeKeys.clientHeader must be a header name");
+    }
+    this.#clientHeader = options.keyKind === "unix-time" ? clientHeader?.toLowerCase() : undefined;
+  }
+
+  /** The key of a request with key header value `key` and headers `headers`: with
+   * `timeKeys.clientHeader`, that header's value goes before the timestamp
+   * (`client:millis`), so that clients sending bare timestamps never collide. */
+  keyOf(key, headers) {
+    if (this.#clientHeader === undefined || key === null || key === undefined) return key;
+    const client = headers.get(this.#clientHeader);
+    return client === null ? key : `${client.trim()}:${key.trim()}`;
   }
 
   /** The `route` option: how `withIdempotency` names a request's route. */
@@ -530,7 +545,7 @@ export function withIdempotency(handler, options) {
   return async function idempotent(request, ...rest) {
     const method = request.method;
     const headers = request.headers;
-    const key = headers.get("idempotency-key");
+    const key = idem.keyOf(headers.get("idempotency-key"), headers);
     if (!idem.protects(method, key !== null)) return handler(request, ...rest);
     const length = headers.get("content-length");
     const tooLarge = length === null ? undefined : idem.refuseBody(Number(length));

@@ -231,7 +231,9 @@ pub const ENGINE_OPTIONS: &[&str] = &[
 /// The members of `timeKeys` (`keyKind: "unix-time"`), `counter` (`keyKind: "counter"`)
 /// and `token` (`keyKind: "token"`).
 pub const KIND_OPTIONS: &[(&str, &[&str])] = &[
-    ("timeKeys", &["maxAhead", "maxAge"]),
+    // `clientHeader` is read by the JavaScript side: the header whose value goes before the
+    // timestamp.
+    ("timeKeys", &["maxAhead", "maxAge", "clientHeader"]),
     ("counter", &["bits", "window"]),
     ("token", &["secret", "ttl"]),
 ];

@@ -79,6 +79,20 @@ describe("unix-time keys", () => {
     assert.equal(state.executions, 3);
   });
 
+  test("with timeKeys.clientHeader, two clients sending the same bare timestamp are two keys (IDEM-TIME-1)", async () => {
+    const { handler, state, now } = api({ ...kind, timeKeys: { ...kind.timeKeys, clientHeader: "X-Client-Id" } });
+    const at = String(now());
+    const a = await handler(post("/payments", at, { amount: 1 }, { "x-client-id": "device-a" }));
+    const b = await handler(post("/payments", at, { amount: 2 }, { "x-client-id": "device-b" }));
+    assert.deepEqual([a.status, b.status], [201, 201]);
+    const again = await handler(post("/payments", at, { amount: 1 }, { "x-client-id": "device-a" }));
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    // Without the header the bare timestamp is a key of its own.
+    assert.equal((await handler(post("/payments", at, { amount: 3 }))).status, 201);
+    assert.equal(state.executions, 3);
+    assert.throws(() => api({ ...kind, timeKeys: { clientHeader: "bad header" } }), (e) => e.code === "IDEM-JS-1");
+  });
+
   test("a timestamp beyond the skew is from the future, one past the purge horizon is stale (IDEM-TIME-2, IDEM-TIME-3)", async () => {
     const { handler, state, now } = api(kind);
     const future = await problemOf(await handler(post("/payments", `d:${now() + 60_001}`)));

@@ -100,8 +100,9 @@ export interface IdempotencyOptions<R = Request> {
   keyFallback?: "derive" | { jsonPointer: string };
   /** `keyKind: "unix-time"`: how far ahead of the server's clock a timestamp may be
    * (default 5 minutes) and how old it may be (default 24 h); `maxAge + maxAhead` must not
-   * exceed `keyTtl`. */
-  timeKeys?: { maxAhead?: Millis; maxAge?: Millis };
+   * exceed `keyTtl`. With `clientHeader` (for example `"x-client-id"`), `withIdempotency`
+   * puts that header's value before a bare timestamp key (`client:millis`). */
+  timeKeys?: { maxAhead?: Millis; maxAge?: Millis; clientHeader?: string };
   /** `keyKind: "counter"`: the sequence number's width in bits, 8 to 64 (default 32), and
    * the window of retained results per client (default 8). */
   counter?: { bits?: number; window?: number };
