@@ -2,7 +2,9 @@
 
 use crate::counter::{CounterAttempt, CounterConfig, CounterDecision, CounterKey, CounterLease};
 use crate::counter::{CounterError, Counters};
-use crate::engine::{Attempt, CompleteError, ConfigError, Decision, Engine, Lease, Outcome};
+use crate::engine::{
+    Attempt, CompleteError, ConfigError, Decision, Engine, Lease, Outcome, RejectReason,
+};
 use crate::event::Event;
 use crate::fingerprint::{Fingerprint, FingerprintSpec, RequestParts};
 use crate::key::{
@@ -1049,6 +1051,18 @@ impl<'a> Request<'a> {
     /// The answer to send when [`poll`](Request::poll) says [`Step::Reply`].
     pub fn reply(&self) -> Option<Reply> {
         match &self.state {
+            // A counter's collision and staleness cite the counter rules, not the time
+            // keys' that their problem types name by default.
+            State::Answered(Answer::Decision(
+                d @ Decision::Rejected(RejectReason::Collision | RejectReason::Stale),
+            )) if matches!(self.subject, Subject::Counter { .. }) => {
+                let mut refusal = Refusal::of_decision(d)?;
+                refusal.requirement = match d {
+                    Decision::Rejected(RejectReason::Collision) => "IDEM-CTR-7",
+                    _ => "IDEM-CTR-6",
+                };
+                Some(refusal.reply())
+            }
             State::Answered(Answer::Decision(d)) => Reply::of_decision(d),
             State::Answered(Answer::Refusal(r)) => Some(r.reply()),
             _ => None,

@@ -75,6 +75,11 @@ fn refused(req: &mut Request<'_>, store: &mut MemoryStore, now: UnixMillis) -> R
     req.reply().unwrap()
 }
 
+fn requirement(reply: &Reply) -> String {
+    let v: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+    v["requirement"].as_str().unwrap().to_owned()
+}
+
 fn problem_type(reply: &Reply) -> String {
     let v: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
     v["type"].as_str().unwrap().to_owned()
@@ -140,12 +145,21 @@ fn a_session_opens_by_machine_and_its_counter_keys_run_through_the_request_machi
         T0,
         "one",
     );
+    // Another payload for a number in the window collides, citing the counter rule.
+    let r = refused(
+        &mut request(&policy, &key1, None, r#"{"n":9}"#),
+        &mut store,
+        T0,
+    );
+    assert_eq!(problem_type(&r), "urn:idem:problem:key-collision");
+    assert_eq!(requirement(&r), "IDEM-CTR-7");
     let r = refused(
         &mut request(&policy, &key0, None, r#"{"n":0}"#),
         &mut store,
         T0,
     );
     assert_eq!(problem_type(&r), "urn:idem:problem:key-stale");
+    assert_eq!(requirement(&r), "IDEM-CTR-6");
     // Opening again moves the session to the next epoch: the old one is stale.
     let next = open(&policy, &mut store, &scope, "c1");
     assert_eq!(next, epoch.wrapping_add(1));
