@@ -965,12 +965,10 @@ async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<By
         Some(n) => match n.as_u64() {
             Some(n) => n,
             None => {
-                let e = idem_core::CounterError::SequenceBeyondBits {
-                    seq: 0,
-                    bits: state.config.counter.bits,
+                let refusal = Refusal {
+                    requirement: "IDEM-CTR-1",
+                    ..Refusal::new(Problem::MALFORMED_KEY, "firstSeq must be a whole number")
                 };
-                let mut refusal = Refusal::session(&e);
-                refusal.detail = "firstSeq must be a whole number".into();
                 return to_http(&refusal.reply(), state);
             }
         },

@@ -38,6 +38,13 @@ pub enum KeyKind {
 }
 
 impl KeyKind {
+    /// The kind whose family of cases a section holds (`time`, `counter`, `token`), if any.
+    pub fn of_section(section: &str) -> Option<KeyKind> {
+        [KeyKind::Time, KeyKind::Counter, KeyKind::Token]
+            .into_iter()
+            .find(|k| k.section() == Some(section))
+    }
+
     /// The section of the cases of this kind, if it has its own.
     pub fn section(self) -> Option<&'static str> {
         match self {
@@ -693,10 +700,7 @@ async fn run_case(
 
 /// Why `case` does not apply to an endpoint of `kind`, if it does not.
 fn kind_mismatch(kind: KeyKind, case: &Case) -> Option<String> {
-    let family = [KeyKind::Time, KeyKind::Counter, KeyKind::Token]
-        .into_iter()
-        .find(|k| k.section() == Some(case.section()));
-    match (family, kind) {
+    match (KeyKind::of_section(case.section()), kind) {
         (None, KeyKind::Opaque) => None,
         (None, k) => Some(format!(
             "the endpoint takes {} keys (--key-kind); the generic cases need an endpoint with opaque keys",

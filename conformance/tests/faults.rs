@@ -128,7 +128,7 @@ async fn passes_every_case(transport: Transport) {
     );
     assert_eq!(report.cases.len(), cases::all().len());
     for c in &report.cases {
-        if kind_family(c.section.as_str()).is_some() {
+        if KeyKind::of_section(c.section.as_str()).is_some() {
             assert_eq!(c.verdict, Verdict::Skip, "{}", c.id);
             continue;
         }
@@ -170,13 +170,6 @@ async fn without_oracles_passes_say_how_sure_they_are() {
             c.id
         );
     }
-}
-
-/// The key kind whose cases a section holds, if it is a kind family.
-fn kind_family(section: &str) -> Option<KeyKind> {
-    [KeyKind::Time, KeyKind::Counter, KeyKind::Token]
-        .into_iter()
-        .find(|k| k.section() == Some(section))
 }
 
 /// What a fault must do to the verdicts.
@@ -431,7 +424,7 @@ fn check(e: &Expect, transport: Transport, report: &Report) -> Vec<String> {
             matches!(c.verdict, Verdict::Fail | Verdict::Unsafe)
         } else if e.related.contains(&id) {
             c.verdict != Verdict::Error
-        } else if kind_family(&c.section) != (e.kind != KeyKind::Opaque).then_some(e.kind) {
+        } else if KeyKind::of_section(&c.section) != (e.kind != KeyKind::Opaque).then_some(e.kind) {
             // Another kind's family, or the generic cases against a kind's endpoint.
             c.verdict == Verdict::Skip
         } else {
@@ -714,7 +707,7 @@ async fn a_uuid_only_server_passes_with_uuid_keys() {
     })
     .await;
     for c in &report.cases {
-        let want = if c.id == "keys/6" || kind_family(&c.section).is_some() {
+        let want = if c.id == "keys/6" || KeyKind::of_section(&c.section).is_some() {
             Verdict::Skip
         } else {
             Verdict::Pass

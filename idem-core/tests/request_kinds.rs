@@ -301,21 +301,23 @@ fn a_client_sequence_never_reuses_an_open_number_and_its_mark_trails_the_oldest_
     assert!(CounterSequence::new("c", 1, 7, 0).is_err());
 }
 
+/// A request to `/forms` with `keys` (none: keyless).
+fn form<'a>(keys: &'a [&'a [u8]], body: &'a str) -> Intake<'a> {
+    Intake {
+        principal: Some("alice"),
+        method: "POST",
+        route: "/forms",
+        target: "/forms",
+        keys,
+        low_water: None,
+        content_type: Some("application/json"),
+        headers: &[],
+        body: body.as_bytes(),
+    }
+}
+
 fn keyless(policy: &Policy, body: &str) -> Request<'static> {
-    policy.request(
-        &Intake {
-            principal: Some("alice"),
-            method: "POST",
-            route: "/forms",
-            target: "/forms",
-            keys: &[],
-            low_water: None,
-            content_type: Some("application/json"),
-            headers: &[],
-            body: body.as_bytes(),
-        },
-        5,
-    )
+    policy.request(&form(&[], body), 5)
 }
 
 #[test]
@@ -353,20 +355,7 @@ fn derived_keys_make_two_identical_keyless_requests_one_and_a_header_still_wins(
     // one is a new request.
     let explicit = first.key().key.clone();
     let mut with_header = policy.request(
-        &Intake {
-            keys: &[explicit.as_bytes()],
-            ..Intake {
-                principal: Some("alice"),
-                method: "POST",
-                route: "/forms",
-                target: "/forms",
-                keys: &[],
-                low_water: None,
-                content_type: Some("application/json"),
-                headers: &[],
-                body: br#"{"item":"a","sentAt":1}"#,
-            }
-        },
+        &form(&[explicit.as_bytes()], r#"{"item":"a","sentAt":1}"#),
         6,
     );
     run(&mut with_header, &mut store, T0, "explicit");

@@ -543,16 +543,7 @@ impl Host {
         nonce: u64,
     ) -> Result<u32, ErrorParts> {
         let scope = self.scope(principal, method, route)?;
-        let first = first_seq
-            .parse::<u64>()
-            .ok()
-            .filter(|_| first_seq.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| {
-                ErrorParts::range(
-                    "IDEM-CTR-1",
-                    "the first sequence number must be a decimal number",
-                )
-            })?;
+        let first = interop::decimal("the first sequence number", first_seq)?;
         let opening = self
             .policy
             .open_session(&scope, client, first, nonce)

@@ -468,6 +468,15 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
     Ok(policy)
 }
 
+/// A counter number or epoch as decimal text (64-bit numbers do not fit a JavaScript
+/// number): `IDEM-CTR-1` for anything else.
+pub fn decimal(name: &str, text: &str) -> Result<u64, ErrorParts> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| ErrorParts::range("IDEM-CTR-1", format!("{name} must be a decimal number")))
+}
+
 /// The token secret: 32 bytes as 64 hex digits.
 fn token_secret(hex: Option<&str>) -> Result<TokenSecret, ErrorParts> {
     let bad = || {

@@ -1013,26 +1013,14 @@ pub struct CounterSequence {
     inner: idem_core::CounterSequence,
 }
 
-fn decimal(name: &str, text: &str) -> Result<u64, ErrorParts> {
-    text.parse::<u64>()
-        .ok()
-        .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| {
-            ErrorParts::range(
-                "IDEM-CTR-1",
-                alloc::format!("{name} must be a decimal number"),
-            )
-        })
-}
-
 #[wasm_bindgen]
 impl CounterSequence {
     /// The numbering of `client` in session `epoch` (decimal text), `bits` wide, from
     /// `firstSeq` (decimal text). Throws a `RangeError` (`IDEM-CTR-1`).
     #[wasm_bindgen(constructor)]
     pub fn new(client: &str, epoch: &str, bits: u8, first_seq: &str) -> JsResult<CounterSequence> {
-        let epoch = decimal("epoch", epoch).map_err(js)?;
-        let first = decimal("firstSeq", first_seq).map_err(js)?;
+        let epoch = interop::decimal("epoch", epoch).map_err(js)?;
+        let first = interop::decimal("firstSeq", first_seq).map_err(js)?;
         idem_core::CounterSequence::new(client, epoch, bits, first)
             .map(|inner| CounterSequence { inner })
             .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::session(&e))))
@@ -1057,7 +1045,7 @@ impl CounterSequence {
 
     /// The key of number `seq`: `client:epoch:seq`.
     pub fn key(&self, seq: &str) -> JsResult<String> {
-        Ok(self.inner.key(decimal("seq", seq).map_err(js)?))
+        Ok(self.inner.key(interop::decimal("seq", seq).map_err(js)?))
     }
 
     /// The low-water mark to send, decimal.
@@ -1068,7 +1056,7 @@ impl CounterSequence {
 
     /// The answer for `seq` arrived (or it was given up for good).
     pub fn done(&mut self, seq: &str) -> JsResult<()> {
-        self.inner.done(decimal("seq", seq).map_err(js)?);
+        self.inner.done(interop::decimal("seq", seq).map_err(js)?);
         Ok(())
     }
 
