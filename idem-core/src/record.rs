@@ -119,6 +119,18 @@ impl Record {
             || matches!(self.state, RecordState::InFlight { lease_expires } if now < lease_expires)
     }
 
+    /// Until when a store must keep this record: its key's expiry, or the end of its lease
+    /// if that is later. A store that deletes records on a time-to-live of its own (Redis
+    /// `PEXPIREAT`, a database sweep by age) takes it from here, never from the response's
+    /// expiry: a record deleted when its response expires makes its key new again, and a
+    /// retry would run again instead of getting 410 (`IDEM-TTL-3`, `IDEM-STORE-3`).
+    pub fn retained_until(&self) -> UnixMillis {
+        match self.state {
+            RecordState::InFlight { lease_expires } => self.key_expires.max(lease_expires),
+            _ => self.key_expires,
+        }
+    }
+
     /// The next time this record changes on its own: when its response or its key expires,
     /// and never before the lease of a record in flight ends. Stores set their alarm or sweep
     /// from this (`IDEM-TTL-4`).

@@ -401,6 +401,8 @@ fn two_layer_expiry() {
     );
     let record = rig.store.get(&k).unwrap().clone();
     assert_eq!(rig.engine.next_deadline(&record), at(10_000));
+    // A store's own time-to-live comes from the key's expiry, not the response's.
+    assert_eq!(record.retained_until(), at(100_000));
     assert_eq!(rig.engine.expire(at(9_999), &k, &record), None);
     // The engine reads expiry from the record even before the store sweeps.
     let c = rig.claim(at(10_000), &k, &f);
@@ -684,4 +686,19 @@ fn problems_render_as_problem_json() {
         assert_eq!(req.status, Some(p.status), "{}", p.slug);
         assert_eq!(req.problem.as_deref(), Some(p.type_uri), "{}", p.slug);
     }
+}
+
+#[test]
+fn a_store_keeps_a_record_in_flight_while_its_lease_lives() {
+    // IDEM-STORE-3: a time-to-live never ends a record whose lease is live.
+    let mut rig = Rig::new(short());
+    let (k, f) = (key("a", "k"), fp("{}"));
+    let _lease = rig.lease(T0, &k, &f);
+    let mut record = rig.store.get(&k).unwrap().clone();
+    assert_eq!(record.retained_until(), at(100_000));
+    record.state = RecordState::InFlight {
+        lease_expires: at(150_000),
+    };
+    assert_eq!(record.retained_until(), at(150_000));
+    assert_eq!(record.expire(at(120_000)), Expiry::Keep(Some(at(150_000))));
 }

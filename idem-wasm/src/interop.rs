@@ -611,6 +611,9 @@ pub struct StoreWrite {
     pub version: String,
     /// When the stored record next changes on its own, in milliseconds (0 for a delete).
     pub deadline: f64,
+    /// Until when the store must keep the record, in milliseconds (0 for a delete): a
+    /// time-to-live of the store's own is set from this, never from `deadline`.
+    pub expires: f64,
 }
 
 impl StoreWrite {
@@ -626,12 +629,14 @@ impl StoreWrite {
                 value: Some(idem_core::encode_record(record)),
                 version: record.version.to_string(),
                 deadline: to_ms(record.next_deadline()),
+                expires: to_ms(record.retained_until()),
             },
             WriteOp::Delete => StoreWrite {
                 expect,
                 value: None,
                 version: String::new(),
                 deadline: 0.0,
+                expires: 0.0,
             },
         }
     }

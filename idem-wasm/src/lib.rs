@@ -210,7 +210,7 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
 }
 
 /// A store write as the JavaScript store interface takes it:
-/// `{ expect, value, version, deadline }`.
+/// `{ expect, value, version, deadline, expires }`.
 fn write_object(w: &StoreWrite) -> JsValue {
     let object = Object::new();
     let set = |name: &str, value: JsValue| {
@@ -229,6 +229,7 @@ fn write_object(w: &StoreWrite) -> JsValue {
     );
     set("version", JsValue::from_str(&w.version));
     set("deadline", JsValue::from_f64(w.deadline));
+    set("expires", JsValue::from_f64(w.expires));
     object.into()
 }
 
@@ -382,7 +383,7 @@ impl Engine {
         self.host.op_key(op).map_err(js)
     }
 
-    /// The write of an operation's `Apply` step: `{ expect, value, version, deadline }`.
+    /// The write of an operation's `Apply` step: `{ expect, value, version, deadline, expires }`.
     #[wasm_bindgen(js_name = opWrite)]
     pub fn op_write(&self, op: u32) -> JsResult<JsValue> {
         self.host.op_write(op).map(|w| write_object(&w)).map_err(js)
@@ -461,7 +462,7 @@ impl Engine {
             .map_err(js)
     }
 
-    /// The write of the last `Apply` step: `{ expect, value, version, deadline }`.
+    /// The write of the last `Apply` step: `{ expect, value, version, deadline, expires }`.
     #[wasm_bindgen(js_name = takeWrite)]
     pub fn take_write(&mut self, slot: u32) -> JsResult<JsValue> {
         self.host
@@ -690,7 +691,7 @@ impl Records {
     }
 }
 
-/// The write (`{ expect, value, version, deadline }`, `expect` to be filled in by the
+/// The write (`{ expect, value, version, deadline, expires }`, `expect` to be filled in by the
 /// store) that applies the passage of time to a stored record at `now` (drop an expired
 /// response, delete an expired key), or `undefined` when nothing is due (`IDEM-TTL-4`).
 /// Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
