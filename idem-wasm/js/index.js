@@ -2,7 +2,7 @@
 // and dist/node.cjs (CommonJS); the entries initialise the WebAssembly module and re-export
 // these names.
 export { Idempotency, Inbox, idempotencyOf, withIdempotency } from "./server.js";
-export { MemoryStore } from "./stores.js";
+export { MemoryStore, expire } from "./stores.js";
 export { DurableObjectStore, IdempotencyShard, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
 export { idempotentFetch } from "./client.js";

@@ -11,6 +11,7 @@ export {
   Inbox,
   MemoryStore,
   StoreFullError,
+  expire,
   idempotencyOf,
   idempotentFetch,
   shardName,

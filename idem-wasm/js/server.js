@@ -20,7 +20,7 @@ import { recordsOf } from "./stores.js";
 import { flatHeaders, listText, random32, rangeError, sleep, takeReply } from "./util.js";
 
 /** The options this file reads itself; the engine options are read by the module. */
-const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now"];
+const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
 const EMPTY = new Uint8Array(0);
 
@@ -83,7 +83,10 @@ function checkOptions(options) {
   if (options.principal !== "none" && typeof options.principal !== "function") {
     throw rangeError("IDEM-SCOPE-3", PRINCIPAL_HELP);
   }
-  for (const fn of ["route", "onEvent", "now"]) {
+  if (options.keyHeader !== undefined && (typeof options.keyHeader !== "string" || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(options.keyHeader))) {
+    throw rangeError("IDEM-JS-1", "options.keyHeader must be a header name");
+  }
+  for (const fn of ["route", "onEvent", "now", "problem"]) {
     if (options[fn] !== undefined && typeof options[fn] !== "function") {
       throw rangeError("IDEM-JS-1", `options.${fn} must be a function`);
     }
@@ -125,6 +128,8 @@ export class Idempotency {
   #fingerprintHeaders;
   #route;
   #clientHeader;
+  #keyHeader;
+  #problem;
 
   constructor(options) {
     checkOptions(options);
@@ -141,6 +146,8 @@ export class Idempotency {
     this.#now = options.now ?? Date.now;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
     this.#route = options.route;
+    this.#keyHeader = (options.keyHeader ?? "idempotency-key").toLowerCase();
+    this.#problem = options.problem ?? null;
     const clientHeader = options.timeKeys?.clientHeader;
     if (clientHeader !== undefined && (typeof clientHeader !== "string" || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(clientHeader))) {
       throw rangeError("IDEM-JS-1", "options.timeKeys.clientHeader must be a header name");
@@ -155,6 +162,29 @@ export class Idempotency {
     if (this.#clientHeader === undefined || key === null || key === undefined) return key;
     const client = headers.get(this.#clientHeader);
     return client === null ? key : `${client.trim()}:${key.trim()}`;
+  }
+
+  /** The header that carries the key (`options.keyHeader`, default `idempotency-key`),
+   * lower case. */
+  get keyHeader() {
+    return this.#keyHeader;
+  }
+
+  /** The engine's reply `{ status, headers, body, replayed }` as a Fetch Response: a refusal
+   * (an answer of the engine's own, not a replay) through `options.problem` when given, which
+   * maps the RFC 9457 problem to the host's own error format. */
+  responseOf(reply) {
+    if (this.#problem !== null && !reply.replayed && reply.status >= 400) {
+      let problem;
+      try {
+        problem = JSON.parse(textDecoder.decode(reply.body));
+      } catch {
+        problem = { status: reply.status };
+      }
+      const mapped = this.#problem(problem, reply);
+      if (mapped instanceof Response) return mapped;
+    }
+    return toResponse(reply);
   }
 
   /** The `route` option: how `withIdempotency` names a request's route. */
@@ -373,7 +403,7 @@ export class Idempotency {
    * slot. */
   async serve(slot, answer, execute) {
     const engine = this.#engine;
-    const request = { slot, busy: null, ended: false };
+    const request = { slot, busy: null, ended: false, outcome: undefined };
     try {
       for (;;) {
         // The memory store answers at once: no await on the common path.
@@ -390,6 +420,7 @@ export class Idempotency {
         if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
         const context = {
           key: engine.key(slot),
+          storageKey: engine.storageKey(slot),
           recovered: engine.recovered(slot),
           fence: engine.fence(slot),
           leaseExpires: engine.leaseExpires(slot),
@@ -415,7 +446,7 @@ export class Idempotency {
   async #advance(request) {
     if (this.#records !== null) return this.#driveIn(request.slot);
     while (request.busy !== null) await request.busy;
-    const run = this.#pump(request.slot);
+    const run = this.#pump(request);
     request.busy = run.then(
       () => {},
       () => {},
@@ -427,7 +458,8 @@ export class Idempotency {
     }
   }
 
-  async #pump(slot) {
+  async #pump(request) {
+    const slot = request.slot;
     const engine = this.#engine;
     const store = this.#store;
     for (;;) {
@@ -437,7 +469,10 @@ export class Idempotency {
       try {
         if (step === Step.Apply) {
           const write = engine.takeWrite(slot);
-          const applied = await store.apply(engine.storageKey(slot), write, this.#now());
+          // The completion says so: a store that commits it in the handler's own
+          // transaction (PostgresStore#transaction) tells it from a heartbeat.
+          const info = request.outcome === undefined ? undefined : { outcome: request.outcome };
+          const applied = await store.apply(engine.storageKey(slot), write, this.#now(), info);
           engine.applied(slot, this.#now(), applied === true);
         } else if (step === Step.Claim && typeof store.claim === "function") {
           const bytes = await store.claim(engine.storageKey(slot), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
@@ -459,6 +494,7 @@ export class Idempotency {
    * of that. The response is sent either way. */
   #finish(request, ran, status, headers, body) {
     const engine = this.#engine;
+    request.outcome = ran === Ran.Answered ? "answered" : "threw";
     engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
     if (this.#records !== null) return this.#driveIn(request.slot) === Step.Done;
     return this.#advance(request).then((step) => step === Step.Done);
@@ -490,6 +526,7 @@ export class Idempotency {
 }
 
 const textEncoder = new TextEncoder();
+const textDecoder = new TextDecoder();
 
 /** Whether a reply's flat header list carries the replay marker (a replay ends with it). */
 function isReplay(headers) {
@@ -545,11 +582,12 @@ export function withIdempotency(handler, options) {
   return async function idempotent(request, ...rest) {
     const method = request.method;
     const headers = request.headers;
-    const key = idem.keyOf(headers.get("idempotency-key"), headers);
+    const key = idem.keyOf(headers.get(idem.keyHeader), headers);
     if (!idem.protects(method, key !== null)) return handler(request, ...rest);
+    const answer = (reply) => idem.responseOf(reply);
     const length = headers.get("content-length");
     const tooLarge = length === null ? undefined : idem.refuseBody(Number(length));
-    if (tooLarge !== undefined) return idem.serve(tooLarge, toResponse);
+    if (tooLarge !== undefined) return idem.serve(tooLarge, answer);
     let body = EMPTY;
     if (request.body !== null) {
       // A declared length was checked above; a body without one (chunked) is read only up
@@ -558,7 +596,7 @@ export function withIdempotency(handler, options) {
         body = new Uint8Array(await request.arrayBuffer());
       } else {
         const read = await readCapped(request.body, idem);
-        if (typeof read === "number") return idem.serve(read, toResponse);
+        if (typeof read === "number") return idem.serve(read, answer);
         body = read;
       }
     }
@@ -575,7 +613,7 @@ export function withIdempotency(handler, options) {
       body,
       headers.get(lowWaterName()) ?? undefined,
     );
-    return idem.serve(slot, toResponse, async (context) => {
+    return idem.serve(slot, answer, async (context) => {
       // The handler gets a request it can read: the body was read for the fingerprint.
       const forHandler = request.body !== null ? new Request(request, { body }) : request;
       contexts.set(forHandler, context);

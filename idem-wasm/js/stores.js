@@ -9,7 +9,7 @@
 //
 // A write puts `write.value` with `write.version`, or deletes the record when `value` is
 // null. `write.deadline` says when the record next changes on its own (IDEM-TTL-4).
-import { Records } from "./idem_wasm.js";
+import { Records, expire as expireRecord } from "./idem_wasm.js";
 import { StoreFullError, rangeError } from "./util.js";
 
 /** The records of a MemoryStore (inside the WebAssembly module), or null for other stores:
@@ -82,4 +82,16 @@ export class MemoryStore {
   sweep(now) {
     return this.#records.sweep(now);
   }
+}
+
+/**
+ * For stores of your own: the write that applies the passage of time to a stored record
+ * `value` at `now` (ms) — its response dropped (a tombstone, still refusing the key with 410),
+ * or the record deleted once its key and any live lease have ended — or undefined when
+ * nothing is due. Set `write.expect` to the stored version and apply it like any other write.
+ * A sweep finds due records by each write's `deadline`; a store with a time-to-live of its
+ * own sets it from `write.expires`, never from `deadline` (IDEM-TTL-3, IDEM-TTL-4).
+ */
+export function expire(now, value) {
+  return expireRecord(now, value);
 }

@@ -105,12 +105,7 @@ export function takeReply(engine, slot) {
   return readReply(view, at, at + length);
 }
 
-/** A RangeError with a stable code (a requirement ID from spec/requirements.toml). */
-export function rangeError(code, message) {
-  const e = new RangeError(message);
-  e.code = code;
-  return e;
-}
+export { rangeError } from "./errors.js";
 
 /** Resolves after `ms` milliseconds, or at once when the signal aborts. */
 export function sleep(ms, signal) {

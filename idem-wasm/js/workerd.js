@@ -13,6 +13,7 @@ export {
   Inbox,
   MemoryStore,
   StoreFullError,
+  expire,
   idempotencyOf,
   idempotentFetch,
   shardName,

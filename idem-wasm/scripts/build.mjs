@@ -20,6 +20,8 @@ import { fileURLToPath } from "node:url";
 import { brotliCompressSync, constants, gzipSync } from "node:zlib";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+/** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
+const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express"];
 const dist = join(root, "dist");
 const quiet = process.argv.includes("--quiet");
 const cargo = process.env.CARGO || "cargo";
@@ -122,6 +124,21 @@ run(esbuild, [
 ]);
 for (const f of ["node.js", "workerd.js", "web.js"]) copyFileSync(join(root, "js", f), join(dist, f));
 copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.ts"));
+copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.cts"));
+// The entries beside the main one (stores, adapters, the store tests), ESM and CommonJS. Each
+// imports the main entry as "idem", so that they share its one instance of the module, and
+// leaves its client library (ioredis, pg, hono, express) to the application. The Lua script
+// and the SQL come from idem-core/stores/, the one copy the Rust stores read too.
+const external = ["idem", "ioredis", "pg", "hono", "express", "node:*"].map((e) => `--external:${e}`);
+const loaders = ["--loader:.lua=text", "--loader:.sql=text"];
+for (const entry of EXTRA_ENTRIES) {
+  const src = join(root, "js", `${entry}.js`);
+  const common = [src, "--bundle", "--legal-comments=none", "--log-level=warning", ...external, ...loaders];
+  run(esbuild, [...common, "--format=esm", "--target=es2022", `--outfile=${join(dist, `${entry}.js`)}`]);
+  run(esbuild, [...common, "--format=cjs", "--platform=node", "--target=node18", `--outfile=${join(dist, `${entry}.cjs`)}`]);
+  copyFileSync(join(root, "types", `${entry}.d.ts`), join(dist, `${entry}.d.ts`));
+  copyFileSync(join(root, "types", `${entry}.d.ts`), join(dist, `${entry}.d.cts`));
+}
 
 // 5. Sizes.
 const wasm = readFileSync(join(dist, "idem_wasm_bg.wasm"));

@@ -46,9 +46,20 @@ export interface StoreWrite {
   expect: string | null;
   value: Uint8Array | null;
   version: string;
-  /** When the record next changes on its own (ms since the epoch; 0 for a delete). */
+  /** When the record next changes on its own (ms since the epoch; 0 for a delete): when to
+   * sweep it (see `expire`). */
   deadline: number;
+  /** Until when the record must be kept (ms since the epoch; 0 for a delete): its key's
+   * expiry, or its live lease's end if later. A store's own time-to-live comes from here,
+   * never from `deadline`: a record deleted when its response expires lets a retry run again
+   * (IDEM-TTL-3). */
+  expires: number;
 }
+
+/** The write that applies the passage of time to a stored record at `now`: a tombstone in
+ * place of an expired response, or a delete once the key (and any live lease) has ended;
+ * undefined when nothing is due. Set `expect` to the stored version before applying it. */
+export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
 
 /** The store contract (IDEM-STORE-1). `apply` resolves to false, changing nothing, when the
  * precondition fails. A store that cannot take a new key throws `StoreFullError`. Expiry is
@@ -56,7 +67,8 @@ export interface StoreWrite {
  * flight whose lease is live (IDEM-STORE-3, IDEM-LEASE-4). */
 export interface IdempotencyStore {
   load(key: string): Promise<StoredRecord | null> | StoredRecord | null;
-  apply(key: string, write: StoreWrite, now: number): Promise<boolean> | boolean;
+  /** `info.outcome` is set on the write that records the handler's outcome. */
+  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw" }): Promise<boolean> | boolean;
   /** Engine-side claim, for stores that claim next to their data (Durable Objects): the
    * request's ticket in, what was claimed out. */
   claim?(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
@@ -129,6 +141,11 @@ export interface IdempotencyOptions<R = Request> {
   onEvent?: (event: IdempotencyEvent) => void;
   /** The clock (default Date.now). */
   now?: () => number;
+  /** The header that carries the key (default `Idempotency-Key`). */
+  keyHeader?: string;
+  /** Maps a refusal (the engine's RFC 9457 problem: 400, 409, 410, 413, 422, 503, …) to
+   * the host's own error format; replays and the handler's own answers are never mapped. */
+  problem?: (problem: { type: string; title?: string; status: number; detail?: string; [member: string]: unknown }, reply: PlainReply) => Response;
 }
 
 /** What a handler learns about the execution it runs. */
@@ -139,6 +156,8 @@ export interface IdempotencyContext {
   readonly recovered: boolean;
   readonly fence: number;
   readonly leaseExpires: number;
+  /** The key of the request's record in the store (for `PostgresStore#transaction`). */
+  readonly storageKey: string;
   /** A heartbeat: extends the lease by one lease period; rejects if it was taken over. */
   extend(): Promise<void>;
 }
@@ -192,6 +211,10 @@ export class Idempotency<R = PlainRequest> {
   handle(request: R & PlainRequest, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
   /** The `route` option. */
   readonly route: IdempotencyOptions["route"];
+  /** The key header's name, lower case. */
+  readonly keyHeader: string;
+  /** The engine's reply as a Response (refusals through `options.problem`). */
+  responseOf(reply: PlainReply): Response;
   /** Issues and stores a one-time token (`keyKind: "token"`) for the caller of `request`,
    * to spend on `method` (default POST) to `route`. */
   issueToken(request: R, target: { route: string; method?: string }): Promise<{ token: string; expires: number }>;

@@ -128,10 +128,23 @@ pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
         cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         cmd
     };
-    run(&mut apt(&["update", "-qq"]))?;
+    // dpkg talks a lot even under -qq: its output is shown only when a step fails.
+    let quiet = |cmd: &mut Command| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        eprint!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Err(format!("{cmd:?} failed: {}", out.status))
+    };
+    quiet(&mut apt(&["update", "-qq"]))?;
     let mut install = apt(&["install", "-y", "-qq", "--no-install-recommends"]);
     install.args(&missing);
-    run(&mut install)
+    quiet(&mut install)
 }
 
 #[cfg(test)]

@@ -35,9 +35,10 @@ fn npm() -> Command {
     cmd
 }
 
-/// Installs what the wasm build needs: the wasm-bindgen CLI of the pinned version (only when
-/// `wasm-bindgen --version` does not already print it), and the npm dev dependencies (only
-/// when node_modules is missing or older than package-lock.json). Quiet when all is there.
+/// Installs what the wasm build and its tests need: the wasm-bindgen CLI of the pinned
+/// version (only when `wasm-bindgen --version` does not already print it), the npm dev
+/// dependencies (only when node_modules is missing or older than package-lock.json), and
+/// redis-server and postgresql (only when missing). Quiet when all is there.
 pub(crate) fn setup() -> Result<(), String> {
     let current = Command::new(wasm_bindgen())
         .arg("--version")
@@ -59,8 +60,14 @@ pub(crate) fn setup() -> Result<(), String> {
             WASM_BINDGEN_VERSION,
         ]))?;
     }
-    npm_ci_if_stale(&package_dir(), "idem-wasm dev dependencies")
+    npm_ci_if_stale(&package_dir(), "idem-wasm dev dependencies")?;
+    // The Redis and Postgres stores are tested against real servers, which the tests start
+    // privately (127.0.0.1, ports chosen by the OS, data in a temporary directory).
+    crate::util::apt_install(&SERVERS)
 }
+
+/// The Debian packages of the servers the store tests start.
+pub(crate) const SERVERS: [&str; 2] = ["redis-server", "postgresql"];
 
 /// Builds the package (printing the module size raw, gzip and brotli), checks the
 /// hand-written TypeScript types, and runs the Node tests against the built package.

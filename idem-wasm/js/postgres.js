@@ -1,0 +1,175 @@
+// `idem/postgres`: a store on Postgres, shared by every process that talks to it.
+//
+// One table, `idem_records`, and every statement on it come from idem-core/stores/
+// postgres.sql, shared with the Rust store. A claim is `INSERT … ON CONFLICT DO NOTHING`;
+// every other write is `UPDATE`/`DELETE … WHERE version = $n`: the row's version is the
+// compare-and-set. `sweep()` expires what is due through the index on the deadline.
+// `transaction(context, fn)` commits the handler's own rows in the transaction that
+// completes its key: both or neither (the reason idem records writes, not actions).
+import { expire } from "idem";
+import SQL from "../../idem-core/stores/postgres.sql";
+import { rangeError } from "./errors.js";
+
+/** The statements of postgres.sql, by the name on the `-- name:` line before each. */
+function statements(text) {
+  const out = {};
+  let name = null;
+  let lines = [];
+  const flush = () => {
+    if (name !== null) out[name] = lines.filter((l) => !l.trimStart().startsWith("--")).join("\n").trim();
+  };
+  for (const line of text.split("\n")) {
+    const m = /^-- name: (\w+)\s*$/.exec(line);
+    if (m) {
+      flush();
+      name = m[1];
+      lines = [];
+    } else {
+      lines.push(line);
+    }
+  }
+  flush();
+  return out;
+}
+
+const Q = statements(SQL);
+
+const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+
+/**
+ * A store on Postgres through a `pg` pool (or anything with its `query` and `connect`). The
+ * pool is the caller's: it is neither created nor ended here. Run the migration once, with
+ * `migrate()` or from `PostgresStore.schema` in your own migration tool.
+ */
+export class PostgresStore {
+  #pool;
+  /** Storage key → the handler's open transaction, waiting for its completion. */
+  #open = new Map();
+
+  constructor(pool) {
+    if (pool == null || typeof pool.query !== "function") {
+      throw rangeError("IDEM-JS-1", "PostgresStore needs a pg Pool (new pg.Pool({ connectionString }))");
+    }
+    this.#pool = pool;
+  }
+
+  /** The migration: the table and its deadline index (safe to run again). */
+  static get schema() {
+    return Q.schema;
+  }
+
+  /** Runs the migration. */
+  async migrate() {
+    await this.#pool.query(Q.schema);
+  }
+
+  async load(key) {
+    const { rows } = await this.#pool.query({ name: "idem_load", text: Q.load, values: [key] });
+    if (rows.length === 0) return null;
+    const value = rows[0].value;
+    return { version: rows[0].version, value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
+  }
+
+  async apply(key, write, _now, info) {
+    const open = info?.outcome === undefined ? undefined : this.#open.get(key);
+    if (open !== undefined) {
+      this.#open.delete(key);
+      return this.#complete(open, key, write, info.outcome);
+    }
+    return this.#write(this.#pool, key, write);
+  }
+
+  /** The compare-and-set, on `db` (the pool, or a transaction's client). */
+  async #write(db, key, write) {
+    let done;
+    if (write.value === null) {
+      done = await db.query({ name: "idem_delete", text: Q.delete, values: [key, write.expect] });
+    } else if (write.expect === null) {
+      done = await db.query({
+        name: "idem_insert",
+        text: Q.insert,
+        values: [key, write.version, bytes(write.value), Math.ceil(write.deadline), Math.ceil(write.expires)],
+      });
+    } else {
+      done = await db.query({
+        name: "idem_update",
+        text: Q.update,
+        values: [key, write.expect, write.version, bytes(write.value), Math.ceil(write.deadline), Math.ceil(write.expires)],
+      });
+    }
+    return done.rowCount === 1;
+  }
+
+  /** A handler's completion with its transaction open: a stored outcome commits with the
+   * handler's rows, or neither does (fenced out). A release (the handler threw, or its
+   * answer is not kept) rolls the handler's rows back and is written alone. */
+  async #complete(open, key, write, outcome) {
+    const { client } = open;
+    let release = true;
+    try {
+      if (outcome === "answered" && write.value !== null) {
+        let applied = false;
+        try {
+          applied = await this.#write(client, key, write);
+        } finally {
+          await client.query(applied ? "COMMIT" : "ROLLBACK");
+        }
+        return applied;
+      }
+      await client.query("ROLLBACK");
+      return await this.#write(this.#pool, key, write);
+    } catch (err) {
+      // A connection that failed mid-transaction is not given back to the pool.
+      client.release(err);
+      release = false;
+      throw err;
+    } finally {
+      if (release) client.release();
+    }
+  }
+
+  /**
+   * Runs `fn(client)` in a transaction on a client of the pool, and commits it with the
+   * completion of the request whose idempotency context is `context` (`idempotencyOf(request)`,
+   * or the context `Idempotency#handle` passes): the handler's rows and the stored response
+   * commit together, or neither does. If the lease was lost meanwhile (another attempt took
+   * over), nothing the handler wrote commits. If `fn` throws, or the response is not kept,
+   * it is rolled back. Resolves to what `fn` returned.
+   */
+  async transaction(context, fn) {
+    const key = context?.storageKey;
+    if (typeof key !== "string") throw rangeError("IDEM-JS-1", "transaction needs the request's idempotency context (idempotencyOf(request))");
+    if (this.#open.has(key)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
+    if (typeof this.#pool.connect !== "function") throw rangeError("IDEM-JS-1", "transaction needs a pool (with connect())");
+    const client = await this.#pool.connect();
+    try {
+      await client.query("BEGIN");
+      const result = await fn(client);
+      this.#open.set(key, { client });
+      return result;
+    } catch (err) {
+      await client.query("ROLLBACK").catch(() => {});
+      client.release();
+      throw err;
+    }
+  }
+
+  /**
+   * Expires what is due at `now`, at most `limit` records through the deadline index:
+   * completed records whose response has expired become tombstones (410 for a retry), and
+   * records whose key (and any live lease) has ended are deleted. Resolves to how many
+   * changed. Run it every minute or so: until then, the engine reads expiry from each
+   * record anyway, so a late sweep costs space, never correctness.
+   */
+  async sweep(now = Date.now(), limit = 1000) {
+    const { rows } = await this.#pool.query({ name: "idem_due", text: Q.due, values: [Math.floor(now), limit] });
+    let changed = 0;
+    for (const row of rows) {
+      const write = expire(now, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
+      if (write === undefined) continue;
+      write.expect = row.version;
+      if (await this.#write(this.#pool, row.key, write)) changed++;
+    }
+    return changed;
+  }
+}

@@ -1,0 +1,92 @@
+// The store tests (`idem/store-tests`) against every store in this package: the MemoryStore
+// inside the module, and RedisStore and PostgresStore on private servers (started here from
+// the Debian packages, on 127.0.0.1, on ports the OS chose, with data in a temporary
+// directory, and stopped at the end whatever happens). The Durable Object store passes the
+// same tests under workerd, in examples/worker.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { MemoryStore } from "idem";
+import { RedisStore } from "idem/redis";
+import { PostgresStore } from "idem/postgres";
+import { storeTests } from "idem/store-tests";
+import Redis from "ioredis";
+import pg from "pg";
+import { freePort, startPostgres, startRedis } from "./servers.mjs";
+
+describe("MemoryStore", () => {
+  // One process: two `open()`s are two stores, which share nothing.
+  storeTests(test, { name: "MemoryStore", open: () => new MemoryStore(), shared: false });
+});
+
+describe("RedisStore", () => {
+  let server;
+  const clients = [];
+  const client = (url, options) => {
+    const c = new Redis(url, options);
+    // The outage store's client reports its refused connections here, not as unhandled.
+    c.on("error", () => {});
+    clients.push(c);
+    return c;
+  };
+  before(async () => {
+    server = await startRedis();
+  });
+  after(async () => {
+    for (const c of clients) c.disconnect();
+    await server?.stop();
+  });
+  storeTests(test, {
+    name: "RedisStore",
+    // Each store has its own connection: the racing writes really interleave in the server.
+    open: () => new RedisStore(client(server.url)),
+    outage: async () =>
+      new RedisStore(client(`redis://127.0.0.1:${await freePort()}`, { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, lazyConnect: true })),
+    selfExpiring: true,
+  });
+
+  test("RedisStore: records are hashes under a hash-tagged key, with the key's expiry as their time-to-live", async () => {
+    const redis = client(server.url);
+    const store = new RedisStore(redis, { prefix: "app:" });
+    assert.equal(store.redisKey("k"), "app:{k}");
+    const now = Date.now();
+    const value = new Uint8Array([1, 2, 3]);
+    assert.equal(await store.apply("k", { expect: null, value, version: "5", deadline: now + 1_000, expires: now + 60_000 }, now), true);
+    assert.deepEqual(await redis.hgetall("app:{k}"), { v: "5", r: "\u0001\u0002\u0003" });
+    const ttl = await redis.pttl("app:{k}");
+    assert.ok(ttl > 58_000 && ttl <= 60_000, `pttl ${ttl}: from expires, not from the deadline`);
+  });
+});
+
+describe("PostgresStore", () => {
+  let server;
+  const pools = [];
+  const pool = (url, options = {}) => {
+    const p = new pg.Pool({ connectionString: url, max: 8, ...options });
+    // An idle client that loses its server reports here instead of crashing the test.
+    p.on("error", () => {});
+    pools.push(p);
+    return p;
+  };
+  before(async () => {
+    server = await startPostgres();
+    await new PostgresStore(pool(server.url)).migrate();
+  });
+  after(async () => {
+    for (const p of pools) await p.end().catch(() => {});
+    await server?.stop();
+  });
+  storeTests(test, {
+    name: "PostgresStore",
+    // Each store has its own pool: the racing writes come over separate connections.
+    open: () => new PostgresStore(pool(server.url)),
+    outage: async () => new PostgresStore(pool(`postgres://idem@127.0.0.1:${await freePort()}/postgres`, { connectionTimeoutMillis: 2000 })),
+  });
+
+  test("PostgresStore: the migration runs again without harm, and the sweep goes through the deadline index", async () => {
+    const p = pool(server.url);
+    await new PostgresStore(p).migrate();
+    await p.query("SET enable_seqscan = off");
+    const { rows } = await p.query("EXPLAIN SELECT key, version, value FROM idem_records WHERE deadline <= 1 ORDER BY deadline LIMIT 10");
+    assert.match(rows.map((r) => r["QUERY PLAN"]).join("\n"), /idem_records_deadline/);
+  });
+});

@@ -1,0 +1,31 @@
+// Types of `idem/postgres`.
+import type { IdempotencyContext, IdempotencyStore, StoreWrite, StoredRecord } from "idem";
+
+/** The pg methods the store uses (a `Pool`; `connect` only for transactions). */
+export interface PoolLike {
+  query(query: string | { name?: string; text: string; values?: unknown[] }): Promise<{ rows: any[]; rowCount: number | null }>;
+  connect?(): Promise<ClientLike>;
+}
+
+/** A client of the pool, in a transaction. */
+export interface ClientLike {
+  query(query: string | { name?: string; text: string; values?: unknown[] }, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+  release(err?: unknown): void;
+}
+
+/** A store on Postgres: one table, `idem_records`; claims by `INSERT … ON CONFLICT DO
+ * NOTHING`, other writes by `UPDATE`/`DELETE … WHERE version = $n`. */
+export class PostgresStore<C extends ClientLike = ClientLike> implements IdempotencyStore {
+  constructor(pool: PoolLike);
+  /** The migration: the table and its deadline index (safe to run again). */
+  static readonly schema: string;
+  /** Runs the migration. */
+  migrate(): Promise<void>;
+  load(key: string): Promise<StoredRecord | null>;
+  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw" }): Promise<boolean>;
+  /** Runs `fn(client)` in a transaction that commits with the request's completion: the
+   * handler's rows and the stored response, both or neither. */
+  transaction<T>(context: IdempotencyContext, fn: (client: C) => Promise<T>): Promise<T>;
+  /** Expires what is due at `now` (at most `limit` records); resolves to how many changed. */
+  sweep(now?: number, limit?: number): Promise<number>;
+}

@@ -1,0 +1,18 @@
+// Types of `idem/redis`.
+import type { IdempotencyStore, StoreWrite, StoredRecord } from "idem";
+
+/** The ioredis methods the store uses (a `Redis` or a `Cluster`). */
+export interface RedisLike {
+  hmgetBuffer(key: string, ...fields: string[]): Promise<(Buffer | null)[]>;
+  defineCommand(name: string, definition: { numberOfKeys: number; lua: string }): void;
+}
+
+/** A store on Redis or Valkey: one hash per record, written by one Lua compare-and-set
+ * script, with the record's key expiry as its time-to-live. */
+export class RedisStore implements IdempotencyStore {
+  constructor(redis: RedisLike, options?: { prefix?: string });
+  /** The Redis key of a storage key: `<prefix>{<storage key>}`. */
+  redisKey(key: string): string;
+  load(key: string): Promise<StoredRecord | null>;
+  apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
+}
