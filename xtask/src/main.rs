@@ -109,6 +109,8 @@ fn test() -> Result<(), String> {
         "-p",
         PUBLISHED[2],
     ]))?;
-    wasm::test()?;
-    worker::test()
+    step("build: idem-conformance (release, for the package's two-process test and the worker's conformance run)");
+    let conformance = worker::build_conformance()?;
+    wasm::test(&conformance)?;
+    worker::test(&conformance)
 }

@@ -70,12 +70,15 @@ pub(crate) fn setup() -> Result<(), String> {
 pub(crate) const SERVERS: [&str; 2] = ["redis-server", "postgresql"];
 
 /// Builds the package (printing the module size raw, gzip and brotli), checks the
-/// hand-written TypeScript types, and runs the Node tests against the built package.
-pub(crate) fn test() -> Result<(), String> {
+/// hand-written TypeScript types, and runs the Node tests against the built package; the
+/// two-process test runs `conformance` (the release build of idem-conformance).
+pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
     step("build: idem-wasm npm package");
     run(npm().args(["run", "--silent", "build", "--", "--quiet"]))?;
     step("check: idem-wasm TypeScript types");
     run(npm().args(["run", "--silent", "typecheck"]))?;
-    step("test: idem-wasm (node --test against the built package)");
-    run(npm().args(["test", "--silent"]))
+    step("test: idem-wasm (node --test against the built package; private redis-server and postgres)");
+    run(npm()
+        .args(["test", "--silent"])
+        .env("IDEM_CONFORMANCE", conformance))
 }

@@ -81,13 +81,11 @@ fn executable(line: &str) -> Option<PathBuf> {
 /// OS-chosen port) and runs its tests: the conformance suite with the count oracle, restarts
 /// with persisted state, alarms, bad input, the in-flight policies and wrangler's bundle.
 /// Needs the idem-wasm package built (`wasm::test` builds it first).
-pub(crate) fn test() -> Result<(), String> {
-    step("build: idem-conformance (release, for the worker's conformance run)");
-    let conformance = build_conformance()?;
+pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
     step("test: edge worker under workerd (node --test)");
     run(npm()
         .args(["test", "--silent"])
-        .env("IDEM_CONFORMANCE", &conformance))
+        .env("IDEM_CONFORMANCE", conformance))
 }
 
 #[cfg(test)]

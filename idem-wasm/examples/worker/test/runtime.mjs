@@ -179,39 +179,4 @@ function parseResponse(bytes) {
   return { status, headers, body: body.toString("utf8") };
 }
 
-/** The release build of idem-conformance: $IDEM_CONFORMANCE, or the workspace's target dir. */
-export function conformanceBinary() {
-  const root = join(PACKAGE_DIR, "..");
-  const candidates = [
-    process.env.IDEM_CONFORMANCE,
-    process.env.CARGO_TARGET_DIR && join(process.env.CARGO_TARGET_DIR, "release/idem-conformance"),
-    join(root, "target/release/idem-conformance"),
-  ].filter(Boolean);
-  const found = candidates.find((p) => existsSync(p));
-  if (!found) {
-    throw new Error(
-      `idem-conformance is not built (looked at ${candidates.join(", ")}): run \`cargo build --release -p idem-conformance\` or set IDEM_CONFORMANCE`,
-    );
-  }
-  return found;
-}
-
-/** Runs `bin` with `args`, killed after `timeoutMs`: `{ code, signal, stdout, stderr }`. */
-export function runProcess(bin, args, timeoutMs) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (c) => (stdout += c));
-    child.stderr.on("data", (c) => (stderr += c));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.on("error", (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-}
+export { conformanceBinary, runProcess } from "../../../test/conformance.mjs";
