@@ -690,7 +690,7 @@ fn problems_render_as_problem_json() {
 
 #[test]
 fn a_store_keeps_a_record_in_flight_while_its_lease_lives() {
-    // IDEM-STORE-3: a time-to-live never ends a record whose lease is live.
+    // IDEM-STORE-6: a time-to-live never ends a record whose lease is live.
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
     let _lease = rig.lease(T0, &k, &f);

@@ -201,7 +201,7 @@ export function storeTests(test, { name, open, outage, shared = true, selfExpiri
     assert.equal(runs, 2);
   });
 
-  test(label("the store keeps the record until its key expires, and holds it as a tombstone once the response expired"), async () => {
+  test(label("the store keeps the record until its key expires, and holds it as a tombstone once the response expired (IDEM-STORE-6)"), async () => {
     const store = await open();
     const responseTtl = 600;
     const keyTtl = 1600;

@@ -1,4 +1,4 @@
-// The framework adapters against their real frameworks over loopback HTTP: `idem/express`
+// The framework adapters against their real frameworks over loopback HTTP (IDEM-JS-4): `idem/express`
 // on Express 5 and `idem/hono` on Hono with @hono/node-server. The same checks run against
 // both: execution once, replays with the stored headers, concurrent duplicates, payload
 // mismatch, path/method selection and the skip predicate, the key header's name, the

@@ -1,4 +1,5 @@
-// The store tests (`idem/store-tests`) against every store in this package: the MemoryStore
+// The store tests (`idem/store-tests`: IDEM-STORE-1, IDEM-STORE-3, IDEM-STORE-4, IDEM-STORE-5,
+// IDEM-STORE-6, IDEM-TTL-1..4, IDEM-LEASE-4) against every store in this package: the MemoryStore
 // inside the module, and RedisStore and PostgresStore on private servers (started here from
 // the Debian packages, on 127.0.0.1, on ports the OS chose, with data in a temporary
 // directory, and stopped at the end whatever happens). The Durable Object store passes the
@@ -44,7 +45,7 @@ describe("RedisStore", () => {
     selfExpiring: true,
   });
 
-  test("RedisStore: records are hashes under a hash-tagged key, with the key's expiry as their time-to-live", async () => {
+  test("RedisStore: records are hashes under a hash-tagged key, with the key's expiry as their time-to-live (IDEM-STORE-6)", async () => {
     const redis = client(server.url);
     const store = new RedisStore(redis, { prefix: "app:" });
     assert.equal(store.redisKey("k"), "app:{k}");

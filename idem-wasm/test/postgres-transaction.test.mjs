@@ -1,0 +1,102 @@
+// PostgresStore#transaction (IDEM-STORE-7) with the example orders API (examples/postgres-orders) on a
+// private Postgres: the order row and the idempotency record commit together, a handler
+// that fails commits neither, and an attempt whose lease was taken over commits nothing
+// (its completion is fenced out, so its order insert rolls back with it).
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { PostgresStore } from "idem/postgres";
+import pg from "pg";
+import { ORDERS_SCHEMA, ordersHandler } from "../examples/postgres-orders/orders.mjs";
+import { startPostgres } from "./servers.mjs";
+
+const post = (key, amount = 4200, customer = "cus_1") =>
+  new Request("http://orders.test/orders", {
+    method: "POST",
+    headers: { "content-type": "application/json", "idempotency-key": `"${key}"`, "x-customer": customer },
+    body: JSON.stringify({ amount }),
+  });
+
+describe("PostgresStore#transaction: the order and its idempotency record in one commit", () => {
+  let server;
+  let pool;
+  let store;
+  before(async () => {
+    server = await startPostgres();
+    pool = new pg.Pool({ connectionString: server.url, max: 10 });
+    store = new PostgresStore(pool);
+    await store.migrate();
+    await pool.query(ORDERS_SCHEMA);
+  });
+  after(async () => {
+    await pool?.end();
+    await server?.stop();
+  });
+
+  const orders = async (customer) => (await pool.query("SELECT id, amount FROM orders WHERE customer = $1 ORDER BY id", [customer])).rows;
+
+  test("a request commits its order and its record together; the retry replays without a second order", async () => {
+    const handler = ordersHandler({ pool, store });
+    const key = randomUUID();
+    const first = await handler(post(key, 4200, "cus_a"));
+    assert.equal(first.status, 201);
+    const body = await first.json();
+    assert.equal((await orders("cus_a")).length, 1);
+    const retry = await handler(post(key, 4200, "cus_a"));
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(await retry.json(), body);
+    assert.equal((await orders("cus_a")).length, 1);
+    // No transaction is left open.
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+
+  test("a handler that fails after its insert commits nothing, and the retry runs", async () => {
+    let fail = true;
+    const handler = ordersHandler({
+      pool,
+      store,
+      work: async () => {
+        if (fail) throw new Error("payment provider down");
+      },
+    });
+    const key = randomUUID();
+    await assert.rejects(handler(post(key, 100, "cus_b")), /payment provider down/);
+    assert.equal((await orders("cus_b")).length, 0, "the order rolled back");
+    fail = false;
+    const retry = await handler(post(key, 100, "cus_b"));
+    assert.equal(retry.status, 201);
+    assert.equal((await orders("cus_b")).length, 1);
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+
+  test("an attempt whose lease was taken over commits nothing: one order, from the attempt that completed", async () => {
+    let release;
+    const held = new Promise((resolve) => (release = resolve));
+    let attempts = 0;
+    const handler = ordersHandler({
+      pool,
+      store,
+      lease: 300,
+      work: async () => {
+        attempts++;
+        // The first attempt stalls past its lease (a GC pause, a slow dependency).
+        if (attempts === 1) await held;
+      },
+    });
+    const key = randomUUID();
+    const zombie = handler(post(key, 700, "cus_c"));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const takeover = await handler(post(key, 700, "cus_c"));
+    assert.equal(takeover.status, 201);
+    const won = await takeover.json();
+    release();
+    await zombie;
+    const rows = await orders("cus_c");
+    assert.equal(rows.length, 1, `orders: ${JSON.stringify(rows)}`);
+    assert.equal(Number(rows[0].id), won.id);
+    const retry = await handler(post(key, 700, "cus_c"));
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(await retry.json(), won);
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+});
