@@ -118,3 +118,46 @@ void inbox.receive({ source: "stripe", id: "evt_1", body: "{}" }, async ({ recov
 });
 void new Idempotency({ store, principal: "none", keyFallback: "derive", fingerprint: { exclude: ["/sentAt"] } });
 void new Idempotency({ store, principal: "none", keyFallback: { jsonPointer: "/meta/idempotencyKey" } });
+
+// The stores and adapters beside the main entry, with the real client and framework types.
+import { RedisStore } from "idem/redis";
+import { PostgresStore } from "idem/postgres";
+import { storeTests } from "idem/store-tests";
+import { idempotency as honoIdempotency } from "idem/hono";
+import { idempotency as expressIdempotency } from "idem/express";
+import { Redis } from "ioredis";
+import pg from "pg";
+import { Hono } from "hono";
+import express from "express";
+
+const redisStore = new RedisStore(new Redis("redis://127.0.0.1:6379", { lazyConnect: true }), { prefix: "app:" });
+const pool = new pg.Pool();
+const pgStore = new PostgresStore<pg.PoolClient>(pool);
+const migration: string = PostgresStore.schema;
+void [redisStore, migration];
+void pgStore.sweep(Date.now(), 100).then((n: number) => n);
+const guarded = withIdempotency(async (request) => {
+  const context = idempotencyOf(request);
+  if (context === undefined) return new Response(null, { status: 400 });
+  return pgStore.transaction(context, async (client) => {
+    await client.query("INSERT INTO orders (amount) VALUES ($1)", [1]);
+    return new Response("created", { status: 201 });
+  });
+}, { store: pgStore, principal: "none", keyHeader: "X-Request-Key" });
+void guarded;
+storeTests((name: string, fn: () => Promise<void>) => void [name, fn], { name: "redis", open: () => redisStore, selfExpiring: true });
+
+const hono = new Hono<{ Variables: { user: string } }>();
+hono.use("/api/*", honoIdempotency({ store: redisStore, principal: (c: { get(name: "user"): string }) => c.get("user"), skip: () => false }));
+const app = express();
+app.use(
+  "/api",
+  expressIdempotency({
+    store: pgStore,
+    principal: (req: express.Request) => req.get("x-user") ?? "",
+    problem: (problem) => Response.json({ error: problem.type }, { status: problem.status }),
+  }),
+);
+app.post("/api/orders", (req, res) => {
+  res.json({ key: req.idempotency?.key, bytes: req.rawBody?.byteLength });
+});
