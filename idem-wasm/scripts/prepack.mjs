@@ -31,7 +31,7 @@ function newest(path) {
   for (const e of readdirSync(path)) t = Math.max(t, newest(join(path, e)));
   return t;
 }
-const sources = ["js", "src", "types", "Cargo.toml", "../idem-core/src", "../idem-core/Cargo.toml", "../Cargo.lock"];
+const sources = ["js", "src", "types", "Cargo.toml", "../idem-core/src", "../idem-core/stores", "../idem-core/Cargo.toml", "../Cargo.lock"];
 const oldestBuilt = Math.min(...built.map((f) => statSync(join(root, f)).mtimeMs));
 const stale = sources.filter((s) => existsSync(join(root, s)) && newest(join(root, s)) > oldestBuilt);
 if (stale.length) refuse(`dist/ is older than its sources (${stale.join(", ")} changed since the build).`);
