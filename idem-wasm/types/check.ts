@@ -14,6 +14,7 @@ import {
   type IdempotencyStore,
   type StoreWrite,
 } from "./index.js";
+import initAsync, * as manual from "./manual.js";
 
 const store = new MemoryStore({ maxEntries: 10, maxBytes: 1 << 20 });
 const held: number = store.bytes + store.size;
@@ -118,3 +119,15 @@ void inbox.receive({ source: "stripe", id: "evt_1", body: "{}" }, async ({ recov
 });
 void new Idempotency({ store, principal: "none", keyFallback: "derive", fingerprint: { exclude: ["/sentAt"] } });
 void new Idempotency({ store, principal: "none", keyFallback: { jsonPointer: "/meta/idempotencyKey" } });
+
+// idem/manual: the same API, with the host's own initialisation.
+void (async () => {
+  const compiled: WebAssembly.Module = await WebAssembly.compile(new Uint8Array(8));
+  manual.initSync({ module: compiled });
+  manual.initSync({ module: new Uint8Array(8) });
+  await initAsync();
+  await initAsync({ module_or_path: new URL("https://example.com/idem_wasm_bg.wasm") });
+  await initAsync({ module_or_path: fetch("https://example.com/idem_wasm_bg.wasm") });
+  const sameStore: MemoryStore = new manual.MemoryStore();
+  void manual.withIdempotency(() => new Response(null, { status: 204 }), { store: sameStore, principal: "none" });
+})();
