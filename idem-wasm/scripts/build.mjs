@@ -3,12 +3,13 @@
 //   1. cargo builds idem-wasm for wasm32-unknown-unknown, optimised for size (the settings
 //      are passed as CARGO_PROFILE_RELEASE_* so that they apply to this build only);
 //   2. the wasm-bindgen CLI (the version pinned in Cargo.toml) writes the `web` glue, which
-//      every entry shares: Node and workerd initialise it synchronously, browsers, bundlers
-//      and Deno with top-level await;
+//      every entry shares: Node, Deno, Bun, workerd and edge-light initialise it
+//      synchronously (each gets the module its own way), browsers and bundlers with
+//      top-level await, and `idem/manual` leaves it to the host;
 //   3. wasm-opt from the `binaryen` npm package shrinks the module (Debian's binaryen 108
 //      produces modules that fail to load; do not put it first on PATH);
 //   4. esbuild bundles and minifies the glue with the JavaScript API: one ESM module shared
-//      by the ESM entries, and the CommonJS entry;
+//      by the ESM entries (and exported as `idem/manual`), and the CommonJS entry;
 //   5. the sizes are printed: the module raw, gzip and brotli, and the packed package.
 //
 // Usage: node scripts/build.mjs [--quiet]
@@ -20,6 +21,9 @@ import { fileURLToPath } from "node:url";
 import { brotliCompressSync, constants, gzipSync } from "node:zlib";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+/** The ESM entries of `idem` itself, one per runtime (the package's `exports` conditions),
+ * copied as they are: each instantiates the module its own way and re-exports the API. */
+const ENTRIES = ["node.js", "workerd.js", "edge-light.js", "deno.js", "bun.js", "web.js"];
 /** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
 const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express"];
 const dist = join(root, "dist");
@@ -122,9 +126,12 @@ run(esbuild, [
   "--log-override:empty-import-meta=silent",
   `--outfile=${join(dist, "node.cjs")}`,
 ]);
-for (const f of ["node.js", "workerd.js", "web.js"]) copyFileSync(join(root, "js", f), join(dist, f));
+for (const f of ENTRIES) copyFileSync(join(root, "js", f), join(dist, f));
 copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.ts"));
 copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.cts"));
+// `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated);
+// only its types are a file of their own.
+copyFileSync(join(root, "types", "manual.d.ts"), join(dist, "manual.d.ts"));
 // The entries beside the main one (stores, adapters, the store tests), ESM and CommonJS. Each
 // imports the main entry as "idem", so that they share its one instance of the module, and
 // leaves its client library (ioredis, pg, hono, express) to the application. The Lua script

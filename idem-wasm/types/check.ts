@@ -14,6 +14,7 @@ import {
   type IdempotencyStore,
   type StoreWrite,
 } from "./index.js";
+import initAsync, * as manual from "./manual.js";
 
 const store = new MemoryStore({ maxEntries: 10, maxBytes: 1 << 20 });
 const held: number = store.bytes + store.size;
@@ -161,3 +162,15 @@ app.use(
 app.post("/api/orders", (req, res) => {
   res.json({ key: req.idempotency?.key, bytes: req.rawBody?.byteLength });
 });
+
+// idem/manual: the same API, with the host's own initialisation.
+void (async () => {
+  const compiled: WebAssembly.Module = await WebAssembly.compile(new Uint8Array(8));
+  manual.initSync({ module: compiled });
+  manual.initSync({ module: new Uint8Array(8) });
+  await initAsync();
+  await initAsync({ module_or_path: new URL("https://example.com/idem_wasm_bg.wasm") });
+  await initAsync({ module_or_path: fetch("https://example.com/idem_wasm_bg.wasm") });
+  const sameStore: MemoryStore = new manual.MemoryStore();
+  void manual.withIdempotency(() => new Response(null, { status: 204 }), { store: sameStore, principal: "none" });
+})();

@@ -1,0 +1,21 @@
+// Deno: the module is imported in the source phase (`import source`, Deno 2.6 and later),
+// so Deno loads and compiles it as part of the module graph. Unlike reading the file, this
+// needs no --allow-read permission.
+import source wasm from "./idem_wasm_bg.wasm";
+import { initSync } from "./idem_wasm.js";
+
+initSync({ module: wasm });
+
+export {
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  Inbox,
+  MemoryStore,
+  StoreFullError,
+  expire,
+  idempotencyOf,
+  idempotentFetch,
+  shardName,
+  withIdempotency,
+} from "./idem_wasm.js";

@@ -1,0 +1,22 @@
+// Vercel Edge Functions and Next.js Edge routes and middleware (the `edge-light` condition):
+// the runtime refuses to compile WebAssembly from bytes (WebAssembly.compile, or instantiate
+// with a buffer), so the module is imported with the `?module` suffix, which their bundler
+// turns into a WebAssembly.Module compiled at build time, and instantiated synchronously.
+import wasm from "./idem_wasm_bg.wasm?module";
+import { initSync } from "./idem_wasm.js";
+
+initSync({ module: wasm });
+
+export {
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  Inbox,
+  MemoryStore,
+  StoreFullError,
+  expire,
+  idempotencyOf,
+  idempotentFetch,
+  shardName,
+  withIdempotency,
+} from "./idem_wasm.js";
