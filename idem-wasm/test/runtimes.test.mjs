@@ -2,7 +2,7 @@
 // `npm install ./<tarball>` into an empty project, and one small program per runtime that
 // answers a fresh request, its replay and a changed payload under the same key, and says
 // which file `import "idem"` (or `require("idem")`) loaded. Deno and Bun are the real
-// binaries of this package's dev dependencies (`deno`, `bun`).
+// binaries of the npm packages `@deno/linux-x64-glibc` (installed in test/deno/) and `bun`.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -12,7 +12,11 @@ import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const bin = (name) => join(root, "node_modules", ".bin", name);
+const bin = (name) =>
+  name === "deno"
+    ? // test/deno/ installs the Linux x64 binary (npm ci skips it on other platforms).
+      join(root, "test", "deno", "node_modules", "@deno", "linux-x64-glibc", "deno")
+    : join(root, "node_modules", ".bin", name);
 const quietNpm = {
   ...process.env,
   npm_config_update_notifier: "false",
@@ -204,7 +208,7 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
 
   before(() => {
     for (const tool of ["deno", "bun", "tsc"]) {
-      assert.ok(existsSync(bin(tool)), `node_modules/.bin/${tool} is missing: run npm install in idem-wasm`);
+      assert.ok(existsSync(bin(tool)), `${bin(tool)} is missing: run \`cargo xtask setup\` (npm ci in idem-wasm and idem-wasm/test/deno)`);
     }
     dir = mkdtempSync(join(tmpdir(), "idem-runtimes-"));
     const packed = JSON.parse(
