@@ -62,7 +62,10 @@ pub(crate) fn setup() -> Result<(), String> {
     }
     npm_ci_if_stale(&package_dir(), "idem-wasm dev dependencies")?;
     // The Deno binary for the runtime tests, by its platform package (see its package.json).
-    npm_ci_if_stale(&package_dir().join("test").join("deno"), "Deno for the runtime tests")?;
+    npm_ci_if_stale(
+        &package_dir().join("test").join("deno"),
+        "Deno for the runtime tests",
+    )?;
     // The Redis and Postgres stores are tested against real servers, which the tests start
     // privately (127.0.0.1, ports chosen by the OS, data in a temporary directory).
     crate::util::apt_install(&SERVERS)
