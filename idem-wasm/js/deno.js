@@ -6,16 +6,6 @@ import { initSync } from "./idem_wasm.js";
 
 initSync({ module: wasm });
 
-export {
-  DurableObjectStore,
-  Idempotency,
-  IdempotencyShard,
-  Inbox,
-  MemoryStore,
-  StoreFullError,
-  expire,
-  idempotencyOf,
-  idempotentFetch,
-  shardName,
-  withIdempotency,
-} from "./idem_wasm.js";
+// The API: every name of dist/idem_wasm.js (index.js, and initSync, which returns at once
+// once the module is instantiated).
+export * from "./idem_wasm.js";

@@ -1,5 +1,6 @@
 // The release build of idem-conformance and a way to run it, shared by the package's tests
 // and the worker example's.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -43,4 +44,22 @@ export function runProcess(bin, args, timeoutMs) {
       resolve({ code, signal, stdout, stderr });
     });
   });
+}
+
+/** Checks the concurrent case of a JSON report: it passed with high confidence, the count
+ * oracle saw one execution in each of `rounds` rounds, and every round answered all
+ * `concurrency` requests. Returns the case. */
+export function assertOneExecutionPerRound(report, { rounds, concurrency }) {
+  const concurrent = report.cases.find((c) => c.id === "concurrent/1");
+  assert.ok(concurrent, "concurrent/1 is missing from the report");
+  assert.equal(concurrent.verdict, "pass", concurrent.reason);
+  assert.equal(concurrent.confidence, "high", concurrent.reason);
+  assert.match(concurrent.reason, new RegExp(`exactly one execution in each of ${rounds} rounds`));
+  const notes = concurrent.notes.filter((n) => /^round \d+:/.test(n));
+  assert.equal(notes.length, rounds);
+  for (const note of notes) {
+    const answered = [...note.matchAll(/(\d{3})×(\d+)/g)].reduce((sum, m) => sum + Number(m[2]), 0);
+    assert.equal(answered, concurrency, note);
+  }
+  return concurrent;
 }

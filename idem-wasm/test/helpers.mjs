@@ -1,6 +1,9 @@
 // Test helpers: a loopback HTTP server for Fetch handlers, a manual clock, a barrier, and an
 // in-memory fake of the Durable Object storage and namespace APIs.
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
+import { join } from "node:path";
 
 /** Serves a Fetch handler on 127.0.0.1 with an OS-chosen port. */
 export async function serve(handler) {
@@ -163,4 +166,31 @@ export class FakeNamespace {
   restart() {
     for (const entry of this.objects.values()) entry.object = new this.Class({ storage: entry.storage }, {});
   }
+}
+
+/** npm, quiet (no update notice, funding or audit lines), in `cwd`; its output. */
+export function npm(args, cwd) {
+  const env = {
+    ...process.env,
+    npm_config_update_notifier: "false",
+    npm_config_fund: "false",
+    npm_config_audit: "false",
+    npm_config_loglevel: "error",
+  };
+  return execFileSync("npm", args, { cwd, env, encoding: "utf8" });
+}
+
+/** The package as users get it: `npm pack` of `root` into `dir` (which runs the prepack
+ * check), then the tarball installed offline into the empty project `dir/app`. Returns
+ * `{ tarball, app }`. */
+export function packAndInstall(root, dir) {
+  const packed = JSON.parse(npm(["pack", "--json", "--pack-destination", dir], root));
+  const tarball = join(dir, packed[0].filename);
+  const app = join(dir, "app");
+  mkdirSync(app);
+  // The package.json also tells Deno to resolve bare names from node_modules.
+  writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true }));
+  // No dependencies to fetch: the package is self-contained.
+  npm(["install", "--offline", "--no-package-lock", tarball], app);
+  return { tarball, app };
 }

@@ -8,17 +8,10 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { packAndInstall } from "./helpers.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
-const quietNpm = {
-  ...process.env,
-  npm_config_update_notifier: "false",
-  npm_config_fund: "false",
-  npm_config_audit: "false",
-  npm_config_loglevel: "error",
-};
-const npm = (args, cwd) => execFileSync("npm", args, { cwd, env: quietNpm, encoding: "utf8" });
 
 // Two requests with one key: the handler runs once and the second answer is the replay.
 const requests = (name) => `
@@ -48,13 +41,8 @@ describe("the packed tarball, installed into an empty project", () => {
   let tarball;
   before(() => {
     dir = mkdtempSync(join(tmpdir(), "idem-pack-"));
-    const packed = JSON.parse(npm(["pack", "--json", "--pack-destination", dir], root));
-    tarball = join(dir, packed[0].filename);
-    const app = join(dir, "app");
-    execFileSync("mkdir", [app]);
-    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true }));
-    // No dependencies to fetch: the package is self-contained.
-    npm(["install", "--offline", "--no-package-lock", tarball], app);
+    let app;
+    ({ tarball, app } = packAndInstall(root, dir));
     writeFileSync(
       join(app, "esm.mjs"),
       `import { MemoryStore, withIdempotency } from "idem";\n${requests("esm")}`,

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { packAndInstall } from "./helpers.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) =>
@@ -17,13 +18,6 @@ const bin = (name) =>
     ? // test/deno/ installs the Linux x64 binary (npm ci skips it on other platforms).
       join(root, "test", "deno", "node_modules", "@deno", "linux-x64-glibc", "deno")
     : join(root, "node_modules", ".bin", name);
-const quietNpm = {
-  ...process.env,
-  npm_config_update_notifier: "false",
-  npm_config_fund: "false",
-  npm_config_audit: "false",
-  npm_config_loglevel: "error",
-};
 // Deno's first run fills its cache (kept in the temporary directory); Bun starts at once.
 const TIMEOUT = 120_000;
 
@@ -211,17 +205,7 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
       assert.ok(existsSync(bin(tool)), `${bin(tool)} is missing: run \`cargo xtask setup\` (npm ci in idem-wasm and idem-wasm/test/deno)`);
     }
     dir = mkdtempSync(join(tmpdir(), "idem-runtimes-"));
-    const packed = JSON.parse(
-      execFileSync("npm", ["pack", "--json", "--pack-destination", dir], { cwd: root, env: quietNpm, encoding: "utf8" }),
-    );
-    app = join(dir, "app");
-    mkdirSync(app);
-    // The package.json also tells Deno to resolve bare names from node_modules.
-    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", private: true }));
-    execFileSync("npm", ["install", "--offline", "--no-package-lock", join(dir, packed[0].filename)], {
-      cwd: app,
-      env: quietNpm,
-    });
+    ({ app } = packAndInstall(root, dir));
     for (const [name, text] of Object.entries(PROGRAMS)) {
       mkdirSync(dirname(join(app, name)), { recursive: true });
       writeFileSync(join(app, name), text);

@@ -14,7 +14,7 @@ import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { PostgresStore } from "idem/postgres";
 import pg from "pg";
-import { conformanceBinary, runProcess } from "./conformance.mjs";
+import { assertOneExecutionPerRound, conformanceBinary, runProcess } from "./conformance.mjs";
 import { startPostgres, startRedis } from "./servers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -106,16 +106,7 @@ for (const kind of ["redis", "postgres"]) {
       const output = `${result.stdout}\n${result.stderr}`;
       assert.equal(result.code, 0, output);
       const report = JSON.parse(readFileSync(json, "utf8"));
-      const concurrent = report.cases.find((c) => c.id === "concurrent/1");
-      assert.equal(concurrent.verdict, "pass", concurrent.reason);
-      assert.equal(concurrent.confidence, "high", concurrent.reason);
-      assert.match(concurrent.reason, new RegExp(`exactly one execution in each of ${ROUNDS} rounds`));
-      const rounds = concurrent.notes.filter((n) => /^round \d+:/.test(n));
-      assert.equal(rounds.length, ROUNDS);
-      for (const note of rounds) {
-        const answered = [...note.matchAll(/(\d{3})×(\d+)/g)].reduce((sum, m) => sum + Number(m[2]), 0);
-        assert.equal(answered, CONCURRENCY, note);
-      }
+      const concurrent = assertOneExecutionPerRound(report, { rounds: ROUNDS, concurrency: CONCURRENCY });
       // Both processes took their share of the connections.
       const sent = proxy.connections.map((n, i) => n - before[i]);
       assert.ok(sent.every((n) => n >= (CONCURRENCY * ROUNDS) / 4), `connections per process: ${sent}`);

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { conformanceBinary, removeDir, runProcess as run, startWorker, tempDir } from "./runtime.mjs";
+import { assertOneExecutionPerRound, conformanceBinary, removeDir, runProcess as run, startWorker, tempDir } from "./runtime.mjs";
 
 const CONCURRENCY = 32;
 const ROUNDS = 5;
@@ -124,15 +124,7 @@ test("idem-conformance passes every case against the worker under workerd", { ti
     }
     // Concurrent duplicates: every round fired 32 requests, and the count oracle saw one
     // execution per round.
-    const concurrent = byId.get("concurrent/1");
-    assert.equal(concurrent.confidence, "high", concurrent.reason);
-    assert.match(concurrent.reason, new RegExp(`exactly one execution in each of ${ROUNDS} rounds`));
-    const rounds = concurrent.notes.filter((n) => /^round \d+:/.test(n));
-    assert.equal(rounds.length, ROUNDS);
-    for (const note of rounds) {
-      const answered = [...note.matchAll(/(\d{3})×(\d+)/g)].reduce((sum, m) => sum + Number(m[2]), 0);
-      assert.equal(answered, CONCURRENCY, note);
-    }
+    assertOneExecutionPerRound(report, { rounds: ROUNDS, concurrency: CONCURRENCY });
     const lost = byId.get("lost-response/1");
     assert.equal(lost.confidence, "high", lost.reason);
     assert.match(readFileSync(junit, "utf8"), /<testsuite[^>]* failures="0"/);

@@ -179,4 +179,4 @@ function parseResponse(bytes) {
   return { status, headers, body: body.toString("utf8") };
 }
 
-export { conformanceBinary, runProcess } from "../../../test/conformance.mjs";
+export { assertOneExecutionPerRound, conformanceBinary, runProcess } from "../../../test/conformance.mjs";
