@@ -61,6 +61,7 @@ mod record;
 mod reply;
 mod request;
 mod store;
+pub mod stores;
 mod time;
 
 // Key kinds beyond the IETF draft's opaque keys, and the client side.

@@ -73,6 +73,7 @@ fn test() -> Result<(), String> {
         "clippy",
         "--workspace",
         "--all-targets",
+        "--all-features",
         "--quiet",
         "--",
         "-D",
@@ -94,6 +95,8 @@ fn test() -> Result<(), String> {
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     step("test: rust workspace");
     run(cargo().args(["test", "--workspace", "--quiet"]))?;
+    step("test: idem-tower with every store (private redis-server and postgres)");
+    run(cargo().args(["test", "-p", "idem-tower", "--all-features", "--quiet"]))?;
     step("check: the published crates package and build from their packages");
     util::forget_local_packages(&PUBLISHED)?;
     // Packaged together so that each one's path dependencies resolve to the others'

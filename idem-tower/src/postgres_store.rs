@@ -1,0 +1,335 @@
+//! A store on Postgres, shared by every process that talks to it.
+//!
+//! The table and the statements are idem-core's ([`idem_core::stores::POSTGRES_SQL`]), the
+//! same the JavaScript `PostgresStore` runs, with the same record encoding: a Rust service
+//! and a JavaScript one can share one table. A claim is `INSERT … ON CONFLICT DO NOTHING`;
+//! every other write is `UPDATE`/`DELETE … WHERE version = $n`.
+
+use crate::IdempotencyContext;
+use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use idem_core::stores::postgres_statement;
+use idem_core::{
+    decode_record, encode_record, Applied, AsyncStore, Expiry, Precondition, Record, RecordKey,
+    RecordState, UnixMillis, Write, WriteOp,
+};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use tokio_postgres::{Client, NoTls};
+
+fn statement(name: &str) -> &'static str {
+    // The names are this file's, checked by idem-core's tests of the SQL file.
+    postgres_statement(name).unwrap_or("")
+}
+
+/// Why a Postgres store call failed.
+#[derive(Debug)]
+pub enum PostgresStoreError {
+    /// No connection could be had from the pool.
+    Pool(deadpool_postgres::PoolError),
+    /// Postgres failed.
+    Postgres(tokio_postgres::Error),
+    /// The bytes of a row are not a record.
+    Record(idem_core::DecodeError),
+    /// The pool could not be built from the settings.
+    Config(String),
+}
+
+impl fmt::Display for PostgresStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostgresStoreError::Pool(e) => write!(f, "postgres pool: {e}"),
+            PostgresStoreError::Postgres(e) => write!(f, "postgres: {e}"),
+            PostgresStoreError::Record(e) => write!(f, "a stored value is not a record: {e:?}"),
+            PostgresStoreError::Config(e) => write!(f, "postgres settings: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PostgresStoreError {}
+
+impl From<deadpool_postgres::PoolError> for PostgresStoreError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        PostgresStoreError::Pool(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for PostgresStoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        PostgresStoreError::Postgres(e)
+    }
+}
+
+/// A store on Postgres through a deadpool pool of tokio-postgres connections.
+pub struct PostgresStore {
+    pool: Pool,
+    /// Storage key → a handler's open transaction, waiting for its completion.
+    open: Mutex<HashMap<String, Object>>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// A pool of at most `max_connections` connections to `url`
+    /// (`postgres://user@host:port/db`), without TLS.
+    pub fn connect(url: &str, max_connections: usize) -> Result<PostgresStore, PostgresStoreError> {
+        let config: tokio_postgres::Config = url.parse()?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_connections)
+            .build()
+            .map_err(|e| PostgresStoreError::Config(e.to_string()))?;
+        Ok(PostgresStore::new(pool))
+    }
+
+    /// A store on a pool you made.
+    pub fn new(pool: Pool) -> PostgresStore {
+        PostgresStore {
+            pool,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The migration: the table and its deadline index (safe to run again).
+    pub fn schema() -> &'static str {
+        statement("schema")
+    }
+
+    /// Runs the migration.
+    pub async fn migrate(&self) -> Result<(), PostgresStoreError> {
+        self.pool
+            .get()
+            .await?
+            .batch_execute(statement("schema"))
+            .await?;
+        Ok(())
+    }
+
+    fn open(&self) -> MutexGuard<'_, HashMap<String, Object>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Expires what is due at `now`, at most `limit` records, through the deadline index:
+    /// responses past their expiry become tombstones, records whose key (and any live lease)
+    /// has ended are deleted. Returns how many changed. Until a record is swept the engine
+    /// reads its expiry from the record anyway.
+    pub async fn sweep(&self, now: UnixMillis, limit: i64) -> Result<usize, PostgresStoreError> {
+        let client = self.pool.get().await?;
+        let due = client.prepare_cached(statement("due")).await?;
+        let rows = client.query(&due, &[&(now.0 as i64), &limit]).await?;
+        let mut changed = 0;
+        for row in rows {
+            let key: String = row.get(0);
+            let version: String = row.get(1);
+            let record =
+                decode_record(row.get::<_, &[u8]>(2)).map_err(PostgresStoreError::Record)?;
+            let op = match record.expire(now) {
+                Expiry::Keep(_) => continue,
+                Expiry::Tombstone(t) => WriteOp::Put(t),
+                Expiry::Delete => WriteOp::Delete,
+            };
+            if write_on(&client, &key, Some(&version), &op).await? == Applied::Applied {
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Opens a transaction on a connection of the pool for the request whose context is
+    /// `context`. Run the handler's own statements on [`Transaction::client`], then call
+    /// [`Transaction::commit_with_completion`]: the transaction then commits together with
+    /// the request's completion (the stored response), or not at all: a handler that fails,
+    /// a response that is not kept, or a completion under a lease that another attempt took
+    /// over commits nothing (`IDEM-STORE-7`). A `Transaction` dropped before that rolls back.
+    pub async fn transaction(
+        &self,
+        context: &IdempotencyContext,
+    ) -> Result<Transaction<'_>, PostgresStoreError> {
+        let client = self.pool.get().await?;
+        client.batch_execute("BEGIN").await?;
+        Ok(Transaction {
+            store: self,
+            key: context.record_key().storage_key(),
+            client: Some(client),
+        })
+    }
+}
+
+/// A handler's transaction: see [`PostgresStore::transaction`].
+pub struct Transaction<'a> {
+    store: &'a PostgresStore,
+    key: String,
+    client: Option<Object>,
+}
+
+impl fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transaction<'_> {
+    /// The connection the transaction runs on.
+    pub fn client(&self) -> &Client {
+        // Set from the start until one of the methods that consume the transaction.
+        self.client
+            .as_deref()
+            .map(|c| &**c)
+            .expect("the transaction is open")
+    }
+
+    /// Leaves the transaction open for the request's completion, which commits it (or rolls
+    /// it back) with the stored response.
+    pub fn commit_with_completion(mut self) {
+        if let Some(client) = self.client.take() {
+            self.store
+                .open()
+                .insert(std::mem::take(&mut self.key), client);
+        }
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        // Never back to the pool mid-transaction: the connection is closed, which rolls the
+        // transaction back.
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+    }
+}
+
+/// A write on `client`: the compare-and-set on the row's version.
+async fn write_on(
+    client: &ClientWrapper,
+    key: &str,
+    expect: Option<&str>,
+    op: &WriteOp,
+) -> Result<Applied, PostgresStoreError> {
+    let rows = match (expect, op) {
+        (Some(v), WriteOp::Delete) => {
+            let s = client.prepare_cached(statement("delete")).await?;
+            client.execute(&s, &[&key, &v]).await?
+        }
+        // Deleting what must not exist changes nothing; the engine never asks for it.
+        (None, WriteOp::Delete) => return Ok(Applied::Conflict),
+        (None, WriteOp::Put(record)) => {
+            let s = client.prepare_cached(statement("insert")).await?;
+            let (version, value, deadline, expires) = columns(record);
+            client
+                .execute(&s, &[&key, &version, &value, &deadline, &expires])
+                .await?
+        }
+        (Some(v), WriteOp::Put(record)) => {
+            let s = client.prepare_cached(statement("update")).await?;
+            let (version, value, deadline, expires) = columns(record);
+            client
+                .execute(&s, &[&key, &v, &version, &value, &deadline, &expires])
+                .await?
+        }
+    };
+    Ok(if rows == 1 {
+        Applied::Applied
+    } else {
+        Applied::Conflict
+    })
+}
+
+fn columns(record: &Record) -> (String, Vec<u8>, i64, i64) {
+    (
+        record.version.to_string(),
+        encode_record(record),
+        record.next_deadline().0 as i64,
+        record.retained_until().0 as i64,
+    )
+}
+
+impl AsyncStore for PostgresStore {
+    type Error = PostgresStoreError;
+
+    fn load(
+        &self,
+        key: &RecordKey,
+    ) -> impl Future<Output = Result<Option<Record>, PostgresStoreError>> + Send {
+        let pool = self.pool.clone();
+        let key = key.storage_key();
+        async move {
+            let client = pool.get().await?;
+            let s = client.prepare_cached(statement("load")).await?;
+            let row = client.query_opt(&s, &[&key]).await?;
+            row.map(|r| decode_record(r.get::<_, &[u8]>(1)).map_err(PostgresStoreError::Record))
+                .transpose()
+        }
+    }
+
+    fn apply(
+        &self,
+        _now: UnixMillis,
+        write: Write,
+    ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
+        let key = write.key.storage_key();
+        // A completion (a response, an unknown outcome, a release), not a heartbeat, takes
+        // over the handler's open transaction.
+        let completion = match &write.op {
+            WriteOp::Delete => true,
+            WriteOp::Put(r) => !matches!(r.state, RecordState::InFlight { .. }),
+        };
+        let open = if completion {
+            self.open().remove(&key)
+        } else {
+            None
+        };
+        let pool = self.pool.clone();
+        async move {
+            let expect = match write.precondition {
+                Precondition::Absent => None,
+                Precondition::Version(v) => Some(v.to_string()),
+            };
+            // A stored outcome (a response, or an outcome held as unknown), as the JavaScript
+            // store decides it too.
+            let kept = matches!(&write.op, WriteOp::Put(_));
+            match open {
+                Some(client) if kept => {
+                    // The stored response and the handler's rows: one commit, or neither.
+                    let applied = write_on(&client, &key, expect.as_deref(), &write.op).await;
+                    let end = if matches!(applied, Ok(Applied::Applied)) {
+                        "COMMIT"
+                    } else {
+                        "ROLLBACK"
+                    };
+                    client.batch_execute(end).await?;
+                    applied
+                }
+                Some(client) => {
+                    // A release: nothing the handler wrote commits.
+                    client.batch_execute("ROLLBACK").await?;
+                    drop(client);
+                    let client = pool.get().await?;
+                    write_on(&client, &key, expect.as_deref(), &write.op).await
+                }
+                None => {
+                    let client = pool.get().await?;
+                    write_on(&client, &key, expect.as_deref(), &write.op).await
+                }
+            }
+        }
+    }
+}

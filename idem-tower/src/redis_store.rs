@@ -1,0 +1,139 @@
+//! A store on Redis or Valkey, shared by every process that talks to it.
+//!
+//! The records and the script are the JavaScript `RedisStore`'s: one hash per record (`v`:
+//! its version as decimal text, `r`: idem-core's record encoding) under
+//! `<prefix>{<storage key>}`, and every write is idem-core's one Lua compare-and-set script
+//! ([`idem_core::stores::REDIS_APPLY`]), which sets the record's time-to-live from its
+//! retention (its key's expiry, or a live lease's end), never from its response's expiry.
+//! A Rust service and a JavaScript one can share one Redis.
+
+use idem_core::{
+    decode_record, encode_record, Applied, AsyncStore, Precondition, Record, RecordKey, UnixMillis,
+    Write, WriteOp,
+};
+use redis::aio::ConnectionManager;
+use redis::{RedisError, Script};
+use std::fmt;
+use std::future::Future;
+
+/// A store on Redis or Valkey through the `redis` crate's tokio connection manager, which
+/// reconnects on its own and multiplexes requests over one connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    prefix: String,
+    script: Script,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a Redis store call failed: Redis itself, or bytes under a record key that are not a
+/// record.
+#[derive(Debug)]
+pub enum RedisStoreError {
+    /// Redis failed (connection, timeout, script error).
+    Redis(RedisError),
+    /// The bytes stored under the key do not decode as a record.
+    Record(idem_core::DecodeError),
+}
+
+impl fmt::Display for RedisStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisStoreError::Redis(e) => write!(f, "redis: {e}"),
+            RedisStoreError::Record(e) => write!(f, "a stored value is not a record: {e:?}"),
+        }
+    }
+}
+
+impl std::error::Error for RedisStoreError {}
+
+impl From<RedisError> for RedisStoreError {
+    fn from(e: RedisError) -> Self {
+        RedisStoreError::Redis(e)
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`).
+    pub async fn connect(url: &str) -> Result<RedisStore, RedisError> {
+        let client = redis::Client::open(url)?;
+        Ok(RedisStore::new(ConnectionManager::new(client).await?))
+    }
+
+    /// A store on a connection manager you made. Record keys start with `idem:`.
+    pub fn new(conn: ConnectionManager) -> RedisStore {
+        RedisStore {
+            conn,
+            prefix: "idem:".to_owned(),
+            script: Script::new(idem_core::stores::REDIS_APPLY),
+        }
+    }
+
+    /// What every record key starts with (default `idem:`).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisStore {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The Redis key of a record: `<prefix>{<storage key>}` (the braces are a hash tag).
+    pub fn redis_key(&self, key: &RecordKey) -> String {
+        format!("{}{{{}}}", self.prefix, key.storage_key())
+    }
+}
+
+impl AsyncStore for RedisStore {
+    type Error = RedisStoreError;
+
+    fn load(
+        &self,
+        key: &RecordKey,
+    ) -> impl Future<Output = Result<Option<Record>, RedisStoreError>> + Send {
+        let mut conn = self.conn.clone();
+        let key = self.redis_key(key);
+        async move {
+            let value: Option<Vec<u8>> = redis::cmd("HGET")
+                .arg(&key)
+                .arg("r")
+                .query_async(&mut conn)
+                .await?;
+            value
+                .map(|bytes| decode_record(&bytes).map_err(RedisStoreError::Record))
+                .transpose()
+        }
+    }
+
+    fn apply(
+        &self,
+        _now: UnixMillis,
+        write: Write,
+    ) -> impl Future<Output = Result<Applied, RedisStoreError>> + Send {
+        let mut conn = self.conn.clone();
+        let mut invocation = self.script.key(self.redis_key(&write.key));
+        match write.precondition {
+            Precondition::Absent => invocation.arg(""),
+            Precondition::Version(v) => invocation.arg(v.to_string()),
+        };
+        match &write.op {
+            WriteOp::Put(record) => invocation
+                .arg(record.version.to_string())
+                .arg(encode_record(record))
+                .arg(record.retained_until().0),
+            WriteOp::Delete => invocation.arg("").arg("").arg(0),
+        };
+        async move {
+            let done: i64 = invocation.invoke_async(&mut conn).await?;
+            Ok(if done == 1 {
+                Applied::Applied
+            } else {
+                Applied::Conflict
+            })
+        }
+    }
+}
