@@ -1,0 +1,346 @@
+//! The layer on a real axum app over loopback HTTP: execution once, replays, racing
+//! duplicates over separate connections, mismatches, pass-through, the handler's context,
+//! the required principal, and bad input (IDEM-KEY-1, IDEM-KEY-3, IDEM-KEY-5, IDEM-KEY-6,
+//! IDEM-FP-6, IDEM-LIMIT-1, IDEM-SCOPE-3): problem+json, nothing executed.
+
+use axum::extract::MatchedPath;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use idem_core::{Engine, FingerprintSpec, Policy};
+use idem_tower::{BuildError, IdempotencyContext, IdempotencyLayer, MemoryStore};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const MAX_BODY: usize = 1024;
+const ORDER: &str = r#"{"amount":4200,"currency":"eur"}"#;
+
+struct App {
+    port: u16,
+    runs: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn start() -> App {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let policy = Policy::new(Engine::default()).with_fingerprint(FingerprintSpec {
+        max_body: MAX_BODY,
+        ..FingerprintSpec::default()
+    });
+    let layer = IdempotencyLayer::builder(MemoryStore::default())
+        .policy(policy)
+        .principal(|parts| {
+            parts
+                .headers
+                .get("x-user")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+        .route(|parts| {
+            parts
+                .extensions
+                .get::<MatchedPath>()
+                .map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned())
+        })
+        .build()
+        .expect("a principal");
+    let app = Router::new()
+        .route(
+            "/orders/{shop}",
+            post(
+                move |Extension(ctx): Extension<IdempotencyContext>, body: String| {
+                    let counter = Arc::clone(&counter);
+                    async move {
+                        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        tokio::time::sleep(Duration::from_millis(40)).await;
+                        (
+                            axum::http::StatusCode::CREATED,
+                            [("x-order-id", n.to_string())],
+                            format!(
+                                r#"{{"id":{n},"key":"{}","fence":{},"order":{body}}}"#,
+                                ctx.key(),
+                                ctx.fence()
+                            ),
+                        )
+                    }
+                },
+            ),
+        )
+        .route("/health", get(|| async { "ok" }))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("the server");
+    });
+    App { port, runs, task }
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn problem_type(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{}",
+            self.body
+        );
+        let v: serde_json::Value = serde_json::from_str(&self.body).expect("a JSON problem");
+        assert_eq!(v["status"].as_u64(), Some(u64::from(self.status)));
+        v["type"].as_str().expect("a type").to_owned()
+    }
+}
+
+/// One HTTP/1.1 request written byte for byte on a connection of its own.
+async fn raw(port: u16, head: &[&[u8]], body: &[u8]) -> Answer {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("a connection");
+    let mut request = format!("POST /orders/acme HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len()).into_bytes();
+    for line in head {
+        request.extend_from_slice(line);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"\r\n");
+    request.extend_from_slice(body);
+    stream.write_all(&request).await.expect("the request");
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    parse(&out)
+}
+
+fn parse(bytes: &[u8]) -> Answer {
+    let text = String::from_utf8_lossy(bytes);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+async fn order(port: u16, key: &str, body: &str) -> Answer {
+    let key = format!("idempotency-key: {key}");
+    raw(
+        port,
+        &[
+            b"x-user: alice",
+            b"content-type: application/json",
+            key.as_bytes(),
+        ],
+        body.as_bytes(),
+    )
+    .await
+}
+
+fn fresh() -> String {
+    format!(
+        "\"k-{:x}\"",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_runs_once_and_its_retry_replays_with_the_stored_headers() {
+    let app = start().await;
+    let key = fresh();
+    let first = order(app.port, &key, ORDER).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert!(
+        first.body.contains(r#""order":{"amount":4200"#),
+        "{}",
+        first.body
+    );
+    assert!(first.body.contains(r#""fence":1"#));
+    let retry = order(app.port, &key, ORDER).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.header("x-order-id"), first.header("x-order-id"));
+    assert_eq!(retry.body, first.body);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    // Another body under the key: 422, nothing runs.
+    let changed = order(app.port, &key, r#"{"amount":1}"#).await;
+    assert_eq!(changed.status, 422);
+    assert_eq!(
+        changed.problem_type(),
+        "urn:idem:problem:key-reuse-mismatch"
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    // Unguarded: GET passes through.
+    let mut stream = TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    assert_eq!(parse(&out).status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_duplicates_over_separate_connections_run_once() {
+    // IDEM-CONC-1
+    let app = start().await;
+    for round in 0..5 {
+        let key = fresh();
+        let before = app.runs.load(Ordering::SeqCst);
+        let barrier = Arc::new(tokio::sync::Barrier::new(16));
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (key, barrier, port) = (key.clone(), Arc::clone(&barrier), app.port);
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    order(port, &key, ORDER).await.status
+                })
+            })
+            .collect();
+        for t in tasks {
+            let status = t.await.unwrap();
+            assert!(status == 201 || status == 409, "round {round}: {status}");
+        }
+        assert_eq!(app.runs.load(Ordering::SeqCst) - before, 1, "round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_are_refused_with_problem_json_and_nothing_runs() {
+    let app = start().await;
+    let refused = |a: Answer, status: u16, kind: &str| {
+        assert_eq!(a.status, status, "{}", a.body);
+        assert_eq!(a.problem_type(), format!("urn:idem:problem:{kind}"));
+    };
+    // IDEM-KEY-6: more than 255 characters.
+    refused(
+        order(app.port, &"k".repeat(256), ORDER).await,
+        400,
+        "malformed-key",
+    );
+    refused(
+        order(app.port, &format!("\"{}\"", "k".repeat(4096)), ORDER).await,
+        400,
+        "malformed-key",
+    );
+    // IDEM-KEY-1: malformed sf-strings and bytes outside visible ASCII.
+    for key in [
+        &b"\"unterminated"[..],
+        b"\"bad\\escape\"",
+        b"\"trailing\"junk",
+        b"\"two\", \"keys\"",
+        b"white space",
+        b"\"\xc3\xa9\"",
+    ] {
+        let mut line = b"idempotency-key: ".to_vec();
+        line.extend_from_slice(key);
+        let a = raw(
+            app.port,
+            &[b"x-user: alice", b"content-type: application/json", &line],
+            ORDER.as_bytes(),
+        )
+        .await;
+        refused(a, 400, "malformed-key");
+    }
+    // IDEM-KEY-3, IDEM-KEY-5: missing, empty, repeated.
+    let a = raw(
+        app.port,
+        &[b"x-user: alice", b"content-type: application/json"],
+        ORDER.as_bytes(),
+    )
+    .await;
+    refused(a, 400, "missing-key");
+    refused(order(app.port, "\"\"", ORDER).await, 400, "missing-key");
+    let a = raw(
+        app.port,
+        &[
+            b"x-user: alice",
+            b"idempotency-key: \"a\"",
+            b"idempotency-key: \"b\"",
+        ],
+        ORDER.as_bytes(),
+    )
+    .await;
+    refused(a, 400, "malformed-key");
+    // IDEM-FP-6: a JSON body that is not JSON, before anything is claimed.
+    let key = fresh();
+    for body in [r#"{"amount":"#, "{'amount':1}", r#"{"amount":1}}"#, "NaN"] {
+        refused(order(app.port, &key, body).await, 400, "invalid-json");
+    }
+    // IDEM-LIMIT-1: a body over the limit, declared.
+    let big = format!(r#"{{"note":"{}"}}"#, "x".repeat(MAX_BODY));
+    refused(order(app.port, &key, &big).await, 413, "body-too-large");
+    // IDEM-SCOPE-3: no principal.
+    let line = format!("idempotency-key: {key}");
+    let a = raw(
+        app.port,
+        &[b"content-type: application/json", line.as_bytes()],
+        ORDER.as_bytes(),
+    )
+    .await;
+    assert!(a.status >= 400, "{}", a.body);
+    a.problem_type();
+    assert_eq!(app.runs.load(Ordering::SeqCst), 0, "nothing executed");
+    // The refusals did not use the key up.
+    assert_eq!(order(app.port, &key, ORDER).await.status, 201);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_streamed_past_the_limit_is_refused_with_413() {
+    // IDEM-LIMIT-1: no declared length (chunked): refused once the cap is passed.
+    let app = start().await;
+    let mut stream = TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
+    let chunk = "x".repeat(600);
+    let request = format!(
+        "POST /orders/acme HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-user: alice\r\ncontent-type: text/plain\r\nidempotency-key: \"chunked\"\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n",
+        chunk.len(),
+        chunk.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    let a = parse(&out);
+    assert_eq!(a.status, 413);
+    assert_eq!(a.problem_type(), "urn:idem:problem:body-too-large");
+    assert_eq!(app.runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_layer_without_a_principal_is_refused_when_built() {
+    // IDEM-SCOPE-3: no silent default.
+    let built = IdempotencyLayer::builder(MemoryStore::default()).build();
+    assert_eq!(built.err(), Some(BuildError::NoPrincipal));
+}
