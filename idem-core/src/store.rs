@@ -124,6 +124,31 @@ pub trait AsyncStore {
     }
 }
 
+/// A store shared behind an `Arc` (the layer and a handler that opens transactions on it)
+/// is the same store.
+impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
+    type Error = T::Error;
+
+    fn load(
+        &self,
+        key: &RecordKey,
+    ) -> impl Future<Output = Result<Option<Record>, Self::Error>> + Send {
+        (**self).load(key)
+    }
+
+    fn apply(
+        &self,
+        now: UnixMillis,
+        write: Write,
+    ) -> impl Future<Output = Result<Applied, Self::Error>> + Send {
+        (**self).apply(now, write)
+    }
+
+    fn failure(error: &Self::Error) -> StoreFailure {
+        T::failure(error)
+    }
+}
+
 /// The result of [`Store::claim`].
 #[must_use = "an Execute claim holds a lease that must be finished"]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

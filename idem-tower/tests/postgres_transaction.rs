@@ -1,0 +1,173 @@
+//! PostgresStore::transaction (IDEM-STORE-7) through the layer on a private Postgres: the
+//! order row and the stored response commit together; a handler that fails commits
+//! neither; an attempt whose lease was taken over commits nothing.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Full};
+use idem_core::{Config, Engine, Policy};
+use idem_tower::{IdempotencyContext, IdempotencyLayer, PostgresStore};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::{Layer, Service, ServiceExt};
+
+/// What the handler does after its insert.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum After {
+    Answer,
+    Fail,
+    Stall(u64),
+}
+
+type Body = Either<Full<Bytes>, Full<Bytes>>;
+
+fn orders(
+    store: Arc<PostgresStore>,
+    after: After,
+) -> impl Service<
+    Request<Body>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send {
+    tower::service_fn(move |request: Request<Body>| {
+        let store = Arc::clone(&store);
+        async move {
+            let ctx = request
+                .extensions()
+                .get::<IdempotencyContext>()
+                .cloned()
+                .expect("a context");
+            let tx = store.transaction(&ctx).await.expect("a transaction");
+            let row = tx
+                .client()
+                .query_one(
+                    "INSERT INTO orders (idem_key) VALUES ($1) RETURNING id",
+                    &[&ctx.key()],
+                )
+                .await
+                .expect("the insert");
+            let id: i64 = row.get(0);
+            match after {
+                After::Fail => {
+                    drop(tx);
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"failed")));
+                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    return Ok(r);
+                }
+                After::Stall(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                After::Answer => {}
+            }
+            tx.commit_with_completion();
+            let mut r = Response::new(Full::new(Bytes::from(id.to_string())));
+            *r.status_mut() = StatusCode::CREATED;
+            Ok(r)
+        }
+    })
+}
+
+fn post(key: &str) -> Request<Full<Bytes>> {
+    Request::post("/orders")
+        .header("idempotency-key", format!("\"{key}\""))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
+}
+
+async fn send<S>(service: S, key: &str) -> (u16, String)
+where
+    S: Service<
+        Request<Full<Bytes>>,
+        Response = Response<idem_tower::OuterBody<Full<Bytes>>>,
+        Error = Infallible,
+    >,
+{
+    let r = service
+        .oneshot(post(key))
+        .await
+        .unwrap_or_else(|e| match e {});
+    let status = r.status().as_u16();
+    let body = r
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_order_and_its_record_commit_together_or_not_at_all() {
+    let server = common::postgres();
+    let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
+    store.migrate().await.expect("the migration");
+    let client = store.pool().get().await.expect("a connection");
+    client
+        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
+        .await
+        .unwrap();
+    let count = |key: &'static str| {
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    let policy = || {
+        Policy::new(
+            Engine::new(Config {
+                lease: Duration::from_millis(300),
+                ..Config::default()
+            })
+            .expect("valid times"),
+        )
+    };
+    let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .policy(policy())
+        .single_tenant()
+        .build()
+        .unwrap();
+
+    // Answered: one order, committed with its record; the retry replays it.
+    let service = layer.layer(orders(Arc::clone(&store), After::Answer));
+    let (status, id) = send(service.clone(), "a").await;
+    assert_eq!(status, 201);
+    assert_eq!(count("a").await, 1);
+    assert_eq!(send(service.clone(), "a").await, (201, id));
+    assert_eq!(count("a").await, 1);
+
+    // Failed (5xx, the transaction dropped): no order; the retry runs and commits one.
+    let failing = layer.layer(orders(Arc::clone(&store), After::Fail));
+    assert_eq!(send(failing, "b").await.0, 500);
+    assert_eq!(count("b").await, 0);
+    assert_eq!(send(service.clone(), "b").await.0, 201);
+    assert_eq!(count("b").await, 1);
+
+    // A stalled attempt loses its lease to a retry: only the retry's order commits.
+    let stalled = layer.layer(orders(Arc::clone(&store), After::Stall(700)));
+    let zombie = tokio::spawn(send(stalled, "c"));
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let (status, winner) = send(service.clone(), "c").await;
+    assert_eq!(status, 201);
+    let _ = zombie.await.unwrap();
+    assert_eq!(
+        count("c").await,
+        1,
+        "the attempt that lost its lease committed nothing"
+    );
+    let only: i64 = client
+        .query_one("SELECT id FROM orders WHERE idem_key = 'c'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(only.to_string(), winner);
+    assert_eq!(send(service, "c").await, (201, winner));
+}
