@@ -256,6 +256,11 @@ struct ServeArgs {
     /// The counters of /transfers: the window of retained results (default 8).
     #[arg(long)]
     counter_window: Option<u32>,
+    /// Where the records live: memory (one process), or redis://HOST:PORT or
+    /// postgres://USER@HOST:PORT/DB, which several server processes can share (the count of
+    /// executions at GET /count is shared too). Faults need the memory store.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
 }
 
 /// Options of `bench`.
@@ -341,10 +346,10 @@ fn harness(message: impl std::fmt::Display) -> Failure {
 /// Settings the server refuses are the user's to fix; a port it cannot bind is not.
 fn start_error(e: crate::server::StartError) -> Failure {
     match e {
-        crate::server::StartError::Config(_) | crate::server::StartError::Keys(_) => {
-            Failure::Usage(e.to_string())
-        }
-        crate::server::StartError::Bind(_) => harness(e),
+        crate::server::StartError::Config(_)
+        | crate::server::StartError::Keys(_)
+        | crate::server::StartError::Settings(_) => Failure::Usage(e.to_string()),
+        crate::server::StartError::Bind(_) | crate::server::StartError::Store(_) => harness(e),
     }
 }
 
@@ -685,6 +690,7 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
         fault: a.fault,
         tls: None,
         uuid_keys: a.uuid_keys,
+        store: a.store.clone(),
         ..ServerConfig::default()
     }
     .with_kind_bounds();
@@ -710,9 +716,14 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
     }
     let mut server = Server::start(a.listen, config).await.map_err(start_error)?;
     println!(
-        "idem reference server listening on {} (POST /orders, GET /count){}",
+        "idem reference server listening on {} (POST /orders, GET /count){}{}",
         server.base_url(),
-        a.fault.map(|f| format!(", fault {f}")).unwrap_or_default()
+        a.fault.map(|f| format!(", fault {f}")).unwrap_or_default(),
+        a.store
+            .as_deref()
+            .filter(|s| *s != "memory")
+            .map(|s| format!(", store {}", crate::store::shown(s)))
+            .unwrap_or_default()
     );
     if let Some(path) = ca_path {
         println!(

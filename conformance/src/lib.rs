@@ -19,5 +19,6 @@ pub mod http;
 pub mod report;
 pub mod secrets;
 pub mod server;
+pub mod store;
 pub mod suite;
 pub mod tls;

@@ -1,6 +1,8 @@
-//! The reference server: a real HTTP/1.1 server that drives idem-core's request machine
-//! ([`idem_core::Request`]) over a [`idem_core::MemoryStore`], with one demo endpoint whose
-//! side effect can be observed.
+//! The reference server: a real HTTP/1.1 server whose guarded endpoints go through
+//! idem-tower's layer (the correct server) on a memory, Redis or Postgres store, with one
+//! demo endpoint whose side effect can be observed. With a fault it drives idem-core's
+//! request machine ([`idem_core::Request`]) itself over the memory store, so that the
+//! defect can act from outside the machine.
 //!
 //! # Endpoints
 //!
@@ -32,6 +34,7 @@
 //! made from outside the machine (the store it sees, the outcome it is told, the bytes that
 //! leave), so that the suite can show that the case aimed at it fails.
 
+use crate::store::RefStore;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -40,19 +43,19 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use idem_core::{
-    parse_opaque_lenient, Applied, Config, Engine, FingerprintSpec, Intake, KeyError, MemoryStore,
-    MemoryStoreError, MemoryStoreLimits, Outcome, Policy, Precondition, Problem, Record, RecordKey,
-    RecordState, Refusal, RequestParts, Step, Store, StoreFailure, StoredResponse, UnixMillis,
-    Waiters, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER,
+    parse_opaque_lenient, Applied, AsyncStore, Config, Engine, FingerprintSpec, Intake, KeyError,
+    MemoryStore, MemoryStoreError, MemoryStoreLimits, Outcome, Policy, Precondition, Problem,
+    Record, RecordKey, RecordState, Refusal, RequestParts, Step, Store, StoreFailure,
+    StoredResponse, UnixMillis, Waiters, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER,
 };
 use idem_core::{
     CounterConfig, Decision, KeyKind, OpenStep, RejectReason, Scope, TimeKeyConfig, TokenSecret,
     LOW_WATER_HEADER, TOKEN_PREFIX,
 };
+use idem_tower::{IdempotencyContext, IdempotencyLayer, InnerBody};
 use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -220,6 +223,10 @@ pub struct ServerConfig {
     pub counter: CounterConfig,
     /// How long a token issued at [`TOKENS_PATH`] stays valid (at most the key retention).
     pub token_ttl: Duration,
+    /// Where the records live: `None` for memory (one process), or `redis://…` or
+    /// `postgres://…`, which several server processes can share (with the count of
+    /// executions). Faults need the memory store.
+    pub store: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -242,6 +249,7 @@ impl Default for ServerConfig {
             },
             counter: CounterConfig::default(),
             token_ttl: Duration::from_secs(3600),
+            store: None,
         }
     }
 }
@@ -317,6 +325,10 @@ pub enum StartError {
     Bind(std::io::Error),
     /// The key kind cannot be configured.
     Keys(idem_core::KindConfigError),
+    /// The store cannot be reached.
+    Store(String),
+    /// Settings that do not go together (a fault on a shared store, an unknown store).
+    Settings(String),
 }
 
 impl fmt::Display for StartError {
@@ -325,6 +337,8 @@ impl fmt::Display for StartError {
             StartError::Config(e) => write!(f, "invalid server settings: {e}"),
             StartError::Bind(e) => write!(f, "cannot listen: {e}"),
             StartError::Keys(e) => write!(f, "invalid key kind: {e}"),
+            StartError::Store(e) => write!(f, "store: {e}"),
+            StartError::Settings(e) => write!(f, "{e}"),
         }
     }
 }
@@ -360,22 +374,29 @@ struct State {
     transfers: Policy,
     /// Tokens, for [`CHECKOUT_PATH`].
     checkout: Policy,
-    /// The records and who waits for them, under one lock held only for a synchronous
-    /// stretch of the machine (never across the handler).
-    store: Mutex<(MemoryStore, Waiters)>,
+    /// The records (and the count of executions).
+    store: Arc<RefStore>,
+    /// Who waits for a record in flight, for the faulty servers, which drive the machine
+    /// themselves over the memory store (the correct server's layer keeps its own).
+    waiters: Mutex<Waiters>,
+    /// The correct server: idem-tower's layer per guarded route. `None` with a fault.
+    layers: Option<[IdempotencyLayer<Arc<RefStore>>; 4]>,
     config: ServerConfig,
-    executions: AtomicU64,
 }
 
 impl State {
-    fn store(&self) -> MutexGuard<'_, (MemoryStore, Waiters)> {
-        // A panic while holding the lock cannot leave the map half-written: MemoryStore
-        // applies each write in one step. Keep serving.
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    fn waiters(&self) -> MutexGuard<'_, Waiters> {
+        // The waiters hold no invariant a panic could break. Keep serving.
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn fault(&self, f: Fault) -> bool {
         self.config.fault == Some(f)
+    }
+
+    fn layer(&self, route: Route) -> Option<&IdempotencyLayer<Arc<RefStore>>> {
+        let layers = self.layers.as_ref()?;
+        Some(&layers[route as usize])
     }
 
     fn policy(&self, route: Route) -> &Policy {
@@ -441,6 +462,40 @@ impl Server {
             secret: TokenSecret(secret),
             ttl: config.token_ttl.min(key_ttl),
         })?;
+        if let Some(url) = &config.store {
+            RefStore::check(url).map_err(StartError::Settings)?;
+            if config.fault.is_some() && url != "memory" {
+                return Err(StartError::Settings(
+                    "the faults act on the memory store: leave --store out with --fault".into(),
+                ));
+            }
+        }
+        let store = RefStore::open(
+            config.store.as_deref(),
+            idem_tower::MemoryStore::new(config.limits),
+        )
+        .await
+        .map_err(StartError::Store)?;
+        let store = Arc::new(store);
+        let layers = match config.fault {
+            Some(_) => None,
+            None => {
+                let layer = |policy: &Policy, route: Route| {
+                    IdempotencyLayer::builder(Arc::clone(&store))
+                        .policy(policy.clone())
+                        .principal(|parts| Some(principal_of(&parts.headers)))
+                        .route(move |_| route.path().to_owned())
+                        .build()
+                        .map_err(|e| StartError::Store(e.to_string()))
+                };
+                Some([
+                    layer(&policy, Route::Orders)?,
+                    layer(&payments, Route::Payments)?,
+                    layer(&transfers, Route::Transfers)?,
+                    layer(&checkout, Route::Checkout)?,
+                ])
+            }
+        };
         let listener = TcpListener::bind(addr).await.map_err(StartError::Bind)?;
         let addr = listener.local_addr().map_err(StartError::Bind)?;
         let state = Arc::new(State {
@@ -448,9 +503,10 @@ impl Server {
             payments,
             transfers,
             checkout,
-            store: Mutex::new((MemoryStore::new(config.limits), Waiters::default())),
+            store,
+            waiters: Mutex::new(Waiters::default()),
+            layers,
             config,
-            executions: AtomicU64::new(0),
         });
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         Ok(Server { addr, task, state })
@@ -476,14 +532,18 @@ impl Server {
         self.state.config.tls.as_ref()
     }
 
-    /// How many times the handler has run.
-    pub fn executions(&self) -> u64 {
-        self.state.executions.load(Ordering::SeqCst)
+    /// How many times the handler has run (in every process that shares the store); 0 when
+    /// the shared store cannot be read.
+    pub async fn executions(&self) -> u64 {
+        self.state.store.executions().await.unwrap_or(0)
     }
 
-    /// Records held by the store.
+    /// Records held by the memory store (0 for a shared store).
     pub fn stored_records(&self) -> usize {
-        self.state.store().0.stats().entries
+        self.state
+            .store
+            .memory()
+            .map_or(0, idem_tower::MemoryStore::len)
     }
 
     /// The fault it runs with.
@@ -585,11 +645,14 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
         (&Method::POST, TRANSFERS_PATH) => guarded(state, req, Route::Transfers).await,
         (&Method::POST, CHECKOUT_PATH) => guarded(state, req, Route::Checkout).await,
         (&Method::POST, SESSIONS_PATH) => Ok(open_session(&state, req).await),
-        (&Method::POST, TOKENS_PATH) => Ok(issue_token(&state, &req)),
-        (&Method::GET, COUNT_PATH) => {
-            let body = serde_json::json!({ "count": state.executions.load(Ordering::SeqCst) });
-            Ok(json_response(StatusCode::OK, body.to_string()))
-        }
+        (&Method::POST, TOKENS_PATH) => Ok(issue_token(&state, &req).await),
+        (&Method::GET, COUNT_PATH) => Ok(match state.store.executions().await {
+            Ok(n) => json_response(
+                StatusCode::OK,
+                serde_json::json!({ "count": n }).to_string(),
+            ),
+            Err(e) => plain_problem(503, "Service Unavailable", &e.to_string(), ""),
+        }),
         (
             _,
             ORDERS_PATH | PAYMENTS_PATH | TRANSFERS_PATH | CHECKOUT_PATH | SESSIONS_PATH
@@ -660,6 +723,9 @@ fn principal_of(headers: &hyper::HeaderMap) -> String {
 }
 
 async fn guarded(state: Arc<State>, req: Request<Incoming>, route: Route) -> Reply {
+    if let Some(layer) = state.layer(route) {
+        return layered(layer, Arc::clone(&state), req).await;
+    }
     let (parts, body) = req.into_parts();
     let keys: Vec<Bytes> = parts
         .headers
@@ -859,13 +925,20 @@ fn retryable(status: u16) -> bool {
 /// Runs the request's store steps under the store's lock, held only for this synchronous
 /// stretch (never across the handler).
 fn drive(state: &State, req: &mut idem_core::Request<'_>) -> Result<Step, MemoryStoreError> {
-    let mut guard = state.store();
-    let (store, waiters) = &mut *guard;
-    let mut store = Faulty {
-        store,
-        fault: state.config.fault,
+    let Some(memory) = state.store.memory() else {
+        // Faults run on the memory store only (checked at start).
+        return Err(MemoryStoreError::Full {
+            entries: 0,
+            bytes: 0,
+        });
     };
-    req.drive(&mut store, UnixMillis::now(), waiters)
+    memory.with_locked(|store| {
+        let mut store = Faulty {
+            store,
+            fault: state.config.fault,
+        };
+        req.drive(&mut store, UnixMillis::now(), &mut state.waiters())
+    })
 }
 
 /// The store as a faulty server would use it; the correct server sees the MemoryStore as it
@@ -984,12 +1057,14 @@ async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<By
     loop {
         let now = UnixMillis::now();
         match opening.poll() {
-            OpenStep::Load(key) => {
-                let stored = state.store().0.get(&key).cloned();
-                opening.handle_record(now, stored.as_ref());
-            }
+            OpenStep::Load(key) => match state.store.load(&key).await {
+                Ok(stored) => opening.handle_record(now, stored.as_ref()),
+                Err(_) => {
+                    return to_http(&Refusal::store(StoreFailure::Unavailable).reply(), state)
+                }
+            },
             OpenStep::Apply(write) => {
-                let applied = state.store().0.apply(now, write);
+                let applied = state.store.apply(now, write).await;
                 opening.handle_applied(applied.unwrap_or(Applied::Conflict));
             }
             OpenStep::Opened(epoch) => {
@@ -1010,7 +1085,7 @@ async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<By
 
 /// `POST /idempotency-tokens`: issues a token for the caller's requests to
 /// [`CHECKOUT_PATH`] and stores it.
-fn issue_token(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn issue_token(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let principal = principal_of(req.headers());
     let policy = &state.checkout;
     let scope: Scope = match policy.scope(Some(&principal), "POST", CHECKOUT_PATH) {
@@ -1021,8 +1096,12 @@ fn issue_token(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> 
     let Some(issued) = policy.issue_token(now, &scope, [nonce(), nonce()]) else {
         return plain_problem(500, "Internal Server Error", "no token keys", "");
     };
-    if state.store().0.apply(now, issued.write) != Ok(Applied::Applied) {
-        return to_http(&Refusal::store(StoreFailure::Full).reply(), state);
+    match state.store.apply(now, issued.write).await {
+        Ok(Applied::Applied) => {}
+        Ok(Applied::Conflict) => {
+            return to_http(&Refusal::store(StoreFailure::Full).reply(), state)
+        }
+        Err(e) => return to_http(&Refusal::store(RefStore::failure(&e)).reply(), state),
     }
     let body = serde_json::json!({
         "token": issued.token,
@@ -1053,7 +1132,8 @@ enum Handled {
 
 /// The demo handler: one observable side effect (the execution counter) per run.
 async fn run_handler(state: &State, body: &[u8], recovered: bool) -> Handled {
-    let n = state.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    // A count the store cannot keep leaves the oracle short, never the answer.
+    let n = state.store.count_execution().await.unwrap_or(0);
     if !state.config.delay.is_zero() {
         tokio::time::sleep(state.config.delay).await;
     }
@@ -1138,4 +1218,92 @@ fn build<'h>(
         .unwrap_or_else(|_| {
             plain_problem(500, "Internal Server Error", "unrepresentable response", "")
         })
+}
+
+/// The correct server: the request goes through idem-tower's layer, with the demo handler as
+/// the service it wraps.
+async fn layered(
+    layer: &IdempotencyLayer<Arc<RefStore>>,
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Reply {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+    crash_quietly();
+    let mut service = layer.layer(Handler { state });
+    let response = match service.call(req).await {
+        Ok(r) => r,
+        Err(e) => match e {},
+    };
+    // Both sides of the body are already whole (the layer stores what it answers).
+    Ok(response.map(|body| match body {
+        http_body_util::Either::Left(full) | http_body_util::Either::Right(full) => full,
+    }))
+}
+
+/// The demo handler as a service for the layer.
+#[derive(Clone)]
+struct Handler {
+    state: Arc<State>,
+}
+
+/// What a handler that "crashes" panics with: the process died mid-request, so nothing is
+/// completed, the connection closes without an answer, and the key stays in flight until
+/// its lease ends.
+struct SimulatedCrash;
+
+/// Keeps the simulated crashes out of the panic output; every other panic is reported as
+/// before.
+fn crash_quietly() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<SimulatedCrash>() {
+                previous(info);
+            }
+        }));
+    });
+}
+
+impl tower_service::Service<Request<InnerBody<Incoming>>> for Handler {
+    type Response = Response<Full<Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<Response<Full<Bytes>>, std::convert::Infallible>,
+                > + Send,
+        >,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), std::convert::Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<InnerBody<Incoming>>) -> Self::Future {
+        let state = Arc::clone(&self.state);
+        Box::pin(async move {
+            let recovered = req
+                .extensions()
+                .get::<IdempotencyContext>()
+                .is_some_and(IdempotencyContext::recovered);
+            // A guarded request's body is already buffered (the left side).
+            let body = match req.into_body() {
+                http_body_util::Either::Left(full) => full
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default(),
+                http_body_util::Either::Right(_) => Bytes::new(),
+            };
+            match run_handler(&state, &body, recovered).await {
+                Handled::Response(r) => Ok(handler_response(&r, &state)),
+                Handled::Crash => std::panic::panic_any(SimulatedCrash),
+            }
+        })
+    }
 }

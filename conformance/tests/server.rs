@@ -75,7 +75,7 @@ async fn a_new_key_executes_and_a_repeat_replays_with_the_marker() {
         h2.get("idempotent-replayed").map(|v| v.as_bytes()),
         Some(&b"true"[..])
     );
-    assert_eq!(server.executions(), 1);
+    assert_eq!(server.executions().await, 1);
     let count = json(
         client
             .get(format!("{}/count", server.base_url()))
@@ -128,7 +128,7 @@ async fn refusals_are_problems_and_execute_nothing() {
         "the key was used with a different request; differing fields: a"
     );
     assert_eq!(b["requirement"], "IDEM-FP-1");
-    assert_eq!(server.executions(), 1);
+    assert_eq!(server.executions().await, 1);
     let r = client
         .get(format!("{}/nowhere", server.base_url()))
         .send()
@@ -167,7 +167,7 @@ async fn a_full_store_refuses_new_keys_with_503_and_keeps_the_old_one() {
     assert!(h.get("retry-after").is_some());
     let (s, _, again) = order(&client, &server, Some("one"), "{}").await;
     assert_eq!((s, again), (201, first), "the live record is never evicted");
-    assert_eq!(server.executions(), 1);
+    assert_eq!(server.executions().await, 1);
     assert_eq!(server.stored_records(), 1);
 }
 
@@ -205,7 +205,7 @@ async fn a_duplicate_in_flight_gets_409_with_retry_after() {
         Some(&b"1"[..])
     );
     assert_eq!(first.await.expect("task").expect("answer"), 201);
-    assert_eq!(server.executions(), 1);
+    assert_eq!(server.executions().await, 1);
 }
 
 #[tokio::test]
@@ -222,7 +222,7 @@ async fn a_key_is_scoped_by_principal() {
     let a = json(send("alice").await.expect("a")).await;
     let b = json(send("bob").await.expect("b")).await;
     assert_ne!(a["id"], b["id"]);
-    assert_eq!(server.executions(), 2);
+    assert_eq!(server.executions().await, 2);
 }
 
 #[tokio::test]
@@ -254,7 +254,7 @@ async fn different_credentials_never_share_a_scope() {
         assert!(r.headers().get("idempotent-replayed").is_none());
         ids.push(json(r).await["id"].clone());
     }
-    assert_eq!(server.executions(), 5);
+    assert_eq!(server.executions().await, 5);
     // The same credential again replays its own response.
     let r = send(Some("Basic Yzpk")).await.expect("an answer");
     assert_eq!(r.headers().get("idempotent-replayed").unwrap(), "true");

@@ -39,6 +39,12 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// Runs `f` on the map under the store's lock: synchronous steps of a host that drives
+    /// the request machine over idem-core's `Store` itself (never hold it across an await).
+    pub fn with_locked<R>(&self, f: impl FnOnce(&mut idem_core::MemoryStore) -> R) -> R {
+        f(&mut self.lock())
+    }
+
     /// Applies expiry to every record due at `now`; returns how many changed.
     pub fn sweep(&self, now: UnixMillis) -> usize {
         self.lock().sweep(now)

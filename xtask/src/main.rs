@@ -63,7 +63,7 @@ fn setup() -> Result<(), String> {
 }
 
 /// The crates published to crates.io, packaged together by the test.
-const PUBLISHED: [&str; 3] = ["idem-spec", "idem-core", "idem-conformance"];
+const PUBLISHED: [&str; 4] = ["idem-spec", "idem-core", "idem-tower", "idem-conformance"];
 
 fn test() -> Result<(), String> {
     step("check: formatting");
@@ -101,17 +101,12 @@ fn test() -> Result<(), String> {
     util::forget_local_packages(&PUBLISHED)?;
     // Packaged together so that each one's path dependencies resolve to the others'
     // packages; `--allow-dirty` so that the check also runs on a work tree with changes.
-    run(cargo().args([
-        "package",
-        "--quiet",
-        "--allow-dirty",
-        "-p",
-        PUBLISHED[0],
-        "-p",
-        PUBLISHED[1],
-        "-p",
-        PUBLISHED[2],
-    ]))?;
+    let mut package = cargo();
+    package.args(["package", "--quiet", "--allow-dirty"]);
+    for name in PUBLISHED {
+        package.args(["-p", name]);
+    }
+    run(&mut package)?;
     step("build: idem-conformance (release, for the package's two-process test and the worker's conformance run)");
     let conformance = worker::build_conformance()?;
     wasm::test(&conformance)?;

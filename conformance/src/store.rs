@@ -1,0 +1,222 @@
+//! The reference server's store: idem-tower's memory store (one process), or its Redis or
+//! Postgres store (`serve --store URL`), where several server processes share the records
+//! and the count of executions.
+
+use idem_core::{Applied, AsyncStore, Record, RecordKey, StoreFailure, UnixMillis, Write};
+use idem_tower::{MemoryStore, PostgresStore, RedisStore};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where the reference server keeps its records.
+pub enum RefStore {
+    /// One process.
+    Memory(MemoryStore, AtomicU64),
+    /// Shared through Redis; the execution count is a Redis counter.
+    Redis(RedisStore, redis::aio::ConnectionManager),
+    /// Shared through Postgres; the execution count is a row.
+    Postgres(PostgresStore),
+}
+
+/// The key of the shared execution count in Redis.
+const REDIS_COUNT: &str = "idem-conformance:executions";
+
+/// Why a store call failed.
+#[derive(Debug)]
+pub struct RefStoreError {
+    message: String,
+    full: bool,
+}
+
+impl fmt::Display for RefStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RefStoreError {}
+
+fn error(e: impl fmt::Display) -> RefStoreError {
+    RefStoreError {
+        message: e.to_string(),
+        full: false,
+    }
+}
+
+impl RefStore {
+    /// Whether `url` names a store: `memory`, `redis://…` or `postgres://…`.
+    pub fn check(url: &str) -> Result<(), String> {
+        let known = [
+            "memory",
+            "redis://",
+            "rediss://",
+            "postgres://",
+            "postgresql://",
+        ];
+        if known
+            .iter()
+            .any(|k| url == *k || (k.ends_with("//") && url.starts_with(k)))
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "--store {url:?}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB"
+            ))
+        }
+    }
+
+    /// A store for `url`: `memory` (the default), `redis://…` or `postgres://…`. A Postgres
+    /// store runs its migration and creates the execution count.
+    pub async fn open(url: Option<&str>, memory: MemoryStore) -> Result<RefStore, String> {
+        match url {
+            None | Some("memory") => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
+            Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => {
+                let client = redis::Client::open(u).map_err(|e| format!("--store {u}: {e}"))?;
+                let conn = redis::aio::ConnectionManager::new(client)
+                    .await
+                    .map_err(|e| format!("--store {u}: {e}"))?;
+                Ok(RefStore::Redis(RedisStore::new(conn.clone()), conn))
+            }
+            Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
+                let store =
+                    PostgresStore::connect(u, 64).map_err(|e| format!("--store {u}: {e}"))?;
+                store
+                    .migrate()
+                    .await
+                    .map_err(|e| format!("--store {u}: {e}"))?;
+                let client = store
+                    .pool()
+                    .get()
+                    .await
+                    .map_err(|e| format!("--store {u}: {e}"))?;
+                client
+                    .batch_execute(
+                        "CREATE TABLE IF NOT EXISTS idem_conformance_executions (one boolean PRIMARY KEY DEFAULT true, n bigint NOT NULL);
+                         INSERT INTO idem_conformance_executions (n) VALUES (0) ON CONFLICT DO NOTHING;",
+                    )
+                    .await
+                    .map_err(|e| format!("--store {u}: {e}"))?;
+                Ok(RefStore::Postgres(store))
+            }
+            Some(u) => Err(format!(
+                "--store {u:?}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB"
+            )),
+        }
+    }
+
+    /// The memory store, for the faults (which act on a synchronous store).
+    pub fn memory(&self) -> Option<&MemoryStore> {
+        match self {
+            RefStore::Memory(m, _) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Counts one execution of the handler, in the store when it is shared.
+    pub async fn count_execution(&self) -> Result<u64, RefStoreError> {
+        match self {
+            RefStore::Memory(_, n) => Ok(n.fetch_add(1, Ordering::SeqCst) + 1),
+            RefStore::Redis(_, conn) => {
+                let mut conn = conn.clone();
+                redis::cmd("INCR")
+                    .arg(REDIS_COUNT)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(error)
+            }
+            RefStore::Postgres(store) => {
+                let client = store.pool().get().await.map_err(error)?;
+                let row = client
+                    .query_one(
+                        "UPDATE idem_conformance_executions SET n = n + 1 RETURNING n",
+                        &[],
+                    )
+                    .await
+                    .map_err(error)?;
+                Ok(row.get::<_, i64>(0) as u64)
+            }
+        }
+    }
+
+    /// How many times the handler has run (in every process that shares the store).
+    pub async fn executions(&self) -> Result<u64, RefStoreError> {
+        match self {
+            RefStore::Memory(_, n) => Ok(n.load(Ordering::SeqCst)),
+            RefStore::Redis(_, conn) => {
+                let mut conn = conn.clone();
+                let n: Option<u64> = redis::cmd("GET")
+                    .arg(REDIS_COUNT)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(error)?;
+                Ok(n.unwrap_or(0))
+            }
+            RefStore::Postgres(store) => {
+                let client = store.pool().get().await.map_err(error)?;
+                let row = client
+                    .query_one("SELECT n FROM idem_conformance_executions", &[])
+                    .await
+                    .map_err(error)?;
+                Ok(row.get::<_, i64>(0) as u64)
+            }
+        }
+    }
+}
+
+impl AsyncStore for RefStore {
+    type Error = RefStoreError;
+
+    async fn load(&self, key: &RecordKey) -> Result<Option<Record>, RefStoreError> {
+        match self {
+            RefStore::Memory(m, _) => m.load(key).await.map_err(error),
+            RefStore::Redis(r, _) => r.load(key).await.map_err(error),
+            RefStore::Postgres(p) => p.load(key).await.map_err(error),
+        }
+    }
+
+    async fn apply(&self, now: UnixMillis, write: Write) -> Result<Applied, RefStoreError> {
+        match self {
+            RefStore::Memory(m, _) => m.apply(now, write).await.map_err(|e| RefStoreError {
+                message: e.to_string(),
+                full: true,
+            }),
+            RefStore::Redis(r, _) => r.apply(now, write).await.map_err(error),
+            RefStore::Postgres(p) => p.apply(now, write).await.map_err(error),
+        }
+    }
+
+    fn failure(error: &RefStoreError) -> StoreFailure {
+        if error.full {
+            StoreFailure::Full
+        } else {
+            StoreFailure::Unavailable
+        }
+    }
+}
+
+/// A store URL as it may be shown: its password, if any, replaced by `***`.
+pub fn shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "(an unparsable URL)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_url_is_shown_without_its_password() {
+        assert_eq!(
+            shown("postgres://app:s3cret@db:5432/app"),
+            "postgres://app:***@db:5432/app"
+        );
+        assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert!(RefStore::check("memory").is_ok());
+        assert!(RefStore::check("mysql://x").is_err());
+    }
+}

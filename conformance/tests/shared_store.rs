@@ -1,0 +1,215 @@
+//! Two processes, one store (IDEM-CONC-1, IDEM-EXEC-1): two `idem-conformance serve`
+//! processes on one private Redis, and again on one private Postgres, behind a round-robin
+//! proxy (each connection to the next process), so that the duplicates of every round split
+//! across both. The concurrent case races 64 duplicates per round over 160 rounds (10,240
+//! requests per store); the count of executions lives in the store, so the oracle counts
+//! both processes. Then the whole suite runs against the pair, lease, expiry and crash
+//! included.
+
+#[path = "../../idem-tower/tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const CONCURRENCY: usize = 64;
+const ROUNDS: usize = 160;
+
+/// A served reference server, stopped when dropped (also when the test fails).
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(store: &str) -> (Served, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem-conformance"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--delay-ms",
+            "50",
+            "--store",
+            store,
+        ])
+        .args(["--response-ttl", "1", "--key-ttl", "2", "--lease", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the banner");
+    let served = Served(child);
+    let port = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (served, port)
+}
+
+/// A round-robin TCP proxy to `ports`; `counts[i]` is how many connections went to port i.
+fn proxy(ports: Vec<u16>, runtime: &tokio::runtime::Runtime) -> (u16, Arc<Vec<AtomicUsize>>) {
+    let counts: Arc<Vec<AtomicUsize>> =
+        Arc::new(ports.iter().map(|_| AtomicUsize::new(0)).collect());
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let seen = Arc::clone(&counts);
+    runtime.spawn(async move {
+        let mut next = 0usize;
+        while let Ok((mut client, _)) = listener.accept().await {
+            let i = next % ports.len();
+            next += 1;
+            seen[i].fetch_add(1, Ordering::SeqCst);
+            let upstream = ports[i];
+            tokio::spawn(async move {
+                if let Ok(mut server) =
+                    tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (port, counts)
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_idem-conformance"))
+        .args(args)
+        .output()
+        .expect("run starts");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn two_processes_on(store: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let (a, port_a) = serve(store);
+    let (b, port_b) = serve(store);
+    let (port, counts) = proxy(vec![port_a, port_b], &runtime);
+    let url = format!("http://127.0.0.1:{port}");
+    let json = std::env::temp_dir().join(format!("idem-shared-{}-{port}.json", std::process::id()));
+    let (code, output) = run(&[
+        "run",
+        &format!("{url}/orders"),
+        "--case",
+        "concurrent",
+        "--count-url",
+        "/count",
+        "--concurrency",
+        &CONCURRENCY.to_string(),
+        "--rounds",
+        &ROUNDS.to_string(),
+        "-H",
+        "Authorization: Bearer shared",
+        "--json",
+        json.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{output}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the report")).expect("JSON");
+    let _ = std::fs::remove_file(&json);
+    let case = report["cases"]
+        .as_array()
+        .and_then(|cases| cases.iter().find(|c| c["id"] == "concurrent/1"))
+        .expect("concurrent/1");
+    assert_eq!(case["verdict"], "pass", "{case}");
+    let reason = case["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("exactly one execution in each of {ROUNDS} rounds")),
+        "{reason}"
+    );
+    let rounds: Vec<&str> = case["notes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .filter_map(|v| v.as_str())
+                .filter(|s| s.starts_with("round "))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(rounds.len(), ROUNDS);
+    for note in &rounds {
+        // "round N: 201×1 409×63 …": every request of the round was answered.
+        let answered: usize = note
+            .split_whitespace()
+            .filter_map(|w| w.split_once('×'))
+            .filter_map(|(_, n)| n.trim_end_matches([',', ';']).parse::<usize>().ok())
+            .sum();
+        assert_eq!(answered, CONCURRENCY, "{note}");
+    }
+    let (a_connections, b_connections) = (
+        counts[0].load(Ordering::SeqCst),
+        counts[1].load(Ordering::SeqCst),
+    );
+    assert!(
+        a_connections >= CONCURRENCY * ROUNDS / 3 && b_connections >= CONCURRENCY * ROUNDS / 3,
+        "connections per process: {a_connections} + {b_connections}"
+    );
+    println!(
+        "{store}: {} racing requests in {ROUNDS} rounds of {CONCURRENCY}, over 2 processes ({a_connections} + {b_connections} connections): {reason}",
+        CONCURRENCY * ROUNDS
+    );
+
+    // The whole suite against the pair: lost responses, replays, mismatches, keys, errors,
+    // scope, the lease after a crash, and both expiry windows.
+    let order =
+        |outcome: &str| format!(r#"{{"amount":4200,"currency":"eur","outcome":"{outcome}"}}"#);
+    let (code, output) = run(&[
+        "run",
+        &format!("{url}/orders"),
+        "--count-url",
+        "/count",
+        "-H",
+        "Authorization: Bearer a",
+        "--second-credential",
+        "Authorization: Bearer b",
+        "--response-ttl",
+        "1",
+        "--key-ttl",
+        "2",
+        "--lease",
+        "1",
+        "--crash-body",
+        &order("crash"),
+        "--decline-body",
+        &order("decline"),
+        "--fail-body",
+        &order("unavailable"),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{output}");
+    drop((a, b));
+}
+
+#[test]
+fn two_processes_on_one_redis_execute_each_key_once() {
+    let redis = common::redis();
+    two_processes_on(&redis.url);
+}
+
+#[test]
+fn two_processes_on_one_postgres_execute_each_key_once() {
+    let postgres = common::postgres();
+    two_processes_on(&postgres.url);
+}
