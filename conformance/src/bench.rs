@@ -24,8 +24,8 @@ pub struct BenchConfig {
 /// One phase's numbers.
 #[derive(Clone, Debug)]
 pub struct PhaseResult {
-    /// `fresh keys` or `replays`.
-    pub label: &'static str,
+    /// What was measured: the baseline, or a store's fresh keys or replays.
+    pub label: String,
     /// Requests answered as expected.
     pub requests: u64,
     /// Requests answered otherwise, or failed.
@@ -47,26 +47,95 @@ impl PhaseResult {
 
 const BODY: &str = r#"{"amount":4200,"currency":"eur"}"#;
 
-/// Runs both phases against a fresh in-process reference server.
-pub async fn run(config: BenchConfig) -> Result<Vec<PhaseResult>, String> {
-    let server = Server::start(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        ServerConfig {
-            delay: config.delay,
-            ..ServerConfig::default()
-        },
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let fresh = phase(server.addr(), config, "fresh keys", false).await?;
-    let replays = phase(server.addr(), config, "replays", true).await?;
-    Ok(vec![fresh, replays])
+/// Runs the baseline (the same handler with no idempotency), then both phases against a
+/// fresh in-process reference server on each store (`None`: memory; else a `--store` URL).
+pub async fn run(
+    config: BenchConfig,
+    stores: &[Option<String>],
+) -> Result<Vec<PhaseResult>, String> {
+    let baseline = Baseline::start(config.delay).await?;
+    let mut out = vec![
+        phase(
+            baseline.addr,
+            config,
+            "no idempotency (baseline)".into(),
+            false,
+        )
+        .await?,
+    ];
+    drop(baseline);
+    for store in stores {
+        let server = Server::start(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            ServerConfig {
+                delay: config.delay,
+                store: store.clone(),
+                ..ServerConfig::default()
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let name = store
+            .as_deref()
+            .map_or_else(|| "memory".to_owned(), crate::store::shown);
+        out.push(phase(server.addr(), config, format!("{name}: fresh keys"), false).await?);
+        out.push(phase(server.addr(), config, format!("{name}: replays"), true).await?);
+    }
+    Ok(out)
+}
+
+/// The baseline: a server with the demo handler's work (read the body, wait the delay,
+/// answer 201 with a small JSON body) and no idempotency at all.
+struct Baseline {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Baseline {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Baseline {
+    async fn start(delay: Duration) -> Result<Baseline, String> {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| async move {
+                            let _ = req.into_body().collect().await;
+                            if !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
+                            hyper::Response::builder()
+                                .status(201)
+                                .header(hyper::header::CONTENT_TYPE, "application/json")
+                                .body(Full::new(Bytes::from_static(
+                                    br#"{"id":"ord_000001","execution":1}"#,
+                                )))
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Baseline { addr, task })
+    }
 }
 
 async fn phase(
     addr: SocketAddr,
     config: BenchConfig,
-    label: &'static str,
+    label: String,
     replay: bool,
 ) -> Result<PhaseResult, String> {
     let started = Instant::now();

@@ -275,6 +275,10 @@ struct BenchArgs {
     /// The handler's delay in milliseconds.
     #[arg(long, default_value_t = 0)]
     delay_ms: u64,
+    /// A store to measure (repeatable; all in one run, side by side): memory (the default),
+    /// redis://HOST:PORT or postgres://USER@HOST:PORT/DB.
+    #[arg(long, value_name = "URL")]
+    store: Vec<String>,
 }
 
 /// Parses the process arguments, runs the command, and returns the exit code.
@@ -753,9 +757,17 @@ async fn bench(a: BenchArgs) -> Result<u8, Failure> {
         config.duration.as_secs_f64(),
         a.delay_ms
     );
-    for r in bench::run(config).await.map_err(harness)? {
+    let mut stores: Vec<Option<String>> = Vec::new();
+    for url in &a.store {
+        crate::store::RefStore::check(url)?;
+        stores.push((url != "memory").then(|| url.clone()));
+    }
+    if stores.is_empty() {
+        stores.push(None);
+    }
+    for r in bench::run(config, &stores).await.map_err(harness)? {
         println!(
-            "{:<11} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} unexpected",
+            "{:<40} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} unexpected",
             r.label,
             r.rps(),
             r.p50.as_secs_f64() * 1e3,
