@@ -112,6 +112,22 @@ fn usage_errors_exit_3() {
         &["run", "ftp://127.0.0.1/orders"],
         &["run", "http://127.0.0.1:9/orders", "--fault", "no-lock"],
         &["serve", "--key-ttl", "1", "--response-ttl", "2"],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "mysql://127.0.0.1/x",
+        ],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--fault",
+            "no-lock",
+            "--store",
+            "redis://127.0.0.1:9",
+        ],
         &["frobnicate"],
         &[],
     ] {
@@ -343,7 +359,11 @@ fn bench_prints_requests_per_second() {
     let o = run(&["bench", "--seconds", "0.3", "--connections", "2"]);
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
     let out = text(&o.stdout);
-    for phase in ["fresh keys", "replays"] {
+    for phase in [
+        "no idempotency (baseline)",
+        "memory: fresh keys",
+        "memory: replays",
+    ] {
         let line = out
             .lines()
             .find(|l| l.starts_with(phase))
@@ -353,6 +373,9 @@ fn bench_prints_requests_per_second() {
             "{line}"
         );
     }
+    // An unknown store is a usage error.
+    let o = run(&["bench", "--seconds", "0.1", "--store", "mysql://x"]);
+    assert_eq!(code(&o), 3, "{}", text(&o.stderr));
 }
 
 /// Starts `serve` with `args` and returns it with the first line it printed for each of
