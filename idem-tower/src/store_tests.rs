@@ -76,9 +76,9 @@ fn unique(label: &str) -> String {
     format!("{label}-{:016x}", crate::drive::nonce())
 }
 
-/// `n` claims of one key, as the engine writes them: each an in-flight record with a
-/// version of its own.
-fn claims(key: &str, n: usize) -> Vec<Write> {
+/// `n` claims of one key (single tenant, `POST /orders`), as the engine writes them: each
+/// an in-flight record with a version of its own.
+pub fn claims(key: &str, n: usize) -> Vec<Write> {
     let policy = Policy::new(Engine::default());
     (0..n)
         .map(|_| {
@@ -160,9 +160,7 @@ where
         let writes = claims(&unique("cas"), 32);
         let key = writes[0].key.clone();
         let results = race(&stores, writes.clone()).await;
-        let won: Vec<usize> = (0..results.len())
-            .filter(|&i| results[i] == Applied::Applied)
-            .collect();
+        let won = applied(&results);
         assert_eq!(
             won.len(),
             1,
@@ -179,20 +177,25 @@ where
             .map(|(_, w)| with_precondition(w, Precondition::Version(version_of(winner))))
             .collect();
         let done = race(&stores, updates.clone()).await;
-        let applied: Vec<usize> = (0..done.len())
-            .filter(|&i| done[i] == Applied::Applied)
-            .collect();
+        let updated = applied(&done);
         assert_eq!(
-            applied.len(),
+            updated.len(),
             1,
             "round {round}: {} of 31 updates applied",
-            applied.len()
+            updated.len()
         );
         let after = load(&*stores[stores.len() - 1], &key)
             .await
             .expect("a record");
-        assert_eq!(after.version, version_of(&updates[applied[0]]));
+        assert_eq!(after.version, version_of(&updates[updated[0]]));
     }
+}
+
+/// The indices of the writes that were applied.
+fn applied(results: &[Applied]) -> Vec<usize> {
+    (0..results.len())
+        .filter(|&i| results[i] == Applied::Applied)
+        .collect()
 }
 
 /// Applies the writes at once, spread over the stores, each in a task of its own.

@@ -76,10 +76,11 @@ async fn redis_records_are_hash_tagged_hashes_with_the_keys_retention_as_ttl() {
         store.redis_key(&key),
         format!("app:{{{}}}", key.storage_key())
     );
-    let writes = claim_write(&key);
+    let write = idem_tower::store_tests::claims("k1", 1).remove(0);
+    assert_eq!(write.key, key);
     assert_eq!(
         store
-            .apply(idem_core::UnixMillis::now(), writes)
+            .apply(idem_core::UnixMillis::now(), write)
             .await
             .expect("apply"),
         idem_core::Applied::Applied
@@ -96,31 +97,4 @@ async fn redis_records_are_hash_tagged_hashes_with_the_keys_retention_as_ttl() {
         .expect("pttl");
     // The claim's retention is the key's: 7 days by default, far beyond a lease or a response.
     assert!(ttl > 6 * 86_400_000, "pttl {ttl}");
-}
-
-fn claim_write(key: &idem_core::RecordKey) -> idem_core::Write {
-    use idem_core::{Engine, Policy, Step, UnixMillis, Waiters};
-    let policy = Policy::new(Engine::default());
-    let quoted = format!("\"{}\"", key.key);
-    let keys: [&[u8]; 1] = [quoted.as_bytes()];
-    let intake = idem_core::Intake {
-        principal: None,
-        method: "POST",
-        route: "/orders",
-        target: "/orders",
-        keys: &keys,
-        low_water: None,
-        content_type: None,
-        headers: &[],
-        body: b"",
-    };
-    let mut request = policy.request(&intake, 42);
-    let mut waiters = Waiters::default();
-    let now = UnixMillis::now();
-    assert_eq!(request.poll(now, &mut waiters), Step::Claim);
-    request.handle_record(now, None, &mut waiters);
-    match request.poll(now, &mut waiters) {
-        Step::Apply(w) => w,
-        other => panic!("{other:?}"),
-    }
 }
