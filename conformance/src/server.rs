@@ -480,6 +480,7 @@ impl Server {
         let layers = match config.fault {
             Some(_) => None,
             None => {
+                crash_quietly();
                 let layer = |policy: &Policy, route: Route| {
                     IdempotencyLayer::builder(Arc::clone(&store))
                         .policy(policy.clone())
@@ -1229,7 +1230,6 @@ async fn layered(
 ) -> Reply {
     use tower_layer::Layer as _;
     use tower_service::Service as _;
-    crash_quietly();
     let mut service = layer.layer(Handler { state });
     let response = match service.call(req).await {
         Ok(r) => r,

@@ -17,6 +17,26 @@ pub enum RefStore {
     Postgres(PostgresStore),
 }
 
+/// The stores a URL can name.
+enum Kind {
+    Memory,
+    Redis,
+    Postgres,
+}
+
+fn kind(url: &str) -> Result<Kind, String> {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    match (url, scheme) {
+        ("memory", _) => Ok(Kind::Memory),
+        (_, Some("redis" | "rediss")) => Ok(Kind::Redis),
+        (_, Some("postgres" | "postgresql")) => Ok(Kind::Postgres),
+        _ => Err(format!(
+            "--store {}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB",
+            shown(url)
+        )),
+    }
+}
+
 /// The key of the shared execution count in Redis.
 const REDIS_COUNT: &str = "idem-conformance:executions";
 
@@ -43,63 +63,40 @@ fn error(e: impl fmt::Display) -> RefStoreError {
 }
 
 impl RefStore {
-    /// Whether `url` names a store: `memory`, `redis://…` or `postgres://…`.
+    /// Which store `url` names: `memory`, `redis://…` or `postgres://…`.
     pub fn check(url: &str) -> Result<(), String> {
-        let known = [
-            "memory",
-            "redis://",
-            "rediss://",
-            "postgres://",
-            "postgresql://",
-        ];
-        if known
-            .iter()
-            .any(|k| url == *k || (k.ends_with("//") && url.starts_with(k)))
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "--store {url:?}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB"
-            ))
-        }
+        kind(url).map(|_| ())
     }
 
-    /// A store for `url`: `memory` (the default), `redis://…` or `postgres://…`. A Postgres
-    /// store runs its migration and creates the execution count.
+    /// A store for `url` (`None`: memory). A Postgres store runs its migration and creates
+    /// the execution count. Errors show the URL without its password.
     pub async fn open(url: Option<&str>, memory: MemoryStore) -> Result<RefStore, String> {
-        match url {
-            None | Some("memory") => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
-            Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => {
-                let client = redis::Client::open(u).map_err(|e| format!("--store {u}: {e}"))?;
+        let Some(u) = url else {
+            return Ok(RefStore::Memory(memory, AtomicU64::new(0)));
+        };
+        let failed = |e: &dyn fmt::Display| format!("--store {}: {e}", shown(u));
+        match kind(u)? {
+            Kind::Memory => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
+            Kind::Redis => {
+                let client = redis::Client::open(u).map_err(|e| failed(&e))?;
                 let conn = redis::aio::ConnectionManager::new(client)
                     .await
-                    .map_err(|e| format!("--store {u}: {e}"))?;
+                    .map_err(|e| failed(&e))?;
                 Ok(RefStore::Redis(RedisStore::new(conn.clone()), conn))
             }
-            Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
-                let store =
-                    PostgresStore::connect(u, 64).map_err(|e| format!("--store {u}: {e}"))?;
-                store
-                    .migrate()
-                    .await
-                    .map_err(|e| format!("--store {u}: {e}"))?;
-                let client = store
-                    .pool()
-                    .get()
-                    .await
-                    .map_err(|e| format!("--store {u}: {e}"))?;
+            Kind::Postgres => {
+                let store = PostgresStore::connect(u, 64).map_err(|e| failed(&e))?;
+                store.migrate().await.map_err(|e| failed(&e))?;
+                let client = store.pool().get().await.map_err(|e| failed(&e))?;
                 client
                     .batch_execute(
                         "CREATE TABLE IF NOT EXISTS idem_conformance_executions (one boolean PRIMARY KEY DEFAULT true, n bigint NOT NULL);
                          INSERT INTO idem_conformance_executions (n) VALUES (0) ON CONFLICT DO NOTHING;",
                     )
                     .await
-                    .map_err(|e| format!("--store {u}: {e}"))?;
+                    .map_err(|e| failed(&e))?;
                 Ok(RefStore::Postgres(store))
             }
-            Some(u) => Err(format!(
-                "--store {u:?}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB"
-            )),
         }
     }
 
@@ -201,6 +198,8 @@ pub fn shown(url: &str) -> String {
             u.to_string()
         }
         Ok(u) => u.to_string(),
+        // Without an `@` there is no password to hide.
+        Err(_) if !url.contains('@') => url.to_owned(),
         Err(_) => "(an unparsable URL)".to_owned(),
     }
 }

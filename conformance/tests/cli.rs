@@ -1,9 +1,11 @@
 //! The command line, as a user runs it: exit codes, reports on disk, usage errors, TLS,
 //! credentials kept out of reports, progress on long waits.
 
+mod served;
+
 use quick_xml::events::Event;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use served::{serve, word_after};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn bin() -> Command {
@@ -307,21 +309,8 @@ fn a_failing_server_exits_1_and_a_passing_selection_exits_0() {
 
 #[test]
 fn run_against_a_separately_served_reference_server() {
-    let mut child = bin()
-        .args(["serve", "--listen", "127.0.0.1:0", "--delay-ms", "50"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the banner");
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the banner names the URL")
-        .to_owned();
+    let (_served, lines) = serve(&["--delay-ms", "50"], 1);
+    let url = word_after(&lines[0], "http://").to_owned();
     let o = run(&[
         "run",
         &format!("{url}/orders"),
@@ -343,8 +332,6 @@ fn run_against_a_separately_served_reference_server() {
         "1",
         "--quiet",
     ]);
-    let _ = child.kill();
-    let _ = child.wait();
     assert_eq!(code(&o), 0, "{}", text(&o.stdout));
     let out = text(&o.stdout);
     assert!(out.contains("confidence high"), "{out}");
@@ -376,44 +363,6 @@ fn bench_prints_requests_per_second() {
     // An unknown store is a usage error.
     let o = run(&["bench", "--seconds", "0.1", "--store", "mysql://x"]);
     assert_eq!(code(&o), 3, "{}", text(&o.stderr));
-}
-
-/// Starts `serve` with `args` and returns it with the first line it printed for each of
-/// `lines` (the banner, and for --tls the CA line).
-fn serve(args: &[&str], lines: usize) -> (Served, Vec<String>) {
-    let mut child = bin()
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let served = Served(child);
-    let mut got = Vec::new();
-    for _ in 0..lines {
-        let mut line = String::new();
-        out.read_line(&mut line).expect("a line");
-        got.push(line);
-    }
-    (served, got)
-}
-
-/// A served reference server, stopped when dropped (also when the test fails).
-struct Served(std::process::Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn word_after<'a>(line: &'a str, prefix: &str) -> &'a str {
-    line.split_whitespace()
-        .find(|w| w.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix} in {line:?}"))
 }
 
 #[test]

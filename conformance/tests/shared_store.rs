@@ -8,51 +8,35 @@
 
 #[path = "../../idem-tower/tests/common/mod.rs"]
 mod common;
+mod served;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use served::Served;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const CONCURRENCY: usize = 64;
 const ROUNDS: usize = 160;
 
-/// A served reference server, stopped when dropped (also when the test fails).
-struct Served(std::process::Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(store: &str) -> (Served, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idem-conformance"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--delay-ms",
-            "50",
-            "--store",
-            store,
-        ])
-        .args(["--response-ttl", "1", "--key-ttl", "2", "--lease", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the banner");
-    let served = Served(child);
-    let port = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://127.0.0.1:"))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+/// `serve` on `store`, with short retention, lease and handler delay; its port.
+fn serve_on(store: &str) -> (Served, u16) {
+    let args = [
+        "--delay-ms",
+        "50",
+        "--store",
+        store,
+        "--response-ttl",
+        "1",
+        "--key-ttl",
+        "2",
+        "--lease",
+        "1",
+    ];
+    let (served, lines) = served::serve(&args, 1);
+    let port = served::word_after(&lines[0], "http://127.0.0.1:")
+        .trim_start_matches("http://127.0.0.1:")
+        .parse()
+        .unwrap_or_else(|_| panic!("no port in {:?}", lines[0]));
     (served, port)
 }
 
@@ -103,8 +87,8 @@ fn two_processes_on(store: &str) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let (a, port_a) = serve(store);
-    let (b, port_b) = serve(store);
+    let (a, port_a) = serve_on(store);
+    let (b, port_b) = serve_on(store);
     let (port, counts) = proxy(vec![port_a, port_b], &runtime);
     let url = format!("http://127.0.0.1:{port}");
     let json = std::env::temp_dir().join(format!("idem-shared-{}-{port}.json", std::process::id()));

@@ -541,7 +541,11 @@ where
                     None => internal("the request machine has no reply"),
                 })
             }
-            other => return Ok(internal(&format!("unexpected step {other:?}"))),
+            other => {
+                // The step's text stays in the log: `plain` bodies carry fixed text only.
+                tracing::error!(step = ?other, "idempotency: unexpected step before the handler ran");
+                return Ok(internal("the request machine asked for an unexpected step"));
+            }
         }
     };
     let record = machine.key().clone();
@@ -595,13 +599,13 @@ where
 }
 
 /// A 500 problem for a state the request machine should never be in.
-fn internal<B>(detail: &str) -> Response<OuterBody<B>> {
+fn internal<B>(detail: &'static str) -> Response<OuterBody<B>> {
     plain(500, "Internal Server Error", detail)
 }
 
 /// An `about:blank` problem (RFC 9457) for what idem-core has no type for. `title` and
-/// `detail` are this crate's own ASCII text, with nothing to escape.
-fn plain<B>(status: u16, title: &str, detail: &str) -> Response<OuterBody<B>> {
+/// `detail` are this crate's own fixed ASCII text, with nothing to escape.
+fn plain<B>(status: u16, title: &'static str, detail: &'static str) -> Response<OuterBody<B>> {
     let body = format!(
         r#"{{"type":"about:blank","title":"{title}","status":{status},"detail":"{detail}"}}"#
     );

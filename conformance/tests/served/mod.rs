@@ -1,0 +1,43 @@
+//! A `serve` process for the tests that run the binary, stopped when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+/// Starts `serve` with `args` and returns it with the first line it printed for each of
+/// `lines` (the banner, and for --tls the CA line).
+pub(crate) fn serve(args: &[&str], lines: usize) -> (Served, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem-conformance"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let served = Served(child);
+    let mut got = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        out.read_line(&mut line).expect("a line");
+        got.push(line);
+    }
+    (served, got)
+}
+
+/// A served reference server, stopped when dropped (also when the test fails).
+pub(crate) struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The word of `line` that starts with `prefix`.
+pub(crate) fn word_after<'a>(line: &'a str, prefix: &str) -> &'a str {
+    line.split_whitespace()
+        .find(|w| w.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {line:?}"))
+}
