@@ -62,7 +62,8 @@ async function serve(idem, skip, req, res, next) {
       key,
       lowWater: req.get("idempotency-low-water"),
       contentType: req.get("content-type"),
-      headers: flatRequestHeaders(req),
+      // Node's header record (lower-case names); only the fingerprint headers are read.
+      headers: req.headers,
       body,
     },
     (context) => {
@@ -73,13 +74,6 @@ async function serve(idem, skip, req, res, next) {
     },
   );
   send(res, reply, idem, req);
-}
-
-/** The request headers as [name, value] pairs, for the fingerprint headers. */
-function flatRequestHeaders(req) {
-  const out = [];
-  for (let i = 0; i < req.rawHeaders.length; i += 2) out.push([req.rawHeaders[i], req.rawHeaders[i + 1]]);
-  return out;
 }
 
 /** Reads the request body while the engine allows its size: the bytes, or (the rest left

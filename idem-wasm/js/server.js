@@ -22,6 +22,8 @@ import { flatHeaders, listText, random32, rangeError, sleep, takeReply } from ".
 /** The options this file reads itself; the engine options are read by the module. */
 const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+/** An HTTP field name (RFC 9110 token). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const EMPTY = new Uint8Array(0);
 
 let events = null;
@@ -83,7 +85,7 @@ function checkOptions(options) {
   if (options.principal !== "none" && typeof options.principal !== "function") {
     throw rangeError("IDEM-SCOPE-3", PRINCIPAL_HELP);
   }
-  if (options.keyHeader !== undefined && (typeof options.keyHeader !== "string" || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(options.keyHeader))) {
+  if (options.keyHeader !== undefined && (typeof options.keyHeader !== "string" || !HEADER_NAME.test(options.keyHeader))) {
     throw rangeError("IDEM-JS-1", "options.keyHeader must be a header name");
   }
   for (const fn of ["route", "onEvent", "now", "problem"]) {
@@ -149,7 +151,7 @@ export class Idempotency {
     this.#keyHeader = (options.keyHeader ?? "idempotency-key").toLowerCase();
     this.#problem = options.problem ?? null;
     const clientHeader = options.timeKeys?.clientHeader;
-    if (clientHeader !== undefined && (typeof clientHeader !== "string" || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(clientHeader))) {
+    if (clientHeader !== undefined && (typeof clientHeader !== "string" || !HEADER_NAME.test(clientHeader))) {
       throw rangeError("IDEM-JS-1", "options.timeKeys.clientHeader must be a header name");
     }
     this.#clientHeader = options.keyKind === "unix-time" ? clientHeader?.toLowerCase() : undefined;
@@ -420,15 +422,21 @@ export class Idempotency {
         if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
         const context = {
           key: engine.key(slot),
-          storageKey: engine.storageKey(slot),
           recovered: engine.recovered(slot),
           fence: engine.fence(slot),
           leaseExpires: engine.leaseExpires(slot),
           extend: () => this.#extend(request, context),
         };
-        // Not enumerable: the handler's context, not part of its data.
-        Object.defineProperty(context, "finish", {
-          value: (ran, status, headers, body) => this.#finish(request, ran, status, headers, body),
+        // Not enumerable: the handler's context, not part of its data. The record's storage
+        // key is read only by a handler that asks for it (PostgresStore#transaction).
+        Object.defineProperties(context, {
+          finish: { value: (ran, status, headers, body) => this.#finish(request, ran, status, headers, body) },
+          storageKey: {
+            get: () => {
+              if (request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
+              return engine.storageKey(slot);
+            },
+          },
         });
         return await execute(context);
       }
@@ -579,12 +587,12 @@ export function withIdempotency(handler, options) {
   // An Idempotency of its own, or one the caller also uses (to issue tokens, open sessions).
   const idem = options instanceof Idempotency ? options : new Idempotency(options);
   const route = options.route ?? null;
+  const answer = (reply) => idem.responseOf(reply);
   return async function idempotent(request, ...rest) {
     const method = request.method;
     const headers = request.headers;
     const key = idem.keyOf(headers.get(idem.keyHeader), headers);
     if (!idem.protects(method, key !== null)) return handler(request, ...rest);
-    const answer = (reply) => idem.responseOf(reply);
     const length = headers.get("content-length");
     const tooLarge = length === null ? undefined : idem.refuseBody(Number(length));
     if (tooLarge !== undefined) return idem.serve(tooLarge, answer);
