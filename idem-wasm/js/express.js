@@ -39,9 +39,9 @@ async function serve(idem, skip, req, res, next) {
   if (!idem.protects(req.method, key !== null)) return next();
   const length = req.get("content-length");
   const tooLarge = length === undefined ? undefined : idem.refuseBody(Number(length));
-  if (tooLarge !== undefined) return send(res, await idem.serve(tooLarge, (reply) => reply), idem, req);
+  if (tooLarge !== undefined) return send(res, await idem.serve(tooLarge, (reply) => reply), idem);
   const body = await readBody(req, idem);
-  if (typeof body === "number") return send(res, await idem.serve(body, (reply) => reply), idem, req);
+  if (typeof body === "number") return send(res, await idem.serve(body, (reply) => reply), idem);
   req.rawBody = body;
   if (/^application\/([\w.+-]+\+)?json\b/i.test(req.get("content-type") ?? "") && body.byteLength > 0) {
     try {
@@ -73,7 +73,7 @@ async function serve(idem, skip, req, res, next) {
       return captured;
     },
   );
-  send(res, reply, idem, req);
+  send(res, reply, idem);
 }
 
 /** Reads the request body while the engine allows its size: the bytes, or (the rest left
@@ -138,10 +138,10 @@ function capture(res) {
 }
 
 /** Sends the engine's reply (the stored answer, a replay or a refusal). */
-async function send(res, reply, idem, req) {
-  const refusal = !reply.replayed && reply.status >= 400 && req.idempotency === undefined;
-  if (refusal) {
-    const mapped = idem.responseOf(reply);
+async function send(res, reply, idem) {
+  // The engine's refusals go through the problem hook; replays and the app's answers never do.
+  const mapped = idem.mappedRefusal(reply);
+  if (mapped !== undefined) {
     reply = { status: mapped.status, headers: [...mapped.headers].flat(), body: new Uint8Array(await mapped.arrayBuffer()) };
   }
   res.statusCode = reply.status;

@@ -173,20 +173,24 @@ export class Idempotency {
   }
 
   /** The engine's reply `{ status, headers, body, replayed }` as a Fetch Response: a refusal
-   * (an answer of the engine's own, not a replay) through `options.problem` when given, which
-   * maps the RFC 9457 problem to the host's own error format. */
+   * through `options.problem` when given (see `mappedRefusal`). */
   responseOf(reply) {
-    if (this.#problem !== null && !reply.replayed && reply.status >= 400) {
-      let problem;
-      try {
-        problem = JSON.parse(textDecoder.decode(reply.body));
-      } catch {
-        problem = { status: reply.status };
-      }
-      const mapped = this.#problem(problem, reply);
-      if (mapped instanceof Response) return mapped;
+    return this.mappedRefusal(reply) ?? toResponse(reply);
+  }
+
+  /** For a refusal of the engine's own (not a replay, not the handler's answer), the
+   * Response `options.problem` maps its RFC 9457 problem to, in the host's own error
+   * format; undefined when there is no such hook or the reply is not a refusal. */
+  mappedRefusal(reply) {
+    if (this.#problem === null || reply.replayed || reply.executed || reply.status < 400) return undefined;
+    let problem;
+    try {
+      problem = JSON.parse(textDecoder.decode(reply.body));
+    } catch {
+      problem = { status: reply.status };
     }
-    return toResponse(reply);
+    const mapped = this.#problem(problem, reply);
+    return mapped instanceof Response ? mapped : undefined;
   }
 
   /** The `route` option: how `withIdempotency` names a request's route. */
@@ -238,7 +242,9 @@ export class Idempotency {
    * `Idempotency-Low-Water` header value of a counter client, `headers` a Headers object,
    * pair list or record (only the fingerprint headers are read) and `body` a Uint8Array.
    * `run(context)` executes the handler and returns `{ status, headers?, body? }`. Resolves
-   * to `{ status, headers, body, replayed }` with headers as a flat `[name, value, …]` list.
+   * to `{ status, headers, body, replayed, executed }` with headers as a flat
+   * `[name, value, …]` list; `executed` is true for the answer of `run`, false for the
+   * engine's own (a replay or a refusal).
    */
   async handle(input, run) {
     const target = input.target;
@@ -274,7 +280,7 @@ export class Idempotency {
       // The memory store answers at once; other stores answer with a promise.
       const stored = context.finish(Ran.Answered, out.status, headers, body);
       if (typeof stored !== "boolean") await stored;
-      return { status: out.status, headers, body, replayed: false };
+      return { status: out.status, headers, body, replayed: false, executed: true };
     });
   }
 
@@ -542,6 +548,7 @@ function isReplay(headers) {
 }
 
 function plainReply(reply) {
+  reply.executed = false;
   return reply;
 }
 

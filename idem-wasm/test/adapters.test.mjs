@@ -356,6 +356,15 @@ for (const [name, make] of [
       assert.equal(mismatch.status, 422);
       assert.equal((await mismatch.json()).error.code, "key-reuse-mismatch");
       assert.equal(app.state.count, 1);
+      // The app's own 4xx answer, and its replay, are never mapped: only the engine's refusals.
+      const other = fresh();
+      for (const replay of [false, true]) {
+        const own = await post(server.url, { key: other, header: "x-request-key", body: "[1,2,3]" });
+        assert.equal(own.status, 400);
+        assert.equal(own.headers.get("idempotent-replayed"), replay ? "true" : null);
+        assert.deepEqual(await own.json(), { error: "invalid order" });
+      }
+      assert.equal(app.state.count, 2);
     });
   });
 }

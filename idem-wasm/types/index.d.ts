@@ -199,6 +199,9 @@ export interface PlainReply {
   headers: string[];
   body: Uint8Array;
   replayed: boolean;
+  /** True for the answer of `run` (the handler ran), false for the engine's own (a replay
+   * or a refusal). */
+  executed: boolean;
 }
 
 /** The engine bound to a store; `withIdempotency` is built on it. */
@@ -215,6 +218,8 @@ export class Idempotency<R = PlainRequest> {
   readonly keyHeader: string;
   /** The engine's reply as a Response (refusals through `options.problem`). */
   responseOf(reply: PlainReply): Response;
+  /** A refusal of the engine's own mapped by `options.problem`, or undefined. */
+  mappedRefusal(reply: PlainReply): Response | undefined;
   /** Issues and stores a one-time token (`keyKind: "token"`) for the caller of `request`,
    * to spend on `method` (default POST) to `route`. */
   issueToken(request: R, target: { route: string; method?: string }): Promise<{ token: string; expires: number }>;
