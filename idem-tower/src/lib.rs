@@ -370,12 +370,12 @@ where
 }
 
 /// A response with `body` and `status`, and `headers`.
-fn response<'h, B>(
+fn response<'h>(
     status: u16,
     headers: impl Iterator<Item = (&'h str, &'h str)>,
     body: Bytes,
-) -> Response<OuterBody<B>> {
-    let mut out = Response::new(Either::Left(Full::new(body)));
+) -> Response<Full<Bytes>> {
+    let mut out = Response::new(Full::new(body));
     *out.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let map = out.headers_mut();
     for (name, value) in headers {
@@ -391,6 +391,13 @@ fn response<'h, B>(
 
 /// The engine's reply (a replay or a refusal) as a response.
 fn reply_response<B>(reply: &idem_core::Reply) -> Response<OuterBody<B>> {
+    render(reply).map(Either::Left)
+}
+
+/// An engine reply as the layer sends it: its status, headers and body. For endpoints a
+/// service writes itself beside the layer (a counter session, a token issuer), so that their
+/// refusals are the same `application/problem+json` as the layer's.
+pub fn render(reply: &idem_core::Reply) -> Response<Full<Bytes>> {
     response(
         reply.status(),
         reply.headers(),
@@ -614,4 +621,5 @@ fn plain<B>(status: u16, title: &'static str, detail: &'static str) -> Response<
         [("content-type", "application/problem+json")].into_iter(),
         Bytes::from(body),
     )
+    .map(Either::Left)
 }

@@ -344,3 +344,24 @@ fn a_layer_without_a_principal_is_refused_when_built() {
     let built = IdempotencyLayer::builder(MemoryStore::default()).build();
     assert_eq!(built.err(), Some(BuildError::NoPrincipal));
 }
+
+#[tokio::test]
+async fn render_sends_an_engine_refusal_as_the_layer_does() {
+    // An endpoint beside the layer (a token issuer, a counter session) answers its own
+    // refusals with the same problem+json.
+    let refusal = idem_core::Refusal::new(idem_core::Problem::STORE_FULL, "no room");
+    let response = idem_tower::render(&refusal.reply());
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(
+        response.headers().get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/problem+json"[..])
+    );
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_else(|never| match never {});
+    let problem: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(problem["type"], "urn:idem:problem:store-full");
+    assert_eq!(problem["detail"], "no room");
+    assert_eq!(problem["status"], 503);
+}
