@@ -258,7 +258,7 @@ struct ServeArgs {
     counter_window: Option<u32>,
     /// Where the records live: memory (one process), or redis://HOST:PORT or
     /// postgres://USER@HOST:PORT/DB, which several server processes can share (the count of
-    /// executions at GET /count is shared too). Faults need the memory store.
+    /// executions at GET /count is shared too). Faults wrap any store.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
 }

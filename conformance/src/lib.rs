@@ -4,8 +4,9 @@
 //! * [`suite`] runs the [`cases`] against a [`suite::Target`] and produces a
 //!   [`suite::Report`]; [`report`] renders it for a terminal, as JSON and as JUnit XML,
 //!   after [`secrets`] has taken every credential out of it.
-//! * [`server`] is the reference server: idem-core's engine over a `MemoryStore`, behind a
-//!   real HTTP/1.1 server, with deliberate [`server::Fault`]s that the suite must catch.
+//! * [`server`] is the reference server: an axum app with idem-tower's layer on a memory,
+//!   Redis or Postgres store, behind a real HTTP/1.1 server, with deliberate
+//!   [`server::Fault`]s, made around the layer, that the suite must catch.
 //! * [`http`] is the harness's bounded HTTP layer; [`mod@bench`] measures the reference server.
 //! * [`cli`] is the command line (`run`, `serve`, `bench`).
 //!

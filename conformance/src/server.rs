@@ -1,8 +1,6 @@
-//! The reference server: a real HTTP/1.1 server whose guarded endpoints go through
-//! idem-tower's layer (the correct server) on a memory, Redis or Postgres store, with one
-//! demo endpoint whose side effect can be observed. With a fault it drives idem-core's
-//! request machine ([`idem_core::Request`]) itself over the memory store, so that the
-//! defect can act from outside the machine.
+//! The reference server: a real HTTP/1.1 server, an axum app whose guarded endpoints go
+//! through idem-tower's layer on a memory, Redis or Postgres store, with one demo endpoint
+//! whose side effect can be observed.
 //!
 //! # Endpoints
 //!
@@ -31,32 +29,33 @@
 //! # Faults
 //!
 //! [`Fault`] names deliberate defects. Each is a small deviation from the correct server,
-//! made from outside the machine (the store it sees, the outcome it is told, the bytes that
-//! leave), so that the suite can show that the case aimed at it fails.
+//! made from outside the layer: a wrapper around the store it is given (what it reads, what
+//! is written), a middleware around it (what goes in, what comes out), or a configuration
+//! mistake (the engine's times, the fingerprint, the principal). The layer itself has no
+//! fault hooks, so the suite shows that the case aimed at each defect fails.
+
+mod faults;
 
 use crate::store::RefStore;
+use axum::body::Body;
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::{HeaderMap, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use idem_core::{
-    parse_opaque_lenient, Applied, AsyncStore, Config, Engine, FingerprintSpec, Intake, KeyError,
-    MemoryStore, MemoryStoreError, MemoryStoreLimits, Outcome, Policy, Precondition, Problem,
-    Record, RecordKey, RecordState, Refusal, RequestParts, Step, Store, StoreFailure,
-    StoredResponse, UnixMillis, Waiters, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER,
+    Applied, AsyncStore, Config, CounterConfig, Engine, FingerprintSpec, KeyKind,
+    MemoryStoreLimits, OpenStep, Policy, Problem, Refusal, Scope, StoreFailure, TimeKeyConfig,
+    TokenSecret, UnixMillis,
 };
-use idem_core::{
-    CounterConfig, Decision, KeyKind, OpenStep, RejectReason, Scope, TimeKeyConfig, TokenSecret,
-    LOW_WATER_HEADER, TOKEN_PREFIX,
-};
-use idem_tower::{IdempotencyContext, IdempotencyLayer, InnerBody};
-use std::borrow::Cow;
+use idem_tower::{render, IdempotencyContext, IdempotencyLayer};
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
@@ -225,7 +224,7 @@ pub struct ServerConfig {
     pub token_ttl: Duration,
     /// Where the records live: `None` for memory (one process), or `redis://…` or
     /// `postgres://…`, which several server processes can share (with the count of
-    /// executions). Faults need the memory store.
+    /// executions). Faults wrap whichever store it is.
     pub store: Option<String>,
 }
 
@@ -299,7 +298,7 @@ impl ServerConfig {
         };
         // A hundred years stands in for "never".
         let forever = Duration::from_secs(100 * 365 * 24 * 3600);
-        // (`LostLease` acts on the store: see `Faulty`.)
+        // (`LostLease` acts on the store: see `faults::FaultyStore`.)
         match self.fault {
             Some(Fault::Store5xx) => c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store,
             Some(Fault::ForgetEarly) => {
@@ -327,7 +326,7 @@ pub enum StartError {
     Keys(idem_core::KindConfigError),
     /// The store cannot be reached.
     Store(String),
-    /// Settings that do not go together (a fault on a shared store, an unknown store).
+    /// Settings that do not go together (an unknown store).
     Settings(String),
 }
 
@@ -355,6 +354,13 @@ enum Route {
 }
 
 impl Route {
+    const ALL: [Route; 4] = [
+        Route::Orders,
+        Route::Payments,
+        Route::Transfers,
+        Route::Checkout,
+    ];
+
     fn path(self) -> &'static str {
         match self {
             Route::Orders => ORDERS_PATH,
@@ -365,62 +371,29 @@ impl Route {
     }
 }
 
-struct State {
-    /// Opaque keys (or UUIDs with `uuid_keys`), for [`ORDERS_PATH`].
-    policy: Policy,
-    /// Time keys, for [`PAYMENTS_PATH`].
-    payments: Policy,
-    /// Counter keys, for [`TRANSFERS_PATH`].
+/// What the handlers share.
+struct App {
+    /// Counter keys, for opening sessions at [`SESSIONS_PATH`].
     transfers: Policy,
-    /// Tokens, for [`CHECKOUT_PATH`].
+    /// Tokens, for issuing them at [`TOKENS_PATH`].
     checkout: Policy,
     /// The records (and the count of executions).
     store: Arc<RefStore>,
-    /// Who waits for a record in flight, for the faulty servers, which drive the machine
-    /// themselves over the memory store (the correct server's layer keeps its own).
-    waiters: Mutex<Waiters>,
-    /// The correct server: idem-tower's layer per guarded route. `None` with a fault.
-    layers: Option<[IdempotencyLayer<Arc<RefStore>>; 4]>,
     config: ServerConfig,
-}
-
-impl State {
-    fn waiters(&self) -> MutexGuard<'_, Waiters> {
-        // The waiters hold no invariant a panic could break. Keep serving.
-        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn fault(&self, f: Fault) -> bool {
-        self.config.fault == Some(f)
-    }
-
-    fn layer(&self, route: Route) -> Option<&IdempotencyLayer<Arc<RefStore>>> {
-        let layers = self.layers.as_ref()?;
-        Some(&layers[route as usize])
-    }
-
-    fn policy(&self, route: Route) -> &Policy {
-        match route {
-            Route::Orders => &self.policy,
-            Route::Payments => &self.payments,
-            Route::Transfers => &self.transfers,
-            Route::Checkout => &self.checkout,
-        }
-    }
 }
 
 /// A running reference server. Dropping it stops the server and closes its connections.
 pub struct Server {
     addr: SocketAddr,
     task: JoinHandle<()>,
-    state: Arc<State>,
+    app: Arc<App>,
 }
 
 impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Server")
             .field("addr", &self.addr)
-            .field("fault", &self.state.config.fault)
+            .field("fault", &self.app.config.fault)
             .finish()
     }
 }
@@ -431,13 +404,16 @@ impl Server {
     pub async fn start(addr: SocketAddr, config: ServerConfig) -> Result<Server, StartError> {
         let engine = Engine::new(config.engine_config()).map_err(StartError::Config)?;
         let base = Policy::new(engine.clone())
-            .with_fingerprint(FingerprintSpec {
-                max_body: config.max_body,
-                ..FingerprintSpec::default()
-            })
+            .with_fingerprint(faults::fingerprint(
+                config.fault,
+                FingerprintSpec {
+                    max_body: config.max_body,
+                    ..FingerprintSpec::default()
+                },
+            ))
             .with_methods(["POST"]);
         let kind = |kind: KeyKind| base.clone().with_keys(kind).map_err(StartError::Keys);
-        let policy = if config.uuid_keys {
+        let orders = if config.uuid_keys {
             kind(KeyKind::Uuid(None))?
         } else {
             base.clone()
@@ -456,19 +432,17 @@ impl Server {
         }
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).map_err(|e| StartError::Bind(std::io::Error::other(e)))?;
-        let payments = kind(KeyKind::Time(time_keys))?;
-        let transfers = kind(KeyKind::Counter(config.counter))?;
-        let checkout = kind(KeyKind::Token {
-            secret: TokenSecret(secret),
-            ttl: config.token_ttl.min(key_ttl),
-        })?;
+        let policies = [
+            orders,
+            kind(KeyKind::Time(time_keys))?,
+            kind(KeyKind::Counter(config.counter))?,
+            kind(KeyKind::Token {
+                secret: TokenSecret(secret),
+                ttl: config.token_ttl.min(key_ttl),
+            })?,
+        ];
         if let Some(url) = &config.store {
             RefStore::check(url).map_err(StartError::Settings)?;
-            if config.fault.is_some() && url != "memory" {
-                return Err(StartError::Settings(
-                    "the faults act on the memory store: leave --store out with --fault".into(),
-                ));
-            }
         }
         let store = RefStore::open(
             config.store.as_deref(),
@@ -476,41 +450,29 @@ impl Server {
         )
         .await
         .map_err(StartError::Store)?;
-        let store = Arc::new(store);
-        let layers = match config.fault {
-            Some(_) => None,
-            None => {
-                crash_quietly();
-                let layer = |policy: &Policy, route: Route| {
-                    IdempotencyLayer::builder(Arc::clone(&store))
-                        .policy(policy.clone())
-                        .principal(|parts| Some(principal_of(&parts.headers)))
-                        .route(move |_| route.path().to_owned())
-                        .build()
-                        .map_err(|e| StartError::Store(e.to_string()))
-                };
-                Some([
-                    layer(&policy, Route::Orders)?,
-                    layer(&payments, Route::Payments)?,
-                    layer(&transfers, Route::Transfers)?,
-                    layer(&checkout, Route::Checkout)?,
-                ])
+        let app = Arc::new(App {
+            transfers: policies[Route::Transfers as usize].clone(),
+            checkout: policies[Route::Checkout as usize].clone(),
+            store: Arc::new(store),
+            config,
+        });
+        crash_quietly();
+        let router = match app.config.fault {
+            None => router(&app, &policies, &Arc::clone(&app.store)),
+            Some(fault) => {
+                let store = faults::FaultyStore::new(Arc::clone(&app.store), fault);
+                router(&app, &policies, &store)
             }
         };
         let listener = TcpListener::bind(addr).await.map_err(StartError::Bind)?;
         let addr = listener.local_addr().map_err(StartError::Bind)?;
-        let state = Arc::new(State {
-            policy,
-            payments,
-            transfers,
-            checkout,
-            store,
-            waiters: Mutex::new(Waiters::default()),
-            layers,
-            config,
-        });
-        let task = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
-        Ok(Server { addr, task, state })
+        let tls = app
+            .config
+            .tls
+            .as_ref()
+            .map(|identity| tokio_rustls::TlsAcceptor::from(identity.server_config()));
+        let task = tokio::spawn(accept_loop(listener, tls, router));
+        Ok(Server { addr, task, app })
     }
 
     /// The address it listens on.
@@ -520,7 +482,7 @@ impl Server {
 
     /// `http://ADDR` (or `https://ADDR`), without a trailing slash.
     pub fn base_url(&self) -> String {
-        let scheme = if self.state.config.tls.is_some() {
+        let scheme = if self.app.config.tls.is_some() {
             "https"
         } else {
             "http"
@@ -530,18 +492,18 @@ impl Server {
 
     /// The certificate it serves HTTPS with, if it does.
     pub fn tls(&self) -> Option<&crate::tls::Identity> {
-        self.state.config.tls.as_ref()
+        self.app.config.tls.as_ref()
     }
 
     /// How many times the handler has run (in every process that shares the store); 0 when
     /// the shared store cannot be read.
     pub async fn executions(&self) -> u64 {
-        self.state.store.executions().await.unwrap_or(0)
+        self.app.store.executions().await.unwrap_or(0)
     }
 
     /// Records held by the memory store (0 for a shared store).
     pub fn stored_records(&self) -> usize {
-        self.state
+        self.app
             .store
             .memory()
             .map_or(0, idem_tower::MemoryStore::len)
@@ -549,7 +511,7 @@ impl Server {
 
     /// The fault it runs with.
     pub fn fault(&self) -> Option<Fault> {
-        self.state.config.fault
+        self.app.config.fault
     }
 
     /// Waits until the server stops (it stops only when dropped or on an accept loop panic).
@@ -564,28 +526,63 @@ impl Drop for Server {
     }
 }
 
+/// The axum app: each guarded route with idem-tower's layer on `store`, and with a fault,
+/// the fault's middleware around the layer.
+fn router<St>(app: &Arc<App>, policies: &[Policy; 4], store: &St) -> Router
+where
+    St: AsyncStore + Clone + Send + Sync + 'static,
+    St::Error: fmt::Display,
+{
+    let mut router = Router::new();
+    for route in Route::ALL {
+        let builder =
+            IdempotencyLayer::builder(store.clone()).policy(policies[route as usize].clone());
+        let builder = if app.config.fault == Some(Fault::ReplayAcrossPrincipals) {
+            // The fault is a configuration mistake: keys not scoped by caller.
+            builder.single_tenant()
+        } else {
+            builder.principal(|parts| Some(principal_of(&parts.headers)))
+        };
+        let Ok(layer) = builder.build() else {
+            unreachable!("a principal is set on every branch")
+        };
+        let mut endpoint = post(place).route_layer(layer);
+        if app.config.fault.is_some() {
+            endpoint = endpoint.route_layer(axum::middleware::from_fn_with_state(
+                (Arc::clone(app), route),
+                faults::misbehave,
+            ));
+        }
+        router = router.route(route.path(), endpoint.fallback(use_post));
+    }
+    router
+        .route(SESSIONS_PATH, post(open_session).fallback(use_post))
+        .route(TOKENS_PATH, post(issue_token).fallback(use_post))
+        .route(COUNT_PATH, get(count).fallback(use_get))
+        .fallback(not_found)
+        .with_state(Arc::clone(app))
+}
+
 /// How long a connection may take to send a request's headers (and finish its TLS
 /// handshake).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn serve_connection<S>(state: Arc<State>, stream: S)
+async fn serve_connection<S>(router: Router, stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |req| handle(Arc::clone(&state), req));
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
         .await;
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    let acceptor = state
-        .config
-        .tls
-        .as_ref()
-        .map(|identity| tokio_rustls::TlsAcceptor::from(identity.server_config()));
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+) {
     // Connections live in this set: when the server is dropped the accept task is aborted,
     // the set is dropped with it, and every connection task ends.
     let mut connections = JoinSet::new();
@@ -601,11 +598,11 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let state = Arc::clone(&state);
+                let router = router.clone();
                 let acceptor = acceptor.clone();
                 connections.spawn(async move {
                     match acceptor {
-                        None => serve_connection(state, stream).await,
+                        None => serve_connection(router, stream).await,
                         Some(acceptor) => {
                             // A client that never finishes its handshake costs one task for
                             // as long as a client that never sends its headers.
@@ -614,7 +611,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
                                 acceptor.accept(stream),
                             );
                             if let Ok(Ok(tls)) = handshake.await {
-                                serve_connection(state, tls).await;
+                                serve_connection(router, tls).await;
                             }
                         }
                     }
@@ -622,45 +619,6 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
-    }
-}
-
-/// The handler died without answering: the connection is closed without a response.
-#[derive(Debug)]
-struct Crashed;
-
-impl fmt::Display for Crashed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the handler crashed")
-    }
-}
-
-impl std::error::Error for Crashed {}
-
-type Reply = Result<Response<Full<Bytes>>, Crashed>;
-
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Reply {
-    match (req.method(), req.uri().path()) {
-        (&Method::POST, ORDERS_PATH) => guarded(state, req, Route::Orders).await,
-        (&Method::POST, PAYMENTS_PATH) => guarded(state, req, Route::Payments).await,
-        (&Method::POST, TRANSFERS_PATH) => guarded(state, req, Route::Transfers).await,
-        (&Method::POST, CHECKOUT_PATH) => guarded(state, req, Route::Checkout).await,
-        (&Method::POST, SESSIONS_PATH) => Ok(open_session(&state, req).await),
-        (&Method::POST, TOKENS_PATH) => Ok(issue_token(&state, &req).await),
-        (&Method::GET, COUNT_PATH) => Ok(match state.store.executions().await {
-            Ok(n) => json_response(
-                StatusCode::OK,
-                serde_json::json!({ "count": n }).to_string(),
-            ),
-            Err(e) => plain_problem(503, "Service Unavailable", &e.to_string(), ""),
-        }),
-        (
-            _,
-            ORDERS_PATH | PAYMENTS_PATH | TRANSFERS_PATH | CHECKOUT_PATH | SESSIONS_PATH
-            | TOKENS_PATH,
-        ) => Ok(plain_problem(405, "Method Not Allowed", "use POST", "POST")),
-        (_, COUNT_PATH) => Ok(plain_problem(405, "Method Not Allowed", "use GET", "GET")),
-        _ => Ok(plain_problem(404, "Not Found", "no such resource", "")),
     }
 }
 
@@ -677,7 +635,12 @@ fn plain_problem(status: u16, title: &str, detail: &str, allow: &str) -> Respons
     let body = serde_json::json!({
         "type": "about:blank", "title": title, "status": status, "detail": detail,
     });
-    let mut r = problem_response(status, body.to_string());
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
     if let Ok(v) = HeaderValue::from_str(allow) {
         if !allow.is_empty() {
             r.headers_mut().insert(hyper::header::ALLOW, v);
@@ -686,25 +649,27 @@ fn plain_problem(status: u16, title: &str, detail: &str, allow: &str) -> Respons
     r
 }
 
-fn problem_response(status: u16, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    r
+async fn not_found() -> Response<Full<Bytes>> {
+    plain_problem(404, "Not Found", "no such resource", "")
 }
 
-/// The request as the handler task needs it.
-struct Order {
-    route: Route,
-    principal: String,
-    low_water: Option<String>,
-    keys: Vec<Bytes>,
-    target: String,
-    content_type: Option<String>,
-    body: Bytes,
+async fn use_post() -> Response<Full<Bytes>> {
+    plain_problem(405, "Method Not Allowed", "use POST", "POST")
+}
+
+async fn use_get() -> Response<Full<Bytes>> {
+    plain_problem(405, "Method Not Allowed", "use GET", "GET")
+}
+
+/// `GET /count`: the execution counter.
+async fn count(State(app): State<Arc<App>>) -> Response<Full<Bytes>> {
+    match app.store.executions().await {
+        Ok(n) => json_response(
+            StatusCode::OK,
+            serde_json::json!({ "count": n }).to_string(),
+        ),
+        Err(e) => plain_problem(503, "Service Unavailable", &e.to_string(), ""),
+    }
 }
 
 /// The test credentials: `Authorization: Bearer <token>` names the token's owner; any other
@@ -723,296 +688,19 @@ fn principal_of(headers: &hyper::HeaderMap) -> String {
     }
 }
 
-async fn guarded(state: Arc<State>, req: Request<Incoming>, route: Route) -> Reply {
-    if let Some(layer) = state.layer(route) {
-        return layered(layer, Arc::clone(&state), req).await;
-    }
-    let (parts, body) = req.into_parts();
-    let keys: Vec<Bytes> = parts
-        .headers
-        .get_all(KEY_HEADER)
-        .iter()
-        .map(|v| Bytes::copy_from_slice(v.as_bytes()))
-        .collect();
-    let principal = principal_of(&parts.headers);
-    let low_water = parts
-        .headers
-        .get(LOW_WATER_HEADER)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let body = match Limited::new(body, state.config.max_body).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let refusal = Refusal::new(
-                Problem::BODY_TOO_LARGE,
-                format!("the request body exceeds {} bytes", state.config.max_body),
-            );
-            return Ok(to_http(&refusal.reply(), &state));
-        }
-        // The client went away while sending: there is nobody to answer.
-        Err(_) => return Err(Crashed),
-    };
-    let order = Order {
-        route,
-        principal,
-        low_water,
-        keys,
-        target: parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| route.path().to_owned(), |p| p.as_str().to_owned()),
-        content_type: parts
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        body,
-    };
-    // The work runs in its own task: a client that disconnects (a lost response) must not
-    // cancel a handler half-way, nor the write of its outcome.
-    match tokio::spawn(process(state, order)).await {
-        Ok(reply) => reply,
-        Err(_) => Err(Crashed),
-    }
-}
-
-/// One request, driven through idem-core's request machine: the server reads and writes its
-/// store, runs the handler and sends what the machine renders. Faults act from outside, on
-/// what the machine is given (the store it sees, the outcome it is told) and on the bytes
-/// that leave.
-async fn process(state: Arc<State>, order: Order) -> Reply {
-    let keys: Vec<&[u8]> = order.keys.iter().map(|k| k.as_ref()).collect();
-    let short_keys = state.fault(Fault::ShortKeys)
-        && keys
-            .iter()
-            .filter_map(|k| parse_opaque_lenient(k).ok())
-            .any(|k| k.len() > 64);
-    if short_keys {
-        let e = KeyError::TooLong { len: 65 };
-        return Ok(to_http(&Refusal::key(&e).reply(), &state));
-    }
-    let fingerprinted = if state.fault(Fault::NoFingerprint) {
-        // The body is still checked, but it no longer tells requests apart.
-        let parts = RequestParts {
-            method: "POST",
-            target: &order.target,
-            content_type: order.content_type.as_deref(),
-            headers: &[],
-            body: &order.body,
-        };
-        if let Err(e) = state
-            .policy(order.route)
-            .fingerprint_spec()
-            .fingerprint(&parts)
-        {
-            return Ok(to_http(&Refusal::fingerprint(&e).reply(), &state));
-        }
-        &[][..]
-    } else {
-        &order.body[..]
-    };
-    // A volatile fingerprint: the target carries a value no two requests share.
-    let target = if state.fault(Fault::VolatileFingerprint) {
-        format!("{}#{}", order.target, nonce())
-    } else {
-        order.target.clone()
-    };
-    let intake = Intake {
-        principal: if state.fault(Fault::ReplayAcrossPrincipals) {
-            None
-        } else {
-            Some(&order.principal)
-        },
-        method: "POST",
-        route: order.route.path(),
-        target: &target,
-        keys: &keys,
-        low_water: order.low_water.as_deref(),
-        content_type: if state.fault(Fault::NoFingerprint) {
-            None
-        } else {
-            order.content_type.as_deref()
-        },
-        headers: &[],
-        body: fingerprinted,
-    };
-    let mut req = state.policy(order.route).request(&intake, nonce());
-    if state.fault(Fault::NoKeyCheck)
-        && req
-            .refusal()
-            .is_some_and(|r| r.problem.slug.ends_with("-key"))
-    {
-        return match run_handler(&state, &order.body, false).await {
-            Handled::Response(r) => Ok(handler_response(&r, &state)),
-            Handled::Crash => Err(Crashed),
-        };
-    }
-    loop {
-        match drive(&state, &mut req) {
-            // A store failure is recorded by the machine; polling again answers it.
-            Err(_) => continue,
-            Ok(Step::Run(context)) => {
-                let response = match run_handler(&state, &order.body, context.recovered).await {
-                    Handled::Response(r) => r,
-                    // The process "died": nothing is completed, the lease is left to expire.
-                    Handled::Crash => return Err(Crashed),
-                };
-                if state.fault(Fault::NeverRelease) && retryable(response.status) {
-                    // The failure is answered, but the claim is never settled.
-                    return Ok(handler_response(&response, &state));
-                }
-                let outcome = if state.fault(Fault::NoStore)
-                    || (state.fault(Fault::ForgetErrors) && (400..500).contains(&response.status))
-                {
-                    Outcome::Retryable
-                } else {
-                    Outcome::classify(response.clone())
-                };
-                req.handle_outcome(outcome);
-                // The outcome is written before the response is sent (IDEM-OUT-5); the
-                // response is sent whatever the write came to.
-                let _finished = drive(&state, &mut req);
-                return Ok(handler_response(&response, &state));
-            }
-            Ok(Step::Reply) => {
-                // Counter faults: a refusal the correct server makes, ignored.
-                let ignored = match req.decision() {
-                    Some(Decision::Rejected(
-                        RejectReason::Stale
-                        | RejectReason::FromFuture { .. }
-                        | RejectReason::UnknownClient
-                        | RejectReason::StaleEpoch
-                        | RejectReason::UnknownEpoch
-                        | RejectReason::SequenceGap { .. }
-                        | RejectReason::TokenForged
-                        | RejectReason::TokenUnknown
-                        | RejectReason::TokenExpired,
-                    )) if state.fault(Fault::NoKeyCheck) => true,
-                    Some(Decision::Rejected(RejectReason::Collision)) => {
-                        state.fault(Fault::CounterNoWrapCheck) && order.route == Route::Transfers
-                    }
-                    Some(Decision::Rejected(RejectReason::Stale)) => {
-                        state.fault(Fault::CounterAcceptStale) && order.route == Route::Transfers
-                    }
-                    _ => false,
-                };
-                if ignored {
-                    return match run_handler(&state, &order.body, false).await {
-                        Handled::Response(r) => Ok(handler_response(&r, &state)),
-                        Handled::Crash => Err(Crashed),
-                    };
-                }
-                let Some(reply) = req.reply() else {
-                    return Ok(plain_problem(500, "Internal Server Error", "no reply", ""));
-                };
-                return Ok(to_http(&reply, &state));
-            }
-            Ok(Step::WaitUntil(t)) => {
-                tokio::time::sleep(Duration::from_millis(UnixMillis::now().until(t))).await;
-            }
-            Ok(other) => {
-                let detail = format!("unexpected step {other:?}");
-                return Ok(plain_problem(500, "Internal Server Error", &detail, ""));
-            }
-        }
-    }
-}
-
-/// Answers after which a correct server lets the key be used again (or, for 5xx, holds or
-/// re-runs it): what [`Fault::NeverRelease`] leaves in flight.
-fn retryable(status: u16) -> bool {
-    matches!(status, 408 | 425 | 429) || status >= 500
-}
-
-/// Runs the request's store steps under the store's lock, held only for this synchronous
-/// stretch (never across the handler).
-fn drive(state: &State, req: &mut idem_core::Request<'_>) -> Result<Step, MemoryStoreError> {
-    let Some(memory) = state.store.memory() else {
-        // Faults run on the memory store only (checked at start).
-        return Err(MemoryStoreError::Full {
-            entries: 0,
-            bytes: 0,
-        });
-    };
-    memory.with_locked(|store| {
-        let mut store = Faulty {
-            store,
-            fault: state.config.fault,
-        };
-        req.drive(&mut store, UnixMillis::now(), &mut state.waiters())
-    })
-}
-
-/// The store as a faulty server would use it; the correct server sees the MemoryStore as it
-/// is.
-struct Faulty<'a> {
-    store: &'a mut MemoryStore,
-    fault: Option<Fault>,
-}
-
-impl Store for Faulty<'_> {
-    type Error = MemoryStoreError;
-
-    fn load(&self, key: &RecordKey) -> Result<Option<Record>, MemoryStoreError> {
-        Ok(self.read(key)?.map(|r| r.into_owned()))
-    }
-
-    fn read(&self, key: &RecordKey) -> Result<Option<Cow<'_, Record>>, MemoryStoreError> {
-        let record = self.store.get(key);
-        Ok(match (self.fault, record) {
-            // No lock: a key in flight is not seen, so duplicates run.
-            (Some(Fault::NoLock), Some(r)) if matches!(r.state, RecordState::InFlight { .. }) => {
-                None
-            }
-            // Lost lease (or never released): a lease, once taken, never ends.
-            (Some(Fault::LostLease | Fault::NeverRelease), Some(r))
-                if matches!(r.state, RecordState::InFlight { .. }) =>
-            {
-                let mut r = r.clone();
-                r.state = RecordState::InFlight {
-                    lease_expires: UnixMillis(u64::MAX / 2),
-                };
-                Some(Cow::Owned(r))
-            }
-            // Token reuse: a consumed token looks unused again.
-            (Some(Fault::TokenReuse), Some(r))
-                if key.key.starts_with(TOKEN_PREFIX)
-                    && matches!(r.state, RecordState::Completed { .. }) =>
-            {
-                let mut r = r.clone();
-                r.state = RecordState::Issued {
-                    expires: r.key_expires,
-                };
-                Some(Cow::Owned(r))
-            }
-            (_, r) => r.map(Cow::Borrowed),
-        })
-    }
-
-    fn apply(&mut self, now: UnixMillis, mut write: Write) -> Result<Applied, MemoryStoreError> {
-        if self.fault == Some(Fault::NoLock) {
-            if let WriteOp::Put(r) = &write.op {
-                // No lock: the claim is never written...
-                if matches!(r.state, RecordState::InFlight { .. }) {
-                    return Ok(Applied::Applied);
-                }
-            }
-            // ...and the result is written whatever is stored now (last one wins).
-            write.precondition = match self.store.get(&write.key) {
-                Some(r) => Precondition::Version(r.version),
-                None => Precondition::Absent,
-            };
-        }
-        self.store.apply(now, write)
-    }
-
-    fn failure(error: &MemoryStoreError) -> StoreFailure {
-        MemoryStore::failure(error)
-    }
+/// A guarded route's handler, behind the layer: the demo side effect.
+async fn place(
+    State(app): State<Arc<App>>,
+    context: Option<Extension<IdempotencyContext>>,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
+    let recovered = context.is_some_and(|Extension(c)| c.recovered());
+    run_handler(&app, &body, recovered).await
 }
 
 /// `POST /sessions {"client": "…", "firstSeq": n}`: opens (or moves to its next epoch) the
 /// caller's counter session for [`TRANSFERS_PATH`] through idem-core's session opening.
-async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn open_session(State(app): State<Arc<App>>, req: Request<Body>) -> Response<Full<Bytes>> {
     let principal = principal_of(req.headers());
     let body = match Limited::new(req.into_body(), 4096).collect().await {
         Ok(b) => b.to_bytes(),
@@ -1043,14 +731,14 @@ async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<By
                     requirement: "IDEM-CTR-1",
                     ..Refusal::new(Problem::MALFORMED_KEY, "firstSeq must be a whole number")
                 };
-                return to_http(&refusal.reply(), state);
+                return render(&refusal.reply());
             }
         },
     };
-    let policy = &state.transfers;
+    let policy = &app.transfers;
     let scope = match policy.scope(Some(&principal), "POST", TRANSFERS_PATH) {
         Ok(s) => s,
-        Err(r) => return to_http(&r.reply(), state),
+        Err(r) => return render(&r.reply()),
     };
     let Some(mut opening) = policy.open_session(&scope, client, first, nonce()) else {
         return plain_problem(500, "Internal Server Error", "no counter keys", "");
@@ -1058,14 +746,12 @@ async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<By
     loop {
         let now = UnixMillis::now();
         match opening.poll() {
-            OpenStep::Load(key) => match state.store.load(&key).await {
+            OpenStep::Load(key) => match app.store.load(&key).await {
                 Ok(stored) => opening.handle_record(now, stored.as_ref()),
-                Err(_) => {
-                    return to_http(&Refusal::store(StoreFailure::Unavailable).reply(), state)
-                }
+                Err(_) => return render(&Refusal::store(StoreFailure::Unavailable).reply()),
             },
             OpenStep::Apply(write) => {
-                let applied = state.store.apply(now, write).await;
+                let applied = app.store.apply(now, write).await;
                 opening.handle_applied(applied.unwrap_or(Applied::Conflict));
             }
             OpenStep::Opened(epoch) => {
@@ -1079,30 +765,28 @@ async fn open_session(state: &State, req: Request<Incoming>) -> Response<Full<By
                 );
                 return r;
             }
-            OpenStep::Failed(e) => return to_http(&Refusal::session(&e).reply(), state),
+            OpenStep::Failed(e) => return render(&Refusal::session(&e).reply()),
         }
     }
 }
 
 /// `POST /idempotency-tokens`: issues a token for the caller's requests to
 /// [`CHECKOUT_PATH`] and stores it.
-async fn issue_token(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let principal = principal_of(req.headers());
-    let policy = &state.checkout;
+async fn issue_token(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Full<Bytes>> {
+    let principal = principal_of(&headers);
+    let policy = &app.checkout;
     let scope: Scope = match policy.scope(Some(&principal), "POST", CHECKOUT_PATH) {
         Ok(s) => s,
-        Err(r) => return to_http(&r.reply(), state),
+        Err(r) => return render(&r.reply()),
     };
     let now = UnixMillis::now();
     let Some(issued) = policy.issue_token(now, &scope, [nonce(), nonce()]) else {
         return plain_problem(500, "Internal Server Error", "no token keys", "");
     };
-    match state.store.apply(now, issued.write).await {
+    match app.store.apply(now, issued.write).await {
         Ok(Applied::Applied) => {}
-        Ok(Applied::Conflict) => {
-            return to_http(&Refusal::store(StoreFailure::Full).reply(), state)
-        }
-        Err(e) => return to_http(&Refusal::store(RefStore::failure(&e)).reply(), state),
+        Ok(Applied::Conflict) => return render(&Refusal::store(StoreFailure::Full).reply()),
+        Err(e) => return render(&Refusal::store(RefStore::failure(&e)).reply()),
     }
     let body = serde_json::json!({
         "token": issued.token,
@@ -1126,125 +810,55 @@ fn nonce() -> u64 {
     })
 }
 
-enum Handled {
-    Response(StoredResponse),
-    Crash,
-}
-
-/// The demo handler: one observable side effect (the execution counter) per run.
-async fn run_handler(state: &State, body: &[u8], recovered: bool) -> Handled {
+/// The demo handler: one observable side effect (the execution counter) per run. A
+/// `"crash"` outcome on a first attempt panics with [`SimulatedCrash`].
+async fn run_handler(app: &App, body: &[u8], recovered: bool) -> Response<Full<Bytes>> {
     // A count the store cannot keep leaves the oracle short, never the answer.
-    let n = state.store.count_execution().await.unwrap_or(0);
-    if !state.config.delay.is_zero() {
-        tokio::time::sleep(state.config.delay).await;
+    let n = app.store.count_execution().await.unwrap_or(0);
+    if !app.config.delay.is_zero() {
+        tokio::time::sleep(app.config.delay).await;
     }
     let outcome = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get("outcome").and_then(|o| o.as_str()).map(str::to_owned));
-    let json = |status: u16, body: serde_json::Value, extra: Vec<(String, String)>| {
-        let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-        headers.extend(extra);
-        Handled::Response(StoredResponse {
-            status,
-            headers,
-            body: body.to_string().into_bytes(),
-        })
+    let problem = |status: u16, error: &str| {
+        json_response(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            serde_json::json!({ "error": error, "execution": n }).to_string(),
+        )
     };
     match outcome.as_deref() {
-        Some("decline") => json(
-            402,
-            serde_json::json!({ "error": "card_declined", "execution": n }),
-            Vec::new(),
-        ),
-        Some("unavailable") => json(
-            503,
-            serde_json::json!({ "error": "unavailable", "execution": n }),
-            Vec::new(),
-        ),
-        Some("busy") => json(
-            429,
-            serde_json::json!({ "error": "busy", "execution": n }),
-            vec![("retry-after".to_owned(), "1".to_owned())],
-        ),
-        Some("crash") if !recovered => Handled::Crash,
+        Some("decline") => problem(402, "card_declined"),
+        Some("unavailable") => problem(503, "unavailable"),
+        Some("busy") => {
+            let mut r = problem(429, "busy");
+            r.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+        Some("crash") if !recovered => std::panic::panic_any(SimulatedCrash),
         _ => {
             let id = format!("ord_{n:06}");
-            json(
-                201,
-                serde_json::json!({ "id": id, "execution": n, "recovered": recovered }),
-                vec![
-                    ("location".to_owned(), format!("{ORDERS_PATH}/{id}")),
-                    (
-                        "set-cookie".to_owned(),
-                        format!("last_order={id}; Path=/; HttpOnly"),
-                    ),
-                    ("x-order-id".to_owned(), id.clone()),
-                ],
-            )
+            let mut r = json_response(
+                StatusCode::CREATED,
+                serde_json::json!({ "id": id, "execution": n, "recovered": recovered }).to_string(),
+            );
+            let headers = r.headers_mut();
+            for (name, value) in [
+                (hyper::header::LOCATION, format!("{ORDERS_PATH}/{id}")),
+                (
+                    hyper::header::SET_COOKIE,
+                    format!("last_order={id}; Path=/; HttpOnly"),
+                ),
+                (HeaderName::from_static("x-order-id"), id.clone()),
+            ] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.insert(name, value);
+                }
+            }
+            r
         }
     }
-}
-
-/// The HTTP response for a reply rendered by the machine, with the faults that change what
-/// leaves the server.
-fn to_http(reply: &idem_core::Reply, state: &State) -> Response<Full<Bytes>> {
-    build(reply.status(), reply.headers(), reply.body(), state)
-}
-
-/// The handler's own response.
-fn handler_response(r: &StoredResponse, state: &State) -> Response<Full<Bytes>> {
-    let headers = r.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
-    build(r.status, headers, &r.body, state)
-}
-
-fn build<'h>(
-    status: u16,
-    headers: impl Iterator<Item = (&'h str, &'h str)>,
-    body: &[u8],
-    state: &State,
-) -> Response<Full<Bytes>> {
-    let headers: Vec<(&str, &str)> = headers.collect();
-    let replay = headers.iter().any(|(n, _)| *n == REPLAYED_HEADER);
-    let mut builder = Response::builder().status(status);
-    for (name, value) in headers {
-        let dropped = (state.fault(Fault::NoMarker) && name == REPLAYED_HEADER)
-            || (state.fault(Fault::NoRetryAfter) && status == 409 && name == "retry-after")
-            || (state.fault(Fault::DropLocation) && replay && name == "location");
-        if !dropped {
-            builder = builder.header(name, value);
-        }
-    }
-    builder
-        .body(Full::new(Bytes::copy_from_slice(body)))
-        .unwrap_or_else(|_| {
-            plain_problem(500, "Internal Server Error", "unrepresentable response", "")
-        })
-}
-
-/// The correct server: the request goes through idem-tower's layer, with the demo handler as
-/// the service it wraps.
-async fn layered(
-    layer: &IdempotencyLayer<Arc<RefStore>>,
-    state: Arc<State>,
-    req: Request<Incoming>,
-) -> Reply {
-    use tower_layer::Layer as _;
-    use tower_service::Service as _;
-    let mut service = layer.layer(Handler { state });
-    let response = match service.call(req).await {
-        Ok(r) => r,
-        Err(e) => match e {},
-    };
-    // Both sides of the body are already whole (the layer stores what it answers).
-    Ok(response.map(|body| match body {
-        http_body_util::Either::Left(full) | http_body_util::Either::Right(full) => full,
-    }))
-}
-
-/// The demo handler as a service for the layer.
-#[derive(Clone)]
-struct Handler {
-    state: Arc<State>,
 }
 
 /// What a handler that "crashes" panics with: the process died mid-request, so nothing is
@@ -1264,46 +878,4 @@ fn crash_quietly() {
             }
         }));
     });
-}
-
-impl tower_service::Service<Request<InnerBody<Incoming>>> for Handler {
-    type Response = Response<Full<Bytes>>;
-    type Error = std::convert::Infallible;
-    type Future = std::pin::Pin<
-        Box<
-            dyn std::future::Future<
-                    Output = Result<Response<Full<Bytes>>, std::convert::Infallible>,
-                > + Send,
-        >,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), std::convert::Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<InnerBody<Incoming>>) -> Self::Future {
-        let state = Arc::clone(&self.state);
-        Box::pin(async move {
-            let recovered = req
-                .extensions()
-                .get::<IdempotencyContext>()
-                .is_some_and(IdempotencyContext::recovered);
-            // A guarded request's body is already buffered (the left side).
-            let body = match req.into_body() {
-                http_body_util::Either::Left(full) => full
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default(),
-                http_body_util::Either::Right(_) => Bytes::new(),
-            };
-            match run_handler(&state, &body, recovered).await {
-                Handled::Response(r) => Ok(handler_response(&r, &state)),
-                Handled::Crash => std::panic::panic_any(SimulatedCrash),
-            }
-        })
-    }
 }

@@ -121,15 +121,6 @@ fn usage_errors_exit_3() {
             "--store",
             "mysql://127.0.0.1/x",
         ],
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--fault",
-            "no-lock",
-            "--store",
-            "redis://127.0.0.1:9",
-        ],
         &["frobnicate"],
         &[],
     ] {

@@ -4,7 +4,7 @@
 //! across both. The concurrent case races 64 duplicates per round over 160 rounds (10,240
 //! requests per store); the count of executions lives in the store, so the oracle counts
 //! both processes. Then the whole suite runs against the pair, lease, expiry and crash
-//! included.
+//! included; and a pair with the no-lock fault on the same store is caught as unsafe.
 
 #[path = "../../idem-tower/tests/common/mod.rs"]
 mod common;
@@ -18,9 +18,10 @@ use std::sync::Arc;
 const CONCURRENCY: usize = 64;
 const ROUNDS: usize = 160;
 
-/// `serve` on `store`, with short retention, lease and handler delay; its port.
-fn serve_on(store: &str) -> (Served, u16) {
-    let args = [
+/// `serve` on `store`, with short retention, lease and handler delay, and `extra`
+/// arguments; its port.
+fn serve_on(store: &str, extra: &[&str]) -> (Served, u16) {
+    let mut args = vec![
         "--delay-ms",
         "50",
         "--store",
@@ -32,6 +33,7 @@ fn serve_on(store: &str) -> (Served, u16) {
         "--lease",
         "1",
     ];
+    args.extend_from_slice(extra);
     let (served, lines) = served::serve(&args, 1);
     let port = served::word_after(&lines[0], "http://127.0.0.1:")
         .trim_start_matches("http://127.0.0.1:")
@@ -87,8 +89,8 @@ fn two_processes_on(store: &str) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let (a, port_a) = serve_on(store);
-    let (b, port_b) = serve_on(store);
+    let (a, port_a) = serve_on(store, &[]);
+    let (b, port_b) = serve_on(store, &[]);
     let (port, counts) = proxy(vec![port_a, port_b], &runtime);
     let url = format!("http://127.0.0.1:{port}");
     let json = std::env::temp_dir().join(format!("idem-shared-{}-{port}.json", std::process::id()));
@@ -183,6 +185,27 @@ fn two_processes_on(store: &str) {
         "--quiet",
     ]);
     assert_eq!(code, 0, "{output}");
+    drop((a, b));
+
+    // The same pair without the lock (the fault wraps the shared store): the suite sees
+    // the duplicates of a round run in both processes.
+    let (a, port_a) = serve_on(store, &["--fault", "no-lock"]);
+    let (b, port_b) = serve_on(store, &["--fault", "no-lock"]);
+    let (port, _) = proxy(vec![port_a, port_b], &runtime);
+    let (code, output) = run(&[
+        "run",
+        &format!("http://127.0.0.1:{port}/orders"),
+        "--case",
+        "concurrent/1",
+        "--count-url",
+        "/count",
+        "--rounds",
+        "3",
+        "-H",
+        "Authorization: Bearer faulty",
+    ]);
+    assert_eq!(code, 2, "no-lock on a shared store is unsafe:\n{output}");
+    assert!(output.contains("UNSAFE"), "{output}");
     drop((a, b));
 }
 
