@@ -103,6 +103,25 @@ fn fingerprints(c: &mut Criterion) {
             i += 1;
         }
         json.push('}');
+        // An order as APIs receive it: nested objects, arrays of line items, decimals,
+        // escaped text, members out of order.
+        let mut order = String::from(
+            r#"{"customer":{"id":"cus_8f2k","email":"ana@example.com","address":{"line1":"1 Rue \"Neuve\"","city":"Lyon","postal_code":"69001","country":"FR"}},"currency":"eur","note":"Leave at the door\nRing twice","items":["#,
+        );
+        let mut n = 0;
+        while order.len() < size - 120 {
+            if n > 0 {
+                order.push(',');
+            }
+            order.push_str(&format!(
+                r#"{{"sku":"sku_{n:05}","quantity":{},"unit_price":{}.{:02},"tags":["gift","fragile"],"options":{{"wrap":false,"engraving":null}}}}"#,
+                n % 5 + 1,
+                n * 3 + 1,
+                n % 100
+            ));
+            n += 1;
+        }
+        order.push_str(r#"],"total":1234.56,"metadata":{"source":"web","campaign":"winter"}}"#);
         let spec = FingerprintSpec::default();
         g.throughput(Throughput::Bytes(size as u64));
         g.bench_function(format!("raw {} KiB", size / 1024), |b| {
@@ -125,6 +144,18 @@ fn fingerprints(c: &mut Criterion) {
                     content_type: Some("application/json"),
                     headers: &[],
                     body: black_box(json.as_bytes()),
+                })
+            })
+        });
+        g.throughput(Throughput::Bytes(order.len() as u64));
+        g.bench_function(format!("json order {} KiB", size / 1024), |b| {
+            b.iter(|| {
+                spec.fingerprint(&RequestParts {
+                    method: "POST",
+                    target: "/v1/charges",
+                    content_type: Some("application/json"),
+                    headers: &[],
+                    body: black_box(order.as_bytes()),
                 })
             })
         });

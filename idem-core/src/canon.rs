@@ -1,18 +1,26 @@
-//! Streaming JSON canonicalisation (RFC 8785 where practical) for fingerprints.
+//! JSON canonicalisation (RFC 8785 where practical) for fingerprints, by a purpose-built
+//! scanner: the body is validated and written out canonically in one pass, with no value
+//! tree and no allocation per nested object (one output buffer, and scratch buffers shared
+//! by every level). Each object's members are written in input order, then put in sorted
+//! order in place. Excluded fields are skipped while scanning. For the top-level object the
+//! members' canonical bytes are also digested one by one, so that a mismatch can name the
+//! fields that differ.
 //!
-//! The body is parsed by serde_json and written out canonically as it is read, without
-//! building a `Value` tree: each object's members are written to a scratch buffer, then
-//! copied out in sorted order. Excluded fields are skipped while parsing. For the top-level
-//! object the members' canonical bytes are also digested one by one, so that a mismatch can
-//! name the fields that differ.
+//! The canonical form, and which bodies are refused, are those of the serde_json-based
+//! canonicaliser this replaces (a unit test races the two): numbers are read as serde_json
+//! reads them (integers that fit stay integers, other numbers become the `f64` its default
+//! parser computes), integral floats below 2^53 are written as integers and other floats in
+//! their shortest round-trip form, strings with RFC 8785's minimal escapes, nesting up to
+//! 127 levels; a skipped (excluded) value is only checked for its syntax.
 
 use crate::fingerprint::FieldDigest;
-use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::fmt;
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use core::ops::Range;
 use sha2::{Digest, Sha256};
+
+#[cfg(test)]
+mod reference;
 
 /// Exclusion patterns: each a JSON Pointer split into unescaped tokens (`*` matches all).
 pub(crate) fn parse_patterns(pointers: &[String]) -> Vec<Vec<String>> {
@@ -27,6 +35,29 @@ pub(crate) fn parse_patterns(pointers: &[String]) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Where a body stops being JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JsonError {
+    /// The index of the offending byte (the body's length at its end).
+    at: usize,
+}
+
+impl JsonError {
+    /// The 1-based line, and the column (bytes up to and including the offending one).
+    pub(crate) fn position(&self, body: &[u8]) -> (usize, usize) {
+        let end = (self.at + 1).min(body.len());
+        let seen = &body[..end];
+        let line = 1 + seen.iter().filter(|&&b| b == b'\n').count();
+        let line_start = seen.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        (line, end - line_start)
+    }
+}
+
+type Result<T> = core::result::Result<T, JsonError>;
+
+/// Containers nest at most this deep (serde_json's limit, so the same bodies are refused).
+const MAX_DEPTH: usize = 127;
+
 /// Canonicalises `body` into `out`; fills `fields` with per-member digests when the body is
 /// an object.
 pub(crate) fn canonicalise(
@@ -34,213 +65,819 @@ pub(crate) fn canonicalise(
     patterns: &[Vec<String>],
     out: &mut Vec<u8>,
     fields: &mut Vec<FieldDigest>,
-) -> Result<(), serde_json::Error> {
-    let roots: Vec<&[String]> = patterns.iter().map(Vec::as_slice).collect();
-    let mut de = serde_json::Deserializer::from_slice(body);
-    Canon {
+) -> Result<()> {
+    let mut c = Canon {
+        s: Scan { b: body, i: 0 },
         out,
-        patterns: &roots,
-        fields: Some(fields),
+        members: Vec::new(),
+        keys: Vec::new(),
+        text: Vec::new(),
+        scratch: Vec::new(),
+        patterns: patterns.iter().map(Vec::as_slice).collect(),
+    };
+    let roots = 0..c.patterns.len();
+    c.value(0, roots, Some(fields))?;
+    c.s.end()
+}
+
+/// The bytes of a JSON text.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+/// A string as scanned: its raw bytes in the body (no escapes), or unescaped into a buffer.
+enum Text {
+    Raw(Range<usize>),
+    Unescaped,
+}
+
+/// A number as serde_json reads it.
+enum Number {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl<'a> Scan<'a> {
+    fn fail<T>(&self) -> Result<T> {
+        Err(JsonError { at: self.i })
     }
-    .deserialize(&mut de)?;
-    de.end()
-}
 
-struct Canon<'a, 'p> {
-    out: &'a mut Vec<u8>,
-    /// The remaining tokens of every pattern that matches the path so far.
-    patterns: &'a [&'p [String]],
-    /// Set for the top-level value only.
-    fields: Option<&'a mut Vec<FieldDigest>>,
-}
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
 
-/// The patterns that continue below `token`, and whether one of them ends there (the value
-/// at `token` is excluded).
-fn descend<'p>(
-    patterns: &[&'p [String]],
-    token: &str,
-    index: Option<usize>,
-) -> (Vec<&'p [String]>, bool) {
-    let mut next = Vec::new();
-    let mut excluded = false;
-    for p in patterns {
-        let Some((first, rest)) = p.split_first() else {
-            continue;
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// Whitespace, then `want`.
+    #[inline]
+    fn expect(&mut self, want: u8) -> Result<()> {
+        self.ws();
+        if self.peek() == Some(want) {
+            self.i += 1;
+            Ok(())
+        } else {
+            self.fail()
+        }
+    }
+
+    /// Nothing but whitespace is left.
+    fn end(&mut self) -> Result<()> {
+        self.ws();
+        if self.i == self.b.len() {
+            Ok(())
+        } else {
+            self.fail()
+        }
+    }
+
+    /// `true`, `false` or `null`, starting at the current byte.
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        for &want in word {
+            if self.peek() != Some(want) {
+                return self.fail();
+            }
+            self.i += 1;
+        }
+        Ok(())
+    }
+
+    /// A string whose opening quote is the current byte, unescaped and checked to be UTF-8
+    /// with paired surrogates. An escaped string is unescaped into `text`.
+    fn string(&mut self, text: &mut Vec<u8>) -> Result<Text> {
+        self.i += 1;
+        let start = self.i;
+        self.i = special(self.b, self.i);
+        match self.peek() {
+            Some(b'"') => {
+                let raw = start..self.i;
+                if core::str::from_utf8(&self.b[raw.clone()]).is_err() {
+                    return self.fail();
+                }
+                self.i += 1;
+                return Ok(Text::Raw(raw));
+            }
+            Some(b'\\') => {}
+            _ => return self.fail(),
+        }
+        text.clear();
+        text.extend_from_slice(&self.b[start..self.i]);
+        loop {
+            match self.peek() {
+                Some(b'"') => {
+                    if core::str::from_utf8(text).is_err() {
+                        return self.fail();
+                    }
+                    self.i += 1;
+                    return Ok(Text::Unescaped);
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    self.escape(text)?;
+                }
+                // A control character, or the end.
+                _ => return self.fail(),
+            }
+            let from = self.i;
+            self.i = special(self.b, self.i);
+            text.extend_from_slice(&self.b[from..self.i]);
+        }
+    }
+
+    fn escape(&mut self, text: &mut Vec<u8>) -> Result<()> {
+        let Some(c) = self.peek() else {
+            return self.fail();
         };
-        let hit = first == "*"
-            || first == token
-            || index.is_some_and(|i| first.parse::<usize>() == Ok(i));
-        if hit {
-            if rest.is_empty() {
-                excluded = true;
-            } else {
-                next.push(rest);
+        self.i += 1;
+        let byte = match c {
+            b'"' | b'\\' | b'/' => c,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let n = self.hex4()?;
+                let code = match n {
+                    0xDC00..=0xDFFF => return self.fail(),
+                    0xD800..=0xDBFF => {
+                        // A leading surrogate: a trailing one must follow.
+                        if self.peek() != Some(b'\\') {
+                            return self.fail();
+                        }
+                        self.i += 1;
+                        if self.peek() != Some(b'u') {
+                            return self.fail();
+                        }
+                        self.i += 1;
+                        let low = self.hex4()?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return self.fail();
+                        }
+                        0x1_0000 + ((u32::from(n) - 0xD800) << 10 | (u32::from(low) - 0xDC00))
+                    }
+                    _ => u32::from(n),
+                };
+                let Some(ch) = char::from_u32(code) else {
+                    return self.fail();
+                };
+                text.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                return Ok(());
+            }
+            _ => return self.fail(),
+        };
+        text.push(byte);
+        Ok(())
+    }
+
+    fn hex4(&mut self) -> Result<u16> {
+        let Some(digits) = self.b.get(self.i..self.i + 4) else {
+            self.i = self.b.len();
+            return self.fail();
+        };
+        let mut n = 0u16;
+        for &d in digits {
+            let v = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                b'A'..=b'F' => d - b'A' + 10,
+                _ => return self.fail(),
+            };
+            n = n << 4 | u16::from(v);
+        }
+        self.i += 4;
+        Ok(n)
+    }
+
+    /// A string that is skipped: its escapes are checked for their form only, and its bytes
+    /// are not checked to be UTF-8 (as serde_json skips an ignored string).
+    fn skip_string(&mut self) -> Result<()> {
+        self.i += 1;
+        loop {
+            self.i = special(self.b, self.i);
+            match self.peek() {
+                Some(b'"') => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    match self.peek() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                            self.i += 1;
+                        }
+                        Some(b'u') => {
+                            self.i += 1;
+                            self.hex4()?;
+                        }
+                        _ => return self.fail(),
+                    }
+                }
+                _ => return self.fail(),
             }
         }
     }
-    (next, excluded)
-}
 
-impl<'de> DeserializeSeed<'de> for Canon<'_, '_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
     }
-}
 
-impl<'de> Visitor<'de> for Canon<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
-        self.out
-            .extend_from_slice(if v { b"true" } else { b"false" });
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        self.out.extend_from_slice(b"null");
-        Ok(())
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
-        write_int(self.out, v, false);
-        Ok(())
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
-        write_int(self.out, v.unsigned_abs(), v < 0);
-        Ok(())
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
-        // Integral values below 2^53 are written as integers, as ECMAScript does; others
-        // in their shortest round-trip form. serde_json never yields NaN or infinities.
-        if v == (v as i64) as f64 && v.abs() < 9_007_199_254_740_992.0 {
-            let i = v as i64;
-            write_int(self.out, i.unsigned_abs(), i < 0);
+    /// A number, read as serde_json reads it without `float_roundtrip`.
+    fn number(&mut self) -> Result<Number> {
+        let positive = if self.peek() == Some(b'-') {
+            self.i += 1;
+            false
         } else {
-            self.out
-                .extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+            true
+        };
+        let Some(first) = self.peek() else {
+            return self.fail();
+        };
+        let significand = match first {
+            b'0' => {
+                self.i += 1;
+                // Only one leading zero.
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return self.fail();
+                }
+                0
+            }
+            b'1'..=b'9' => {
+                self.i += 1;
+                let mut significand = u64::from(first - b'0');
+                while let Some(c @ b'0'..=b'9') = self.peek() {
+                    let digit = u64::from(c - b'0');
+                    if overflows(significand, digit) {
+                        return self.long_integer(positive, significand).map(Number::F64);
+                    }
+                    self.i += 1;
+                    significand = significand * 10 + digit;
+                }
+                significand
+            }
+            _ => return self.fail(),
+        };
+        Ok(match self.peek() {
+            Some(b'.') => Number::F64(self.fraction(positive, significand, 0)?),
+            Some(b'e' | b'E') => Number::F64(self.exponent(positive, significand, 0)?),
+            _ if positive => Number::U64(significand),
+            _ => {
+                let negative = (significand as i64).wrapping_neg();
+                // Below i64::MIN, or -0: a float.
+                if negative >= 0 {
+                    Number::F64(-(significand as f64))
+                } else {
+                    Number::I64(negative)
+                }
+            }
+        })
+    }
+
+    /// The digits of an integer part past what a u64 holds: each one is a power of ten.
+    #[cold]
+    fn long_integer(&mut self, positive: bool, significand: u64) -> Result<f64> {
+        let mut exponent = 0i32;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+            exponent = exponent.saturating_add(1);
+        }
+        match self.peek() {
+            Some(b'.') => self.fraction(positive, significand, exponent),
+            Some(b'e' | b'E') => self.exponent(positive, significand, exponent),
+            _ => self.f64_from_parts(positive, significand, exponent),
+        }
+    }
+
+    /// A fraction, from its `.`.
+    fn fraction(&mut self, positive: bool, mut significand: u64, before: i32) -> Result<f64> {
+        self.i += 1;
+        let mut after = 0i32;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            let digit = u64::from(c - b'0');
+            if overflows(significand, digit) {
+                // Further digits are dropped.
+                self.digits();
+                let exponent = before.saturating_add(after);
+                return match self.peek() {
+                    Some(b'e' | b'E') => self.exponent(positive, significand, exponent),
+                    _ => self.f64_from_parts(positive, significand, exponent),
+                };
+            }
+            self.i += 1;
+            significand = significand * 10 + digit;
+            after -= 1;
+        }
+        if after == 0 {
+            // No digit after the point.
+            return self.fail();
+        }
+        let exponent = before.saturating_add(after);
+        match self.peek() {
+            Some(b'e' | b'E') => self.exponent(positive, significand, exponent),
+            _ => self.f64_from_parts(positive, significand, exponent),
+        }
+    }
+
+    /// An exponent, from its `e`.
+    fn exponent(&mut self, positive: bool, significand: u64, start: i32) -> Result<f64> {
+        self.i += 1;
+        let positive_exp = match self.peek() {
+            Some(b'+') => {
+                self.i += 1;
+                true
+            }
+            Some(b'-') => {
+                self.i += 1;
+                false
+            }
+            _ => true,
+        };
+        let mut exp = match self.peek() {
+            Some(c @ b'0'..=b'9') => i32::from(c - b'0'),
+            _ => return self.fail(),
+        };
+        self.i += 1;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            self.i += 1;
+            let digit = i32::from(c - b'0');
+            if exp >= i32::MAX / 10 && (exp > i32::MAX / 10 || digit > i32::MAX % 10) {
+                // Out of range: zero for a zero significand or a negative exponent.
+                if significand != 0 && positive_exp {
+                    return self.fail();
+                }
+                self.digits();
+                return Ok(if positive { 0.0 } else { -0.0 });
+            }
+            exp = exp * 10 + digit;
+        }
+        let exponent = if positive_exp {
+            start.saturating_add(exp)
+        } else {
+            start.saturating_sub(exp)
+        };
+        self.f64_from_parts(positive, significand, exponent)
+    }
+
+    /// `significand × 10^exponent` as serde_json's default parser computes it: one multiply
+    /// or divide by a power of ten (repeated divisions by 1e308 below that).
+    fn f64_from_parts(&self, positive: bool, significand: u64, mut exponent: i32) -> Result<f64> {
+        let mut f = significand as f64;
+        loop {
+            match POW10.get(exponent.unsigned_abs() as usize) {
+                Some(&pow) => {
+                    if exponent >= 0 {
+                        f *= pow;
+                        if f.is_infinite() {
+                            return self.fail();
+                        }
+                    } else {
+                        f /= pow;
+                    }
+                    break;
+                }
+                None => {
+                    if f == 0.0 {
+                        break;
+                    }
+                    if exponent >= 0 {
+                        return self.fail();
+                    }
+                    f /= 1e308;
+                    exponent += 308;
+                }
+            }
+        }
+        Ok(if positive { f } else { -f })
+    }
+
+    /// A number that is skipped: its form only.
+    fn skip_number(&mut self) -> Result<()> {
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+        }
+        match self.peek() {
+            Some(b'0') => {
+                self.i += 1;
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return self.fail();
+                }
+            }
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return self.fail(),
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return self.fail();
+            }
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return self.fail();
+            }
+            self.digits();
         }
         Ok(())
     }
-    fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        write_str(self.out, v);
-        Ok(())
+
+    /// Skips one value of any depth without recursion, checking its syntax (a skipped value
+    /// has no depth limit, as in serde_json). `open` holds the containers entered.
+    fn skip_value(&mut self, open: &mut Vec<u8>) -> Result<()> {
+        open.clear();
+        loop {
+            // A value.
+            self.ws();
+            match self.peek() {
+                Some(b'[') => {
+                    self.i += 1;
+                    self.ws();
+                    if self.peek() == Some(b']') {
+                        self.i += 1;
+                    } else {
+                        open.push(b']');
+                        continue;
+                    }
+                }
+                Some(b'{') => {
+                    self.i += 1;
+                    self.ws();
+                    if self.peek() == Some(b'}') {
+                        self.i += 1;
+                    } else {
+                        open.push(b'}');
+                        self.skip_key()?;
+                        continue;
+                    }
+                }
+                Some(b'"') => self.skip_string()?,
+                Some(b't') => self.literal(b"true")?,
+                Some(b'f') => self.literal(b"false")?,
+                Some(b'n') => self.literal(b"null")?,
+                Some(b'-' | b'0'..=b'9') => self.skip_number()?,
+                _ => return self.fail(),
+            }
+            // After a value: close what ends here, or go on to the next member or element.
+            loop {
+                let Some(&close) = open.last() else {
+                    return Ok(());
+                };
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        if close == b'}' {
+                            self.skip_key()?;
+                        }
+                        break;
+                    }
+                    Some(c) if c == close => {
+                        self.i += 1;
+                        open.pop();
+                    }
+                    _ => return self.fail(),
+                }
+            }
+        }
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+    /// A skipped object's key and its colon.
+    fn skip_key(&mut self) -> Result<()> {
+        self.ws();
+        if self.peek() != Some(b'"') {
+            return self.fail();
+        }
+        self.skip_string()?;
+        self.expect(b':')
+    }
+}
+
+/// Whether `digit` more would overflow `significand` (serde_json's test).
+#[inline]
+fn overflows(significand: u64, digit: u64) -> bool {
+    significand >= u64::MAX / 10 && (significand > u64::MAX / 10 || digit > u64::MAX % 10)
+}
+
+/// The index of the first `"`, `\` or control character at or after `i` (the length if
+/// none), eight bytes at a time.
+#[inline]
+fn special(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        let control = x.wrapping_sub(ONES * 0x20) & !x;
+        let q = x ^ (ONES * u64::from(b'"'));
+        let quote = q.wrapping_sub(ONES) & !q;
+        let s = x ^ (ONES * u64::from(b'\\'));
+        let backslash = s.wrapping_sub(ONES) & !s;
+        let hits = (control | quote | backslash) & HIGH;
+        if hits != 0 {
+            // The lowest flagged byte is exact; borrows only flag bytes above it.
+            return i + (hits.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// An object member written so far: its key and where its canonical value is in `out`.
+struct Member {
+    key: Key,
+    value: Range<usize>,
+}
+
+/// Where a member's (unescaped) key is: in the body, or in the keys buffer.
+#[derive(Clone)]
+enum Key {
+    Body(Range<usize>),
+    Unescaped(Range<usize>),
+}
+
+struct Canon<'a, 'o, 'p> {
+    s: Scan<'a>,
+    out: &'o mut Vec<u8>,
+    /// The members of every object being written, innermost last.
+    members: Vec<Member>,
+    /// Unescaped keys of those members.
+    keys: Vec<u8>,
+    /// The current string, unescaped.
+    text: Vec<u8>,
+    /// An object's values while they are put in order; the containers of a skipped value.
+    scratch: Vec<u8>,
+    /// Exclusion patterns: the roots, then what remains of each that matches the path so far,
+    /// one range per level.
+    patterns: Vec<&'p [String]>,
+}
+
+fn key_bytes<'k>(body: &'k [u8], keys: &'k [u8], key: &Key) -> &'k [u8] {
+    match key {
+        Key::Body(r) => &body[r.clone()],
+        Key::Unescaped(r) => &keys[r.clone()],
+    }
+}
+
+impl Canon<'_, '_, '_> {
+    fn value(
+        &mut self,
+        depth: usize,
+        patterns: Range<usize>,
+        fields: Option<&mut Vec<FieldDigest>>,
+    ) -> Result<()> {
+        self.s.ws();
+        match self.s.peek() {
+            Some(b'{') => self.object(depth + 1, patterns, fields),
+            Some(b'[') => self.array(depth + 1, patterns),
+            Some(b'"') => match self.s.string(&mut self.text)? {
+                Text::Raw(raw) => {
+                    // No escapes and no control characters: already canonical.
+                    self.out.push(b'"');
+                    self.out.extend_from_slice(&self.s.b[raw]);
+                    self.out.push(b'"');
+                    Ok(())
+                }
+                Text::Unescaped => {
+                    write_bytes(self.out, &self.text);
+                    Ok(())
+                }
+            },
+            Some(b't') => {
+                self.s.literal(b"true")?;
+                self.out.extend_from_slice(b"true");
+                Ok(())
+            }
+            Some(b'f') => {
+                self.s.literal(b"false")?;
+                self.out.extend_from_slice(b"false");
+                Ok(())
+            }
+            Some(b'n') => {
+                self.s.literal(b"null")?;
+                self.out.extend_from_slice(b"null");
+                Ok(())
+            }
+            Some(b'-' | b'0'..=b'9') => {
+                match self.s.number()? {
+                    Number::U64(v) => write_int(self.out, v, false),
+                    Number::I64(v) => write_int(self.out, v.unsigned_abs(), v < 0),
+                    Number::F64(v) => write_f64(self.out, v),
+                }
+                Ok(())
+            }
+            _ => self.s.fail(),
+        }
+    }
+
+    /// The patterns that continue below `token` (pushed as a new range), and whether one of
+    /// them ends there (the value at `token` is excluded).
+    fn descend(
+        &mut self,
+        patterns: Range<usize>,
+        key: Option<&Key>,
+        index: usize,
+    ) -> (Range<usize>, bool) {
+        let start = self.patterns.len();
+        let mut excluded = false;
+        for p in patterns {
+            let Some((first, rest)) = self.patterns[p].split_first() else {
+                continue;
+            };
+            let hit = first == "*"
+                || match key {
+                    Some(key) => first.as_bytes() == key_bytes(self.s.b, &self.keys, key),
+                    // Array elements: by index (or an empty token).
+                    None => first.is_empty() || first.parse::<usize>() == Ok(index),
+                };
+            if hit {
+                if rest.is_empty() {
+                    excluded = true;
+                } else {
+                    self.patterns.push(rest);
+                }
+            }
+        }
+        (start..self.patterns.len(), excluded)
+    }
+
+    fn array(&mut self, depth: usize, patterns: Range<usize>) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return self.s.fail();
+        }
+        self.s.i += 1;
         self.out.push(b'[');
-        let mut first = true;
-        let mut index = 0usize;
+        self.s.ws();
+        if self.s.peek() == Some(b']') {
+            self.s.i += 1;
+            self.out.push(b']');
+            return Ok(());
+        }
+        let mut written = false;
+        let mut index = 0;
         loop {
-            let (child, excluded) = if self.patterns.is_empty() {
-                (Vec::new(), false)
+            let mark = self.patterns.len();
+            let (child, excluded) = if patterns.is_empty() {
+                (mark..mark, false)
             } else {
-                descend(self.patterns, "", Some(index))
+                self.descend(patterns.clone(), None, index)
             };
             index += 1;
             if excluded {
-                if seq.next_element::<IgnoredAny>()?.is_none() {
+                self.s.skip_value(&mut self.scratch)?;
+            } else {
+                if written {
+                    self.out.push(b',');
+                }
+                written = true;
+                self.value(depth, child.clone(), None)?;
+            }
+            self.patterns.truncate(mark);
+            self.s.ws();
+            match self.s.peek() {
+                Some(b',') => self.s.i += 1,
+                Some(b']') => {
+                    self.s.i += 1;
+                    self.out.push(b']');
+                    return Ok(());
+                }
+                _ => return self.s.fail(),
+            }
+        }
+    }
+
+    fn object(
+        &mut self,
+        depth: usize,
+        patterns: Range<usize>,
+        fields: Option<&mut Vec<FieldDigest>>,
+    ) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return self.s.fail();
+        }
+        self.s.i += 1;
+        let start = self.out.len();
+        let first_member = self.members.len();
+        let first_key = self.keys.len();
+        self.s.ws();
+        if self.s.peek() == Some(b'}') {
+            self.s.i += 1;
+            self.out.extend_from_slice(b"{}");
+            return Ok(());
+        }
+        loop {
+            self.s.ws();
+            if self.s.peek() != Some(b'"') {
+                return self.s.fail();
+            }
+            let key = match self.s.string(&mut self.text)? {
+                Text::Raw(raw) => Key::Body(raw),
+                Text::Unescaped => {
+                    let at = self.keys.len();
+                    self.keys.extend_from_slice(&self.text);
+                    Key::Unescaped(at..self.keys.len())
+                }
+            };
+            self.s.expect(b':')?;
+            let mark = self.patterns.len();
+            let (child, excluded) = if patterns.is_empty() {
+                (mark..mark, false)
+            } else {
+                self.descend(patterns.clone(), Some(&key), 0)
+            };
+            if excluded {
+                self.s.skip_value(&mut self.scratch)?;
+            } else {
+                let at = self.out.len();
+                self.value(depth, child.clone(), None)?;
+                let value = at..self.out.len();
+                self.members.push(Member { key, value });
+            }
+            self.patterns.truncate(mark);
+            self.s.ws();
+            match self.s.peek() {
+                Some(b',') => self.s.i += 1,
+                Some(b'}') => {
+                    self.s.i += 1;
                     break;
                 }
-                continue;
+                _ => return self.s.fail(),
             }
-            let mark = self.out.len();
-            if !first {
-                self.out.push(b',');
-            }
-            let seed = Canon {
-                out: &mut *self.out,
-                patterns: &child,
-                fields: None,
-            };
-            if seq.next_element_seed(seed)?.is_none() {
-                self.out.truncate(mark);
-                break;
-            }
-            first = false;
         }
-        self.out.push(b']');
+        self.finish_object(start, first_member, first_key, fields);
         Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut scratch: Vec<u8> = Vec::new();
-        let mut members: Vec<(Cow<'de, str>, usize, usize)> = Vec::new();
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            let (child, excluded) = if self.patterns.is_empty() {
-                (Vec::new(), false)
-            } else {
-                descend(self.patterns, &key, None)
-            };
-            if excluded {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            let start = scratch.len();
-            map.next_value_seed(Canon {
-                out: &mut scratch,
-                patterns: &child,
-                fields: None,
-            })?;
-            members.push((key, start, scratch.len()));
-        }
-        // Sorted by UTF-8 bytes; of duplicate names the last one wins, as in serde_json.
-        members.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut fields = self.fields;
+    /// Rewrites the values written since `start` as the object: members sorted by the
+    /// UTF-8 bytes of their names; of duplicate names the last one wins, as in serde_json.
+    fn finish_object(
+        &mut self,
+        start: usize,
+        first_member: usize,
+        first_key: usize,
+        mut fields: Option<&mut Vec<FieldDigest>>,
+    ) {
+        let (body, keys) = (self.s.b, &self.keys);
+        let members = &mut self.members[first_member..];
+        members.sort_by(|a, b| key_bytes(body, keys, &a.key).cmp(key_bytes(body, keys, &b.key)));
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&self.out[start..]);
+        self.out.truncate(start);
         self.out.push(b'{');
         let mut wrote = false;
-        for (i, (name, start, end)) in members.iter().enumerate() {
-            if members.get(i + 1).is_some_and(|next| next.0 == *name) {
+        for (i, m) in members.iter().enumerate() {
+            let name = key_bytes(body, keys, &m.key);
+            if members
+                .get(i + 1)
+                .is_some_and(|next| key_bytes(body, keys, &next.key) == name)
+            {
                 continue;
             }
             if wrote {
                 self.out.push(b',');
             }
             wrote = true;
-            write_str(self.out, name);
+            write_bytes(self.out, name);
             self.out.push(b':');
-            let value = &scratch[*start..*end];
+            let value = &self.scratch[m.value.start - start..m.value.end - start];
             self.out.extend_from_slice(value);
             if let Some(fields) = fields.as_deref_mut() {
                 let d = Sha256::digest(value);
                 let mut first = [0u8; 8];
                 first.copy_from_slice(&d[..8]);
                 fields.push(FieldDigest {
-                    name: String::from(&**name),
+                    // Checked to be UTF-8 when it was scanned.
+                    name: String::from_utf8_lossy(name).into_owned(),
                     digest: u64::from_le_bytes(first),
                 });
             }
         }
         self.out.push(b'}');
-        Ok(())
+        self.members.truncate(first_member);
+        self.keys.truncate(first_key);
     }
 }
 
-/// Reads an object key, borrowing it from the input when it has no escapes.
-struct KeySeed;
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Cow<'de, str>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object key")
-    }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Borrowed(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(String::from(v)))
-    }
-}
-
-fn write_int(out: &mut Vec<u8>, mut v: u64, negative: bool) {
+pub(crate) fn write_int(out: &mut Vec<u8>, mut v: u64, negative: bool) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {
@@ -257,11 +894,26 @@ fn write_int(out: &mut Vec<u8>, mut v: u64, negative: bool) {
     out.extend_from_slice(&buf[i..]);
 }
 
+/// Integral values below 2^53 as integers, as ECMAScript writes them; others in their
+/// shortest round-trip form. Never NaN or infinite (those are refused while reading).
+fn write_f64(out: &mut Vec<u8>, v: f64) {
+    if v == (v as i64) as f64 && v.abs() < 9_007_199_254_740_992.0 {
+        let i = v as i64;
+        write_int(out, i.unsigned_abs(), i < 0);
+    } else {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    }
+}
+
 /// A JSON string with RFC 8785's minimal escapes.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    write_bytes(out, s.as_bytes());
+}
+
+/// [`write_str`] for bytes known to be UTF-8.
+fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
-    let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let esc: &[u8] = match b {
@@ -305,109 +957,174 @@ pub(crate) enum Found {
     NotString,
 }
 
-/// The value at JSON pointer `pointer` in `body`, read while parsing (no `Value` tree): the
-/// members and elements off the path are skipped.
-pub(crate) fn string_at(body: &[u8], pointer: &str) -> Result<Found, serde_json::Error> {
-    let path = parse_patterns(&[String::from(pointer)])
-        .pop()
-        .unwrap_or_default();
-    let path: Vec<String> = if pointer.is_empty() { Vec::new() } else { path };
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let found = Finder { path: &path }.deserialize(&mut de)?;
-    de.end()?;
+/// The value at JSON pointer `pointer` in `body`, read while scanning: the members and
+/// elements off the path are skipped.
+pub(crate) fn string_at(body: &[u8], pointer: &str) -> Result<Found> {
+    let path: Vec<String> = if pointer.is_empty() {
+        Vec::new()
+    } else {
+        parse_patterns(&[String::from(pointer)])
+            .pop()
+            .unwrap_or_default()
+    };
+    let mut f = Finder {
+        s: Scan { b: body, i: 0 },
+        text: Vec::new(),
+        open: Vec::new(),
+    };
+    let found = f.find(0, &path)?;
+    f.s.end()?;
     Ok(found)
 }
 
-struct Finder<'p> {
-    path: &'p [String],
-}
-
-impl<'de> DeserializeSeed<'de> for Finder<'_> {
-    type Value = Found;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Finder<'_> {
-    type Value = Found;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Found, E> {
-        Ok(if self.path.is_empty() {
-            Found::String(String::from(v))
-        } else {
-            Found::Missing
-        })
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
-        Ok(self.scalar())
-    }
-    fn visit_unit<E>(self) -> Result<Found, E> {
-        Ok(self.scalar())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
-        Ok(self.scalar())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
-        Ok(self.scalar())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Found, E> {
-        Ok(self.scalar())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
-        let target = self.path.first().and_then(|t| t.parse::<usize>().ok());
-        let mut found = if self.path.is_empty() {
-            Found::NotString
-        } else {
-            Found::Missing
-        };
-        let mut i = 0;
-        loop {
-            if Some(i) == target {
-                match seq.next_element_seed(Finder {
-                    path: &self.path[1..],
-                })? {
-                    Some(f) => found = f,
-                    None => break,
-                }
-            } else if seq.next_element::<IgnoredAny>()?.is_none() {
-                break;
-            }
-            i += 1;
-        }
-        Ok(found)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
-        let mut found = if self.path.is_empty() {
-            Found::NotString
-        } else {
-            Found::Missing
-        };
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if self.path.first().is_some_and(|t| *t == key) {
-                found = map.next_value_seed(Finder {
-                    path: &self.path[1..],
-                })?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(found)
-    }
+struct Finder<'a> {
+    s: Scan<'a>,
+    text: Vec<u8>,
+    open: Vec<u8>,
 }
 
 impl Finder<'_> {
-    fn scalar(&self) -> Found {
-        if self.path.is_empty() {
+    fn found(path: &[String]) -> Found {
+        if path.is_empty() {
             Found::NotString
         } else {
             Found::Missing
         }
     }
+
+    fn find(&mut self, depth: usize, path: &[String]) -> Result<Found> {
+        self.s.ws();
+        match self.s.peek() {
+            Some(b'"') => {
+                let text = match self.s.string(&mut self.text)? {
+                    Text::Raw(raw) => &self.s.b[raw],
+                    Text::Unescaped => &self.text[..],
+                };
+                Ok(if path.is_empty() {
+                    Found::String(String::from_utf8_lossy(text).into_owned())
+                } else {
+                    Found::Missing
+                })
+            }
+            Some(b'[') => self.array(depth + 1, path),
+            Some(b'{') => self.object(depth + 1, path),
+            Some(b't') => self.s.literal(b"true").map(|()| Self::found(path)),
+            Some(b'f') => self.s.literal(b"false").map(|()| Self::found(path)),
+            Some(b'n') => self.s.literal(b"null").map(|()| Self::found(path)),
+            Some(b'-' | b'0'..=b'9') => self.s.number().map(|_| Self::found(path)),
+            _ => self.s.fail(),
+        }
+    }
+
+    fn array(&mut self, depth: usize, path: &[String]) -> Result<Found> {
+        if depth > MAX_DEPTH {
+            return self.s.fail();
+        }
+        self.s.i += 1;
+        let mut found = Self::found(path);
+        self.s.ws();
+        if self.s.peek() == Some(b']') {
+            self.s.i += 1;
+            return Ok(found);
+        }
+        let target = path.first().and_then(|t| t.parse::<usize>().ok());
+        let mut i = 0;
+        loop {
+            if Some(i) == target {
+                found = self.find(depth, &path[1..])?;
+            } else {
+                self.s.skip_value(&mut self.open)?;
+            }
+            i += 1;
+            self.s.ws();
+            match self.s.peek() {
+                Some(b',') => self.s.i += 1,
+                Some(b']') => {
+                    self.s.i += 1;
+                    return Ok(found);
+                }
+                _ => return self.s.fail(),
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize, path: &[String]) -> Result<Found> {
+        if depth > MAX_DEPTH {
+            return self.s.fail();
+        }
+        self.s.i += 1;
+        let mut found = Self::found(path);
+        self.s.ws();
+        if self.s.peek() == Some(b'}') {
+            self.s.i += 1;
+            return Ok(found);
+        }
+        loop {
+            self.s.ws();
+            if self.s.peek() != Some(b'"') {
+                return self.s.fail();
+            }
+            let on_path = {
+                let key = match self.s.string(&mut self.text)? {
+                    Text::Raw(raw) => &self.s.b[raw],
+                    Text::Unescaped => &self.text[..],
+                };
+                path.first().is_some_and(|t| t.as_bytes() == key)
+            };
+            self.s.expect(b':')?;
+            if on_path {
+                found = self.find(depth, &path[1..])?;
+            } else {
+                self.s.skip_value(&mut self.open)?;
+            }
+            self.s.ws();
+            match self.s.peek() {
+                Some(b',') => self.s.i += 1,
+                Some(b'}') => {
+                    self.s.i += 1;
+                    return Ok(found);
+                }
+                _ => return self.s.fail(),
+            }
+        }
+    }
 }
+
+/// 10^0 to 10^308, each the nearest `f64`.
+#[rustfmt::skip]
+static POW10: [f64; 309] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+    1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
+    1e20, 1e21, 1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29,
+    1e30, 1e31, 1e32, 1e33, 1e34, 1e35, 1e36, 1e37, 1e38, 1e39,
+    1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48, 1e49,
+    1e50, 1e51, 1e52, 1e53, 1e54, 1e55, 1e56, 1e57, 1e58, 1e59,
+    1e60, 1e61, 1e62, 1e63, 1e64, 1e65, 1e66, 1e67, 1e68, 1e69,
+    1e70, 1e71, 1e72, 1e73, 1e74, 1e75, 1e76, 1e77, 1e78, 1e79,
+    1e80, 1e81, 1e82, 1e83, 1e84, 1e85, 1e86, 1e87, 1e88, 1e89,
+    1e90, 1e91, 1e92, 1e93, 1e94, 1e95, 1e96, 1e97, 1e98, 1e99,
+    1e100, 1e101, 1e102, 1e103, 1e104, 1e105, 1e106, 1e107, 1e108, 1e109,
+    1e110, 1e111, 1e112, 1e113, 1e114, 1e115, 1e116, 1e117, 1e118, 1e119,
+    1e120, 1e121, 1e122, 1e123, 1e124, 1e125, 1e126, 1e127, 1e128, 1e129,
+    1e130, 1e131, 1e132, 1e133, 1e134, 1e135, 1e136, 1e137, 1e138, 1e139,
+    1e140, 1e141, 1e142, 1e143, 1e144, 1e145, 1e146, 1e147, 1e148, 1e149,
+    1e150, 1e151, 1e152, 1e153, 1e154, 1e155, 1e156, 1e157, 1e158, 1e159,
+    1e160, 1e161, 1e162, 1e163, 1e164, 1e165, 1e166, 1e167, 1e168, 1e169,
+    1e170, 1e171, 1e172, 1e173, 1e174, 1e175, 1e176, 1e177, 1e178, 1e179,
+    1e180, 1e181, 1e182, 1e183, 1e184, 1e185, 1e186, 1e187, 1e188, 1e189,
+    1e190, 1e191, 1e192, 1e193, 1e194, 1e195, 1e196, 1e197, 1e198, 1e199,
+    1e200, 1e201, 1e202, 1e203, 1e204, 1e205, 1e206, 1e207, 1e208, 1e209,
+    1e210, 1e211, 1e212, 1e213, 1e214, 1e215, 1e216, 1e217, 1e218, 1e219,
+    1e220, 1e221, 1e222, 1e223, 1e224, 1e225, 1e226, 1e227, 1e228, 1e229,
+    1e230, 1e231, 1e232, 1e233, 1e234, 1e235, 1e236, 1e237, 1e238, 1e239,
+    1e240, 1e241, 1e242, 1e243, 1e244, 1e245, 1e246, 1e247, 1e248, 1e249,
+    1e250, 1e251, 1e252, 1e253, 1e254, 1e255, 1e256, 1e257, 1e258, 1e259,
+    1e260, 1e261, 1e262, 1e263, 1e264, 1e265, 1e266, 1e267, 1e268, 1e269,
+    1e270, 1e271, 1e272, 1e273, 1e274, 1e275, 1e276, 1e277, 1e278, 1e279,
+    1e280, 1e281, 1e282, 1e283, 1e284, 1e285, 1e286, 1e287, 1e288, 1e289,
+    1e290, 1e291, 1e292, 1e293, 1e294, 1e295, 1e296, 1e297, 1e298, 1e299,
+    1e300, 1e301, 1e302, 1e303, 1e304, 1e305, 1e306, 1e307, 1e308,
+];
 
 #[cfg(test)]
 mod pointer_tests {

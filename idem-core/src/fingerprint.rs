@@ -226,9 +226,9 @@ impl FingerprintSpec {
             let patterns = crate::canon::parse_patterns(&self.exclude);
             let mut canon = Vec::with_capacity(req.body.len());
             crate::canon::canonicalise(req.body, &patterns, &mut canon, &mut fields).map_err(
-                |e| FingerprintError::InvalidJson {
-                    line: e.line(),
-                    column: e.column(),
+                |e| {
+                    let (line, column) = e.position(req.body);
+                    FingerprintError::InvalidJson { line, column }
                 },
             )?;
             h.update(b"J");

@@ -231,14 +231,20 @@ impl Problem {
     /// [`Problem::to_json`] citing `requirement` instead of the problem's own (a more
     /// specific rule behind the same problem type).
     pub fn to_json_with(&self, detail: &str, requirement: &str) -> String {
-        let body = serde_json::json!({
-            "type": self.type_uri,
-            "title": self.title,
-            "status": self.status,
-            "detail": detail,
-            "requirement": requirement,
-        });
-        // Serialising a Value to a String cannot fail.
-        serde_json::to_string(&body).unwrap_or_default()
+        // Members in sorted order, strings with the canonical escapes.
+        let mut out = alloc::vec::Vec::with_capacity(160 + detail.len());
+        out.extend_from_slice(b"{\"detail\":");
+        crate::canon::write_str(&mut out, detail);
+        out.extend_from_slice(b",\"requirement\":");
+        crate::canon::write_str(&mut out, requirement);
+        out.extend_from_slice(b",\"status\":");
+        crate::canon::write_int(&mut out, u64::from(self.status), false);
+        out.extend_from_slice(b",\"title\":");
+        crate::canon::write_str(&mut out, self.title);
+        out.extend_from_slice(b",\"type\":");
+        crate::canon::write_str(&mut out, self.type_uri);
+        out.push(b'}');
+        // Only UTF-8 went in.
+        String::from_utf8(out).unwrap_or_default()
     }
 }
