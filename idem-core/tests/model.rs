@@ -393,7 +393,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
 
     /// IDEM-EXEC-1 IDEM-CONC-1 IDEM-REPLAY-1 IDEM-FP-1 IDEM-LEASE-1 IDEM-LEASE-2 IDEM-LEASE-3 IDEM-LEASE-4
     /// IDEM-OUT-1 IDEM-OUT-2 IDEM-OUT-3 IDEM-SCOPE-1 IDEM-TTL-1 IDEM-TTL-2 IDEM-TTL-3 IDEM-STORE-1
