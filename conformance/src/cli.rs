@@ -21,6 +21,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 use url::Url;
 
+/// Writes a line to standard output. A reader that went away (a closed pipe, as with
+/// `| head`) ends the output, not the program: the exit code still says how the run went.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        out(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes `text` to standard output, ignoring a reader that went away.
+fn out(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
 /// Tests whether an HTTP endpoint honours Idempotency-Key: lost responses, replays,
 /// concurrent duplicates, payload mismatches, key validation, error replay, cross-principal
 /// isolation and expiry.
@@ -576,12 +590,16 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
 /// The cases with their requirement's level under each profile.
 fn list() {
     use idem_spec::Profile as P;
-    println!(
+    outln!(
         "{:<16} {:<14} {:<7} {:<7} {:<7} WHAT IT SENDS AND CHECKS",
-        "ID", "REQUIREMENT", "IETF", "IDEM", "STRIPE"
+        "ID",
+        "REQUIREMENT",
+        "IETF",
+        "IDEM",
+        "STRIPE"
     );
     for c in crate::cases::all() {
-        println!(
+        outln!(
             "{:<16} {:<14} {:<7} {:<7} {:<7} {}",
             c.id,
             c.requirement,
@@ -599,8 +617,9 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
         list();
         return Ok(0);
     }
-    // The embedded server lives until the end of this function.
+    // The embedded servers live until the end of this function.
     let mut server = None;
+    let mut config = None;
     let mut target = match &a.url {
         Some(url) => {
             if a.fault.is_some() || a.delay_ms.is_some() || a.tls || a.uuid_keys {
@@ -618,24 +637,50 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
             Target::new(url)
         }
         None => {
-            let mut config = ServerConfig::fast();
-            config.fault = a.fault;
-            config.uuid_keys = a.uuid_keys;
+            let mut settings = ServerConfig::fast();
+            settings.fault = a.fault;
+            settings.uuid_keys = a.uuid_keys;
             if a.tls {
-                config.tls = Some(crate::tls::Identity::generate().map_err(harness)?);
+                settings.tls = Some(crate::tls::Identity::generate().map_err(harness)?);
             }
             if let Some(ms) = a.delay_ms {
-                config.delay = Duration::from_millis(ms);
+                settings.delay = Duration::from_millis(ms);
             }
-            let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
+            let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), settings.clone())
                 .await
                 .map_err(start_error)?;
-            let t = Target::for_reference_kind(&s, &config, a.key_kind);
+            let t = Target::for_reference_kind(&s, &settings, a.key_kind);
             server = Some(s);
+            config = Some(settings);
             t
         }
     };
     configure(&mut target, &a)?;
+    // Against the embedded server, the cases that wait for its clock run beside the
+    // others, each against a server of its own (and so with a count oracle of its own).
+    let mut lanes = vec![suite::Lane {
+        target: target.clone(),
+        cases: cases
+            .iter()
+            .copied()
+            .filter(|c| config.is_none() || !suite::Lane::waits(c))
+            .collect(),
+    }];
+    let mut servers = Vec::new();
+    if let Some(config) = &config {
+        for case in cases.iter().copied().filter(|c| suite::Lane::waits(c)) {
+            let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
+                .await
+                .map_err(start_error)?;
+            let mut t = Target::for_reference_kind(&s, config, a.key_kind);
+            configure(&mut t, &a)?;
+            servers.push(s);
+            lanes.push(suite::Lane {
+                target: t,
+                cases: vec![case],
+            });
+        }
+    }
     let embedded = server.as_ref().map(Server::fault);
     let color = Color::detect(std::io::stdout().is_terminal());
     let err_color = Color::detect(std::io::stderr().is_terminal());
@@ -660,14 +705,14 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
             }
         );
     }
-    let report = suite::run(&target, &cases, embedded, &mut progress)
+    let report = suite::run_lanes(&target, lanes, embedded, &mut progress)
         .await
         .map_err(|e| match e {
             crate::http::HarnessError::Usage(m) => Failure::Usage(m),
             e => harness(e),
         })?;
-    drop(server);
-    print!("{}", report::terminal(&report, color));
+    drop((server, servers));
+    out(&report::terminal(&report, color));
     if let Some(path) = &a.json {
         std::fs::write(path, report::json(&report))
             .map_err(|e| harness(format!("--json {}: {e}", path.display())))?;
@@ -719,7 +764,7 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
         config.tls = Some(identity);
     }
     let mut server = Server::start(a.listen, config).await.map_err(start_error)?;
-    println!(
+    outln!(
         "idem reference server listening on {} (POST /orders, GET /count){}{}",
         server.base_url(),
         a.fault.map(|f| format!(", fault {f}")).unwrap_or_default(),
@@ -730,7 +775,7 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
             .unwrap_or_default()
     );
     if let Some(path) = ca_path {
-        println!(
+        outln!(
             "TLS certificate authority written to {} (give it to the harness with --cacert)",
             path.display()
         );
@@ -751,7 +796,7 @@ async fn bench(a: BenchArgs) -> Result<u8, Failure> {
         duration: seconds("seconds", a.seconds)?,
         delay: Duration::from_millis(a.delay_ms),
     };
-    println!(
+    outln!(
         "reference server on 127.0.0.1, {} keep-alive connections, {:.1} s per phase, handler delay {} ms",
         config.connections,
         config.duration.as_secs_f64(),
@@ -766,7 +811,7 @@ async fn bench(a: BenchArgs) -> Result<u8, Failure> {
         stores.push(None);
     }
     for r in bench::run(config, &stores).await.map_err(harness)? {
-        println!(
+        outln!(
             "{:<40} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} unexpected",
             r.label,
             r.rps(),

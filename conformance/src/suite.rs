@@ -625,24 +625,106 @@ pub async fn run(
     embedded: Option<Option<Fault>>,
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<Report, HarnessError> {
-    let http = client(target)?;
-    let started = Instant::now();
-    let total = cases.len();
-    let mut results = Vec::with_capacity(total);
-    for (i, case) in cases.iter().enumerate() {
-        progress(Progress::Started {
-            index: i + 1,
-            total,
-            case,
-        });
-        let result = run_case(target, &http, case, progress).await;
-        progress(Progress::Finished {
-            index: i + 1,
-            total,
-            result: &result,
-        });
-        results.push(result);
+    let lane = Lane {
+        target: target.clone(),
+        cases: cases.to_vec(),
+    };
+    run_lanes(target, vec![lane], embedded, progress).await
+}
+
+/// Cases that run one after the other against one target.
+#[derive(Clone, Debug)]
+pub struct Lane {
+    /// Where they are sent (with its own count oracle).
+    pub target: Target,
+    /// The cases, in suite order.
+    pub cases: Vec<&'static Case>,
+}
+
+impl Lane {
+    /// Whether `case` spends most of its time waiting for a server's clock (a lease, a
+    /// retention): against servers of one's own, such cases can run beside the others.
+    pub fn waits(case: &Case) -> bool {
+        matches!(case.section(), "lease" | "expiry")
     }
+}
+
+/// What a lane reports to the run.
+enum LaneEvent {
+    Started(usize, &'static Case),
+    Waiting(&'static Case, Waiting),
+    Finished(usize, Box<CaseResult>),
+}
+
+/// Runs `lanes` side by side, the cases of each one after the other; the report lists
+/// every case in suite order, for `target` (the first lane's). Lanes must not share a count
+/// oracle: an execution in one would be counted in another.
+pub async fn run_lanes(
+    target: &Target,
+    lanes: Vec<Lane>,
+    embedded: Option<Option<Fault>>,
+    progress: &mut (dyn FnMut(Progress<'_>) + Send),
+) -> Result<Report, HarnessError> {
+    let started = Instant::now();
+    let mut order: Vec<&'static Case> =
+        lanes.iter().flat_map(|l| l.cases.iter().copied()).collect();
+    let all = cases::all();
+    order.sort_by_key(|c| all.iter().position(|a| std::ptr::eq(*a, *c)));
+    let total = order.len();
+    let index_of = |case: &Case| {
+        order
+            .iter()
+            .position(|c| std::ptr::eq(*c, case))
+            .unwrap_or(0)
+    };
+    let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let mut running = tokio::task::JoinSet::new();
+    for lane in lanes {
+        let http = client(&lane.target)?;
+        let cases: Vec<(usize, &'static Case)> =
+            lane.cases.iter().map(|c| (index_of(c), *c)).collect();
+        let events = events.clone();
+        running.spawn(async move {
+            for (i, case) in cases {
+                let _ = events.send(LaneEvent::Started(i, case));
+                let mut forward = |p: Progress<'_>| {
+                    if let Progress::Waiting { wait, .. } = p {
+                        let _ = events.send(LaneEvent::Waiting(case, wait.clone()));
+                    }
+                };
+                let result = run_case(&lane.target, &http, case, &mut forward).await;
+                let _ = events.send(LaneEvent::Finished(i, Box::new(result)));
+            }
+        });
+    }
+    drop(events);
+    let mut results: Vec<Option<CaseResult>> = (0..total).map(|_| None).collect();
+    while let Some(event) = received.recv().await {
+        match event {
+            LaneEvent::Started(i, case) => progress(Progress::Started {
+                index: i + 1,
+                total,
+                case,
+            }),
+            LaneEvent::Waiting(case, wait) => progress(Progress::Waiting { case, wait: &wait }),
+            LaneEvent::Finished(i, result) => {
+                progress(Progress::Finished {
+                    index: i + 1,
+                    total,
+                    result: &result,
+                });
+                results[i] = Some(*result);
+            }
+        }
+    }
+    while let Some(done) = running.join_next().await {
+        if let Err(e) = done {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+    }
+    let results: Vec<CaseResult> = results.into_iter().flatten().collect();
     let mut summary = Summary::default();
     for r in &results {
         match r.verdict {

@@ -526,3 +526,75 @@ fn long_waits_say_what_they_wait_for() {
         .unwrap_or_else(|| panic!("no wait announced: {err}"));
     assert!(wait.contains("s left"), "{wait}");
 }
+
+/// The embedded default run: the cases that wait for the server's clock run beside the
+/// others, each against a server of its own, and still catch the faults aimed at them; the
+/// report keeps suite order.
+#[test]
+fn waiting_cases_run_beside_the_others_and_still_fail() {
+    let json = temp("lanes.json");
+    let started = Instant::now();
+    let o = run(&["run", "--quiet", "--json", json.to_str().expect("utf-8")]);
+    let took = started.elapsed();
+    assert_eq!(code(&o), 0, "{}", text(&o.stdout));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the report")).expect("JSON");
+    let _ = std::fs::remove_file(&json);
+    let ids: Vec<&str> = report["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    let listed = text(&run(&["run", "--list"]).stdout);
+    let in_list: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.contains('/'))
+        .collect();
+    assert_eq!(ids, in_list, "suite order");
+    // The waits overlap: the key retention (2 s), the response retention twice over and
+    // the lease, one after the other, would take more than 5 s on their own.
+    let waited: f64 = ["lease/1", "expiry/1", "expiry/2", "expiry/3"]
+        .iter()
+        .filter_map(|id| {
+            report["cases"]
+                .as_array()
+                .and_then(|cases| cases.iter().find(|c| c["id"] == *id))
+                .and_then(|c| c["duration_ms"].as_f64())
+        })
+        .sum();
+    assert!(
+        took.as_secs_f64() * 1000.0 < waited,
+        "the run took {took:?}, its waiting cases {waited} ms in all"
+    );
+    for (fault, case) in [("never-expire", "expiry/3"), ("lost-lease", "lease/1")] {
+        let o = run(&["run", "--fault", fault, "--strict", "--quiet"]);
+        assert_eq!(code(&o), 1, "{fault}: {}", text(&o.stdout));
+        let out = text(&o.stdout);
+        assert!(
+            out.lines().any(|l| l.contains("FAIL") && l.contains(case)),
+            "{fault} is caught by {case}: {out}"
+        );
+    }
+}
+
+/// A reader that stops early (`| head`) ends the output without a panic.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::io::Read as _;
+    let mut child = bin()
+        .args(["run", "--list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    drop(child.stdout.take());
+    let status = child.wait().expect("it ends");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(status.code(), Some(0), "{err}");
+}
