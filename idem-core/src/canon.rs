@@ -856,8 +856,18 @@ impl Canon<'_, '_, '_> {
                 self.out.push(b',');
             }
             wrote = true;
-            write_bytes(self.out, name);
-            self.out.push(b':');
+            match m.key {
+                // No escapes and no control characters: already canonical.
+                Key::Body(_) => {
+                    self.out.push(b'"');
+                    self.out.extend_from_slice(name);
+                    self.out.extend_from_slice(b"\":");
+                }
+                Key::Unescaped(_) => {
+                    write_bytes(self.out, name);
+                    self.out.push(b':');
+                }
+            }
             let value = &self.scratch[m.value.start - start..m.value.end - start];
             self.out.extend_from_slice(value);
             if let Some(fields) = fields.as_deref_mut() {
