@@ -241,6 +241,32 @@ fn store(c: &mut Criterion) {
     });
     g.finish();
 
+    // The floor, in the same run: a std HashMap of the same million keys (scope and key as
+    // one string) to a 32-byte digest, its lookup and its insert of a new key.
+    let flat = |k: &RecordKey| format!("{}{}", k.scope.as_str(), k.key);
+    let mut map: std::collections::HashMap<String, [u8; 32]> =
+        (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
+    let flat_keys: Vec<String> = keys.iter().map(flat).collect();
+    let mut g = c.benchmark_group("floor: std HashMap<String, [u8; 32]> (1M keys)");
+    g.throughput(Throughput::Elements(1));
+    let mut i = 0usize;
+    g.bench_function("lookup", |b| {
+        b.iter(|| {
+            i = (i + 1) % flat_keys.len();
+            black_box(map.get(black_box(&flat_keys[i])).copied())
+        })
+    });
+    let mut n = MILLION;
+    g.bench_function("insert of a new key", |b| {
+        b.iter(|| {
+            n += 1;
+            let k = key(n);
+            black_box(map.insert(flat(&k), [3; 32]))
+        })
+    });
+    g.finish();
+    drop(map);
+
     let mut g = c.benchmark_group("expiry sweep");
     for expiring in [1_000u64, 10_000] {
         g.throughput(Throughput::Elements(expiring));

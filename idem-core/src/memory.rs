@@ -1,15 +1,18 @@
 //! The reference store: a hash map with a deadline index.
 
-use crate::key::RecordKey;
+use crate::key::{RecordKey, Scope};
 use crate::record::{Expiry, Precondition, Record, Write, WriteOp};
 use crate::reply::StoreFailure;
 use crate::store::{Applied, Store};
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;
-use alloc::collections::BTreeSet;
-use alloc::sync::Arc;
+use alloc::boxed::Box;
+use alloc::collections::BinaryHeap;
+use alloc::vec::Vec;
+use core::cmp::Reverse;
 use core::fmt;
-use hashbrown::HashMap;
+use core::hash::BuildHasher;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 /// Capacity limits of a [`MemoryStore`] (`IDEM-STORE-3`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,18 +76,42 @@ pub struct MemoryStoreStats {
     pub refused: u64,
 }
 
-struct Slot {
+/// One record, in its slot.
+struct Entry {
+    /// Its scope, interned.
+    scope: u32,
+    /// Bumped each time the slot is freed, so that a deadline of an earlier occupant is
+    /// never taken for this one's.
+    generation: u32,
+    key: Box<str>,
     record: Record,
+    /// When expiry next looks at it.
     deadline: UnixMillis,
+    /// Bytes counted against the limit.
     size: usize,
+}
+
+enum Cell {
+    Used(Entry),
+    /// A free slot and the generation its next occupant gets.
+    Free(u32),
+}
+
+/// A scope and how many records use it.
+struct Interned {
+    scope: Scope,
+    users: u32,
 }
 
 /// An in-process [`Store`] for tests and single-process hosts.
 ///
-/// * **Expiry** is driven by a deadline index ordered by [`Record::next_deadline`]: a sweep
+/// * **Layout.** Records live in slots of one vector; a hash table of slot numbers finds
+///   them by scope and key, and each scope is stored once however many keys use it.
+/// * **Expiry** is driven by a deadline heap ordered by [`Record::next_deadline`]: a sweep
 ///   touches only the records that are due, so its cost is proportional to what expires, not
-///   to what is stored. Every write first sweeps up to 32 due records; [`MemoryStore::sweep`]
-///   sweeps everything due.
+///   to what is stored. A deadline that moves later keeps its place and is moved when it
+///   comes up, so most writes cost the heap nothing. Every write first sweeps up to 32 due
+///   records; [`MemoryStore::sweep`] sweeps everything due.
 /// * **When full** (`IDEM-STORE-3`), a write that would add a record sweeps everything due
 ///   and, if the store is still at its limit, fails with [`MemoryStoreError::Full`]: the claim
 ///   is refused (HTTP 503) and nothing runs. Writes to existing records (completions,
@@ -92,8 +119,18 @@ struct Slot {
 ///   be completed; the byte limit can thus be exceeded by the responses of the requests in
 ///   flight when it was reached. No live record is ever evicted.
 pub struct MemoryStore {
-    map: HashMap<Arc<RecordKey>, Slot>,
-    deadlines: BTreeSet<(UnixMillis, Arc<RecordKey>)>,
+    hasher: DefaultHashBuilder,
+    /// Slot numbers, by the hash of scope and key.
+    index: HashTable<u32>,
+    cells: Vec<Cell>,
+    free: Vec<u32>,
+    len: usize,
+    scopes: Vec<Option<Interned>>,
+    /// Scope numbers, by the hash of the scope.
+    scope_index: HashTable<u32>,
+    free_scopes: Vec<u32>,
+    /// (deadline, slot, generation): at least one per record, at or before its deadline.
+    deadlines: BinaryHeap<Reverse<(UnixMillis, u32, u32)>>,
     limits: MemoryStoreLimits,
     stats: MemoryStoreStats,
 }
@@ -108,21 +145,28 @@ impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
             .field("limits", &self.limits)
-            .field("stats", &self.stats)
+            .field("stats", &self.stats())
             .finish()
     }
 }
 
-/// Bytes counted per record beyond its key and [`Record::size`]: the map slot and the
-/// deadline index entry.
+/// Bytes counted per record beyond its key and [`Record::size`]: the slot, the index and
+/// the deadline heap.
 const ENTRY_OVERHEAD: usize = 64;
 
 impl MemoryStore {
     /// An empty store with these limits.
     pub fn new(limits: MemoryStoreLimits) -> MemoryStore {
         MemoryStore {
-            map: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            hasher: DefaultHashBuilder::default(),
+            index: HashTable::new(),
+            cells: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            scopes: Vec::new(),
+            scope_index: HashTable::new(),
+            free_scopes: Vec::new(),
+            deadlines: BinaryHeap::new(),
             limits,
             stats: MemoryStoreStats::default(),
         }
@@ -130,20 +174,21 @@ impl MemoryStore {
 
     /// The record for `key`, without copying it.
     pub fn get(&self, key: &RecordKey) -> Option<&Record> {
-        self.map.get(key).map(|s| &s.record)
+        let slot = self.find(key)?;
+        self.entry(slot).map(|e| &e.record)
     }
 
     /// Counters.
     pub fn stats(&self) -> MemoryStoreStats {
         MemoryStoreStats {
-            entries: self.map.len(),
+            entries: self.len,
             ..self.stats
         }
     }
 
     /// The earliest deadline of any record: when [`MemoryStore::sweep`] next has work.
     pub fn next_deadline(&self) -> Option<UnixMillis> {
-        self.deadlines.first().map(|(d, _)| *d)
+        self.deadlines.peek().map(|Reverse((d, _, _))| *d)
     }
 
     /// Applies expiry to every record that is due at `now`; returns how many changed.
@@ -151,54 +196,232 @@ impl MemoryStore {
         self.sweep_at_most(now, usize::MAX)
     }
 
+    fn entry(&self, slot: u32) -> Option<&Entry> {
+        match self.cells.get(slot as usize) {
+            Some(Cell::Used(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn entry_mut(&mut self, slot: u32) -> Option<&mut Entry> {
+        match self.cells.get_mut(slot as usize) {
+            Some(Cell::Used(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn scope_str(scopes: &[Option<Interned>], id: u32) -> &str {
+        scopes
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .map_or("", |s| s.scope.as_str())
+    }
+
+    fn hash(hasher: &DefaultHashBuilder, scope: &str, key: &str) -> u64 {
+        hasher.hash_one((scope, key))
+    }
+
+    fn find(&self, key: &RecordKey) -> Option<u32> {
+        let hash = Self::hash(&self.hasher, key.scope.as_str(), &key.key);
+        let (cells, scopes) = (&self.cells, &self.scopes);
+        self.index
+            .find(hash, |&slot| match cells.get(slot as usize) {
+                Some(Cell::Used(e)) => {
+                    *e.key == *key.key && Self::scope_str(scopes, e.scope) == key.scope.as_str()
+                }
+                _ => false,
+            })
+            .copied()
+    }
+
+    /// The scope's number, interned for one more record.
+    fn intern(&mut self, scope: &Scope) -> u32 {
+        let hash = self.hasher.hash_one(scope.as_str());
+        let scopes = &mut self.scopes;
+        if let Some(&id) = self
+            .scope_index
+            .find(hash, |&id| Self::scope_str(scopes, id) == scope.as_str())
+        {
+            if let Some(Some(s)) = scopes.get_mut(id as usize) {
+                s.users += 1;
+            }
+            return id;
+        }
+        let interned = Some(Interned {
+            scope: scope.clone(),
+            users: 1,
+        });
+        let id = match self.free_scopes.pop() {
+            Some(id) => {
+                scopes[id as usize] = interned;
+                id
+            }
+            None => {
+                scopes.push(interned);
+                (scopes.len() - 1) as u32
+            }
+        };
+        let hasher = &self.hasher;
+        self.scope_index
+            .insert_unique(hash, id, |&id| hasher.hash_one(Self::scope_str(scopes, id)));
+        id
+    }
+
+    /// One record fewer uses the scope; the last one frees it.
+    fn release_scope(&mut self, id: u32) {
+        let Some(Some(s)) = self.scopes.get_mut(id as usize) else {
+            return;
+        };
+        s.users -= 1;
+        if s.users > 0 {
+            return;
+        }
+        let hash = self.hasher.hash_one(s.scope.as_str());
+        if let Ok(found) = self.scope_index.find_entry(hash, |&other| other == id) {
+            found.remove();
+        }
+        self.scopes[id as usize] = None;
+        self.free_scopes.push(id);
+    }
+
+    fn insert(&mut self, key: RecordKey, record: Record, size: usize) {
+        let scope = self.intern(&key.scope);
+        let hash = Self::hash(&self.hasher, key.scope.as_str(), &key.key);
+        let deadline = record.next_deadline();
+        let (slot, generation) = match self.free.pop() {
+            Some(slot) => {
+                let generation = match self.cells[slot as usize] {
+                    Cell::Free(g) => g,
+                    Cell::Used(_) => 0,
+                };
+                (slot, generation)
+            }
+            None => {
+                self.cells.push(Cell::Free(0));
+                ((self.cells.len() - 1) as u32, 0)
+            }
+        };
+        self.cells[slot as usize] = Cell::Used(Entry {
+            scope,
+            generation,
+            key: key.key.into_boxed_str(),
+            record,
+            deadline,
+            size,
+        });
+        let (hasher, cells, scopes) = (&self.hasher, &self.cells, &self.scopes);
+        self.index
+            .insert_unique(hash, slot, |&s| match cells.get(s as usize) {
+                Some(Cell::Used(e)) => Self::hash(hasher, Self::scope_str(scopes, e.scope), &e.key),
+                _ => 0,
+            });
+        self.deadlines.push(Reverse((deadline, slot, generation)));
+        self.stats.bytes += size;
+        self.len += 1;
+    }
+
+    fn remove(&mut self, slot: u32) {
+        let Some(Cell::Used(e)) = self.cells.get(slot as usize) else {
+            return;
+        };
+        let hash = Self::hash(&self.hasher, Self::scope_str(&self.scopes, e.scope), &e.key);
+        if let Ok(found) = self.index.find_entry(hash, |&other| other == slot) {
+            found.remove();
+        }
+        let next = e.generation.wrapping_add(1);
+        if let Cell::Used(e) = core::mem::replace(&mut self.cells[slot as usize], Cell::Free(next))
+        {
+            self.stats.bytes -= e.size;
+            self.release_scope(e.scope);
+        }
+        self.free.push(slot);
+        self.len -= 1;
+    }
+
+    /// Moves a record's deadline: a later one keeps its place in the heap (it is moved when
+    /// it comes up), an earlier one is added.
+    fn reschedule(&mut self, slot: u32, deadline: UnixMillis) {
+        let Some(e) = self.entry_mut(slot) else {
+            return;
+        };
+        let (before, generation) = (e.deadline, e.generation);
+        e.deadline = deadline;
+        if deadline < before {
+            self.deadlines.push(Reverse((deadline, slot, generation)));
+        }
+    }
+
+    /// Drops heap entries that no longer name a record's deadline and moves the ones that
+    /// came up early, until the top is a real deadline (so that `next_deadline` is exact).
+    fn settle(&mut self) {
+        while let Some(&Reverse((d, slot, generation))) = self.deadlines.peek() {
+            match self.entry(slot) {
+                Some(e) if e.generation == generation && e.deadline == d => return,
+                Some(e) if e.generation == generation && e.deadline > d => {
+                    let later = e.deadline;
+                    self.deadlines.pop();
+                    self.deadlines.push(Reverse((later, slot, generation)));
+                }
+                _ => {
+                    self.deadlines.pop();
+                }
+            }
+        }
+    }
+
     fn sweep_at_most(&mut self, now: UnixMillis, budget: usize) -> usize {
         let mut done = 0;
         while done < budget {
-            let Some((deadline, _)) = self.deadlines.first() else {
+            self.settle();
+            let Some(&Reverse((deadline, slot, _))) = self.deadlines.peek() else {
                 break;
             };
-            if *deadline > now {
+            if deadline > now {
                 break;
             }
-            let Some((_, key)) = self.deadlines.pop_first() else {
-                break;
+            self.deadlines.pop();
+            let expiry = match self.entry(slot) {
+                Some(e) => e.record.expire(now),
+                None => continue,
             };
-            let Some(slot) = self.map.get_mut(&key) else {
+            let Some(Cell::Used(e)) = self.cells.get_mut(slot as usize) else {
                 continue;
             };
-            match slot.record.expire(now) {
-                Expiry::Delete => {
-                    if let Some(slot) = self.map.remove(&key) {
-                        self.stats.bytes -= slot.size;
-                    }
-                }
+            match expiry {
+                Expiry::Delete => self.remove(slot),
                 Expiry::Tombstone(t) => {
-                    let size = entry_size(&key, &t);
-                    self.stats.bytes = self.stats.bytes - slot.size + size;
-                    slot.deadline = t.next_deadline();
-                    slot.size = size;
-                    slot.record = t;
-                    self.deadlines.insert((slot.deadline, key));
+                    let size = entry_size(e.key.len(), &self.scopes, e.scope, &t);
+                    self.stats.bytes = self.stats.bytes - e.size + size;
+                    e.size = size;
+                    e.deadline = t.next_deadline();
+                    e.record = t;
+                    self.deadlines
+                        .push(Reverse((e.deadline, slot, e.generation)));
                 }
                 Expiry::Keep(next) => {
-                    slot.deadline = next.unwrap_or(slot.record.key_expires);
-                    self.deadlines.insert((slot.deadline, key));
+                    e.deadline = next.unwrap_or(e.record.key_expires);
+                    self.deadlines
+                        .push(Reverse((e.deadline, slot, e.generation)));
                     continue;
                 }
             }
             self.stats.expired += 1;
             done += 1;
         }
+        self.settle();
         done
     }
 
     fn is_full(&self, extra: usize) -> bool {
-        self.map.len() >= self.limits.max_entries
-            || self.stats.bytes + extra > self.limits.max_bytes
+        self.len >= self.limits.max_entries || self.stats.bytes + extra > self.limits.max_bytes
     }
 }
 
-fn entry_size(key: &RecordKey, record: &Record) -> usize {
+fn entry_size(key_len: usize, scopes: &[Option<Interned>], scope: u32, record: &Record) -> usize {
+    MemoryStore::scope_str(scopes, scope).len() + key_len + record.size() + ENTRY_OVERHEAD
+}
+
+fn new_entry_size(key: &RecordKey, record: &Record) -> usize {
     key.scope.as_str().len() + key.key.len() + record.size() + ENTRY_OVERHEAD
 }
 
@@ -220,7 +443,8 @@ impl Store for MemoryStore {
 
     fn apply(&mut self, now: UnixMillis, write: Write) -> Result<Applied, MemoryStoreError> {
         self.sweep_at_most(now, 32);
-        let current = self.map.get(&write.key).map(|s| s.record.version);
+        let slot = self.find(&write.key);
+        let current = slot.and_then(|s| self.entry(s)).map(|e| e.record.version);
         let holds = match (write.precondition, current) {
             (Precondition::Absent, None) => true,
             (Precondition::Version(v), Some(c)) => v == c,
@@ -229,52 +453,173 @@ impl Store for MemoryStore {
         if !holds {
             return Ok(Applied::Conflict);
         }
-        match write.op {
-            WriteOp::Delete => {
-                if let Some((k, slot)) = self.map.remove_entry(&write.key) {
-                    self.deadlines.remove(&(slot.deadline, k));
-                    self.stats.bytes -= slot.size;
-                }
-            }
-            WriteOp::Put(record) => {
-                let size = entry_size(&write.key, &record);
+        match (write.op, slot) {
+            (WriteOp::Delete, Some(slot)) => self.remove(slot),
+            (WriteOp::Delete, None) => {}
+            (WriteOp::Put(record), Some(slot)) => {
+                let size = new_entry_size(&write.key, &record);
                 let deadline = record.next_deadline();
-                if let Some((k, slot)) = self.map.get_key_value_mut(&write.key) {
-                    if slot.deadline != deadline {
-                        self.deadlines.remove(&(slot.deadline, Arc::clone(k)));
-                        self.deadlines.insert((deadline, Arc::clone(k)));
-                    }
-                    self.stats.bytes = self.stats.bytes - slot.size + size;
-                    *slot = Slot {
-                        record,
-                        deadline,
-                        size,
-                    };
-                } else {
-                    if self.is_full(size) {
-                        self.sweep(now);
-                        if self.is_full(size) {
-                            self.stats.refused += 1;
-                            return Err(MemoryStoreError::Full {
-                                entries: self.map.len(),
-                                bytes: self.stats.bytes,
-                            });
-                        }
-                    }
-                    let key = Arc::new(write.key);
-                    self.deadlines.insert((deadline, Arc::clone(&key)));
-                    self.stats.bytes += size;
-                    self.map.insert(
-                        key,
-                        Slot {
-                            record,
-                            deadline,
-                            size,
-                        },
-                    );
+                if let Some(e) = self.entry_mut(slot) {
+                    let before = e.size;
+                    e.record = record;
+                    e.size = size;
+                    self.stats.bytes = self.stats.bytes - before + size;
                 }
+                self.reschedule(slot, deadline);
+            }
+            (WriteOp::Put(record), None) => {
+                let size = new_entry_size(&write.key, &record);
+                if self.is_full(size) {
+                    self.sweep(now);
+                    if self.is_full(size) {
+                        self.stats.refused += 1;
+                        return Err(MemoryStoreError::Full {
+                            entries: self.len,
+                            bytes: self.stats.bytes,
+                        });
+                    }
+                }
+                self.insert(write.key, record, size);
             }
         }
+        self.settle();
         Ok(Applied::Applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::Fingerprint;
+    use crate::record::RecordState;
+    use alloc::format;
+    use alloc::sync::Arc;
+
+    fn key(scope: &str, k: &str) -> RecordKey {
+        RecordKey::new(Scope::new(scope, "POST", "/orders"), k)
+    }
+
+    /// A completed record whose response expires at `response` and key at `key`.
+    fn completed(version: u64, response: u64, key: u64) -> Record {
+        Record {
+            version,
+            fence: 1,
+            fingerprint: Fingerprint::from_digest([7; 32]),
+            created: UnixMillis(0),
+            key_expires: UnixMillis(key),
+            state: RecordState::Completed {
+                response: Arc::new(crate::record::StoredResponse {
+                    status: 201,
+                    headers: Vec::new(),
+                    body: Vec::new(),
+                }),
+                response_expires: UnixMillis(response),
+            },
+        }
+    }
+
+    fn put(store: &mut MemoryStore, k: &RecordKey, pre: Precondition, r: Record) {
+        let write = Write {
+            key: k.clone(),
+            precondition: pre,
+            op: WriteOp::Put(r),
+        };
+        assert_eq!(store.apply(UnixMillis(0), write), Ok(Applied::Applied));
+    }
+
+    #[test]
+    fn a_reused_slot_never_takes_an_earlier_occupants_deadline() {
+        let mut store = MemoryStore::default();
+        let a = key("alice", "k1");
+        put(&mut store, &a, Precondition::Absent, completed(1, 10, 20));
+        let delete = Write {
+            key: a.clone(),
+            precondition: Precondition::Version(1),
+            op: WriteOp::Delete,
+        };
+        assert_eq!(store.apply(UnixMillis(0), delete), Ok(Applied::Applied));
+        // The next record takes the freed slot, with later deadlines.
+        let b = key("bob", "k2");
+        put(
+            &mut store,
+            &b,
+            Precondition::Absent,
+            completed(5, 1_000, 2_000),
+        );
+        assert_eq!(store.next_deadline(), Some(UnixMillis(1_000)));
+        assert_eq!(store.sweep(UnixMillis(30)), 0);
+        assert!(store.get(&b).is_some());
+        assert!(store.get(&a).is_none());
+        // Its own deadlines still apply: a tombstone, then nothing.
+        assert_eq!(store.sweep(UnixMillis(1_000)), 1);
+        assert!(matches!(
+            store.get(&b).map(|r| &r.state),
+            Some(RecordState::Tombstone)
+        ));
+        assert_eq!(store.next_deadline(), Some(UnixMillis(2_000)));
+        assert_eq!(store.sweep(UnixMillis(2_000)), 1);
+        assert!(store.get(&b).is_none());
+        assert_eq!(store.next_deadline(), None);
+        assert_eq!(store.stats().entries, 0);
+        assert_eq!(store.stats().bytes, 0);
+    }
+
+    #[test]
+    fn the_next_deadline_follows_deadlines_that_move_both_ways() {
+        let mut store = MemoryStore::default();
+        let k = key("alice", "k");
+        let other = key("alice", "other");
+        put(
+            &mut store,
+            &other,
+            Precondition::Absent,
+            completed(1, 500, 600),
+        );
+        put(&mut store, &k, Precondition::Absent, completed(1, 100, 200));
+        assert_eq!(store.next_deadline(), Some(UnixMillis(100)));
+        // Later: the heap keeps the old place, the store still says the true earliest.
+        put(
+            &mut store,
+            &k,
+            Precondition::Version(1),
+            completed(2, 300, 400),
+        );
+        assert_eq!(store.next_deadline(), Some(UnixMillis(300)));
+        assert_eq!(store.sweep(UnixMillis(299)), 0);
+        // Earlier again.
+        put(
+            &mut store,
+            &k,
+            Precondition::Version(2),
+            completed(3, 50, 400),
+        );
+        assert_eq!(store.next_deadline(), Some(UnixMillis(50)));
+        assert_eq!(store.sweep(UnixMillis(50)), 1);
+        assert_eq!(store.next_deadline(), Some(UnixMillis(400)));
+    }
+
+    #[test]
+    fn a_scope_is_kept_once_and_freed_with_its_last_key() {
+        let mut store = MemoryStore::default();
+        for i in 0..100 {
+            let k = key(if i % 2 == 0 { "alice" } else { "bob" }, &format!("k{i}"));
+            put(&mut store, &k, Precondition::Absent, completed(1, 10, 20));
+        }
+        let live = |s: &MemoryStore| s.scopes.iter().filter(|s| s.is_some()).count();
+        assert_eq!(live(&store), 2);
+        // The same key under another scope is another record.
+        assert!(store.get(&key("carol", "k0")).is_none());
+        assert!(store.get(&key("alice", "k0")).is_some());
+        assert!(store.get(&key("alice", "k1")).is_none());
+        assert_eq!(store.sweep(UnixMillis(20)), 100);
+        assert_eq!(live(&store), 0);
+        put(
+            &mut store,
+            &key("carol", "x"),
+            Precondition::Absent,
+            completed(1, 10, 20),
+        );
+        assert_eq!(live(&store), 1);
+        assert_eq!(store.scopes.len(), 2, "a freed scope number is reused");
     }
 }
