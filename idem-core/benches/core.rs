@@ -123,42 +123,34 @@ fn fingerprints(c: &mut Criterion) {
         }
         order.push_str(r#"],"total":1234.56,"metadata":{"source":"web","campaign":"winter"}}"#);
         let spec = FingerprintSpec::default();
-        g.throughput(Throughput::Bytes(size as u64));
-        g.bench_function(format!("raw {} KiB", size / 1024), |b| {
-            b.iter(|| {
-                spec.fingerprint(&RequestParts {
-                    method: "POST",
-                    target: "/v1/charges",
-                    content_type: Some("application/octet-stream"),
-                    headers: &[],
-                    body: black_box(&raw),
+        let kib = size / 1024;
+        let bodies: [(String, &str, &[u8]); 3] = [
+            (format!("raw {kib} KiB"), "application/octet-stream", &raw),
+            (
+                format!("json {kib} KiB"),
+                "application/json",
+                json.as_bytes(),
+            ),
+            (
+                format!("json order {kib} KiB"),
+                "application/json",
+                order.as_bytes(),
+            ),
+        ];
+        for (name, content_type, body) in bodies {
+            g.throughput(Throughput::Bytes(body.len() as u64));
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    spec.fingerprint(&RequestParts {
+                        method: "POST",
+                        target: "/v1/charges",
+                        content_type: Some(content_type),
+                        headers: &[],
+                        body: black_box(body),
+                    })
                 })
-            })
-        });
-        g.throughput(Throughput::Bytes(json.len() as u64));
-        g.bench_function(format!("json {} KiB", size / 1024), |b| {
-            b.iter(|| {
-                spec.fingerprint(&RequestParts {
-                    method: "POST",
-                    target: "/v1/charges",
-                    content_type: Some("application/json"),
-                    headers: &[],
-                    body: black_box(json.as_bytes()),
-                })
-            })
-        });
-        g.throughput(Throughput::Bytes(order.len() as u64));
-        g.bench_function(format!("json order {} KiB", size / 1024), |b| {
-            b.iter(|| {
-                spec.fingerprint(&RequestParts {
-                    method: "POST",
-                    target: "/v1/charges",
-                    content_type: Some("application/json"),
-                    headers: &[],
-                    body: black_box(order.as_bytes()),
-                })
-            })
-        });
+            });
+        }
     }
     g.finish();
 }
