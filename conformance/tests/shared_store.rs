@@ -18,21 +18,14 @@ use std::sync::Arc;
 const CONCURRENCY: usize = 64;
 const ROUNDS: usize = 160;
 
+/// The short retention and lease the servers run with, and the suite is told of.
+const TIMES: [&str; 6] = ["--response-ttl", "1", "--key-ttl", "2", "--lease", "1"];
+
 /// `serve` on `store`, with short retention, lease and handler delay, and `extra`
 /// arguments; its port.
 fn serve_on(store: &str, extra: &[&str]) -> (Served, u16) {
-    let mut args = vec![
-        "--delay-ms",
-        "50",
-        "--store",
-        store,
-        "--response-ttl",
-        "1",
-        "--key-ttl",
-        "2",
-        "--lease",
-        "1",
-    ];
+    let mut args = vec!["--delay-ms", "50", "--store", store];
+    args.extend_from_slice(&TIMES);
     args.extend_from_slice(extra);
     let (served, lines) = served::serve(&args, 1);
     let port = served::word_after(&lines[0], "http://127.0.0.1:")
@@ -40,6 +33,19 @@ fn serve_on(store: &str, extra: &[&str]) -> (Served, u16) {
         .parse()
         .unwrap_or_else(|_| panic!("no port in {:?}", lines[0]));
     (served, port)
+}
+
+/// Two `serve` processes on `store` (with `extra` arguments) behind a round-robin proxy:
+/// both processes, the proxy's port, and its connection counts.
+fn pair(
+    store: &str,
+    extra: &[&str],
+    runtime: &tokio::runtime::Runtime,
+) -> ((Served, Served), u16, Arc<Vec<AtomicUsize>>) {
+    let (a, port_a) = serve_on(store, extra);
+    let (b, port_b) = serve_on(store, extra);
+    let (port, counts) = proxy(vec![port_a, port_b], runtime);
+    ((a, b), port, counts)
 }
 
 /// A round-robin TCP proxy to `ports`; `counts[i]` is how many connections went to port i.
@@ -89,9 +95,7 @@ fn two_processes_on(store: &str) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let (a, port_a) = serve_on(store, &[]);
-    let (b, port_b) = serve_on(store, &[]);
-    let (port, counts) = proxy(vec![port_a, port_b], &runtime);
+    let (served, port, counts) = pair(store, &[], &runtime);
     let url = format!("http://127.0.0.1:{port}");
     let json = std::env::temp_dir().join(format!("idem-shared-{}-{port}.json", std::process::id()));
     let (code, output) = run(&[
@@ -161,37 +165,35 @@ fn two_processes_on(store: &str) {
     // scope, the lease after a crash, and both expiry windows.
     let order =
         |outcome: &str| format!(r#"{{"amount":4200,"currency":"eur","outcome":"{outcome}"}}"#);
-    let (code, output) = run(&[
+    let (crash, decline, fail) = (order("crash"), order("decline"), order("unavailable"));
+    let endpoint = format!("{url}/orders");
+    let mut args = vec![
         "run",
-        &format!("{url}/orders"),
+        &endpoint,
         "--count-url",
         "/count",
         "-H",
         "Authorization: Bearer a",
         "--second-credential",
         "Authorization: Bearer b",
-        "--response-ttl",
-        "1",
-        "--key-ttl",
-        "2",
-        "--lease",
-        "1",
+    ];
+    args.extend_from_slice(&TIMES);
+    args.extend_from_slice(&[
         "--crash-body",
-        &order("crash"),
+        &crash,
         "--decline-body",
-        &order("decline"),
+        &decline,
         "--fail-body",
-        &order("unavailable"),
+        &fail,
         "--quiet",
     ]);
+    let (code, output) = run(&args);
     assert_eq!(code, 0, "{output}");
-    drop((a, b));
+    drop(served);
 
     // The same pair without the lock (the fault wraps the shared store): the suite sees
     // the duplicates of a round run in both processes.
-    let (a, port_a) = serve_on(store, &["--fault", "no-lock"]);
-    let (b, port_b) = serve_on(store, &["--fault", "no-lock"]);
-    let (port, _) = proxy(vec![port_a, port_b], &runtime);
+    let (served, port, _) = pair(store, &["--fault", "no-lock"], &runtime);
     let (code, output) = run(&[
         "run",
         &format!("http://127.0.0.1:{port}/orders"),
@@ -206,7 +208,7 @@ fn two_processes_on(store: &str) {
     ]);
     assert_eq!(code, 2, "no-lock on a shared store is unsafe:\n{output}");
     assert!(output.contains("UNSAFE"), "{output}");
-    drop((a, b));
+    drop(served);
 }
 
 #[test]
