@@ -547,9 +547,9 @@ where
             unreachable!("a principal is set on every branch")
         };
         let mut endpoint = post(place).route_layer(layer);
-        if app.config.fault.is_some() {
+        if let Some(fault) = app.config.fault {
             endpoint = endpoint.route_layer(axum::middleware::from_fn_with_state(
-                (Arc::clone(app), route),
+                (Arc::clone(app), route, fault),
                 faults::misbehave,
             ));
         }
@@ -560,6 +560,9 @@ where
         .route(TOKENS_PATH, post(issue_token).fallback(use_post))
         .route(COUNT_PATH, get(count).fallback(use_get))
         .fallback(not_found)
+        // The layer caps guarded bodies at `max_body`; axum's own 2 MiB default must not
+        // refuse what the server accepts.
+        .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(Arc::clone(app))
 }
 

@@ -100,7 +100,7 @@ impl RefStore {
         }
     }
 
-    /// The memory store, for the faults (which act on a synchronous store).
+    /// The memory store, when the records are in this process.
     pub fn memory(&self) -> Option<&MemoryStore> {
         match self {
             RefStore::Memory(m, _) => Some(m),

@@ -260,3 +260,23 @@ async fn different_credentials_never_share_a_scope() {
     assert_eq!(r.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(json(r).await["id"], ids[1]);
 }
+
+#[tokio::test]
+async fn a_body_up_to_the_configured_limit_runs_even_beyond_two_mib() {
+    // The layer caps bodies at `max_body`; nothing in front of the handler caps them lower.
+    let config = ServerConfig {
+        max_body: 4 << 20,
+        ..quick()
+    };
+    let (server, client) = start(config).await;
+    let big = Box::leak(format!("{{\"pad\":\"{}\"}}", "x".repeat(3 << 20)).into_boxed_str());
+    let (s, _, b) = order(&client, &server, Some("big"), big).await;
+    assert_eq!(s, 201, "{b}");
+    let (s, h, _) = order(&client, &server, Some("big"), big).await;
+    assert_eq!(s, 201);
+    assert_eq!(
+        h.get("idempotent-replayed").map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    assert_eq!(server.executions().await, 1);
+}

@@ -164,13 +164,10 @@ fn ignored(fault: Fault, route: Route) -> &'static [Problem] {
 
 /// The middleware around a faulty server's layer.
 pub(super) async fn misbehave(
-    State((app, route)): State<(Arc<App>, Route)>,
+    State((app, route, fault)): State<(Arc<App>, Route, Fault)>,
     mut req: Request<Body>,
     next: Next,
 ) -> Response<Body> {
-    let Some(fault) = app.config.fault else {
-        return next.run(req).await;
-    };
     if fault == Fault::ShortKeys {
         let long = req
             .headers()
@@ -194,8 +191,10 @@ pub(super) async fn misbehave(
     } else {
         // The body is kept for a run without protection.
         let (parts, body) = req.into_parts();
-        let Ok(body) = Limited::new(body, app.config.max_body).collect().await else {
-            let refusal = Refusal::new(Problem::BODY_TOO_LARGE, "the request body is too large");
+        let max = app.config.max_body;
+        let Ok(body) = Limited::new(body, max).collect().await else {
+            // As the layer refuses it.
+            let refusal = Refusal::body_too_large(max as u64 + 1, max);
             return render(&refusal.reply()).map(Body::new);
         };
         let body = body.to_bytes();
