@@ -124,7 +124,6 @@ pub struct MemoryStore {
     index: HashTable<u32>,
     cells: Vec<Cell>,
     free: Vec<u32>,
-    len: usize,
     scopes: Vec<Option<Interned>>,
     /// Scope numbers, by the hash of the scope.
     scope_index: HashTable<u32>,
@@ -156,13 +155,14 @@ const ENTRY_OVERHEAD: usize = 64;
 
 impl MemoryStore {
     /// An empty store with these limits.
-    pub fn new(limits: MemoryStoreLimits) -> MemoryStore {
+    pub fn new(mut limits: MemoryStoreLimits) -> MemoryStore {
+        // Slots are numbered with 32 bits.
+        limits.max_entries = limits.max_entries.min(u32::MAX as usize);
         MemoryStore {
             hasher: DefaultHashBuilder::default(),
             index: HashTable::new(),
             cells: Vec::new(),
             free: Vec::new(),
-            len: 0,
             scopes: Vec::new(),
             scope_index: HashTable::new(),
             free_scopes: Vec::new(),
@@ -181,7 +181,7 @@ impl MemoryStore {
     /// Counters.
     pub fn stats(&self) -> MemoryStoreStats {
         MemoryStoreStats {
-            entries: self.len,
+            entries: self.index.len(),
             ..self.stats
         }
     }
@@ -221,8 +221,15 @@ impl MemoryStore {
         hasher.hash_one((scope, key))
     }
 
+    fn key_hash(&self, key: &RecordKey) -> u64 {
+        Self::hash(&self.hasher, key.scope.as_str(), &key.key)
+    }
+
     fn find(&self, key: &RecordKey) -> Option<u32> {
-        let hash = Self::hash(&self.hasher, key.scope.as_str(), &key.key);
+        self.find_hashed(key, self.key_hash(key))
+    }
+
+    fn find_hashed(&self, key: &RecordKey, hash: u64) -> Option<u32> {
         let (cells, scopes) = (&self.cells, &self.scopes);
         self.index
             .find(hash, |&slot| match cells.get(slot as usize) {
@@ -284,9 +291,9 @@ impl MemoryStore {
         self.free_scopes.push(id);
     }
 
-    fn insert(&mut self, key: RecordKey, record: Record, size: usize) {
+    /// Adds a record for `key`, whose hash is `hash`.
+    fn insert(&mut self, key: RecordKey, hash: u64, record: Record, size: usize) {
         let scope = self.intern(&key.scope);
-        let hash = Self::hash(&self.hasher, key.scope.as_str(), &key.key);
         let deadline = record.next_deadline();
         let (slot, generation) = match self.free.pop() {
             Some(slot) => {
@@ -317,7 +324,6 @@ impl MemoryStore {
             });
         self.deadlines.push(Reverse((deadline, slot, generation)));
         self.stats.bytes += size;
-        self.len += 1;
     }
 
     fn remove(&mut self, slot: u32) {
@@ -335,7 +341,6 @@ impl MemoryStore {
             self.release_scope(e.scope);
         }
         self.free.push(slot);
-        self.len -= 1;
     }
 
     /// Moves a record's deadline: a later one keeps its place in the heap (it is moved when
@@ -390,7 +395,11 @@ impl MemoryStore {
             match expiry {
                 Expiry::Delete => self.remove(slot),
                 Expiry::Tombstone(t) => {
-                    let size = entry_size(e.key.len(), &self.scopes, e.scope, &t);
+                    let size = entry_size(
+                        Self::scope_str(&self.scopes, e.scope).len(),
+                        e.key.len(),
+                        &t,
+                    );
                     self.stats.bytes = self.stats.bytes - e.size + size;
                     e.size = size;
                     e.deadline = t.next_deadline();
@@ -413,16 +422,14 @@ impl MemoryStore {
     }
 
     fn is_full(&self, extra: usize) -> bool {
-        self.len >= self.limits.max_entries || self.stats.bytes + extra > self.limits.max_bytes
+        self.index.len() >= self.limits.max_entries
+            || self.stats.bytes + extra > self.limits.max_bytes
     }
 }
 
-fn entry_size(key_len: usize, scopes: &[Option<Interned>], scope: u32, record: &Record) -> usize {
-    MemoryStore::scope_str(scopes, scope).len() + key_len + record.size() + ENTRY_OVERHEAD
-}
-
-fn new_entry_size(key: &RecordKey, record: &Record) -> usize {
-    key.scope.as_str().len() + key.key.len() + record.size() + ENTRY_OVERHEAD
+/// Bytes counted for a record under a scope and key of these lengths.
+fn entry_size(scope_len: usize, key_len: usize, record: &Record) -> usize {
+    scope_len + key_len + record.size() + ENTRY_OVERHEAD
 }
 
 impl Store for MemoryStore {
@@ -443,7 +450,8 @@ impl Store for MemoryStore {
 
     fn apply(&mut self, now: UnixMillis, write: Write) -> Result<Applied, MemoryStoreError> {
         self.sweep_at_most(now, 32);
-        let slot = self.find(&write.key);
+        let hash = self.key_hash(&write.key);
+        let slot = self.find_hashed(&write.key, hash);
         let current = slot.and_then(|s| self.entry(s)).map(|e| e.record.version);
         let holds = match (write.precondition, current) {
             (Precondition::Absent, None) => true,
@@ -457,7 +465,7 @@ impl Store for MemoryStore {
             (WriteOp::Delete, Some(slot)) => self.remove(slot),
             (WriteOp::Delete, None) => {}
             (WriteOp::Put(record), Some(slot)) => {
-                let size = new_entry_size(&write.key, &record);
+                let size = entry_size(write.key.scope.as_str().len(), write.key.key.len(), &record);
                 let deadline = record.next_deadline();
                 if let Some(e) = self.entry_mut(slot) {
                     let before = e.size;
@@ -468,18 +476,18 @@ impl Store for MemoryStore {
                 self.reschedule(slot, deadline);
             }
             (WriteOp::Put(record), None) => {
-                let size = new_entry_size(&write.key, &record);
+                let size = entry_size(write.key.scope.as_str().len(), write.key.key.len(), &record);
                 if self.is_full(size) {
                     self.sweep(now);
                     if self.is_full(size) {
                         self.stats.refused += 1;
                         return Err(MemoryStoreError::Full {
-                            entries: self.len,
+                            entries: self.index.len(),
                             bytes: self.stats.bytes,
                         });
                     }
                 }
-                self.insert(write.key, record, size);
+                self.insert(write.key, hash, record, size);
             }
         }
         self.settle();
