@@ -611,6 +611,21 @@ fn list() {
     }
 }
 
+/// Starts a reference server with `settings`, kept in `servers`, and its target for
+/// endpoints of `kind`.
+async fn embedded_target(
+    settings: &ServerConfig,
+    servers: &mut Vec<Server>,
+    kind: suite::KeyKind,
+) -> Result<Target, Failure> {
+    let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), settings.clone())
+        .await
+        .map_err(start_error)?;
+    let t = Target::for_reference_kind(&s, settings, kind);
+    servers.push(s);
+    Ok(t)
+}
+
 async fn run(a: RunArgs) -> Result<u8, Failure> {
     let cases = suite::select(&a.cases)?;
     if a.list {
@@ -618,8 +633,8 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     // The embedded servers live until the end of this function.
-    let mut server = None;
-    let mut config = None;
+    let mut embedded_config = None;
+    let mut servers = Vec::new();
     let mut target = match &a.url {
         Some(url) => {
             if a.fault.is_some() || a.delay_ms.is_some() || a.tls || a.uuid_keys {
@@ -646,42 +661,32 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
             if let Some(ms) = a.delay_ms {
                 settings.delay = Duration::from_millis(ms);
             }
-            let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), settings.clone())
-                .await
-                .map_err(start_error)?;
-            let t = Target::for_reference_kind(&s, &settings, a.key_kind);
-            server = Some(s);
-            config = Some(settings);
+            let t = embedded_target(&settings, &mut servers, a.key_kind).await?;
+            embedded_config = Some(settings);
             t
         }
     };
     configure(&mut target, &a)?;
     // Against the embedded server, the cases that wait for its clock run beside the
     // others, each against a server of its own (and so with a count oracle of its own).
+    let (waiting, others): (Vec<&'static crate::cases::Case>, Vec<_>) = cases
+        .iter()
+        .partition(|c| embedded_config.is_some() && c.waits);
     let mut lanes = vec![suite::Lane {
         target: target.clone(),
-        cases: cases
-            .iter()
-            .copied()
-            .filter(|c| config.is_none() || !suite::Lane::waits(c))
-            .collect(),
+        cases: others,
     }];
-    let mut servers = Vec::new();
-    if let Some(config) = &config {
-        for case in cases.iter().copied().filter(|c| suite::Lane::waits(c)) {
-            let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), config.clone())
-                .await
-                .map_err(start_error)?;
-            let mut t = Target::for_reference_kind(&s, config, a.key_kind);
+    if let Some(settings) = &embedded_config {
+        for case in waiting {
+            let mut t = embedded_target(settings, &mut servers, a.key_kind).await?;
             configure(&mut t, &a)?;
-            servers.push(s);
             lanes.push(suite::Lane {
                 target: t,
                 cases: vec![case],
             });
         }
     }
-    let embedded = server.as_ref().map(Server::fault);
+    let embedded = embedded_config.as_ref().map(|c| c.fault);
     let color = Color::detect(std::io::stdout().is_terminal());
     let err_color = Color::detect(std::io::stderr().is_terminal());
     let quiet = a.quiet;
@@ -698,20 +703,20 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
             "running {} case(s) against {}{}",
             cases.len(),
             target.url,
-            if server.is_some() {
+            if embedded_config.is_some() {
                 " (embedded reference server)"
             } else {
                 ""
             }
         );
     }
-    let report = suite::run_lanes(&target, lanes, embedded, &mut progress)
+    let report = suite::run_lanes(lanes, embedded, &mut progress)
         .await
         .map_err(|e| match e {
             crate::http::HarnessError::Usage(m) => Failure::Usage(m),
             e => harness(e),
         })?;
-    drop((server, servers));
+    drop(servers);
     out(&report::terminal(&report, color));
     if let Some(path) = &a.json {
         std::fs::write(path, report::json(&report))

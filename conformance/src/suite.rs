@@ -629,7 +629,7 @@ pub async fn run(
         target: target.clone(),
         cases: cases.to_vec(),
     };
-    run_lanes(target, vec![lane], embedded, progress).await
+    run_lanes(vec![lane], embedded, progress).await
 }
 
 /// Cases that run one after the other against one target.
@@ -641,14 +641,6 @@ pub struct Lane {
     pub cases: Vec<&'static Case>,
 }
 
-impl Lane {
-    /// Whether `case` spends most of its time waiting for a server's clock (a lease, a
-    /// retention): against servers of one's own, such cases can run beside the others.
-    pub fn waits(case: &Case) -> bool {
-        matches!(case.section(), "lease" | "expiry")
-    }
-}
-
 /// What a lane reports to the run.
 enum LaneEvent {
     Started(usize, &'static Case),
@@ -657,19 +649,27 @@ enum LaneEvent {
 }
 
 /// Runs `lanes` side by side, the cases of each one after the other; the report lists
-/// every case in suite order, for `target` (the first lane's). Lanes must not share a count
-/// oracle: an execution in one would be counted in another.
+/// every case in suite order, for the first lane's target. Lanes must not share a count
+/// oracle (an execution in one would be counted in another), and a case runs in one lane
+/// only.
 pub async fn run_lanes(
-    target: &Target,
     lanes: Vec<Lane>,
     embedded: Option<Option<Fault>>,
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
 ) -> Result<Report, HarnessError> {
     let started = Instant::now();
+    let Some(target) = lanes.first().map(|l| l.target.clone()) else {
+        return Err(HarnessError::Usage("no lane to run".into()));
+    };
     let mut order: Vec<&'static Case> =
         lanes.iter().flat_map(|l| l.cases.iter().copied()).collect();
     let all = cases::all();
     order.sort_by_key(|c| all.iter().position(|a| std::ptr::eq(*a, *c)));
+    if order.windows(2).any(|w| std::ptr::eq(w[0], w[1])) {
+        return Err(HarnessError::Usage(
+            "a case is in more than one lane".into(),
+        ));
+    }
     let total = order.len();
     let index_of = |case: &Case| {
         order
@@ -724,7 +724,9 @@ pub async fn run_lanes(
             }
         }
     }
+    // Every lane ran to its end (a panic is raised above), so every case has its result.
     let results: Vec<CaseResult> = results.into_iter().flatten().collect();
+    debug_assert_eq!(results.len(), total);
     let mut summary = Summary::default();
     for r in &results {
         match r.verdict {
@@ -751,7 +753,7 @@ pub async fn run_lanes(
         cases: results,
     };
     if !target.show_secrets {
-        crate::secrets::Redactor::for_target(target).report(&mut report);
+        crate::secrets::Redactor::for_target(&target).report(&mut report);
     }
     Ok(report)
 }

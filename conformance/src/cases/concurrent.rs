@@ -13,12 +13,14 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-CONC-1",
         title: "N identical requests on separate connections released together, several rounds: one execution per round, the rest conflict or replay",
         run: |ctx| Box::pin(duplicates(ctx)),
+        waits: false,
     },
     Case {
         id: "concurrent/2",
         requirement: "IDEM-CONC-3",
         title: "an in-progress conflict answer carries Retry-After",
         run: |ctx| Box::pin(retry_after(ctx)),
+        waits: false,
     },
 ];
 

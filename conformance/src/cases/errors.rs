@@ -10,12 +10,14 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-REPLAY-3",
         title: "a deterministic 4xx (--decline-body) is stored: the retry replays it without executing",
         run: |ctx| Box::pin(decline_replayed(ctx)),
+        waits: false,
     },
     Case {
         id: "errors/2",
         requirement: "IDEM-OUT-4",
         title: "a retryable failure (--fail-body, 5xx/408/425/429): the retry runs again, or (5xx) is held as outcome-unknown; a replayed 5xx is accepted where the profile allows it",
         run: |ctx| Box::pin(failure_not_stored(ctx)),
+        waits: false,
     },
 ];
 

@@ -11,18 +11,21 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-TTL-1",
         title: "(opt-in: --response-ttl) halfway through the response retention the response still replays",
         run: |ctx| Box::pin(before_response_ttl(ctx)),
+        waits: true,
     },
     Case {
         id: "expiry/2",
         requirement: "IDEM-TTL-3",
         title: "(opt-in: --response-ttl, --key-ttl) after the response retention, before the key retention: refused, not executed",
         run: |ctx| Box::pin(after_response_ttl(ctx)),
+        waits: true,
     },
     Case {
         id: "expiry/3",
         requirement: "IDEM-TTL-2",
         title: "(opt-in: --key-ttl) after the key retention the key is new again: it executes",
         run: |ctx| Box::pin(after_key_ttl(ctx)),
+        waits: true,
     },
 ];
 

@@ -12,36 +12,42 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-KEY-3",
         title: "no key header: refused, nothing executes",
         run: |ctx| Box::pin(missing(ctx)),
+        waits: false,
     },
     Case {
         id: "keys/2",
         requirement: "IDEM-KEY-3",
         title: "an empty key: refused, nothing executes",
         run: |ctx| Box::pin(empty(ctx)),
+        waits: false,
     },
     Case {
         id: "keys/3",
         requirement: "IDEM-KEY-6",
         title: "a key of 256 characters: refused, nothing executes",
         run: |ctx| Box::pin(oversized(ctx)),
+        waits: false,
     },
     Case {
         id: "keys/4",
         requirement: "IDEM-KEY-1",
         title: "a key with non-ASCII bytes: refused, nothing executes",
         run: |ctx| Box::pin(non_ascii(ctx)),
+        waits: false,
     },
     Case {
         id: "keys/5",
         requirement: "IDEM-KEY-5",
         title: "two key header lines: refused, nothing executes",
         run: |ctx| Box::pin(two_keys(ctx)),
+        waits: false,
     },
     Case {
         id: "keys/6",
         requirement: "IDEM-KEY-6",
         title: "a key of exactly 255 characters in the key style: accepted and executed (skipped for --key-style uuid)",
         run: |ctx| Box::pin(longest(ctx)),
+        waits: false,
     },
 ];
 

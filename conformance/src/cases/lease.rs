@@ -10,6 +10,7 @@ pub(super) const CASES: &[Case] = &[Case {
     requirement: "IDEM-LEASE-1",
     title: "(opt-in: --lease, --crash-body) a key whose handler died is taken over after the lease, not blocked forever",
     run: |ctx| Box::pin(orphan_recovers(ctx)),
+    waits: true,
 }];
 
 async fn orphan_recovers<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {

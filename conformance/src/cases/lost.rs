@@ -10,6 +10,7 @@ pub(super) const CASES: &[Case] = &[Case {
     requirement: "IDEM-EXEC-1",
     title: "send, close the connection before the response, retry twice with the same key: one execution, the retries agree",
     run: |ctx| Box::pin(lost_response(ctx)),
+    waits: false,
 }];
 
 /// How long the dropped connection stays open after the request is written, so that the

@@ -10,6 +10,7 @@ pub(super) const CASES: &[Case] = &[Case {
     requirement: "IDEM-FP-1",
     title: "reuse a key with a changed body: refused, nothing executes, the original still replays unchanged",
     run: |ctx| Box::pin(mismatch(ctx)),
+    waits: false,
 }];
 
 /// A body that differs from `body`: a JSON object or array gains a member, anything else

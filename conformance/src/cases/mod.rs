@@ -45,6 +45,10 @@ pub struct Case {
     /// What it sends and expects, in one line.
     pub title: &'static str,
     run: for<'c> fn(&'c Ctx<'c>) -> Running<'c>,
+    /// Whether it spends most of its time waiting for the server's clock (a lease, a
+    /// retention, a token's life): against a server of its own, it can run beside the
+    /// others.
+    pub waits: bool,
 }
 
 impl std::fmt::Debug for Case {

@@ -10,18 +10,21 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-REPLAY-1",
         title: "repeat a completed request: the same status and body, no second execution",
         run: |ctx| Box::pin(replay(ctx)),
+        waits: false,
     },
     Case {
         id: "replay/2",
         requirement: "IDEM-REPLAY-2",
         title: "the replay carries the profile's replay marker, the first response does not",
         run: |ctx| Box::pin(marker(ctx)),
+        waits: false,
     },
     Case {
         id: "replay/3",
         requirement: "IDEM-REPLAY-4",
         title: "the replay carries the first response's headers (Location, Set-Cookie, the application's own) byte for byte",
         run: |ctx| Box::pin(headers(ctx)),
+        waits: false,
     },
 ];
 

@@ -9,6 +9,7 @@ pub(super) const CASES: &[Case] = &[Case {
     requirement: "IDEM-SCOPE-1",
     title: "key K under credential A, then K under credential B: B never gets A's response",
     run: |ctx| Box::pin(cross_principal(ctx)),
+    waits: false,
 }];
 
 async fn cross_principal<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {

@@ -12,18 +12,21 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-TIME-4",
         title: "a fresh timestamp key executes once and its retry replays; the same key with another payload is a collision: refused, never replayed, never executed",
         run: |ctx| Box::pin(collision(ctx)),
+        waits: false,
     },
     Case {
         id: "time/2",
         requirement: "IDEM-TIME-2",
         title: "(needs --time-skew) a timestamp beyond the clock skew is refused and nothing executes; one inside it executes",
         run: |ctx| Box::pin(skew(ctx)),
+        waits: false,
     },
     Case {
         id: "time/3",
         requirement: "IDEM-TIME-3",
         title: "(needs --time-max-age) a timestamp older than the purge horizon is refused and nothing executes",
         run: |ctx| Box::pin(stale(ctx)),
+        waits: false,
     },
 ];
 

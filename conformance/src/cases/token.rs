@@ -12,18 +12,21 @@ pub(super) const CASES: &[Case] = &[
         requirement: "IDEM-TOKEN-2",
         title: "an issued token: the first request executes, the retries replay, none executes again",
         run: |ctx| Box::pin(consumed_once(ctx)),
+        waits: false,
     },
     Case {
         id: "token/2",
         requirement: "IDEM-TOKEN-3",
         title: "a forged token (an issued one with one digit changed) and an invented one: refused, nothing executes",
         run: |ctx| Box::pin(forged(ctx)),
+        waits: false,
     },
     Case {
         id: "token/3",
         requirement: "IDEM-TOKEN-4",
         title: "(needs --token-ttl) a token never used until after its expiry: refused, nothing executes",
         run: |ctx| Box::pin(expired(ctx)),
+        waits: true,
     },
 ];
 
