@@ -200,9 +200,14 @@ impl Transaction<'_> {
     /// it back) with the stored response.
     pub fn commit_with_completion(mut self) {
         if let Some(client) = self.client.take() {
-            self.store
+            let displaced = self
+                .store
                 .open()
                 .insert(std::mem::take(&mut self.key), client);
+            // An earlier attempt's transaction left open for this key: closed, never pooled.
+            if let Some(earlier) = displaced {
+                drop(Object::take(earlier));
+            }
         }
     }
 }
@@ -282,15 +287,20 @@ impl AsyncStore for PostgresStore {
 
     fn apply(
         &self,
-        _now: UnixMillis,
+        now: UnixMillis,
         write: Write,
     ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
         let key = write.key.storage_key();
-        // A completion (a response, an unknown outcome, a release), not a heartbeat, takes
-        // over the handler's open transaction.
-        let completion = match &write.op {
-            WriteOp::Delete => true,
-            WriteOp::Put(r) => !matches!(r.state, RecordState::InFlight { .. }),
+        // A completion takes over the handler's open transaction; a heartbeat (a lease
+        // extended into the future) does not. A lease that ends now is an unknown outcome
+        // left for a retry to run again: a release.
+        let (completion, kept) = match &write.op {
+            WriteOp::Delete => (true, false),
+            WriteOp::Put(r) => match r.state {
+                RecordState::InFlight { lease_expires } if lease_expires > now => (false, false),
+                RecordState::InFlight { .. } => (true, false),
+                _ => (true, true),
+            },
         };
         let open = if completion {
             self.open().remove(&key)
@@ -303,26 +313,28 @@ impl AsyncStore for PostgresStore {
                 Precondition::Absent => None,
                 Precondition::Version(v) => Some(v.to_string()),
             };
-            // A stored outcome (a response, or an outcome held as unknown), as the JavaScript
-            // store decides it too.
-            let kept = matches!(&write.op, WriteOp::Put(_));
             match open {
                 Some(client) if kept => {
-                    // The stored response and the handler's rows: one commit, or neither.
+                    // The stored outcome and the handler's rows: one commit, or neither.
                     let applied = write_on(&client, &key, expect.as_deref(), &write.op).await;
                     let end = if matches!(applied, Ok(Applied::Applied)) {
                         "COMMIT"
                     } else {
                         "ROLLBACK"
                     };
-                    client.batch_execute(end).await?;
+                    if let Err(e) = client.batch_execute(end).await {
+                        // Its state is unknown: closed, never pooled.
+                        drop(Object::take(client));
+                        return Err(e.into());
+                    }
                     applied
                 }
                 Some(client) => {
-                    // A release: nothing the handler wrote commits.
-                    client.batch_execute("ROLLBACK").await?;
-                    drop(client);
-                    let client = pool.get().await?;
+                    // A release: nothing the handler wrote commits, and the write is alone.
+                    if let Err(e) = client.batch_execute("ROLLBACK").await {
+                        drop(Object::take(client));
+                        return Err(e.into());
+                    }
                     write_on(&client, &key, expect.as_deref(), &write.op).await
                 }
                 None => {

@@ -20,6 +20,8 @@ use tower::{Layer, Service, ServiceExt};
 enum After {
     Answer,
     Fail,
+    /// Hands its transaction to the completion, then answers 500.
+    FailAfterHandingOver,
     Stall(u64),
 }
 
@@ -56,6 +58,12 @@ fn orders(
             match after {
                 After::Fail => {
                     drop(tx);
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"failed")));
+                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    return Ok(r);
+                }
+                After::FailAfterHandingOver => {
+                    tx.commit_with_completion();
                     let mut r = Response::new(Full::new(Bytes::from_static(b"failed")));
                     *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
                     return Ok(r);
@@ -150,6 +158,24 @@ async fn the_order_and_its_record_commit_together_or_not_at_all() {
     assert_eq!(count("b").await, 0);
     assert_eq!(send(service.clone(), "b").await.0, 201);
     assert_eq!(count("b").await, 1);
+
+    // Failed after handing its transaction to the completion (5xx: an unknown outcome, run
+    // again by a retry): its order rolls back, and the retry commits one.
+    let handing = layer.layer(orders(Arc::clone(&store), After::FailAfterHandingOver));
+    assert_eq!(send(handing, "d").await.0, 500);
+    assert_eq!(count("d").await, 0);
+    assert_eq!(send(service.clone(), "d").await.0, 201);
+    assert_eq!(count("d").await, 1);
+    // No connection was left holding the failed attempt's transaction.
+    let open: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(open, 0, "a transaction was left open");
 
     // A stalled attempt loses its lease to a retry: only the retry's order commits.
     let stalled = layer.layer(orders(Arc::clone(&store), After::Stall(700)));
