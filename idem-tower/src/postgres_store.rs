@@ -294,14 +294,13 @@ impl AsyncStore for PostgresStore {
         // A completion takes over the handler's open transaction; a heartbeat (a lease
         // extended into the future) does not. A lease that ends now is an unknown outcome
         // left for a retry to run again: a release.
-        let (completion, kept) = match &write.op {
-            WriteOp::Delete => (true, false),
-            WriteOp::Put(r) => match r.state {
-                RecordState::InFlight { lease_expires } if lease_expires > now => (false, false),
-                RecordState::InFlight { .. } => (true, false),
-                _ => (true, true),
-            },
+        let completion = match &write.op {
+            WriteOp::Put(r) => {
+                !matches!(r.state, RecordState::InFlight { lease_expires } if lease_expires > now)
+            }
+            WriteOp::Delete => true,
         };
+        let kept = write.keeps_outcome();
         let open = if completion {
             self.open().remove(&key)
         } else {

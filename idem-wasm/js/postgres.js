@@ -74,7 +74,7 @@ export class PostgresStore {
     const open = info?.outcome === undefined ? undefined : this.#open.get(key);
     if (open !== undefined) {
       this.#open.delete(key);
-      return this.#complete(open, key, write, info.outcome);
+      return this.#complete(open, key, write);
     }
     return this.#write(this.#pool, key, write);
   }
@@ -100,14 +100,15 @@ export class PostgresStore {
     return done.rowCount === 1;
   }
 
-  /** A handler's completion with its transaction open: a stored outcome commits with the
-   * handler's rows, or neither does (fenced out). A release (the handler threw, or its
-   * answer is not kept) rolls the handler's rows back and is written alone. */
-  async #complete(open, key, write, outcome) {
+  /** A handler's completion with its transaction open: a stored outcome (`write.kept`, the
+   * engine's word) commits with the handler's rows, or neither does (fenced out). A release
+   * (the handler threw, or its answer is not kept, such as a 5xx left for a retry) rolls the
+   * handler's rows back and is written alone (IDEM-STORE-7). */
+  async #complete(open, key, write) {
     const { client } = open;
     let release = true;
     try {
-      if (outcome === "answered" && write.value !== null) {
+      if (write.kept) {
         let applied = false;
         try {
           applied = await this.#write(client, key, write);

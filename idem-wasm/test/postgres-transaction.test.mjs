@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
+import { idempotencyOf, withIdempotency } from "idem";
 import { PostgresStore } from "idem/postgres";
 import pg from "pg";
 import { ORDERS_SCHEMA, ordersHandler } from "../examples/postgres-orders/orders.mjs";
@@ -24,6 +25,9 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
   before(async () => {
     server = await startPostgres();
     pool = new pg.Pool({ connectionString: server.url, max: 10 });
+    // pool.end() can resolve before its idle connections have closed; the server's fast
+    // shutdown then terminates them, which an idle client reports as an error on the pool.
+    pool.on("error", () => {});
     store = new PostgresStore(pool);
     await store.migrate();
     await pool.query(ORDERS_SCHEMA);
@@ -66,6 +70,36 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     const retry = await handler(post(key, 100, "cus_b"));
     assert.equal(retry.status, 201);
     assert.equal((await orders("cus_b")).length, 1);
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+
+  test("a handler that answers 500 after its insert commits nothing (its answer is not kept), and the retry commits once", async () => {
+    let failures = 1;
+    const handler = withIdempotency(
+      async (request) => {
+        const { amount } = await request.json();
+        return store.transaction(idempotencyOf(request), async (client) => {
+          const { rows } = await client.query("INSERT INTO orders (customer, amount) VALUES ($1, $2) RETURNING id", ["cus_d", amount]);
+          if (failures-- > 0) return Response.json({ error: "ledger unavailable" }, { status: 500 });
+          return Response.json({ id: Number(rows[0].id) }, { status: 201 });
+        });
+      },
+      { store, principal: (request) => request.headers.get("x-customer") },
+    );
+    const key = randomUUID();
+    const first = await handler(post(key, 300, "cus_d"));
+    assert.equal(first.status, 500);
+    assert.equal((await orders("cus_d")).length, 0, "the 500's order rolled back");
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+    const retry = await handler(post(key, 300, "cus_d"));
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get("idempotent-replayed"), null);
+    const rows = await orders("cus_d");
+    assert.equal(rows.length, 1);
+    assert.equal(Number(rows[0].id), (await retry.json()).id);
+    const again = await handler(post(key, 300, "cus_d"));
+    assert.equal(again.headers.get("idempotent-replayed"), "true");
+    assert.equal((await orders("cus_d")).length, 1);
     assert.equal(pool.totalCount - pool.idleCount, 0);
   });
 

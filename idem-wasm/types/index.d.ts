@@ -54,6 +54,10 @@ export interface StoreWrite {
    * never from `deadline`: a record deleted when its response expires lets a retry run again
    * (IDEM-TTL-3). */
   expires: number;
+  /** Whether the write stores an outcome (a response, an outcome held as unknown) rather
+   * than a lease or a release. A store that commits the handler's own writes with its
+   * completion commits them only when this is true (IDEM-STORE-7). */
+  kept: boolean;
 }
 
 /** The write that applies the passage of time to a stored record at `now`: a tombstone in
