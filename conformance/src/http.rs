@@ -151,6 +151,40 @@ pub struct Exchange {
     pub response: Option<LoggedResponse>,
     /// The transport error, when none did (or, for a dropped connection, what was done).
     pub error: Option<String>,
+    /// For raced duplicates: the round and the connection (1-based) it was sent on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raced: Option<Raced>,
+}
+
+/// Where a raced duplicate was sent: its round and its connection, both 1-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Raced {
+    /// The concurrency round.
+    pub round: usize,
+    /// The connection within the round.
+    pub connection: usize,
+}
+
+/// A time a case spent waiting for the server's clock (a lease, a retention) or for a key
+/// to leave in-progress.
+#[derive(Clone, Debug, Serialize)]
+pub struct WaitSpan {
+    /// What the case waited for.
+    pub what: String,
+    /// Milliseconds from the start of the case to the start of the wait.
+    pub at_ms: f64,
+    /// How long it waited, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// What the count oracle attributes to one round of raced duplicates: the executions it
+/// counted between just before the round and just after it.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RoundCount {
+    /// The round (1-based).
+    pub round: usize,
+    /// Executions the oracle counted in the round.
+    pub executions: u64,
 }
 
 /// A request as logged.
@@ -205,11 +239,25 @@ impl LoggedRequest {
     }
 }
 
-/// The exchange log of one case.
+/// The exchange log of one case, with its waits and what the count oracle attributes to
+/// each round of raced duplicates.
 #[derive(Debug)]
 pub(crate) struct Log {
     start: Instant,
     entries: Mutex<Vec<Exchange>>,
+    waits: Mutex<Vec<WaitSpan>>,
+    rounds: Mutex<Vec<RoundCount>>,
+}
+
+/// The contents of a [`Log`], taken at the end of a case.
+pub(crate) struct Logged {
+    pub(crate) exchanges: Vec<Exchange>,
+    pub(crate) waits: Vec<WaitSpan>,
+    pub(crate) rounds: Vec<RoundCount>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Log {
@@ -217,6 +265,63 @@ impl Log {
         Log {
             start: Instant::now(),
             entries: Mutex::new(Vec::new()),
+            waits: Mutex::new(Vec::new()),
+            rounds: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Logs a raced duplicate: sent on connection `raced.connection` of round
+    /// `raced.round` at `sent`, answered (or failed) at `answered`.
+    pub(crate) fn record_raced(
+        &self,
+        label: &str,
+        req: &Req,
+        raced: Raced,
+        (sent, answered): (Instant, Instant),
+        result: &Result<Resp, HarnessError>,
+    ) {
+        let mut exchange = self.exchange(label, req, sent, answered, result);
+        exchange.raced = Some(raced);
+        self.push(exchange);
+    }
+
+    /// Logs a wait that started at `started` and ended now.
+    pub(crate) fn record_wait(&self, what: &str, started: Instant) {
+        let mut waits = locked(&self.waits);
+        if waits.len() < LOGGED_EXCHANGES {
+            waits.push(WaitSpan {
+                what: what.to_owned(),
+                at_ms: ms(started.saturating_duration_since(self.start)),
+                duration_ms: ms(started.elapsed()),
+            });
+        }
+    }
+
+    /// Logs the executions the count oracle attributes to round `round`.
+    pub(crate) fn record_round(&self, round: usize, executions: u64) {
+        locked(&self.rounds).push(RoundCount { round, executions });
+    }
+
+    fn exchange(
+        &self,
+        label: &str,
+        req: &Req,
+        sent: Instant,
+        answered: Instant,
+        result: &Result<Resp, HarnessError>,
+    ) -> Exchange {
+        Exchange {
+            label: label.to_owned(),
+            at_ms: ms(sent.saturating_duration_since(self.start)),
+            elapsed_ms: ms(answered.saturating_duration_since(sent)),
+            request: LoggedRequest::of(req),
+            response: result.as_ref().ok().map(|r| LoggedResponse {
+                status: r.status,
+                headers: r.headers.clone(),
+                body: logged_body(&r.body),
+            }),
+            error: result.as_ref().err().map(ToString::to_string),
+            raced: None,
         }
     }
 
@@ -227,18 +332,7 @@ impl Log {
         sent: Instant,
         result: &Result<Resp, HarnessError>,
     ) {
-        let exchange = Exchange {
-            label: label.to_owned(),
-            at_ms: ms(sent.saturating_duration_since(self.start)),
-            elapsed_ms: ms(sent.elapsed()),
-            request: LoggedRequest::of(req),
-            response: result.as_ref().ok().map(|r| LoggedResponse {
-                status: r.status,
-                headers: r.headers.clone(),
-                body: logged_body(&r.body),
-            }),
-            error: result.as_ref().err().map(ToString::to_string),
-        };
+        let exchange = self.exchange(label, req, sent, Instant::now(), result);
         self.push(exchange);
     }
 
@@ -250,18 +344,23 @@ impl Log {
             request: LoggedRequest::of(req),
             response: None,
             error: Some(what.to_owned()),
+            raced: None,
         });
     }
 
     fn push(&self, exchange: Exchange) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = locked(&self.entries);
         if entries.len() < LOGGED_EXCHANGES {
             entries.push(exchange);
         }
     }
 
-    pub(crate) fn take(&self) -> Vec<Exchange> {
-        std::mem::take(&mut *self.entries.lock().unwrap_or_else(|p| p.into_inner()))
+    pub(crate) fn take(&self) -> Logged {
+        Logged {
+            exchanges: std::mem::take(&mut *locked(&self.entries)),
+            waits: std::mem::take(&mut *locked(&self.waits)),
+            rounds: std::mem::take(&mut *locked(&self.rounds)),
+        }
     }
 
     pub(crate) fn elapsed(&self) -> Duration {

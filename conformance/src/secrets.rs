@@ -64,6 +64,12 @@ impl Redactor {
                 secrets.push(value.trim().to_owned());
             }
         }
+        // Credentials in the URL (`https://user:password@host/`).
+        for part in [target.url.username(), target.url.password().unwrap_or("")] {
+            if part.len() >= MIN_VALUE {
+                secrets.push(part.to_owned());
+            }
+        }
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
         Redactor { names, secrets }
@@ -130,6 +136,16 @@ impl Redactor {
     /// Redacts every credential in `report`.
     pub fn report(&self, report: &mut Report) {
         self.in_place(&mut report.target);
+        for (name, value) in &mut report.options {
+            match value.split_once(": ") {
+                Some((header, v))
+                    if (name == "header" || name == "second credential") && self.hides(header) =>
+                {
+                    *value = format!("{header}: {}", Redactor::header_value(v));
+                }
+                _ => self.in_place(value),
+            }
+        }
         for c in &mut report.cases {
             for s in [&mut c.reason, &mut c.expected, &mut c.observed]
                 .into_iter()
@@ -195,5 +211,18 @@ mod tests {
         );
         // Short parts ("dark") stay: they are no secret and cutting them would mangle text.
         assert_eq!(r.text("dark mode"), "dark mode");
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_cut() {
+        let mut t = target(&[]);
+        t.url = url::Url::parse("https://deploy:pa55word-xyz@api.example/orders").expect("url");
+        let r = Redactor::for_target(&t);
+        let shown = r.text(t.url.as_str());
+        assert!(
+            !shown.contains("pa55word-xyz") && !shown.contains("deploy"),
+            "{shown}"
+        );
+        assert!(shown.contains("api.example/orders"));
     }
 }

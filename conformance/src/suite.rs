@@ -2,7 +2,7 @@
 //! [`CaseResult`], [`Report`]) and the runner ([`run`]).
 
 use crate::cases::{self, Case, Check, Ctx, Miss, Waiting};
-use crate::http::{Exchange, HarnessError, Http, Log};
+use crate::http::{Exchange, HarnessError, Http, Log, RoundCount, WaitSpan};
 use crate::server::{
     Fault, Server, ServerConfig, CHECKOUT_PATH, COUNT_PATH, ORDERS_PATH, PAYMENTS_PATH,
     SESSIONS_PATH, TOKENS_PATH, TRANSFERS_PATH,
@@ -282,6 +282,66 @@ impl Target {
         }
     }
 
+    /// The options of this target as a report lists them: `(name, value)`, with every
+    /// header (`header` and `second credential`) as `Name: value`, and each opt-in setting
+    /// only when set.
+    pub fn options(&self) -> Vec<(String, String)> {
+        let secs = |d: Duration| format!("{} ms", d.as_millis());
+        let mut out: Vec<(String, String)> = vec![
+            ("method".into(), self.method.to_string()),
+            ("key header".into(), self.key_header.to_string()),
+            (
+                "key kind".into(),
+                format!("{:?}", self.key_kind).to_lowercase(),
+            ),
+            (
+                "key style".into(),
+                format!("{:?}", self.key_style).to_lowercase(),
+            ),
+            (
+                "concurrency".into(),
+                format!("{} duplicates × {} rounds", self.concurrency, self.rounds),
+            ),
+            ("timeout".into(), secs(self.timeout)),
+        ];
+        let header = |(n, v): &(HeaderName, HeaderValue)| {
+            format!("{}: {}", n, String::from_utf8_lossy(v.as_bytes()))
+        };
+        out.extend(self.headers.iter().map(|h| ("header".into(), header(h))));
+        out.extend(
+            self.second_credential
+                .iter()
+                .map(|h| ("second credential".into(), header(h))),
+        );
+        let urls = [
+            ("count oracle", &self.count_url),
+            ("sessions", &self.session_url),
+            ("tokens", &self.token_url),
+        ];
+        for (name, url) in urls {
+            if let Some(u) = url {
+                out.push((name.into(), u.to_string()));
+            }
+        }
+        if let Some(p) = &self.id_pointer {
+            out.push(("id pointer".into(), p.clone()));
+        }
+        let times = [
+            ("response retention", self.response_ttl),
+            ("key retention", self.key_ttl),
+            ("lease", self.lease),
+            ("time skew", self.time_skew),
+            ("time max age", self.time_max_age),
+            ("token ttl", self.token_ttl),
+        ];
+        for (name, d) in times {
+            if let Some(d) = d {
+                out.push((name.into(), secs(d)));
+            }
+        }
+        out
+    }
+
     /// The target for a running reference server: its demo endpoint with two bearer
     /// credentials, the count and id oracles, its retention and lease, and the bodies that
     /// make its handler decline, fail and crash. Every case is enabled.
@@ -471,6 +531,10 @@ pub struct CaseResult {
     pub duration_ms: f64,
     /// The HTTP exchanges, in order.
     pub exchanges: Vec<Exchange>,
+    /// The waits for the server's clock or for a key to leave in-progress, in order.
+    pub waits: Vec<WaitSpan>,
+    /// The executions the count oracle attributes to each round of raced duplicates.
+    pub rounds: Vec<RoundCount>,
 }
 
 /// Counts of verdicts.
@@ -516,6 +580,9 @@ pub struct Report {
     pub summary: Summary,
     /// The process exit code this report calls for.
     pub exit_code: u8,
+    /// The options the run used, as `(name, value)` (credentials redacted unless
+    /// `--show-secrets`).
+    pub options: Vec<(String, String)>,
     /// Every case run, in order.
     pub cases: Vec<CaseResult>,
 }
@@ -750,6 +817,7 @@ pub async fn run_lanes(
         duration_ms: crate::http::ms(started.elapsed()),
         summary,
         exit_code: Report::compute_exit_code(&results),
+        options: target.options(),
         cases: results,
     };
     if !target.show_secrets {
@@ -823,6 +891,8 @@ fn grade(
         notes: Vec::new(),
         duration_ms: crate::http::ms(ctx.log.elapsed()),
         exchanges: Vec::new(),
+        waits: Vec::new(),
+        rounds: Vec::new(),
     };
     let mut misses = ctx.take_misses();
     match outcome {
@@ -885,7 +955,10 @@ fn grade(
         );
     }
     result.notes = ctx.take_notes();
-    result.exchanges = ctx.log.take();
+    let logged = ctx.log.take();
+    result.exchanges = logged.exchanges;
+    result.waits = logged.waits;
+    result.rounds = logged.rounds;
     result
 }
 
@@ -949,6 +1022,8 @@ mod tests {
             notes: Vec::new(),
             duration_ms: 0.0,
             exchanges: Vec::new(),
+            waits: Vec::new(),
+            rounds: Vec::new(),
         };
         let code = |vs: &[Verdict]| {
             Report::compute_exit_code(&vs.iter().map(|v| case(*v)).collect::<Vec<_>>())

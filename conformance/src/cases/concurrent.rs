@@ -1,7 +1,7 @@
 //! Concurrent duplicates: identical requests on separate connections, released together.
 
 use super::{fail, runs, unsafe_, Case, Check, Ctx, KeyHeader, Who};
-use crate::http::{ms, HarnessError, Prepared, Resp};
+use crate::http::{ms, HarnessError, Prepared, Raced, Resp};
 use crate::suite::Confidence;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,7 +50,8 @@ async fn race(
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             let sent = Instant::now();
-            (sent, p.send().await)
+            let result = p.send().await;
+            (sent, Instant::now(), result)
         }));
     }
     let mut answers = Vec::with_capacity(n);
@@ -58,15 +59,19 @@ async fn race(
     let mut last: Option<Instant> = None;
     let mut error = None;
     for (i, task) in tasks.into_iter().enumerate() {
-        let (sent, result) = task
+        let (sent, answered, result) = task
             .await
             .map_err(|e| HarnessError::Protocol(format!("a sender task failed: {e}")))?;
         first = Some(first.map_or(sent, |f| f.min(sent)));
         last = Some(last.map_or(sent, |l| l.max(sent)));
-        ctx.log.record(
+        ctx.log.record_raced(
             &format!("round {round}, duplicate {}/{n}", i + 1),
             &req,
-            sent,
+            Raced {
+                round,
+                connection: i + 1,
+            },
+            (sent, answered),
             &result,
         );
         match result {
@@ -122,6 +127,7 @@ async fn duplicates<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
             ms(spread)
         ));
         if let Some(runs) = runs(before, after) {
+            ctx.log.record_round(round, runs);
             if runs > 1 {
                 return Ok(unsafe_(
                     format!("exactly one execution for {n} identical requests"),

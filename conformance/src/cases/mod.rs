@@ -277,18 +277,28 @@ pub struct Waiting {
 }
 
 /// A wait in progress: announces itself once it has lasted a second, and then every few
-/// seconds.
+/// seconds. Once ticked (the case waited at least once), it is logged when it ends.
 pub(crate) struct Wait<'c> {
     ctx: &'c Ctx<'c>,
     what: String,
     started: Instant,
     until: Instant,
     announced: Option<Instant>,
+    ticked: bool,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if self.ticked {
+            self.ctx.log.record_wait(&self.what, self.started);
+        }
+    }
 }
 
 impl Wait<'_> {
     /// Announces the wait if it is due.
     pub(crate) fn tick(&mut self) {
+        self.ticked = true;
         let now = Instant::now();
         let due = match self.announced {
             None => now.duration_since(self.started) >= ANNOUNCE_AFTER,
@@ -380,11 +390,18 @@ impl<'a> Ctx<'a> {
             started: now,
             until: now + max,
             announced: None,
+            ticked: false,
         }
     }
 
     /// Sleeps `d`, announcing what for when it is longer than a second.
     pub(crate) async fn sleep(&self, what: &str, d: Duration) {
+        let started = Instant::now();
+        self.sleep_announced(what, d).await;
+        self.log.record_wait(what, started);
+    }
+
+    async fn sleep_announced(&self, what: &str, d: Duration) {
         let until = Instant::now() + d;
         if d > ANNOUNCE_AFTER {
             loop {
