@@ -209,6 +209,10 @@ struct RunArgs {
     /// Write a JUnit XML report to FILE.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write an HTML report into DIR: index.html and one page per case, with every exchange
+    /// and timelines of the raced rounds and the waits (self-contained, no network).
+    #[arg(long, value_name = "DIR")]
+    html: Option<PathBuf>,
     /// Embedded server only: start it with this deliberate defect.
     #[arg(long, value_enum)]
     fault: Option<Fault>,
@@ -726,6 +730,9 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
         let xml = report::junit(&report).map_err(|e| harness(format!("JUnit report: {e}")))?;
         std::fs::write(path, xml)
             .map_err(|e| harness(format!("--junit {}: {e}", path.display())))?;
+    }
+    if let Some(dir) = &a.html {
+        crate::html::write(&report, dir).map_err(|e| harness(format!("--html {e}")))?;
     }
     Ok(report.exit_code)
 }

@@ -3,7 +3,7 @@
 //!
 //! * [`suite`] runs the [`cases`] against a [`suite::Target`] and produces a
 //!   [`suite::Report`]; [`report`] renders it for a terminal, as JSON and as JUnit XML,
-//!   after [`secrets`] has taken every credential out of it.
+//!   and [`html`] as a static site, after [`secrets`] has taken every credential out of it.
 //! * [`server`] is the reference server: an axum app with idem-tower's layer on a memory,
 //!   Redis or Postgres store, behind a real HTTP/1.1 server, with deliberate
 //!   [`server::Fault`]s, made around the layer, that the suite must catch.
@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod cases;
 pub mod cli;
+pub mod html;
 pub mod http;
 pub mod report;
 pub mod secrets;
