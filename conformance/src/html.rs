@@ -394,7 +394,7 @@ fn waits(report: &Report, case: &CaseResult) -> Option<Timeline> {
                     start: w.at_ms,
                     end: w.at_ms + w.duration_ms,
                     class: "wait",
-                    text: format!("{:.0} ms", w.duration_ms),
+                    text: short(&format!("{:.0} ms: {}", w.duration_ms, w.what), 80),
                     tip: format!(
                         "waited {:.0} ms from {:.0} ms for {}",
                         w.duration_ms, w.at_ms, w.what
