@@ -2,7 +2,7 @@
 //! Postgres store (`serve --store URL`), where several server processes share the records
 //! and the count of executions.
 
-use idem_core::{Applied, AsyncStore, Record, RecordKey, StoreFailure, UnixMillis, Write};
+use idem_core::{Applied, AsyncStore, Finish, Record, RecordKey, StoreFailure, UnixMillis, Write};
 use idem_tower::{MemoryStore, PostgresStore, RedisStore};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -178,6 +178,26 @@ impl AsyncStore for RefStore {
             }),
             RefStore::Redis(r, _) => r.apply(now, write).await.map_err(error),
             RefStore::Postgres(p) => p.apply(now, write).await.map_err(error),
+        }
+    }
+
+    async fn apply_completion(
+        &self,
+        now: UnixMillis,
+        write: Write,
+        finish: Finish,
+    ) -> Result<Applied, RefStoreError> {
+        match self {
+            RefStore::Memory(m, _) => {
+                m.apply_completion(now, write, finish)
+                    .await
+                    .map_err(|e| RefStoreError {
+                        message: e.to_string(),
+                        full: true,
+                    })
+            }
+            RefStore::Redis(r, _) => r.apply_completion(now, write, finish).await.map_err(error),
+            RefStore::Postgres(p) => p.apply_completion(now, write, finish).await.map_err(error),
         }
     }
 

@@ -211,14 +211,3 @@ pub struct Write {
     /// The change.
     pub op: WriteOp,
 }
-
-impl Write {
-    /// Whether the write stores an outcome (a response, a tombstone, an outcome held as
-    /// unknown, a counter's or token's state) rather than a lease or the absence of a record.
-    /// A store that commits a handler's own writes with its completion commits them only
-    /// when the completion keeps an outcome (`IDEM-STORE-7`): a release, an in-flight record
-    /// whose lease ends now, or a delete commits none of them.
-    pub fn keeps_outcome(&self) -> bool {
-        matches!(&self.op, WriteOp::Put(r) if !matches!(r.state, RecordState::InFlight { .. }))
-    }
-}

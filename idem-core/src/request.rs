@@ -1079,6 +1079,20 @@ impl<'a> Request<'a> {
 
     // --- outputs ---------------------------------------------------------------------------
 
+    /// What applying the write handed out by the last [`Step::Apply`] means, when that
+    /// write is the handler's completion: [`Finish::Stored`] when it stores the response,
+    /// [`Finish::Released`] or [`Finish::OutcomeUnknown`] otherwise. `None` for a claim or a
+    /// heartbeat. A host passes it to [`AsyncStore::apply_completion`](crate::AsyncStore::apply_completion).
+    pub fn completing(&self) -> Option<&Finish> {
+        match &self.state {
+            State::Holding(Holding {
+                op: Op::Completing(finish),
+                ..
+            }) => Some(finish),
+            _ => None,
+        }
+    }
+
     /// The next event (`IDEM-EVT-1`): hosts log or count them.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop()

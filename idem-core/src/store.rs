@@ -118,6 +118,22 @@ pub trait AsyncStore {
         write: Write,
     ) -> impl Future<Output = Result<Applied, Self::Error>> + Send;
 
+    /// Applies the handler's completion `write`, as [`AsyncStore::apply`] does. `finish` is
+    /// what applying it means, as the engine decided it ([`Request::completing`](crate::Request::completing)):
+    /// [`Finish::Stored`] when it stores the handler's response. A store that commits the
+    /// handler's own writes with its completion commits them only then: a release, an
+    /// outcome held as unknown, or a completion that is fenced out commits none of them
+    /// (`IDEM-STORE-7`). By default, [`AsyncStore::apply`].
+    fn apply_completion(
+        &self,
+        now: UnixMillis,
+        write: Write,
+        finish: Finish,
+    ) -> impl Future<Output = Result<Applied, Self::Error>> + Send {
+        let _ = finish;
+        self.apply(now, write)
+    }
+
     /// What a failure of this store means for the answer (unavailable by default).
     fn failure(_error: &Self::Error) -> StoreFailure {
         StoreFailure::Unavailable
@@ -142,6 +158,15 @@ impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
         write: Write,
     ) -> impl Future<Output = Result<Applied, Self::Error>> + Send {
         (**self).apply(now, write)
+    }
+
+    fn apply_completion(
+        &self,
+        now: UnixMillis,
+        write: Write,
+        finish: Finish,
+    ) -> impl Future<Output = Result<Applied, Self::Error>> + Send {
+        (**self).apply_completion(now, write, finish)
     }
 
     fn failure(error: &Self::Error) -> StoreFailure {

@@ -79,7 +79,12 @@ where
                     Err(e) => failed::<St>(shared, request, &e),
                 }
             }
-            Step::Apply(write) => match shared.store.apply(now, write).await {
+            Step::Apply(write) => match match request.completing().cloned() {
+                // The engine's word on what the completion means reaches the store, which
+                // commits a handler's own writes only with a stored response.
+                Some(finish) => shared.store.apply_completion(now, write, finish).await,
+                None => shared.store.apply(now, write).await,
+            } {
                 Ok(applied) => {
                     request.handle_applied(UnixMillis::now(), applied, &mut shared.waiters())
                 }

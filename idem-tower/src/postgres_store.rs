@@ -9,8 +9,8 @@ use crate::IdempotencyContext;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use idem_core::stores::postgres_statement;
 use idem_core::{
-    decode_record, encode_record, Applied, AsyncStore, Expiry, Precondition, Record, RecordKey,
-    RecordState, UnixMillis, Write, WriteOp,
+    decode_record, encode_record, Applied, AsyncStore, Expiry, Finish, Precondition, Record,
+    RecordKey, UnixMillis, Write, WriteOp,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -223,6 +223,21 @@ impl Drop for Transaction<'_> {
 }
 
 /// A write on `client`: the compare-and-set on the row's version.
+/// Applies `write` on `client`.
+async fn write_at(client: &ClientWrapper, write: &Write) -> Result<Applied, PostgresStoreError> {
+    let expect = match write.precondition {
+        Precondition::Absent => None,
+        Precondition::Version(v) => Some(v.to_string()),
+    };
+    write_on(
+        client,
+        &write.key.storage_key(),
+        expect.as_deref(),
+        &write.op,
+    )
+    .await
+}
+
 async fn write_on(
     client: &ClientWrapper,
     key: &str,
@@ -287,59 +302,54 @@ impl AsyncStore for PostgresStore {
 
     fn apply(
         &self,
-        now: UnixMillis,
+        _now: UnixMillis,
         write: Write,
     ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
-        let key = write.key.storage_key();
-        // A completion takes over the handler's open transaction; a heartbeat (a lease
-        // extended into the future) does not. A lease that ends now is an unknown outcome
-        // left for a retry to run again: a release.
-        let completion = match &write.op {
-            WriteOp::Put(r) => {
-                !matches!(r.state, RecordState::InFlight { lease_expires } if lease_expires > now)
-            }
-            WriteOp::Delete => true,
-        };
-        let kept = write.keeps_outcome();
-        let open = if completion {
-            self.open().remove(&key)
-        } else {
-            None
-        };
+        // A claim or a heartbeat: never in the handler's transaction.
         let pool = self.pool.clone();
         async move {
-            let expect = match write.precondition {
-                Precondition::Absent => None,
-                Precondition::Version(v) => Some(v.to_string()),
+            let client = pool.get().await?;
+            write_at(&client, &write).await
+        }
+    }
+
+    fn apply_completion(
+        &self,
+        _now: UnixMillis,
+        write: Write,
+        finish: Finish,
+    ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
+        // The completion takes over the handler's open transaction, if it left one.
+        let open = self.open().remove(&write.key.storage_key());
+        let pool = self.pool.clone();
+        async move {
+            let Some(client) = open else {
+                let client = pool.get().await?;
+                return write_at(&client, &write).await;
             };
-            match open {
-                Some(client) if kept => {
-                    // The stored outcome and the handler's rows: one commit, or neither.
-                    let applied = write_on(&client, &key, expect.as_deref(), &write.op).await;
-                    let end = if matches!(applied, Ok(Applied::Applied)) {
-                        "COMMIT"
-                    } else {
-                        "ROLLBACK"
-                    };
-                    if let Err(e) = client.batch_execute(end).await {
-                        // Its state is unknown: closed, never pooled.
-                        drop(Object::take(client));
-                        return Err(e.into());
-                    }
-                    applied
-                }
-                Some(client) => {
-                    // A release: nothing the handler wrote commits, and the write is alone.
-                    if let Err(e) = client.batch_execute("ROLLBACK").await {
-                        drop(Object::take(client));
-                        return Err(e.into());
-                    }
-                    write_on(&client, &key, expect.as_deref(), &write.op).await
-                }
-                None => {
-                    let client = pool.get().await?;
-                    write_on(&client, &key, expect.as_deref(), &write.op).await
-                }
+            // Only a stored response commits the handler's rows, in one commit with it (or
+            // neither, when the completion is fenced out). Anything else rolls them back and
+            // is written alone: a release, or an outcome held as unknown.
+            let stored = finish == Finish::Stored;
+            let applied = if stored {
+                write_at(&client, &write).await
+            } else {
+                Ok(Applied::Conflict)
+            };
+            let end = if matches!(applied, Ok(Applied::Applied)) {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            };
+            if let Err(e) = client.batch_execute(end).await {
+                // Its state is unknown: closed, never pooled.
+                drop(Object::take(client));
+                return Err(e.into());
+            }
+            if stored {
+                applied
+            } else {
+                write_at(&client, &write).await
             }
         }
     }

@@ -8,7 +8,7 @@ mod common;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
-use idem_core::{Config, Engine, Policy};
+use idem_core::{Config, Engine, Policy, UnknownOutcomePolicy};
 use idem_tower::{IdempotencyContext, IdempotencyLayer, PostgresStore};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -176,6 +176,30 @@ async fn the_order_and_its_record_commit_together_or_not_at_all() {
         .unwrap()
         .get(0);
     assert_eq!(open, 0, "a transaction was left open");
+
+    // Under the hold policy the 500 is an outcome held as unknown: the key stays held, and
+    // the handler's order rolls back with it (only a stored response commits its rows).
+    let holding = IdempotencyLayer::builder(Arc::clone(&store))
+        .policy(Policy::new(
+            Engine::new(Config {
+                unknown_outcome: UnknownOutcomePolicy::Hold,
+                ..Config::default()
+            })
+            .expect("valid times"),
+        ))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let held = holding.layer(orders(Arc::clone(&store), After::FailAfterHandingOver));
+    assert_eq!(send(held, "e").await.0, 500);
+    assert_eq!(
+        count("e").await,
+        0,
+        "a held unknown outcome committed its order"
+    );
+    let retry = holding.layer(orders(Arc::clone(&store), After::Answer));
+    assert_eq!(send(retry, "e").await.0, 409, "the key is held");
+    assert_eq!(count("e").await, 0);
 
     // A stalled attempt loses its lease to a retry: only the retry's order commits.
     let stalled = layer.layer(orders(Arc::clone(&store), After::Stall(700)));

@@ -74,7 +74,7 @@ export class PostgresStore {
     const open = info?.outcome === undefined ? undefined : this.#open.get(key);
     if (open !== undefined) {
       this.#open.delete(key);
-      return this.#complete(open, key, write);
+      return this.#complete(open, key, write, info.outcome);
     }
     return this.#write(this.#pool, key, write);
   }
@@ -100,15 +100,16 @@ export class PostgresStore {
     return done.rowCount === 1;
   }
 
-  /** A handler's completion with its transaction open: a stored outcome (`write.kept`, the
-   * engine's word) commits with the handler's rows, or neither does (fenced out). A release
-   * (the handler threw, or its answer is not kept, such as a 5xx left for a retry) rolls the
-   * handler's rows back and is written alone (IDEM-STORE-7). */
-  async #complete(open, key, write) {
+  /** A handler's completion with its transaction open: an answer whose response is stored
+   * (`write.storesResponse`, the engine's word) commits with the handler's rows, or neither
+   * does (fenced out). Anything else rolls the handler's rows back and is written alone: a
+   * handler that threw, a release (such as a 5xx left for a retry), an outcome held as
+   * unknown (IDEM-STORE-7). */
+  async #complete(open, key, write, outcome) {
     const { client } = open;
     let release = true;
     try {
-      if (write.kept) {
+      if (write.storesResponse && outcome === "answered") {
         let applied = false;
         try {
           applied = await this.#write(client, key, write);

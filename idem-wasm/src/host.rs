@@ -288,9 +288,13 @@ impl Host {
     /// The write of the last [`Step::Apply`], as the store interface takes it.
     pub fn take_write(&mut self, t: u32) -> Result<StoreWrite, ErrorParts> {
         let slot = self.slot_mut(t)?;
+        let stores_response = matches!(slot.req.completing(), Some(idem_core::Finish::Stored));
         slot.write
             .take()
-            .map(|w| StoreWrite::from_core(&w))
+            .map(|w| StoreWrite {
+                stores_response,
+                ..StoreWrite::from_core(&w)
+            })
             .ok_or_else(no_slot)
     }
 

@@ -614,9 +614,10 @@ pub struct StoreWrite {
     /// Until when the store must keep the record, in milliseconds (0 for a delete): a
     /// time-to-live of the store's own is set from this, never from `deadline`.
     pub expires: f64,
-    /// Whether the write stores an outcome ([`Write::keeps_outcome`]): a store that commits
-    /// a handler's own writes with its completion commits them only then (`IDEM-STORE-7`).
-    pub kept: bool,
+    /// Whether the write is a completion that stores the handler's response, as the engine
+    /// decided it ([`idem_core::Request::completing`]): a store that commits a handler's own
+    /// writes with its completion commits them only then (`IDEM-STORE-7`). Set by the host.
+    pub stores_response: bool,
 }
 
 impl StoreWrite {
@@ -633,7 +634,7 @@ impl StoreWrite {
                 version: record.version.to_string(),
                 deadline: to_ms(record.next_deadline()),
                 expires: to_ms(record.retained_until()),
-                kept: write.keeps_outcome(),
+                stores_response: false,
             },
             WriteOp::Delete => StoreWrite {
                 expect,
@@ -641,7 +642,7 @@ impl StoreWrite {
                 version: String::new(),
                 deadline: 0.0,
                 expires: 0.0,
-                kept: false,
+                stores_response: false,
             },
         }
     }

@@ -230,7 +230,7 @@ fn write_object(w: &StoreWrite) -> JsValue {
     set("version", JsValue::from_str(&w.version));
     set("deadline", JsValue::from_f64(w.deadline));
     set("expires", JsValue::from_f64(w.expires));
-    set("kept", JsValue::from_bool(w.kept));
+    set("storesResponse", JsValue::from_bool(w.stores_response));
     object.into()
 }
 

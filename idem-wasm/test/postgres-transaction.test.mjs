@@ -103,6 +103,25 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     assert.equal(pool.totalCount - pool.idleCount, 0);
   });
 
+  test("under the hold policy a 500 after the insert is held as unknown and commits nothing", async () => {
+    const handler = withIdempotency(
+      async (request) => {
+        const { amount } = await request.json();
+        return store.transaction(idempotencyOf(request), async (client) => {
+          await client.query("INSERT INTO orders (customer, amount) VALUES ($1, $2)", ["cus_e", amount]);
+          return Response.json({ error: "ledger unavailable" }, { status: 500 });
+        });
+      },
+      { store, principal: (request) => request.headers.get("x-customer"), unknownOutcome: "hold" },
+    );
+    const key = randomUUID();
+    assert.equal((await handler(post(key, 500, "cus_e"))).status, 500);
+    assert.equal((await orders("cus_e")).length, 0, "the held outcome's order rolled back");
+    assert.equal((await handler(post(key, 500, "cus_e"))).status, 409, "the key is held");
+    assert.equal((await orders("cus_e")).length, 0);
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+
   test("an attempt whose lease was taken over commits nothing: one order, from the attempt that completed", async () => {
     let release;
     const held = new Promise((resolve) => (release = resolve));

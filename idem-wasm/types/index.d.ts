@@ -54,10 +54,10 @@ export interface StoreWrite {
    * never from `deadline`: a record deleted when its response expires lets a retry run again
    * (IDEM-TTL-3). */
   expires: number;
-  /** Whether the write stores an outcome (a response, an outcome held as unknown) rather
-   * than a lease or a release. A store that commits the handler's own writes with its
-   * completion commits them only when this is true (IDEM-STORE-7). */
-  kept: boolean;
+  /** True on a completion that stores the handler's response, as the engine decided it. A
+   * store that commits the handler's own writes with its completion commits them only then:
+   * never with a release or an outcome held as unknown (IDEM-STORE-7). */
+  storesResponse: boolean;
 }
 
 /** The write that applies the passage of time to a stored record at `now`: a tombstone in

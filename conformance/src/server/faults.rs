@@ -11,9 +11,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use hyper::{Request, Response};
 use idem_core::{
-    parse_opaque_lenient, Applied, AsyncStore, FingerprintSpec, KeyError, Precondition, Problem,
-    Record, RecordKey, RecordState, Refusal, SlotState, StoreFailure, UnixMillis, Write, WriteOp,
-    KEY_HEADER, REPLAYED_HEADER, TOKEN_PREFIX,
+    parse_opaque_lenient, Applied, AsyncStore, FingerprintSpec, Finish, KeyError, Precondition,
+    Problem, Record, RecordKey, RecordState, Refusal, SlotState, StoreFailure, UnixMillis, Write,
+    WriteOp, KEY_HEADER, REPLAYED_HEADER, TOKEN_PREFIX,
 };
 use std::sync::Arc;
 
@@ -89,13 +89,44 @@ where
         Ok(self.inner.load(key).await?.and_then(|r| self.seen(key, r)))
     }
 
-    async fn apply(&self, now: UnixMillis, mut write: Write) -> Result<Applied, S::Error> {
+    async fn apply(&self, now: UnixMillis, write: Write) -> Result<Applied, S::Error> {
+        match self.faulted(write).await? {
+            Some(write) => self.inner.apply(now, write).await,
+            None => Ok(Applied::Applied),
+        }
+    }
+
+    async fn apply_completion(
+        &self,
+        now: UnixMillis,
+        write: Write,
+        finish: Finish,
+    ) -> Result<Applied, S::Error> {
+        match self.faulted(write).await? {
+            Some(write) => self.inner.apply_completion(now, write, finish).await,
+            None => Ok(Applied::Applied),
+        }
+    }
+
+    fn failure(error: &S::Error) -> StoreFailure {
+        S::failure(error)
+    }
+}
+
+impl<S> FaultyStore<S>
+where
+    S: AsyncStore + Send + Sync,
+    S::Error: Send,
+{
+    /// `write` as the fault changes it, or `None` when the fault drops it (and reports it
+    /// applied).
+    async fn faulted(&self, mut write: Write) -> Result<Option<Write>, S::Error> {
         let stored = || self.inner.load(&write.key);
         match (self.fault, &mut write.op) {
             // No lock: the claim is never written, and the result is written whatever is
             // stored now (last one wins).
             (Fault::NoLock, WriteOp::Put(r)) if matches!(r.state, RecordState::InFlight { .. }) => {
-                return Ok(Applied::Applied);
+                return Ok(None);
             }
             (Fault::NoLock, _) => {
                 write.precondition = match stored().await? {
@@ -107,7 +138,7 @@ where
             (Fault::NeverRelease, WriteOp::Delete) => {
                 if let Some(r) = stored().await? {
                     if matches!(r.state, RecordState::InFlight { .. }) {
-                        return Ok(Applied::Applied);
+                        return Ok(None);
                     }
                 }
             }
@@ -131,11 +162,7 @@ where
             },
             _ => {}
         }
-        self.inner.apply(now, write).await
-    }
-
-    fn failure(error: &S::Error) -> StoreFailure {
-        S::failure(error)
+        Ok(Some(write))
     }
 }
 
