@@ -8,6 +8,7 @@
 // completes its key: both or neither (the reason idem records writes, not actions).
 import { expire } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
+import { attemptOf, attemptOfContext } from "./attempt.js";
 import { rangeError } from "./errors.js";
 
 /** The statements of postgres.sql, by the name on the `-- name:` line before each. */
@@ -43,7 +44,8 @@ const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
  */
 export class PostgresStore {
   #pool;
-  /** Storage key → the handler's open transaction, waiting for its completion. */
+  /** Attempt (storage key and fence) → the handler's open transaction, waiting for its
+   * completion. An attempt that took over has a transaction of its own. */
   #open = new Map();
 
   constructor(pool) {
@@ -71,9 +73,10 @@ export class PostgresStore {
   }
 
   async apply(key, write, _now, info) {
-    const open = info?.outcome === undefined ? undefined : this.#open.get(key);
+    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.fence);
+    const open = attempt === undefined ? undefined : this.#open.get(attempt);
     if (open !== undefined) {
-      this.#open.delete(key);
+      this.#open.delete(attempt);
       return this.#complete(open, key, write, info.outcome);
     }
     return this.#write(this.#pool, key, write);
@@ -139,15 +142,14 @@ export class PostgresStore {
    * it is rolled back. Resolves to what `fn` returned.
    */
   async transaction(context, fn) {
-    const key = context?.storageKey;
-    if (typeof key !== "string") throw rangeError("IDEM-JS-1", "transaction needs the request's idempotency context (idempotencyOf(request))");
-    if (this.#open.has(key)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
+    const attempt = attemptOfContext(context);
+    if (this.#open.has(attempt)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
     if (typeof this.#pool.connect !== "function") throw rangeError("IDEM-JS-1", "transaction needs a pool (with connect())");
     const client = await this.#pool.connect();
     try {
       await client.query("BEGIN");
       const result = await fn(client);
-      this.#open.set(key, { client });
+      this.#open.set(attempt, { client });
       return result;
     } catch (err) {
       await client.query("ROLLBACK").catch(() => {});

@@ -483,9 +483,10 @@ export class Idempotency {
       try {
         if (step === Step.Apply) {
           const write = engine.takeWrite(slot);
-          // The completion says so: a store that commits it in the handler's own
-          // transaction (PostgresStore#transaction) tells it from a heartbeat.
-          const info = request.outcome === undefined ? undefined : { outcome: request.outcome };
+          // The completion says so, and whose it is: a store that commits it in the
+          // handler's own transaction (PostgresStore#transaction) tells it from a heartbeat,
+          // and one attempt's transaction from another's.
+          const info = request.outcome === undefined ? undefined : { outcome: request.outcome, fence: engine.fence(slot) };
           const applied = await store.apply(engine.storageKey(slot), write, this.#now(), info);
           engine.applied(slot, this.#now(), applied === true);
         } else if (step === Step.Claim && typeof store.claim === "function") {
