@@ -21,8 +21,12 @@
 // key, which is what a Durable Object is.
 import { StepKind as Step, expire } from "./idem_wasm.js";
 import { createEngine } from "./server.js";
+import { attemptOf, attemptOfContext } from "./attempt.js";
 import { rangeError } from "./util.js";
 
+// Storage key prefixes: records, their further chunks, and the deadline index. An object
+// that keeps its own data beside the records (`DurableObjectLocalStore`) puts a prefix of
+// its own before these.
 const RECORD = "r:";
 const CHUNK = "c:";
 const DEADLINE = "d:";
@@ -45,12 +49,12 @@ export const MAX_VALUE_BYTES = (MAX_PUT_KEYS - 2) * CHUNK_BYTES;
  */
 export const PLACEMENT_SHARDS = 256;
 
-function deadlineKey(deadline, key) {
-  return `${DEADLINE}${String(deadline).padStart(16, "0")}:${key}`;
+function deadlineKey(prefix, deadline, key) {
+  return `${prefix}${DEADLINE}${String(deadline).padStart(16, "0")}:${key}`;
 }
 
-function chunkKey(key, i) {
-  return `${CHUNK}${key}:${i}`;
+function chunkKey(prefix, key, i) {
+  return `${prefix}${CHUNK}${key}:${i}`;
 }
 
 /** FNV-1a over the key's UTF-16 code units: a stable shard index. */
@@ -76,12 +80,16 @@ export function shardName(key) {
  */
 export class IdempotencyShard {
   #storage;
+  #prefix;
   #cache = new Map();
   #engines = new Map();
   #alarm = undefined;
 
-  constructor(state, _env) {
+  /** `options.prefix` goes before every storage key of the records (none for an object
+   * that holds records only). */
+  constructor(state, _env, options = {}) {
     this.#storage = state.storage;
+    this.#prefix = options.prefix ?? "";
   }
 
   /** The object's HTTP face for `DurableObjectStore`. */
@@ -139,12 +147,12 @@ export class IdempotencyShard {
    * here; callers read `#cache` afterwards, without awaiting in between. */
   async #fetch(key) {
     if (this.#cache.has(key)) return;
-    const stored = await this.#storage.get(RECORD + key);
+    const stored = await this.#storage.get(this.#prefix + RECORD + key);
     if (this.#cache.has(key)) return;
     let entry = stored ?? null;
     if (entry !== null && entry.chunks > 1) {
       const keys = [];
-      for (let i = 1; i < entry.chunks; i++) keys.push(chunkKey(key, i));
+      for (let i = 1; i < entry.chunks; i++) keys.push(chunkKey(this.#prefix, key, i));
       const parts = await this.#storage.get(keys);
       if (this.#cache.has(key)) return;
       const value = new Uint8Array(entry.length);
@@ -163,8 +171,9 @@ export class IdempotencyShard {
 
   /** The compare-and-set against the copy in memory (the object's current record, never a
    * caller's earlier read), then to storage: the storage promises, or null when the
-   * precondition failed. */
-  #write(key, write) {
+   * precondition failed. `extra` (`{ puts, deletes }`, the handler's own writes) goes to
+   * storage in the same atomic write as the record. */
+  #write(key, write, extra) {
     const current = this.#cache.get(key) ?? null;
     const holds = write.expect === null ? current === null : current !== null && current.version === write.expect;
     if (!holds) return null;
@@ -175,28 +184,31 @@ export class IdempotencyShard {
     const deletes = [];
     if (current !== null) {
       if (current.deadline > 0 && (write.value === null || current.deadline !== write.deadline)) {
-        deletes.push(deadlineKey(current.deadline, key));
+        deletes.push(deadlineKey(this.#prefix, current.deadline, key));
       }
       const chunks = Math.ceil(current.value.byteLength / CHUNK_BYTES);
       const keep = write.value === null ? 1 : Math.max(1, Math.ceil(write.value.byteLength / CHUNK_BYTES));
-      for (let i = keep; i < chunks; i++) deletes.push(chunkKey(key, i));
+      for (let i = keep; i < chunks; i++) deletes.push(chunkKey(this.#prefix, key, i));
     }
+    const p = this.#prefix;
+    const batch = extra === undefined ? {} : Object.fromEntries(extra.puts);
+    if (extra !== undefined) deletes.push(...extra.deletes);
     if (write.value === null) {
       this.#cache.set(key, null);
-      deletes.push(RECORD + key);
+      deletes.push(p + RECORD + key);
     } else {
       const entry = { version: write.version, value: write.value, deadline: write.deadline };
       this.#cache.set(key, entry);
       const value = write.value;
       const chunks = Math.max(1, Math.ceil(value.byteLength / CHUNK_BYTES));
       const first = chunks === 1 ? value : value.subarray(0, CHUNK_BYTES);
-      const batch = {
-        [RECORD + key]: { version: write.version, value: first, deadline: write.deadline, chunks, length: value.byteLength },
-      };
-      for (let i = 1; i < chunks; i++) batch[chunkKey(key, i)] = value.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES);
-      if (write.deadline > 0) batch[deadlineKey(write.deadline, key)] = write.version;
-      ops.push(this.#storage.put(batch));
+      batch[p + RECORD + key] = { version: write.version, value: first, deadline: write.deadline, chunks, length: value.byteLength };
+      for (let i = 1; i < chunks; i++) batch[chunkKey(p, key, i)] = value.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES);
+      if (write.deadline > 0) batch[deadlineKey(p, write.deadline, key)] = write.version;
     }
+    // One put and one delete, with nothing awaited in between: the object's storage commits
+    // them as one atomic write.
+    if (Object.keys(batch).length > 0) ops.push(this.#storage.put(batch));
     if (deletes.length > 0) ops.push(this.#storage.delete(deletes));
     return ops;
   }
@@ -247,10 +259,12 @@ export class IdempotencyShard {
     }
   }
 
-  /** Applies a compare-and-set write from a worker (a completion or a heartbeat). */
-  async apply(key, write, _now) {
+  /** Applies a compare-and-set write from a worker (a completion or a heartbeat). `extra`
+   * (`{ puts: [[key, value]…], deletes: [key…] }`) is written in the same atomic write, and
+   * only if the precondition holds. */
+  async apply(key, write, _now, extra) {
     await this.#fetch(key);
-    const ops = this.#write(key, write);
+    const ops = this.#write(key, write, extra);
     if (ops === null) return false;
     await Promise.all(ops);
     await this.#schedule(write.value === null ? 0 : write.deadline);
@@ -267,9 +281,10 @@ export class IdempotencyShard {
   /** Expires every record that is due, then sets the alarm for the next deadline. */
   async alarm() {
     const now = Date.now();
-    const due = await this.#storage.list({ start: DEADLINE, end: deadlineKey(now + 1, ""), limit: 256 });
+    const p = this.#prefix;
+    const due = await this.#storage.list({ start: p + DEADLINE, end: deadlineKey(p, now + 1, ""), limit: 256 });
     for (const [indexKey, version] of due) {
-      const key = indexKey.slice(DEADLINE.length + 17);
+      const key = indexKey.slice(p.length + DEADLINE.length + 17);
       await this.#fetch(key);
       const current = this.#cache.get(key) ?? null;
       if (current === null || current.version !== version) {
@@ -282,11 +297,12 @@ export class IdempotencyShard {
       const ops = this.#write(key, write);
       if (ops !== null) await Promise.all(ops);
     }
-    const next = await this.#storage.list({ start: DEADLINE, end: DEADLINE + "\uffff", limit: 1 });
+    const next = await this.#storage.list({ start: p + DEADLINE, end: p + DEADLINE + "\uffff", limit: 1 });
     this.#alarm = null;
     if (next.size === 0) await this.#storage.deleteAlarm();
     for (const [indexKey] of next) {
-      const deadline = Number(indexKey.slice(DEADLINE.length, DEADLINE.length + 16));
+      const at = p.length + DEADLINE.length;
+      const deadline = Number(indexKey.slice(at, at + 16));
       this.#alarm = Math.max(deadline, now + 1);
       await this.#storage.setAlarm(this.#alarm);
     }
@@ -359,5 +375,140 @@ export class DurableObjectStore {
     if (write.value === null) headers["x-idem-delete"] = "1";
     const response = await this.#call(key, "/apply", headers, write.value ?? undefined);
     return (await response.text()) === "applied";
+  }
+}
+
+/** The handler's own storage keys one transaction writes at most: with the record's chunks,
+ * its entry and its deadline, they fit in the `MAX_PUT_KEYS` of one atomic put. */
+export const TRANSACTION_KEYS = 32;
+
+/**
+ * The store for a handler whose data lives in a Durable Object: the records live in that
+ * object's own storage, under `prefix` (default `"idem:"`), and the handler runs inside the
+ * object. Claims and completions are made next to the storage, so a fresh request costs the
+ * worker one round trip to the object; and `transaction(context, fn)` commits the handler's
+ * own writes in the same atomic write as the completion that stores its response (the
+ * reason idem records writes, not actions). Create one per object, in its constructor, and
+ * call its `alarm()` from the object's `alarm()` (expiry).
+ */
+export class DurableObjectLocalStore {
+  #storage;
+  #prefix;
+  #shard;
+  /** Attempt (storage key and fence) → the handler's transaction, waiting for its
+   * completion. */
+  #open = new Map();
+
+  /** The largest response kept (IDEM-STORE-5): the record, with the handler's writes, still
+   * goes in one atomic put. */
+  maxResponseBytes = (MAX_PUT_KEYS - 2 - TRANSACTION_KEYS) * CHUNK_BYTES - 64 * 1024;
+
+  constructor(state, options = {}) {
+    if (state == null || state.storage == null || typeof state.storage.put !== "function") {
+      throw rangeError("IDEM-JS-1", "DurableObjectLocalStore needs the Durable Object's state (this.ctx)");
+    }
+    const prefix = options.prefix ?? "idem:";
+    if (typeof prefix !== "string" || prefix === "") {
+      throw rangeError("IDEM-JS-1", "options.prefix must be a non-empty string: the records' storage keys start with it");
+    }
+    this.#storage = state.storage;
+    this.#prefix = prefix;
+    this.#shard = new IdempotencyShard(state, undefined, { prefix });
+  }
+
+  claim(_key, ticket, optionsText, now, hi, lo) {
+    return this.#shard.claim(ticket, optionsText, now, hi, lo);
+  }
+
+  load(key) {
+    return this.#shard.load(key);
+  }
+
+  apply(key, write, now, info) {
+    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.fence);
+    const open = attempt === undefined ? undefined : this.#open.get(attempt);
+    if (open === undefined) return this.#shard.apply(key, write, now);
+    this.#open.delete(attempt);
+    // Only an answer whose response is stored commits the handler's writes, in the same
+    // atomic write (IDEM-STORE-7); anything else leaves them unwritten.
+    const commits = write.storesResponse && info.outcome === "answered";
+    return this.#shard.apply(key, write, now, commits ? open.writes() : undefined);
+  }
+
+  /** Expires what is due; call it from the object's `alarm()`. */
+  alarm() {
+    return this.#shard.alarm();
+  }
+
+  /**
+   * Runs `fn(tx)` for the request whose idempotency context is `context` (`idempotencyOf(request)`,
+   * or the context `Idempotency#handle` passes). `tx.get(key)` reads the object's storage as
+   * the transaction changed it; `tx.put(key, value)` and `tx.delete(key)` are written with
+   * the completion that stores the response, in one atomic write, or never: not if `fn`
+   * throws, not if the response is not kept, not if the lease was taken over meanwhile.
+   * Keys starting with the store's prefix are refused. Resolves to what `fn` returned.
+   */
+  async transaction(context, fn) {
+    const attempt = attemptOfContext(context);
+    if (this.#open.has(attempt)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
+    const tx = new ObjectTransaction(this.#storage, this.#prefix);
+    const result = await fn(tx);
+    this.#open.set(attempt, tx);
+    return result;
+  }
+}
+
+/** A handler's writes, held until the completion that stores its response. */
+class ObjectTransaction {
+  #storage;
+  #prefix;
+  /** Key → value, or undefined for a delete. */
+  #changes = new Map();
+
+  constructor(storage, prefix) {
+    this.#storage = storage;
+    this.#prefix = prefix;
+  }
+
+  #check(key) {
+    if (typeof key !== "string" || key === "") throw rangeError("IDEM-JS-1", "a storage key is a non-empty string");
+    if (key.startsWith(this.#prefix)) throw rangeError("IDEM-JS-1", `storage keys starting with "${this.#prefix}" hold idempotency records`);
+  }
+
+  /** The value stored under `key`, as this transaction has changed it. */
+  async get(key) {
+    this.#check(key);
+    if (this.#changes.has(key)) return this.#changes.get(key);
+    return this.#storage.get(key);
+  }
+
+  /** Writes `value` under `key` with the completion. */
+  put(key, value) {
+    this.#check(key);
+    if (value === undefined) throw rangeError("IDEM-JS-1", "put needs a value (use delete to remove a key)");
+    if (!this.#changes.has(key) && this.#changes.size >= TRANSACTION_KEYS) {
+      throw rangeError("IDEM-JS-1", `a transaction writes at most ${TRANSACTION_KEYS} keys`);
+    }
+    this.#changes.set(key, value);
+  }
+
+  /** Deletes `key` with the completion. */
+  delete(key) {
+    this.#check(key);
+    if (!this.#changes.has(key) && this.#changes.size >= TRANSACTION_KEYS) {
+      throw rangeError("IDEM-JS-1", `a transaction writes at most ${TRANSACTION_KEYS} keys`);
+    }
+    this.#changes.set(key, undefined);
+  }
+
+  /** `{ puts, deletes }` for the completion's write. */
+  writes() {
+    const puts = [];
+    const deletes = [];
+    for (const [k, v] of this.#changes) {
+      if (v === undefined) deletes.push(k);
+      else puts.push([k, v]);
+    }
+    return { puts, deletes };
   }
 }

@@ -71,8 +71,9 @@ export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
  * flight whose lease is live (IDEM-STORE-3, IDEM-LEASE-4). */
 export interface IdempotencyStore {
   load(key: string): Promise<StoredRecord | null> | StoredRecord | null;
-  /** `info.outcome` is set on the write that records the handler's outcome. */
-  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw" }): Promise<boolean> | boolean;
+  /** `info` is set on the write that records the handler's outcome: how the handler ended,
+   * and the fence of the attempt's lease (each attempt at a key has its own). */
+  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number }): Promise<boolean> | boolean;
   /** Engine-side claim, for stores that claim next to their data (Durable Objects): the
    * request's ticket in, what was claimed out. */
   claim?(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
@@ -298,7 +299,7 @@ export interface DurableObjectNamespaceLike {
 
 /** A Durable Object class that owns a shard of keys and makes claims next to its storage. */
 export class IdempotencyShard {
-  constructor(state: DurableObjectStateLike, env?: unknown);
+  constructor(state: DurableObjectStateLike, env?: unknown, options?: { prefix?: string });
   fetch(request: Request): Promise<Response>;
   claim(ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
@@ -314,6 +315,36 @@ export class DurableObjectStore implements IdempotencyStore {
   load(key: string): Promise<StoredRecord | null>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
   claim(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+}
+
+/** A handler's writes to its Durable Object's storage, written with the completion that
+ * stores its response, in one atomic write, or never. */
+export interface ObjectTransaction {
+  /** The value stored under `key`, as this transaction has changed it. */
+  get<T = unknown>(key: string): Promise<T | undefined>;
+  /** Writes `value` under `key` with the completion. */
+  put(key: string, value: unknown): void;
+  /** Deletes `key` with the completion. */
+  delete(key: string): void;
+}
+
+/** The handler's own storage keys one transaction writes at most. */
+export const TRANSACTION_KEYS: number;
+
+/** The store for a handler whose data lives in a Durable Object: records in the object's
+ * own storage (under `prefix`, default `"idem:"`), claims and completions next to it, and
+ * `transaction` to commit the handler's writes with its stored response. Call `alarm()` from
+ * the object's `alarm()`. */
+export class DurableObjectLocalStore implements IdempotencyStore {
+  constructor(state: DurableObjectStateLike, options?: { prefix?: string });
+  readonly maxResponseBytes: number;
+  load(key: string): Promise<StoredRecord | null>;
+  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number }): Promise<boolean>;
+  claim(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
+  alarm(): Promise<void>;
+  /** Runs `fn(tx)`; its writes commit with the completion that stores the response of the
+   * request whose context is `context` (`idempotencyOf(request)`), or never. */
+  transaction<T>(context: IdempotencyContext, fn: (tx: ObjectTransaction) => Promise<T>): Promise<T>;
 }
 
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */

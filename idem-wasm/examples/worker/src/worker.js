@@ -1,7 +1,13 @@
 // An orders API on Cloudflare Workers whose `POST /orders` is safe to retry: the idem
-// package's `withIdempotency` claims each Idempotency-Key in a Durable Object before the
-// handler runs,
-// stores the response before it is returned, and replays it to every retry.
+// package's `withIdempotency` claims each Idempotency-Key before the handler runs, stores the
+// response before it is returned, and replays it to every retry.
+//
+// The orders live in a Durable Object, and so do their idempotency records: the worker
+// forwards `POST /orders` to that object (one round trip), which claims the key, runs the
+// handler and completes the key next to its own storage (DurableObjectLocalStore), and
+// writes the order in the same atomic write as the stored response. The other routes keep
+// their data elsewhere; their keys are claimed in IdempotencyShard objects
+// (DurableObjectStore), one round trip per store step.
 //
 //   POST /orders              create an order (Idempotency-Key required by default)
 //   POST /payments            the same, keyed by the client's timestamp: "[client:]millis"
@@ -12,18 +18,28 @@
 //   POST /idempotency-tokens  → 201 {"token", "expiresAt", "ttl"} (needs IDEM_TOKEN_SECRET)
 //   POST /webhooks/payments   a payment provider's events: each event id is processed once
 //                             (one ledger entry), redeliveries are acknowledged unprocessed
-//   GET  /count               how many times the order handler has run: the side-effect oracle
+//   GET  /count               how many times the order handler has run (the side-effect
+//                             oracle), and how many orders were committed
 //   POST /unprotected/orders  the same handler without withIdempotency, for the benchmark
 //                             (only with UNPROTECTED_ROUTE = "on")
 //
 // Bindings (wrangler.toml): IDEM, the `IdempotencyShard` Durable Object class from the
 // package, one object per key shard; LEDGER, the `OrderLedger` class below, which holds the
-// side effect. Settings come from the environment: see config.js.
+// orders, their idempotency records and the count of handler runs. Settings come from the
+// environment: see config.js.
 //
 // From an installed package this import is `from "idem"`; wrangler's bundler picks the
 // package's "workerd" entry. Here it names that entry in the package being built next door.
 import { DurableObject } from "cloudflare:workers";
-import { DurableObjectStore, Idempotency, IdempotencyShard, Inbox, idempotencyOf, withIdempotency } from "../../../dist/workerd.js";
+import {
+  DurableObjectLocalStore,
+  DurableObjectStore,
+  Idempotency,
+  IdempotencyShard,
+  Inbox,
+  idempotencyOf,
+  withIdempotency,
+} from "../../../dist/workerd.js";
 import { ConfigError, configKey, readConfig } from "./config.js";
 
 export { IdempotencyShard };
@@ -31,20 +47,25 @@ export { IdempotencyShard };
 const LEDGER_NAME = "orders";
 
 /**
- * The side effect: a ledger of order executions in one Durable Object. `record` counts an
- * execution and returns its number; `count` is what `GET /count` answers.
+ * The orders, in one Durable Object: `POST /orders` runs here, next to them, with its
+ * idempotency records in the same storage. `record` counts a run of an order handler and
+ * returns its number (the other routes call it); `count` is what `GET /count` answers.
  */
 export class OrderLedger extends DurableObject {
   #count = 0;
+  #store;
+  /** The protected order handler, per set of settings. */
+  #orders = new Map();
 
   constructor(state, env) {
     super(state, env);
+    this.#store = new DurableObjectLocalStore(state);
     state.blockConcurrencyWhile(async () => {
       this.#count = (await state.storage.get("count")) ?? 0;
     });
   }
 
-  /** Counts one execution of the order handler; resolves once it is stored. */
+  /** Counts one run of an order handler; resolves once it is stored. */
   async record() {
     this.#count += 1;
     const n = this.#count;
@@ -52,9 +73,43 @@ export class OrderLedger extends DurableObject {
     return n;
   }
 
-  /** The number of executions stored so far. */
-  count() {
-    return this.#count;
+  /** The number of runs stored so far, and of orders committed. */
+  async count() {
+    return { count: this.#count, orders: (await this.ctx.storage.get("orders")) ?? 0 };
+  }
+
+  /** `POST /orders`, forwarded by the worker once it has checked the route, the method, the
+   * account and the settings. */
+  async fetch(request) {
+    const env = this.env;
+    const key = configKey(env);
+    let orders = this.#orders.get(key);
+    if (orders === undefined) {
+      const config = readConfig(env);
+      const store = this.#store;
+      orders = withIdempotency(
+        (request) =>
+          createOrder(request, config.orderDelayMs, () => this.record(), {
+            store,
+            // The object dies once what it wrote so far is durable (the claim and the
+            // run): in-memory state gone, every request it runs fails. The claim stays
+            // until its lease ends.
+            crash: async () => {
+              await this.ctx.storage.sync();
+              this.ctx.abort("the order handler crashed");
+            },
+          }),
+        idempotencyOptions(config, store),
+      );
+      if (this.#orders.size >= 4) this.#orders.clear();
+      this.#orders.set(key, orders);
+    }
+    return orders(request);
+  }
+
+  /** Expires the idempotency records that are due. */
+  alarm() {
+    return this.#store.alarm();
   }
 }
 
@@ -88,16 +143,17 @@ function accountOf(request) {
 const hang = () => new Promise(() => {});
 
 /**
- * The order handler: validates the order, records it in the ledger (the side effect), and
- * answers 201 with the order. The body's optional `outcome` simulates what real payment
+ * The order handler: validates the order, counts the run (`run()`, the side-effect oracle),
+ * and answers 201 with the order. The body's optional `outcome` simulates what real payment
  * back ends do: "decline" answers a deterministic 402 (stored and replayed), "unavailable" a
  * 503 (an unknown outcome: not stored, the retry runs again), "error" makes the first attempt
  * throw (an unknown outcome too: the retry takes over at once, told it recovers), and "crash"
  * makes the first attempt die without an answer (the key stays in flight until its lease
  * ends; the retry that takes over is told it recovers, and succeeds). ORDER_DELAY_MS
- * simulates slow work.
+ * simulates slow work. With `store` (a DurableObjectLocalStore), the order itself is written
+ * with the stored response, in one atomic write, or never. `crash` is how the handler dies.
  */
-async function createOrder(request, env, delayMs) {
+async function createOrder(request, delayMs, run, { store, crash = hang } = {}) {
   const type = request.headers.get("content-type") ?? "";
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     return problem(415, "unsupported-media-type", "Orders are JSON", "send Content-Type: application/json");
@@ -111,29 +167,60 @@ async function createOrder(request, env, delayMs) {
   if (order === null || typeof order !== "object" || Array.isArray(order)) {
     return problem(400, "invalid-order", "The order is not a JSON object", "the body must be a JSON object");
   }
-  const recovered = idempotencyOf(request)?.recovered ?? false;
-  const n = await ledger(env).record();
+  const context = idempotencyOf(request);
+  const recovered = context?.recovered ?? false;
+  const n = await run();
   if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
   const json = (status, body, headers) => Response.json(body, { status, headers });
   switch (order.outcome) {
-    case "decline":
-      return json(402, { error: "card_declined", execution: n });
-    case "unavailable":
-      return json(503, { error: "unavailable", execution: n });
     case "error":
       if (!recovered) throw new Error("the payment provider failed mid-request");
       break;
     case "crash":
-      // A promise that never settles and no pending I/O: workerd cancels the request and
-      // answers 500 itself, so withIdempotency never records an outcome. That is a real
-      // crash from the key's point of view: only the lease ends it.
-      if (!recovered) await hang();
+      // In the worker: a promise that never settles and no pending I/O, so workerd cancels
+      // the request and answers 500 itself. In the orders object: the object aborts. Either
+      // way withIdempotency never records an outcome. That is a real crash from the key's
+      // point of view: only the lease ends it.
+      if (!recovered) await crash();
       break;
     default:
       break;
   }
   const id = `ord_${String(n).padStart(6, "0")}`;
-  return json(201, { id, execution: n, recovered }, { location: `/orders/${id}` });
+  const answer = () => {
+    if (order.outcome === "decline") return json(402, { error: "card_declined", execution: n });
+    if (order.outcome === "unavailable") return json(503, { error: "unavailable", execution: n });
+    return json(201, { id, execution: n, recovered }, { location: `/orders/${id}` });
+  };
+  if (store === undefined || context === undefined) return answer();
+  // The order (declined ones too) is written with the answer: a stored answer commits it, a
+  // 503 (not stored) does not. Nothing but this object's storage is awaited from here to the
+  // completion, so no other request of the object runs in between: the read of the order
+  // count and the write of the new one cannot interleave with another's.
+  return store.transaction(context, async (tx) => {
+    tx.put("orders", ((await tx.get("orders")) ?? 0) + 1);
+    tx.put(`order:${id}`, { id, execution: n, outcome: order.outcome ?? "created" });
+    return answer();
+  });
+}
+
+/** The idempotency options of every protected route, on `store`. */
+function idempotencyOptions(config, store) {
+  const { logEvents } = config;
+  return {
+    ...config.idempotency,
+    store,
+    // Requests without an account never get here (401 below).
+    principal: accountOf,
+    onEvent:
+      logEvents === "off"
+        ? undefined
+        : (event) => {
+            if (event.securityRelevant) console.warn("idempotency", event.name, event.key ?? "");
+            else if (event.error !== undefined) console.error("idempotency", event.name, event.key ?? "", event.error);
+            else if (logEvents === "all") console.log("idempotency", event.name, event.key ?? "");
+          },
+  };
 }
 
 /** What one environment (one set of settings and bindings) needs, built on its first
@@ -146,30 +233,12 @@ function prepare(env) {
   let entry = prepared.get(key);
   if (entry !== undefined && entry.idem === env.IDEM) return entry;
   let config;
-  let orders;
   let handler;
   entry = {};
   try {
     config = readConfig(env);
-    const { logEvents } = config;
-    const options = {
-      ...config.idempotency,
-      store: new DurableObjectStore(env.IDEM),
-      // Requests without an account never get here (401 below).
-      principal: accountOf,
-      onEvent:
-        logEvents === "off"
-          ? undefined
-          : (event) => {
-              if (event.securityRelevant) console.warn("idempotency", event.name, event.key ?? "");
-              else if (event.error !== undefined) console.error("idempotency", event.name, event.key ?? "", event.error);
-              else if (logEvents === "all") console.log("idempotency", event.name, event.key ?? "");
-            },
-    };
-    handler = (request, env) => createOrder(request, env, config.orderDelayMs);
-    // One wrapper for every request, whatever the in-flight policy: a waiting request only
-    // ever awaits its own timers and its own store calls.
-    orders = withIdempotency(handler, options);
+    const options = idempotencyOptions(config, new DurableObjectStore(env.IDEM));
+    handler = (request, env) => createOrder(request, config.orderDelayMs, () => ledger(env).record());
     // The other key kinds: the same handler and store, each route with its own kind. Their
     // records live in scopes of their own, so the shards keep them apart.
     const kind = (extra) => new Idempotency({ ...options, keyKind: undefined, ...extra });
@@ -197,7 +266,7 @@ function prepare(env) {
     return entry;
   }
   if (prepared.size >= 4) prepared.clear();
-  entry = { ...entry, idem: env.IDEM, config, orders, handler };
+  entry = { ...entry, idem: env.IDEM, config, handler };
   prepared.set(key, entry);
   return entry;
 }
@@ -289,14 +358,14 @@ async function route(request, env, ctx) {
   if (pathname === "/count") {
     // The oracle needs no settings: it answers even when they are wrong.
     if (request.method !== "GET") return methodNotAllowed("GET");
-    return Response.json({ count: await ledger(env).count() }, { headers: { "cache-control": "no-store" } });
+    return Response.json(await ledger(env).count(), { headers: { "cache-control": "no-store" } });
   }
   const setup = prepare(env);
   if (setup.error !== undefined) {
     return problem(500, "misconfigured", "The worker is misconfigured", setup.error);
   }
   const guarded = {
-    "/orders": setup.orders,
+    "/orders": true,
     "/payments": setup.payments,
     "/transfers": setup.transfers,
     "/checkout": setup.checkout,
@@ -319,7 +388,8 @@ async function route(request, env, ctx) {
       if (request.method !== "POST") return methodNotAllowed("POST");
       return receiveEvent(request, env, setup.inbox);
     case "/orders":
-      return setup.orders(request, env, ctx);
+      // Claimed, run and completed in the object that holds the orders.
+      return ledger(env).fetch(request);
     case "/payments":
       return setup.payments(request, env, ctx);
     case "/transfers":

@@ -1,5 +1,6 @@
-// Expiry by Durable Object alarms (IDEM-TTL-4): every write sets the shard's alarm from the
-// record's next deadline, and the alarm expires records with no request touching them: the
+// Expiry by Durable Object alarms (IDEM-TTL-4): every write sets the alarm of the object
+// that holds the record (here the orders object, where POST /orders runs) from the record's
+// next deadline, and the alarm expires records with no request touching them: the
 // response is dropped at the response retention (the key answers 410 until the key retention,
 // IDEM-TTL-3) and the record is deleted at the key retention (IDEM-TTL-2). Alarms are stored
 // with the object, so they still fire after a restart of the runtime.
@@ -8,8 +9,6 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { count, post, removeDir, startWorker, tempDir } from "./runtime.mjs";
-// The built package, as Node loads it (the worker itself runs its workerd entry).
-const { Idempotency, shardName } = await import("../../../dist/node.js");
 
 const RESPONSE_TTL_MS = 1500;
 const KEY_TTL_MS = 3500;
@@ -22,46 +21,24 @@ const ENTRY = "test/fixtures/inspectable.js";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The shard objects that own these keys for the worker's orders (principal `key:a`, the
- * API key the tests send), computed with the package's own engine: a store that only
- * records the storage key it is asked for. */
-async function shardsOf(keys) {
-  const names = new Set();
-  const recording = {
-    load: (key) => {
-      names.add(shardName(key));
-      throw new Error("recorded");
-    },
-    apply: () => false,
+/** What the orders object holds of the idempotency records of `POST /orders` (they live
+ * beside the orders, under the store's prefix): `{ records, deadlines, alarms }`. */
+async function storage(mf) {
+  const ns = await mf.getDurableObjectNamespace("LEDGER");
+  const r = await ns.get(ns.idFromName("orders")).fetch("http://ledger/__storage");
+  const { keys, alarm } = await r.json();
+  return {
+    records: keys.filter((k) => k.startsWith("idem:r:")).length,
+    deadlines: keys.filter((k) => k.startsWith("idem:d:")).length,
+    alarms: alarm === null ? [] : [alarm],
   };
-  const idem = new Idempotency({ store: recording, principal: () => "key:a" });
-  for (const key of keys) {
-    await idem.handle({ method: "POST", target: "/orders", key, contentType: "application/json", body: new TextEncoder().encode("{}") }, () => {
-      throw new Error("never runs");
-    });
-  }
-  return [...names];
-}
-
-/** What the shards of the keys hold: `{ records, deadlines, alarms }`. */
-async function storage(mf, shards) {
-  const ns = await mf.getDurableObjectNamespace("IDEM");
-  const out = { records: 0, deadlines: 0, alarms: [] };
-  for (const name of shards) {
-    const r = await ns.get(ns.idFromName(name)).fetch("http://shard/__storage");
-    const { keys, alarm } = await r.json();
-    out.records += keys.filter((k) => k.startsWith("r:")).length;
-    out.deadlines += keys.filter((k) => k.startsWith("d:")).length;
-    if (alarm !== null) out.alarms.push(alarm);
-  }
-  return out;
 }
 
 /** Polls `storage` until `done(state)` holds or `ms` pass; returns the last state. */
-async function until(mf, shards, done, ms) {
+async function until(mf, done, ms) {
   const end = Date.now() + ms;
   for (;;) {
-    const state = await storage(mf, shards);
+    const state = await storage(mf);
     if (done(state) || Date.now() >= end) return state;
     await sleep(100);
   }
@@ -71,7 +48,6 @@ test("alarms drop responses at the response retention and keys at the key retent
   const dir = tempDir();
   const persist = join(dir, "state");
   const keys = Array.from({ length: 6 }, () => `"${randomUUID()}"`);
-  const shards = await shardsOf(keys);
   let completedAt;
   try {
     let worker = await startWorker({ persist, vars, entry: ENTRY });
@@ -82,7 +58,7 @@ test("alarms drop responses at the response retention and keys at the key retent
         await r.arrayBuffer();
       }
       completedAt = Date.now();
-      const stored = await storage(worker.mf, shards);
+      const stored = await storage(worker.mf);
       assert.equal(stored.records, keys.length);
       assert.equal(stored.deadlines, keys.length, "each record is indexed by its deadline");
       assert.ok(stored.alarms.length > 0, "an alarm is set");
@@ -99,7 +75,7 @@ test("alarms drop responses at the response retention and keys at the key retent
       // Past the response retention, no request has touched the keys: the alarms have turned
       // the records into tombstones (fewer bytes, a later deadline), and the key answers 410.
       await sleep(Math.max(0, completedAt + RESPONSE_TTL_MS + 400 - Date.now()));
-      const tombstones = await storage(worker.mf, shards);
+      const tombstones = await storage(worker.mf);
       assert.equal(tombstones.records, keys.length, "the keys are still remembered");
       assert.ok(tombstones.alarms.length > 0, "alarms are set for the key retention");
       for (const alarm of tombstones.alarms) {
@@ -114,7 +90,7 @@ test("alarms drop responses at the response retention and keys at the key retent
       // Past the key retention, the alarms have deleted every record and index entry, and
       // no alarm is left.
       await sleep(Math.max(0, completedAt + KEY_TTL_MS + 200 - Date.now()));
-      const empty = await until(worker.mf, shards, (s) => s.records === 0 && s.deadlines === 0 && s.alarms.length === 0, 5000);
+      const empty = await until(worker.mf, (s) => s.records === 0 && s.deadlines === 0 && s.alarms.length === 0, 5000);
       assert.deepEqual(empty, { records: 0, deadlines: 0, alarms: [] });
       const again = await post(worker.url, { key: keys[1] });
       assert.equal(again.status, 201, "after the key retention the key is new");
