@@ -2,7 +2,9 @@
 //! Postgres store (`serve --store URL`), where several server processes share the records
 //! and the count of executions.
 
-use idem_core::{Applied, AsyncStore, Finish, Record, RecordKey, StoreFailure, UnixMillis, Write};
+use idem_core::{
+    Applied, AsyncStore, Completing, Record, RecordKey, StoreFailure, UnixMillis, Write,
+};
 use idem_tower::{MemoryStore, PostgresStore, RedisStore};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,19 +187,25 @@ impl AsyncStore for RefStore {
         &self,
         now: UnixMillis,
         write: Write,
-        finish: Finish,
+        completion: Completing,
     ) -> Result<Applied, RefStoreError> {
         match self {
             RefStore::Memory(m, _) => {
-                m.apply_completion(now, write, finish)
+                m.apply_completion(now, write, completion)
                     .await
                     .map_err(|e| RefStoreError {
                         message: e.to_string(),
                         full: true,
                     })
             }
-            RefStore::Redis(r, _) => r.apply_completion(now, write, finish).await.map_err(error),
-            RefStore::Postgres(p) => p.apply_completion(now, write, finish).await.map_err(error),
+            RefStore::Redis(r, _) => r
+                .apply_completion(now, write, completion)
+                .await
+                .map_err(error),
+            RefStore::Postgres(p) => p
+                .apply_completion(now, write, completion)
+                .await
+                .map_err(error),
         }
     }
 

@@ -97,7 +97,7 @@ pub use request::{
     Policy, Request, Step, Subject, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES,
     MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
-pub use store::{Applied, AsyncStore, Claim, Finish, Store};
+pub use store::{Applied, AsyncStore, Claim, Completing, Finish, Store};
 pub use time::UnixMillis;
 
 pub use client::{

@@ -14,7 +14,7 @@ use crate::kind::{parse_decimal, KindConfigError};
 use crate::problem::Problem;
 use crate::record::{Record, RecordState, StoredResponse, Write};
 use crate::reply::{Refusal, Reply, StoreFailure};
-use crate::store::{Applied, Claim, Finish, Store};
+use crate::store::{Applied, Claim, Completing, Finish, Store};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
@@ -1081,14 +1081,18 @@ impl<'a> Request<'a> {
 
     /// What applying the write handed out by the last [`Step::Apply`] means, when that
     /// write is the handler's completion: [`Finish::Stored`] when it stores the response,
-    /// [`Finish::Released`] or [`Finish::OutcomeUnknown`] otherwise. `None` for a claim or a
-    /// heartbeat. A host passes it to [`AsyncStore::apply_completion`](crate::AsyncStore::apply_completion).
-    pub fn completing(&self) -> Option<&Finish> {
+    /// [`Finish::Released`] or [`Finish::OutcomeUnknown`] otherwise, with the fence of the
+    /// attempt's lease. `None` for a claim or a heartbeat. A host passes it to
+    /// [`AsyncStore::apply_completion`](crate::AsyncStore::apply_completion).
+    pub fn completing(&self) -> Option<Completing> {
         match &self.state {
-            State::Holding(Holding {
-                op: Op::Completing(finish),
-                ..
-            }) => Some(finish),
+            State::Holding(h) => match &h.op {
+                Op::Completing(finish) => Some(Completing {
+                    finish: finish.clone(),
+                    fence: h.hold.fence(),
+                }),
+                _ => None,
+            },
             _ => None,
         }
     }

@@ -95,6 +95,19 @@ pub trait Store {
     }
 }
 
+/// A completion write as the engine describes it to the store that applies it
+/// ([`AsyncStore::apply_completion`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Completing {
+    /// What applying the write means: [`Finish::Stored`] when it stores the handler's
+    /// response.
+    pub finish: Finish,
+    /// The fence of the attempt's lease (as its handler's context gives it): each attempt at
+    /// a key, and each takeover, has its own.
+    pub fence: u64,
+}
+
 /// The store contract for network and database stores, with the same rules as [`Store`]
 /// (see its contract): `load` returns the last record applied, `apply` is one atomic
 /// compare-and-set, and expiry never removes a record whose lease is live. Stores are
@@ -118,19 +131,20 @@ pub trait AsyncStore {
         write: Write,
     ) -> impl Future<Output = Result<Applied, Self::Error>> + Send;
 
-    /// Applies the handler's completion `write`, as [`AsyncStore::apply`] does. `finish` is
-    /// what applying it means, as the engine decided it ([`Request::completing`](crate::Request::completing)):
-    /// [`Finish::Stored`] when it stores the handler's response. A store that commits the
-    /// handler's own writes with its completion commits them only then: a release, an
-    /// outcome held as unknown, or a completion that is fenced out commits none of them
-    /// (`IDEM-STORE-7`). By default, [`AsyncStore::apply`].
+    /// Applies the handler's completion `write`, as [`AsyncStore::apply`] does.
+    /// `completion` says what applying it means, as the engine decided it
+    /// ([`Request::completing`](crate::Request::completing)), and whose attempt it is. A store
+    /// that commits the handler's own writes with its completion commits them only with
+    /// [`Finish::Stored`], and only the writes of that attempt: a release, an outcome held as
+    /// unknown, or a completion that is fenced out commits none of them (`IDEM-STORE-7`). By
+    /// default, [`AsyncStore::apply`].
     fn apply_completion(
         &self,
         now: UnixMillis,
         write: Write,
-        finish: Finish,
+        completion: Completing,
     ) -> impl Future<Output = Result<Applied, Self::Error>> + Send {
-        let _ = finish;
+        let _ = completion;
         self.apply(now, write)
     }
 
@@ -164,9 +178,9 @@ impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
         &self,
         now: UnixMillis,
         write: Write,
-        finish: Finish,
+        completion: Completing,
     ) -> impl Future<Output = Result<Applied, Self::Error>> + Send {
-        (**self).apply_completion(now, write, finish)
+        (**self).apply_completion(now, write, completion)
     }
 
     fn failure(error: &Self::Error) -> StoreFailure {

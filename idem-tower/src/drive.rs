@@ -79,10 +79,10 @@ where
                     Err(e) => failed::<St>(shared, request, &e),
                 }
             }
-            Step::Apply(write) => match match request.completing().cloned() {
+            Step::Apply(write) => match match request.completing() {
                 // The engine's word on what the completion means reaches the store, which
                 // commits a handler's own writes only with a stored response.
-                Some(finish) => shared.store.apply_completion(now, write, finish).await,
+                Some(completion) => shared.store.apply_completion(now, write, completion).await,
                 None => shared.store.apply(now, write).await,
             } {
                 Ok(applied) => {

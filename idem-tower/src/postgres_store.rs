@@ -9,8 +9,8 @@ use crate::IdempotencyContext;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use idem_core::stores::postgres_statement;
 use idem_core::{
-    decode_record, encode_record, Applied, AsyncStore, Expiry, Finish, Precondition, Record,
-    RecordKey, UnixMillis, Write, WriteOp,
+    decode_record, encode_record, Applied, AsyncStore, Completing, Expiry, Finish, Precondition,
+    Record, RecordKey, UnixMillis, Write, WriteOp,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -64,9 +64,13 @@ impl From<tokio_postgres::Error> for PostgresStoreError {
 /// A store on Postgres through a deadpool pool of tokio-postgres connections.
 pub struct PostgresStore {
     pool: Pool,
-    /// Storage key → a handler's open transaction, waiting for its completion.
-    open: Mutex<HashMap<String, Object>>,
+    /// Attempt → a handler's open transaction, waiting for its completion.
+    open: Mutex<HashMap<Attempt, Object>>,
 }
+
+/// One attempt at a key: its storage key and its lease's fence. An attempt that took over a
+/// key has a transaction of its own, apart from the one it displaced.
+type Attempt = (String, u64);
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -121,7 +125,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    fn open(&self) -> MutexGuard<'_, HashMap<String, Object>> {
+    fn open(&self) -> MutexGuard<'_, HashMap<Attempt, Object>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -165,7 +169,7 @@ impl PostgresStore {
         client.batch_execute("BEGIN").await?;
         Ok(Transaction {
             store: self,
-            key: context.record_key().storage_key(),
+            attempt: (context.record_key().storage_key(), context.fence()),
             client: Some(client),
         })
     }
@@ -174,14 +178,15 @@ impl PostgresStore {
 /// A handler's transaction: see [`PostgresStore::transaction`].
 pub struct Transaction<'a> {
     store: &'a PostgresStore,
-    key: String,
+    attempt: Attempt,
     client: Option<Object>,
 }
 
 impl fmt::Debug for Transaction<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transaction")
-            .field("key", &self.key)
+            .field("key", &self.attempt.0)
+            .field("fence", &self.attempt.1)
             .finish_non_exhaustive()
     }
 }
@@ -203,8 +208,9 @@ impl Transaction<'_> {
             let displaced = self
                 .store
                 .open()
-                .insert(std::mem::take(&mut self.key), client);
-            // An earlier attempt's transaction left open for this key: closed, never pooled.
+                .insert(std::mem::take(&mut self.attempt), client);
+            // A transaction this attempt left open before (handed over twice): closed, never
+            // pooled.
             if let Some(earlier) = displaced {
                 drop(Object::take(earlier));
             }
@@ -317,10 +323,13 @@ impl AsyncStore for PostgresStore {
         &self,
         _now: UnixMillis,
         write: Write,
-        finish: Finish,
+        completion: Completing,
     ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
-        // The completion takes over the handler's open transaction, if it left one.
-        let open = self.open().remove(&write.key.storage_key());
+        // The completion takes over its own attempt's open transaction, if it left one: never
+        // another attempt's (the one that took over, or the one it displaced).
+        let open = self
+            .open()
+            .remove(&(write.key.storage_key(), completion.fence));
         let pool = self.pool.clone();
         async move {
             let Some(client) = open else {
@@ -330,7 +339,7 @@ impl AsyncStore for PostgresStore {
             // Only a stored response commits the handler's rows, in one commit with it (or
             // neither, when the completion is fenced out). Anything else rolls them back and
             // is written alone: a release, or an outcome held as unknown.
-            let stored = finish == Finish::Stored;
+            let stored = completion.finish == Finish::Stored;
             let applied = if stored {
                 write_at(&client, &write).await
             } else {

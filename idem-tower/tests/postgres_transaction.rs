@@ -23,6 +23,8 @@ enum After {
     /// Hands its transaction to the completion, then answers 500.
     FailAfterHandingOver,
     Stall(u64),
+    /// Hands its transaction to the completion, then stalls before answering.
+    HandOverThenStall(u64),
 }
 
 type Body = Either<Full<Bytes>, Full<Bytes>>;
@@ -69,6 +71,13 @@ fn orders(
                     return Ok(r);
                 }
                 After::Stall(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                After::HandOverThenStall(ms) => {
+                    tx.commit_with_completion();
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    let mut r = Response::new(Full::new(Bytes::from(id.to_string())));
+                    *r.status_mut() = StatusCode::CREATED;
+                    return Ok(r);
+                }
                 After::Answer => {}
             }
             tx.commit_with_completion();
@@ -219,5 +228,33 @@ async fn the_order_and_its_record_commit_together_or_not_at_all() {
         .unwrap()
         .get(0);
     assert_eq!(only.to_string(), winner);
-    assert_eq!(send(service, "c").await, (201, winner));
+    assert_eq!(send(service.clone(), "c").await, (201, winner));
+
+    // Both attempts hand their transactions over, and the displaced one completes (fenced
+    // out) while the one that took over still runs: each completion finds its own attempt's
+    // transaction, so the displaced one rolls back only its own order.
+    let zombie = tokio::spawn(send(
+        layer.layer(orders(Arc::clone(&store), After::HandOverThenStall(700))),
+        "f",
+    ));
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let (status, winner) = send(
+        layer.layer(orders(Arc::clone(&store), After::HandOverThenStall(600))),
+        "f",
+    )
+    .await;
+    assert_eq!(status, 201);
+    let _ = zombie.await.unwrap();
+    assert_eq!(
+        count("f").await,
+        1,
+        "the order of the attempt that took over"
+    );
+    let only: i64 = client
+        .query_one("SELECT id FROM orders WHERE idem_key = 'f'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(only.to_string(), winner);
+    assert_eq!(send(service, "f").await, (201, winner));
 }

@@ -288,7 +288,10 @@ impl Host {
     /// The write of the last [`Step::Apply`], as the store interface takes it.
     pub fn take_write(&mut self, t: u32) -> Result<StoreWrite, ErrorParts> {
         let slot = self.slot_mut(t)?;
-        let stores_response = matches!(slot.req.completing(), Some(idem_core::Finish::Stored));
+        let stores_response = slot
+            .req
+            .completing()
+            .is_some_and(|c| c.finish == idem_core::Finish::Stored);
         slot.write
             .take()
             .map(|w| StoreWrite {

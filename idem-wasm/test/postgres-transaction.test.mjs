@@ -122,6 +122,38 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     assert.equal(pool.totalCount - pool.idleCount, 0);
   });
 
+  test("two attempts that both handed their transactions over: the displaced one's fenced completion rolls back only its own", async () => {
+    const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+    let attempts = 0;
+    const handler = withIdempotency(
+      async (request) => {
+        const { amount } = await request.json();
+        // The first attempt stalls longest, after its transaction is handed over.
+        const stall = ++attempts === 1 ? 700 : 600;
+        const id = await store.transaction(idempotencyOf(request), async (client) => {
+          const { rows } = await client.query("INSERT INTO orders (customer, amount) VALUES ($1, $2) RETURNING id", ["cus_f", amount]);
+          return Number(rows[0].id);
+        });
+        await sleep(stall);
+        return Response.json({ id }, { status: 201 });
+      },
+      { store, principal: (request) => request.headers.get("x-customer"), lease: 300 },
+    );
+    const key = randomUUID();
+    const zombie = handler(post(key, 900, "cus_f"));
+    await sleep(450);
+    const takeover = await handler(post(key, 900, "cus_f"));
+    assert.equal(takeover.status, 201);
+    const won = await takeover.json();
+    await (await zombie).arrayBuffer();
+    const rows = await orders("cus_f");
+    assert.equal(rows.length, 1, `orders: ${JSON.stringify(rows)}`);
+    assert.equal(Number(rows[0].id), won.id);
+    const replay = await handler(post(key, 900, "cus_f"));
+    assert.deepEqual(await replay.json(), won);
+    assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+
   test("an attempt whose lease was taken over commits nothing: one order, from the attempt that completed", async () => {
     let release;
     const held = new Promise((resolve) => (release = resolve));

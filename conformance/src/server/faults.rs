@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use hyper::{Request, Response};
 use idem_core::{
-    parse_opaque_lenient, Applied, AsyncStore, FingerprintSpec, Finish, KeyError, Precondition,
+    parse_opaque_lenient, Applied, AsyncStore, Completing, FingerprintSpec, KeyError, Precondition,
     Problem, Record, RecordKey, RecordState, Refusal, SlotState, StoreFailure, UnixMillis, Write,
     WriteOp, KEY_HEADER, REPLAYED_HEADER, TOKEN_PREFIX,
 };
@@ -100,10 +100,10 @@ where
         &self,
         now: UnixMillis,
         write: Write,
-        finish: Finish,
+        completion: Completing,
     ) -> Result<Applied, S::Error> {
         match self.faulted(write).await? {
-            Some(write) => self.inner.apply_completion(now, write, finish).await,
+            Some(write) => self.inner.apply_completion(now, write, completion).await,
             None => Ok(Applied::Applied),
         }
     }
