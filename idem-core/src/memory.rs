@@ -76,6 +76,39 @@ pub struct MemoryStoreStats {
     pub refused: u64,
 }
 
+/// Bytes of a key kept inside its slot: UUIDs fit, quoted or not, so that finding a record
+/// reads its slot and no other allocation.
+const INLINE_KEY: usize = 38;
+
+/// A key's bytes, inside the slot up to [`INLINE_KEY`] bytes, else on the heap.
+enum KeyBytes {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(key: alloc::string::String) -> KeyBytes {
+        let b = key.as_bytes();
+        if b.len() <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..b.len()].copy_from_slice(b);
+            KeyBytes::Inline {
+                len: b.len() as u8,
+                bytes,
+            }
+        } else {
+            KeyBytes::Heap(key.into_bytes().into_boxed_slice())
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyBytes::Heap(b) => b,
+        }
+    }
+}
+
 /// One record, in its slot.
 struct Entry {
     /// Its scope, interned.
@@ -83,12 +116,12 @@ struct Entry {
     /// Bumped each time the slot is freed, so that a deadline of an earlier occupant is
     /// never taken for this one's.
     generation: u32,
-    key: Box<str>,
+    key: KeyBytes,
     record: Record,
     /// When expiry next looks at it.
     deadline: UnixMillis,
     /// Bytes counted against the limit.
-    size: usize,
+    size: u32,
 }
 
 enum Cell {
@@ -217,12 +250,12 @@ impl MemoryStore {
             .map_or("", |s| s.scope.as_str())
     }
 
-    fn hash(hasher: &DefaultHashBuilder, scope: &str, key: &str) -> u64 {
+    fn hash(hasher: &DefaultHashBuilder, scope: &str, key: &[u8]) -> u64 {
         hasher.hash_one((scope, key))
     }
 
     fn key_hash(&self, key: &RecordKey) -> u64 {
-        Self::hash(&self.hasher, key.scope.as_str(), &key.key)
+        Self::hash(&self.hasher, key.scope.as_str(), key.key.as_bytes())
     }
 
     fn find(&self, key: &RecordKey) -> Option<u32> {
@@ -234,7 +267,8 @@ impl MemoryStore {
         self.index
             .find(hash, |&slot| match cells.get(slot as usize) {
                 Some(Cell::Used(e)) => {
-                    *e.key == *key.key && Self::scope_str(scopes, e.scope) == key.scope.as_str()
+                    e.key.bytes() == key.key.as_bytes()
+                        && Self::scope_str(scopes, e.scope) == key.scope.as_str()
                 }
                 _ => false,
             })
@@ -292,7 +326,7 @@ impl MemoryStore {
     }
 
     /// Adds a record for `key`, whose hash is `hash`.
-    fn insert(&mut self, key: RecordKey, hash: u64, record: Record, size: usize) {
+    fn insert(&mut self, key: RecordKey, hash: u64, record: Record, size: u32) {
         let scope = self.intern(&key.scope);
         let deadline = record.next_deadline();
         let (slot, generation) = match self.free.pop() {
@@ -311,7 +345,7 @@ impl MemoryStore {
         self.cells[slot as usize] = Cell::Used(Entry {
             scope,
             generation,
-            key: key.key.into_boxed_str(),
+            key: KeyBytes::new(key.key),
             record,
             deadline,
             size,
@@ -319,25 +353,31 @@ impl MemoryStore {
         let (hasher, cells, scopes) = (&self.hasher, &self.cells, &self.scopes);
         self.index
             .insert_unique(hash, slot, |&s| match cells.get(s as usize) {
-                Some(Cell::Used(e)) => Self::hash(hasher, Self::scope_str(scopes, e.scope), &e.key),
+                Some(Cell::Used(e)) => {
+                    Self::hash(hasher, Self::scope_str(scopes, e.scope), e.key.bytes())
+                }
                 _ => 0,
             });
         self.deadlines.push(Reverse((deadline, slot, generation)));
-        self.stats.bytes += size;
+        self.stats.bytes += size as usize;
     }
 
     fn remove(&mut self, slot: u32) {
         let Some(Cell::Used(e)) = self.cells.get(slot as usize) else {
             return;
         };
-        let hash = Self::hash(&self.hasher, Self::scope_str(&self.scopes, e.scope), &e.key);
+        let hash = Self::hash(
+            &self.hasher,
+            Self::scope_str(&self.scopes, e.scope),
+            e.key.bytes(),
+        );
         if let Ok(found) = self.index.find_entry(hash, |&other| other == slot) {
             found.remove();
         }
         let next = e.generation.wrapping_add(1);
         if let Cell::Used(e) = core::mem::replace(&mut self.cells[slot as usize], Cell::Free(next))
         {
-            self.stats.bytes -= e.size;
+            self.stats.bytes -= e.size as usize;
             self.release_scope(e.scope);
         }
         self.free.push(slot);
@@ -397,10 +437,10 @@ impl MemoryStore {
                 Expiry::Tombstone(t) => {
                     let size = entry_size(
                         Self::scope_str(&self.scopes, e.scope).len(),
-                        e.key.len(),
+                        e.key.bytes().len(),
                         &t,
                     );
-                    self.stats.bytes = self.stats.bytes - e.size + size;
+                    self.stats.bytes = self.stats.bytes - e.size as usize + size as usize;
                     e.size = size;
                     e.deadline = t.next_deadline();
                     e.record = t;
@@ -421,15 +461,16 @@ impl MemoryStore {
         done
     }
 
-    fn is_full(&self, extra: usize) -> bool {
+    fn is_full(&self, extra: u32) -> bool {
         self.index.len() >= self.limits.max_entries
-            || self.stats.bytes + extra > self.limits.max_bytes
+            || self.stats.bytes + extra as usize > self.limits.max_bytes
     }
 }
 
 /// Bytes counted for a record under a scope and key of these lengths.
-fn entry_size(scope_len: usize, key_len: usize, record: &Record) -> usize {
-    scope_len + key_len + record.size() + ENTRY_OVERHEAD
+fn entry_size(scope_len: usize, key_len: usize, record: &Record) -> u32 {
+    // A record past 4 GiB cannot be stored anyway; the count only needs to be consistent.
+    u32::try_from(scope_len + key_len + record.size() + ENTRY_OVERHEAD).unwrap_or(u32::MAX)
 }
 
 impl Store for MemoryStore {
@@ -471,7 +512,7 @@ impl Store for MemoryStore {
                     let before = e.size;
                     e.record = record;
                     e.size = size;
-                    self.stats.bytes = self.stats.bytes - before + size;
+                    self.stats.bytes = self.stats.bytes - before as usize + size as usize;
                 }
                 self.reschedule(slot, deadline);
             }
@@ -533,6 +574,43 @@ mod tests {
             op: WriteOp::Put(r),
         };
         assert_eq!(store.apply(UnixMillis(0), write), Ok(Applied::Applied));
+    }
+
+    #[test]
+    fn keys_inside_the_slot_and_on_the_heap_are_told_apart_by_every_byte() {
+        let mut store = MemoryStore::default();
+        let fits = "a".repeat(INLINE_KEY);
+        let longer = format!("{fits}b");
+        let longest = format!("{fits}c");
+        let empty = alloc::string::String::new();
+        for (i, k) in [&fits, &longer, &longest, &empty].into_iter().enumerate() {
+            put(
+                &mut store,
+                &key("s", k),
+                Precondition::Absent,
+                completed(i as u64 + 1, 10, 20),
+            );
+        }
+        for (i, k) in [&fits, &longer, &longest, &empty].into_iter().enumerate() {
+            assert_eq!(
+                store.get(&key("s", k)).map(|r| r.version),
+                Some(i as u64 + 1),
+                "{k:?}"
+            );
+        }
+        assert!(store.get(&key("s", &fits[1..])).is_none());
+        assert!(store.get(&key("t", &longer)).is_none(), "another scope");
+        // Deleting each frees its slot and its index entry.
+        for (i, k) in [&fits, &longer, &longest, &empty].into_iter().enumerate() {
+            let write = Write {
+                key: key("s", k),
+                precondition: Precondition::Version(i as u64 + 1),
+                op: WriteOp::Delete,
+            };
+            assert_eq!(store.apply(UnixMillis(0), write), Ok(Applied::Applied));
+        }
+        assert_eq!(store.stats().entries, 0);
+        assert_eq!(store.stats().bytes, 0);
     }
 
     #[test]
