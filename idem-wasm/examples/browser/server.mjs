@@ -1,0 +1,154 @@
+// The order demo's server: the page (index.html, app.mjs), the idem package's web entry for
+// the browser, and a protected `POST /orders` with a count oracle and a switch that drops
+// or delays its answers.
+//
+//   node server.mjs            listens on 127.0.0.1 on a port the OS chooses (PORT=8080 to
+//                              pick one) and prints its URL first; LEASE_MS sets the lease
+//
+//   GET  /                     the order form (index.html, app.mjs)
+//   GET  /idem/*               the package's web entry: web.js, idem_wasm.js, the .wasm
+//   POST /orders               creates an order, once per Idempotency-Key (withIdempotency)
+//   GET  /count                {"count": N, "byKey": {key: runs}}: the handler's runs
+//   GET  /log                  every POST /orders received: its key, and what came of it
+//   POST /switch               {"drop": n, "delay": ms}: drop the next n answers (after the
+//                              order ran and its answer was stored), hold each order ms
+//   POST /reset                forget the switch, the log and the counts (not the keys)
+import { createServer } from "node:http";
+import { readFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { MemoryStore, idempotencyOf, withIdempotency } from "../../dist/node.js";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const DIST = join(HERE, "../../dist");
+
+/** Files served, by path: the page, and the web entry with what it loads. */
+const FILES = {
+  "/": [join(HERE, "index.html"), "text/html; charset=utf-8"],
+  "/app.mjs": [join(HERE, "app.mjs"), "text/javascript; charset=utf-8"],
+  "/idem/web.js": [join(DIST, "web.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_wasm.js": [join(DIST, "idem_wasm.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_wasm_bg.wasm": [join(DIST, "idem_wasm_bg.wasm"), "application/wasm"],
+};
+
+const PROBLEM = "urn:idem-example:problem:";
+
+function problem(status, slug, title, detail) {
+  return Response.json({ type: PROBLEM + slug, title, status, detail }, { status, headers: { "content-type": "application/problem+json" } });
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The demo's state: the switch, the count oracle and the log. */
+function freshState() {
+  return { drop: 0, delay: 0, count: 0, byKey: {}, log: [], orders: 0 };
+}
+
+export function createOrderServer() {
+  let state = freshState();
+
+  // The protected handler: one run per key (the count oracle), held `delay` ms while the
+  // switch says so (a slow back end), then 201 with the order.
+  const orders = withIdempotency(
+    async (request) => {
+      let order;
+      try {
+        order = await request.json();
+      } catch {
+        return problem(400, "invalid-order", "The order is not valid JSON", "send a JSON object");
+      }
+      if (order === null || typeof order !== "object" || typeof order.item !== "string" || !Number.isSafeInteger(order.quantity) || order.quantity < 1) {
+        return problem(400, "invalid-order", "The order is not valid", 'send {"item": "…", "quantity": n} with n ≥ 1');
+      }
+      const key = idempotencyOf(request).key;
+      state.count += 1;
+      state.byKey[key] = (state.byKey[key] ?? 0) + 1;
+      if (state.delay > 0) await sleep(state.delay);
+      state.orders += 1;
+      const id = `ord_${String(state.orders).padStart(4, "0")}`;
+      return Response.json({ id, item: order.item, quantity: order.quantity }, { status: 201 });
+    },
+    // The lease (LEASE_MS, default 10 s) must outlast the delay the switch sets; the
+    // Retry-After of a duplicate in flight is what is left of it, so a short one brings the
+    // page's retries back soon.
+    { store: new MemoryStore(), principal: "none", lease: Number(process.env.LEASE_MS ?? 10_000) },
+  );
+
+  async function route(req, body) {
+    const url = new URL(req.url, "http://localhost");
+    const file = FILES[url.pathname];
+    if (file !== undefined) {
+      if (req.method !== "GET") return problem(405, "method-not-allowed", "Method not allowed", "use GET");
+      return new Response(await readFile(file[0]), { headers: { "content-type": file[1], "cache-control": "no-store" } });
+    }
+    switch (url.pathname) {
+      case "/orders": {
+        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        const headers = new Headers();
+        for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
+        return orders(new Request(`http://localhost${req.url}`, { method: "POST", headers, body }));
+      }
+      case "/count":
+        return Response.json({ count: state.count, byKey: state.byKey }, { headers: { "cache-control": "no-store" } });
+      case "/log":
+        return Response.json(state.log, { headers: { "cache-control": "no-store" } });
+      case "/switch": {
+        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        let input;
+        try {
+          input = JSON.parse(body.toString("utf8"));
+        } catch {
+          input = null;
+        }
+        const whole = (v) => v === undefined || (Number.isSafeInteger(v) && v >= 0);
+        if (input === null || typeof input !== "object" || Array.isArray(input) || !whole(input.drop) || !whole(input.delay)) {
+          return problem(400, "invalid-switch", "The switch is not valid", 'send {"drop": n, "delay": ms}, whole numbers ≥ 0');
+        }
+        state.drop = input.drop ?? state.drop;
+        state.delay = input.delay ?? state.delay;
+        return Response.json({ drop: state.drop, delay: state.delay });
+      }
+      case "/reset":
+        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        state = freshState();
+        return new Response(null, { status: 204 });
+      default:
+        return problem(404, "not-found", "Not found", `no route for ${url.pathname}`);
+    }
+  }
+
+  return createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    let response;
+    try {
+      response = await route(req, Buffer.concat(chunks));
+    } catch (err) {
+      console.error("request failed", err);
+      response = problem(500, "internal", "The request failed", "retry with the same key");
+    }
+    if (new URL(req.url, "http://localhost").pathname === "/orders" && req.method === "POST") {
+      const entry = { key: req.headers["idempotency-key"] ?? null, status: response.status, replayed: response.headers.get("idempotent-replayed") === "true" };
+      state.log.push(entry);
+      if (state.drop > 0) {
+        // The order ran and its answer is stored; the answer is lost on the way back.
+        state.drop -= 1;
+        entry.dropped = true;
+        req.socket.destroy();
+        return;
+      }
+    }
+    // One request per connection: a browser retries a request by itself when a reused
+    // connection fails before any answer, which would hide what the page does.
+    res.shouldKeepAlive = false;
+    res.writeHead(response.status, [...response.headers].flat());
+    res.end(Buffer.from(await response.arrayBuffer()));
+  });
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const server = createOrderServer();
+  server.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () => {
+    console.log(`http://127.0.0.1:${server.address().port}/`);
+  });
+}
