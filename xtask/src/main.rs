@@ -5,6 +5,7 @@
 
 use std::process::{Command, ExitCode};
 
+mod browser;
 mod interop;
 mod util;
 mod wasm;
@@ -59,7 +60,8 @@ fn setup() -> Result<(), String> {
         }
     }
     wasm::setup()?;
-    worker::setup()
+    worker::setup()?;
+    browser::setup()
 }
 
 /// The crates published to crates.io, packaged together by the test.
@@ -110,5 +112,6 @@ fn test() -> Result<(), String> {
     step("build: idem-conformance (release, for the package's two-process test and the worker's conformance run)");
     let conformance = worker::build_conformance()?;
     wasm::test(&conformance)?;
-    worker::test(&conformance)
+    worker::test(&conformance)?;
+    browser::test(&conformance)
 }
