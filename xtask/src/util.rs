@@ -63,10 +63,53 @@ pub(crate) fn forget_local_packages(names: &[&str]) -> Result<(), String> {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
-    match home {
-        Some(h) => forget_in(&h.join("registry").join("src"), names),
-        None => Ok(()),
+    if let Some(h) = home {
+        forget_in(&h.join("registry").join("src"), names)?;
     }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace_dir("target"));
+    forget_builds(&target, names)
+}
+
+/// Forgets the builds of our crates made from a local registry (the package check's), so
+/// that the next check compiles them again: cargo takes a registry crate's build as final
+/// for its version, so a changed package of the same version would link the old build. A
+/// build is known by its dep-info file (`deps/<crate>-<hash>.d`, which names its sources);
+/// removing its fingerprint (`.fingerprint/<crate>-<hash>`) makes cargo rebuild it.
+fn forget_builds(target: &std::path::Path, names: &[&str]) -> Result<(), String> {
+    let Ok(profiles) = std::fs::read_dir(target) else {
+        return Ok(());
+    };
+    for profile in profiles.flatten() {
+        let Ok(deps) = std::fs::read_dir(profile.path().join("deps")) else {
+            continue;
+        };
+        for dep in deps.flatten() {
+            let file = dep.file_name().to_string_lossy().into_owned();
+            let Some(stem) = file.strip_suffix(".d") else {
+                continue;
+            };
+            let Some((lib, hash)) = stem.rsplit_once('-') else {
+                continue;
+            };
+            let Some(name) = names.iter().find(|n| n.replace('-', "_") == lib) else {
+                continue;
+            };
+            let local = std::fs::read_to_string(dep.path()).is_ok_and(|info| {
+                info.contains(&format!("registry{0}src{0}-", std::path::MAIN_SEPARATOR))
+            });
+            let fingerprint = profile
+                .path()
+                .join(".fingerprint")
+                .join(format!("{name}-{hash}"));
+            if local && fingerprint.exists() {
+                std::fs::remove_dir_all(&fingerprint)
+                    .map_err(|e| format!("removing {}: {e}", fingerprint.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn forget_in(src: &std::path::Path, names: &[&str]) -> Result<(), String> {
@@ -149,7 +192,42 @@ pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::forget_in;
+    use super::{forget_builds, forget_in};
+
+    #[test]
+    fn forgets_the_builds_of_our_crates_from_local_registries_only() {
+        let target = std::env::temp_dir().join(format!("xtask-builds-{}", std::process::id()));
+        let debug = target.join("debug");
+        std::fs::create_dir_all(debug.join("deps")).unwrap();
+        let local = format!(
+            "/h/.cargo/registry{0}src{0}-abc/idem-core-0.1.0/src/lib.rs",
+            std::path::MAIN_SEPARATOR
+        );
+        let builds = [
+            ("idem_core-111", "idem-core-111", local.as_str()),
+            (
+                "idem_core-222",
+                "idem-core-222",
+                "/work/idem-core/src/lib.rs",
+            ),
+            ("serde-333", "serde-333", local.as_str()),
+        ];
+        for (dep, fingerprint, source) in builds {
+            std::fs::write(
+                debug.join("deps").join(format!("{dep}.d")),
+                format!("x: {source}\n"),
+            )
+            .unwrap();
+            std::fs::create_dir_all(debug.join(".fingerprint").join(fingerprint)).unwrap();
+        }
+        forget_builds(&target, &["idem-core"]).unwrap();
+        let kept: Vec<bool> = builds
+            .iter()
+            .map(|(_, f, _)| debug.join(".fingerprint").join(f).exists())
+            .collect();
+        std::fs::remove_dir_all(&target).unwrap();
+        assert_eq!(kept, [false, true, true]);
+    }
 
     #[test]
     fn forgets_our_crates_in_local_registries_only() {
