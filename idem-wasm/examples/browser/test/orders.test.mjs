@@ -1,7 +1,8 @@
 // The order page in headless Chromium against the demo server: a lost response, a reload and
-// a killed browser in the middle of a request, a changed order under the same id, and an
-// answer that never comes. The server's log shows the key of every request and its count
-// oracle how many times the order ran.
+// a killed browser in the middle of a request (the entry saved before the send, decoded after
+// the restart and retried with its key: IDEM-CLIENT-6, IDEM-CLIENT-3), a changed order under
+// the same id (IDEM-FP-1), and an answer that never comes (IDEM-CLIENT-4). The server's log
+// shows the key of every request and its count oracle how many times the order ran.
 //
 // `IDEM_SCREENSHOTS=1 npm test` also writes screenshot.png (the placed order) for the README.
 import { test } from "node:test";
