@@ -371,7 +371,9 @@ fn start_error(e: crate::server::StartError) -> Failure {
         crate::server::StartError::Config(_)
         | crate::server::StartError::Keys(_)
         | crate::server::StartError::Settings(_) => Failure::Usage(e.to_string()),
-        crate::server::StartError::Bind(_) | crate::server::StartError::Store(_) => harness(e),
+        crate::server::StartError::Bind(_)
+        | crate::server::StartError::Store(_)
+        | crate::server::StartError::Random(_) => harness(e),
     }
 }
 

@@ -328,6 +328,8 @@ pub enum StartError {
     Store(String),
     /// Settings that do not go together (an unknown store).
     Settings(String),
+    /// The operating system gave no random bytes for the token secret.
+    Random(getrandom::Error),
 }
 
 impl fmt::Display for StartError {
@@ -338,6 +340,7 @@ impl fmt::Display for StartError {
             StartError::Keys(e) => write!(f, "invalid key kind: {e}"),
             StartError::Store(e) => write!(f, "store: {e}"),
             StartError::Settings(e) => write!(f, "{e}"),
+            StartError::Random(e) => write!(f, "no random bytes for the token secret: {e}"),
         }
     }
 }
@@ -431,7 +434,7 @@ impl Server {
             time_keys.max_ahead = engine.config().key_ttl.saturating_sub(time_keys.max_age);
         }
         let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| StartError::Bind(std::io::Error::other(e)))?;
+        getrandom::fill(&mut secret).map_err(StartError::Random)?;
         let policies = [
             orders,
             kind(KeyKind::Time(time_keys))?,
