@@ -117,9 +117,8 @@ struct Entry {
     /// never taken for this one's.
     generation: u32,
     key: KeyBytes,
+    /// Expiry next looks at it at `record.next_deadline()`.
     record: Record,
-    /// When expiry next looks at it.
-    deadline: UnixMillis,
     /// Bytes counted against the limit.
     size: u32,
 }
@@ -347,7 +346,6 @@ impl MemoryStore {
             generation,
             key: KeyBytes::new(key.key),
             record,
-            deadline,
             size,
         });
         let (hasher, cells, scopes) = (&self.hasher, &self.cells, &self.scopes);
@@ -383,14 +381,13 @@ impl MemoryStore {
         self.free.push(slot);
     }
 
-    /// Moves a record's deadline: a later one keeps its place in the heap (it is moved when
-    /// it comes up), an earlier one is added.
-    fn reschedule(&mut self, slot: u32, deadline: UnixMillis) {
-        let Some(e) = self.entry_mut(slot) else {
+    /// A record's deadline moved from `before`: a later one keeps its place in the heap (it
+    /// is moved when it comes up), an earlier one is added.
+    fn reschedule(&mut self, slot: u32, before: UnixMillis) {
+        let Some(e) = self.entry(slot) else {
             return;
         };
-        let (before, generation) = (e.deadline, e.generation);
-        e.deadline = deadline;
+        let (deadline, generation) = (e.record.next_deadline(), e.generation);
         if deadline < before {
             self.deadlines.push(Reverse((deadline, slot, generation)));
         }
@@ -400,10 +397,9 @@ impl MemoryStore {
     /// came up early, until the top is a real deadline (so that `next_deadline` is exact).
     fn settle(&mut self) {
         while let Some(&Reverse((d, slot, generation))) = self.deadlines.peek() {
-            match self.entry(slot) {
-                Some(e) if e.generation == generation && e.deadline == d => return,
-                Some(e) if e.generation == generation && e.deadline > d => {
-                    let later = e.deadline;
+            match self.entry(slot).map(|e| (e.generation, e.record.next_deadline())) {
+                Some((g, deadline)) if g == generation && deadline == d => return,
+                Some((g, later)) if g == generation && later > d => {
                     self.deadlines.pop();
                     self.deadlines.push(Reverse((later, slot, generation)));
                 }
@@ -442,15 +438,13 @@ impl MemoryStore {
                     );
                     self.stats.bytes = self.stats.bytes - e.size as usize + size as usize;
                     e.size = size;
-                    e.deadline = t.next_deadline();
+                    self.deadlines
+                        .push(Reverse((t.next_deadline(), slot, e.generation)));
                     e.record = t;
-                    self.deadlines
-                        .push(Reverse((e.deadline, slot, e.generation)));
                 }
-                Expiry::Keep(next) => {
-                    e.deadline = next.unwrap_or(e.record.key_expires);
+                Expiry::Keep(_) => {
                     self.deadlines
-                        .push(Reverse((e.deadline, slot, e.generation)));
+                        .push(Reverse((e.record.next_deadline(), slot, e.generation)));
                     continue;
                 }
             }
@@ -507,14 +501,13 @@ impl Store for MemoryStore {
             (WriteOp::Delete, None) => {}
             (WriteOp::Put(record), Some(slot)) => {
                 let size = entry_size(write.key.scope.as_str().len(), write.key.key.len(), &record);
-                let deadline = record.next_deadline();
                 if let Some(e) = self.entry_mut(slot) {
-                    let before = e.size;
+                    let (bytes, deadline) = (e.size, e.record.next_deadline());
                     e.record = record;
                     e.size = size;
-                    self.stats.bytes = self.stats.bytes - before as usize + size as usize;
+                    self.stats.bytes = self.stats.bytes - bytes as usize + size as usize;
+                    self.reschedule(slot, deadline);
                 }
-                self.reschedule(slot, deadline);
             }
             (WriteOp::Put(record), None) => {
                 let size = entry_size(write.key.scope.as_str().len(), write.key.key.len(), &record);
