@@ -291,6 +291,62 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// The end of the number at the current byte when its text is already its canonical
+    /// form, so that it can be copied as it stands; `None` for any other number (and for
+    /// anything that is not a number). Those are:
+    /// * integers of up to 18 digits, other than `-0` (read as a `u64` or `i64`, written
+    ///   back digit for digit);
+    /// * decimals `I.F` with no exponent, at most 15 significant digits, a last digit of `F`
+    ///   that is not 0, and, when `I` is 0, at most 4 zeros leading `F`. At most 15 digits,
+    ///   the significand and the power of ten are exact in an `f64`, so the one division
+    ///   [`Scan::f64_from_parts`] makes is correctly rounded; two decimals of at most 15
+    ///   digits never round to the same `f64`, so the shortest form that reads back as it
+    ///   is these same digits, which ryu writes as `I.F` for these magnitudes (0.00001 up
+    ///   to 10^15).
+    #[inline]
+    fn canonical_number(&self) -> Option<usize> {
+        let b = self.b;
+        let mut i = self.i;
+        let negative = b.get(i) == Some(&b'-');
+        if negative {
+            i += 1;
+        }
+        let int_start = i;
+        while let Some(b'0'..=b'9') = b.get(i) {
+            i += 1;
+        }
+        let int = &b[int_start..i];
+        if int.is_empty() || int.len() > 1 && int[0] == b'0' {
+            return None;
+        }
+        match b.get(i) {
+            Some(b'.') => {}
+            Some(b'e' | b'E') => return None,
+            // An integer: `-0` is written `0`.
+            _ if int.len() > 18 || negative && int == b"0" => return None,
+            _ => return Some(i),
+        }
+        i += 1;
+        let frac_start = i;
+        while let Some(b'0'..=b'9') = b.get(i) {
+            i += 1;
+        }
+        let frac = &b[frac_start..i];
+        if matches!(b.get(i), Some(b'e' | b'E')) || frac.last().is_none_or(|&d| d == b'0') {
+            return None;
+        }
+        let significant = if int == b"0" {
+            let zeros = frac.iter().take_while(|&&d| d == b'0').count();
+            if zeros > 4 {
+                return None;
+            }
+            frac.len() - zeros
+        } else {
+            int.len() + frac.len()
+        };
+        (significant <= 15).then_some(i)
+    }
+
     /// A number, read as serde_json reads it without `float_roundtrip`.
     fn number(&mut self) -> Result<Number> {
         let positive = if self.peek() == Some(b'-') {
@@ -678,6 +734,11 @@ impl Canon<'_, '_, '_> {
                 Ok(())
             }
             Some(b'-' | b'0'..=b'9') => {
+                if let Some(end) = self.s.canonical_number() {
+                    self.out.extend_from_slice(&self.s.b[self.s.i..end]);
+                    self.s.i = end;
+                    return Ok(());
+                }
                 match self.s.number()? {
                     Number::U64(v) => write_int(self.out, v, false),
                     Number::I64(v) => write_int(self.out, v.unsigned_abs(), v < 0),

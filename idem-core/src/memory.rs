@@ -397,7 +397,10 @@ impl MemoryStore {
     /// came up early, until the top is a real deadline (so that `next_deadline` is exact).
     fn settle(&mut self) {
         while let Some(&Reverse((d, slot, generation))) = self.deadlines.peek() {
-            match self.entry(slot).map(|e| (e.generation, e.record.next_deadline())) {
+            match self
+                .entry(slot)
+                .map(|e| (e.generation, e.record.next_deadline()))
+            {
                 Some((g, deadline)) if g == generation && deadline == d => return,
                 Some((g, later)) if g == generation && later > d => {
                     self.deadlines.pop();
