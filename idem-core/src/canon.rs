@@ -69,10 +69,12 @@ pub(crate) fn canonicalise(
     let mut c = Canon {
         s: Scan { b: body, i: 0 },
         out,
-        members: Vec::new(),
+        // Sized once for what a body of this length needs, so that no buffer grows while
+        // scanning (each growth is an allocation and a copy).
+        members: Vec::with_capacity(32),
         keys: Vec::new(),
         text: Vec::new(),
-        scratch: Vec::new(),
+        scratch: Vec::with_capacity(body.len()),
         patterns: patterns.iter().map(Vec::as_slice).collect(),
     };
     let roots = 0..c.patterns.len();
