@@ -31,6 +31,7 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
 
+pub mod headroom;
 pub mod host;
 pub mod interop;
 
@@ -458,9 +459,12 @@ impl Engine {
     /// Runs the request's store steps in the in-process store; the next other step.
     #[wasm_bindgen(js_name = driveIn)]
     pub fn drive_in(&mut self, store: &mut Records, slot: u32, now: f64) -> JsResult<StepKind> {
-        self.host
+        let step = self
+            .host
             .drive_in(&mut store.store, slot, interop::millis(now))
-            .map_err(js)
+            .map_err(js);
+        headroom::keep();
+        step
     }
 
     /// The write of the last `Apply` step: `{ expect, value, version, deadline, expires }`.
