@@ -426,24 +426,10 @@ export class Idempotency {
           return answer(reply);
         }
         if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
-        const context = {
-          key: engine.key(slot),
-          recovered: engine.recovered(slot),
-          fence: engine.fence(slot),
-          leaseExpires: engine.leaseExpires(slot),
-          extend: () => this.#extend(request, context),
-        };
-        // Not enumerable: the handler's context, not part of its data. The record's storage
-        // key is read only by a handler that asks for it (PostgresStore#transaction).
-        Object.defineProperties(context, {
-          finish: { value: (ran, status, headers, body) => this.#finish(request, ran, status, headers, body) },
-          storageKey: {
-            get: () => {
-              if (request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
-              return engine.storageKey(slot);
-            },
-          },
-        });
+        const context = new RunContext(engine, request, (ran, status, headers, body) =>
+          this.#finish(request, ran, status, headers, body),
+        );
+        context.extend = () => this.#extend(request, context);
         return await execute(context);
       }
     } finally {
@@ -537,6 +523,38 @@ export class Idempotency {
     const err = new Error("the idempotency store failed; the lease may not have been extended");
     err.code = "IDEM-STORE-4";
     throw err;
+  }
+}
+
+/** What a handler runs with: its key, whether it recovers from an attempt whose lease
+ * ended, the fence and end of its lease, and `extend()`. `finish` and `storageKey` are not
+ * the handler's data: they sit on the prototype, so they are not enumerated (and a class
+ * instance is made far faster than an object given properties one by one). */
+class RunContext {
+  #engine;
+  #request;
+  #finish;
+  constructor(engine, request, finish) {
+    const slot = request.slot;
+    this.key = engine.key(slot);
+    this.recovered = engine.recovered(slot);
+    this.fence = engine.fence(slot);
+    this.leaseExpires = engine.leaseExpires(slot);
+    this.extend = null;
+    this.#engine = engine;
+    this.#request = request;
+    this.#finish = finish;
+  }
+
+  /** Records the handler's outcome (what the adapters call once the handler is done). */
+  finish(ran, status, headers, body) {
+    return this.#finish(ran, status, headers, body);
+  }
+
+  /** The record's storage key, for a handler that asks for it (PostgresStore#transaction). */
+  get storageKey() {
+    if (this.#request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
+    return this.#engine.storageKey(this.#request.slot);
   }
 }
 
