@@ -1,8 +1,9 @@
 //! JSON canonicalisation (RFC 8785 where practical) for fingerprints, by a purpose-built
 //! scanner: the body is validated and written out canonically in one pass, with no value
 //! tree and no allocation per nested object (one output buffer, and scratch buffers shared
-//! by every level). Each object's members are written in input order, then put in sorted
-//! order in place. Excluded fields are skipped while scanning. For the top-level object the
+//! by every level). Each object's members are written in input order, `"key":value`; when
+//! their names are not already in order, they are then put in sorted order in place.
+//! Excluded fields are skipped while scanning. For the top-level object the
 //! members' canonical bytes are also digested one by one, so that a mismatch can name the
 //! fields that differ.
 //!
@@ -660,10 +661,12 @@ fn special(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// An object member written so far: its key and where its canonical value is in `out`.
+/// An object member written so far: its key, and where it is in `out` (`"key":value`) and
+/// where its value starts.
 struct Member {
     key: Key,
-    value: Range<usize>,
+    span: Range<usize>,
+    value: usize,
 }
 
 /// Where a member's (unescaped) key is: in the body, or in the keys buffer.
@@ -838,13 +841,14 @@ impl Canon<'_, '_, '_> {
             return self.s.fail();
         }
         self.s.i += 1;
+        self.out.push(b'{');
         let start = self.out.len();
         let first_member = self.members.len();
         let first_key = self.keys.len();
         self.s.ws();
         if self.s.peek() == Some(b'}') {
             self.s.i += 1;
-            self.out.extend_from_slice(b"{}");
+            self.out.push(b'}');
             return Ok(());
         }
         loop {
@@ -870,10 +874,28 @@ impl Canon<'_, '_, '_> {
             if excluded {
                 self.s.skip_value(&mut self.scratch)?;
             } else {
+                // Written in place, `"key":value`, in the order of the body.
+                if self.members.len() > first_member {
+                    self.out.push(b',');
+                }
                 let at = self.out.len();
+                match &key {
+                    // No escapes and no control characters: already canonical.
+                    Key::Body(raw) => {
+                        self.out.push(b'"');
+                        self.out.extend_from_slice(&self.s.b[raw.clone()]);
+                        self.out.push(b'"');
+                    }
+                    Key::Unescaped(r) => write_bytes(self.out, &self.keys[r.clone()]),
+                }
+                self.out.push(b':');
+                let value = self.out.len();
                 self.value(depth, child.clone(), None)?;
-                let value = at..self.out.len();
-                self.members.push(Member { key, value });
+                self.members.push(Member {
+                    key,
+                    span: at..self.out.len(),
+                    value,
+                });
             }
             self.patterns.truncate(mark);
             self.s.ws();
@@ -890,8 +912,9 @@ impl Canon<'_, '_, '_> {
         Ok(())
     }
 
-    /// Rewrites the values written since `start` as the object: members sorted by the
-    /// UTF-8 bytes of their names; of duplicate names the last one wins, as in serde_json.
+    /// Puts the members written since `start` in order: sorted by the UTF-8 bytes of their
+    /// names; of duplicate names the last one wins, as in serde_json. Members already in
+    /// order (names strictly ascending) stay where they were written.
     fn finish_object(
         &mut self,
         start: usize,
@@ -899,54 +922,59 @@ impl Canon<'_, '_, '_> {
         first_key: usize,
         mut fields: Option<&mut Vec<FieldDigest>>,
     ) {
-        let (body, keys) = (self.s.b, &self.keys);
-        let members = &mut self.members[first_member..];
-        members.sort_by(|a, b| key_bytes(body, keys, &a.key).cmp(key_bytes(body, keys, &b.key)));
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&self.out[start..]);
-        self.out.truncate(start);
-        self.out.push(b'{');
-        let mut wrote = false;
-        for (i, m) in members.iter().enumerate() {
-            let name = key_bytes(body, keys, &m.key);
-            if members
-                .get(i + 1)
-                .is_some_and(|next| key_bytes(body, keys, &next.key) == name)
-            {
-                continue;
-            }
-            if wrote {
-                self.out.push(b',');
-            }
-            wrote = true;
-            match m.key {
-                // No escapes and no control characters: already canonical.
-                Key::Body(_) => {
-                    self.out.push(b'"');
-                    self.out.extend_from_slice(name);
-                    self.out.extend_from_slice(b"\":");
-                }
-                Key::Unescaped(_) => {
-                    write_bytes(self.out, name);
-                    self.out.push(b':');
+        let Canon {
+            s,
+            out,
+            members,
+            keys,
+            scratch,
+            ..
+        } = self;
+        let body = s.b;
+        let name = |m: &Member| key_bytes(body, keys, &m.key);
+        let members = &mut members[first_member..];
+        if members.windows(2).all(|w| name(&w[0]) < name(&w[1])) {
+            if let Some(fields) = fields {
+                for m in members.iter() {
+                    fields.push(field_digest(name(m), &out[m.value..m.span.end]));
                 }
             }
-            let value = &self.scratch[m.value.start - start..m.value.end - start];
-            self.out.extend_from_slice(value);
-            if let Some(fields) = fields.as_deref_mut() {
-                let d = Sha256::digest(value);
-                let mut first = [0u8; 8];
-                first.copy_from_slice(&d[..8]);
-                fields.push(FieldDigest {
-                    // Checked to be UTF-8 when it was scanned.
-                    name: String::from_utf8_lossy(name).into_owned(),
-                    digest: u64::from_le_bytes(first),
-                });
+        } else {
+            members.sort_by(|a, b| name(a).cmp(name(b)));
+            scratch.clear();
+            scratch.extend_from_slice(&out[start..]);
+            out.truncate(start);
+            let mut wrote = false;
+            for (i, m) in members.iter().enumerate() {
+                if members.get(i + 1).is_some_and(|next| name(next) == name(m)) {
+                    continue;
+                }
+                if wrote {
+                    out.push(b',');
+                }
+                wrote = true;
+                out.extend_from_slice(&scratch[m.span.start - start..m.span.end - start]);
+                if let Some(fields) = fields.as_deref_mut() {
+                    let value = &scratch[m.value - start..m.span.end - start];
+                    fields.push(field_digest(name(m), value));
+                }
             }
         }
-        self.out.push(b'}');
+        out.push(b'}');
         self.members.truncate(first_member);
         self.keys.truncate(first_key);
+    }
+}
+
+/// A top-level member's digest: the first 8 bytes of SHA-256 over its canonical value.
+fn field_digest(name: &[u8], value: &[u8]) -> FieldDigest {
+    let d = Sha256::digest(value);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    FieldDigest {
+        // Checked to be UTF-8 when it was scanned.
+        name: String::from_utf8_lossy(name).into_owned(),
+        digest: u64::from_le_bytes(first),
     }
 }
 
