@@ -117,10 +117,9 @@ struct Entry {
     /// never taken for this one's.
     generation: u32,
     key: KeyBytes,
-    /// Expiry next looks at it at `record.next_deadline()`.
+    /// Expiry next looks at it at `record.next_deadline()`; the bytes it counts against the
+    /// limit are computed from it when they change ([`entry_size`]).
     record: Record,
-    /// Bytes counted against the limit.
-    size: u32,
 }
 
 enum Cell {
@@ -346,7 +345,6 @@ impl MemoryStore {
             generation,
             key: KeyBytes::new(key.key),
             record,
-            size,
         });
         let (hasher, cells, scopes) = (&self.hasher, &self.cells, &self.scopes);
         self.index
@@ -375,7 +373,12 @@ impl MemoryStore {
         let next = e.generation.wrapping_add(1);
         if let Cell::Used(e) = core::mem::replace(&mut self.cells[slot as usize], Cell::Free(next))
         {
-            self.stats.bytes -= e.size as usize;
+            let size = entry_size(
+                Self::scope_str(&self.scopes, e.scope).len(),
+                e.key.bytes().len(),
+                &e.record,
+            );
+            self.stats.bytes -= size as usize;
             self.release_scope(e.scope);
         }
         self.free.push(slot);
@@ -434,13 +437,13 @@ impl MemoryStore {
             match expiry {
                 Expiry::Delete => self.remove(slot),
                 Expiry::Tombstone(t) => {
-                    let size = entry_size(
+                    let (scope_len, key_len) = (
                         Self::scope_str(&self.scopes, e.scope).len(),
                         e.key.bytes().len(),
-                        &t,
                     );
-                    self.stats.bytes = self.stats.bytes - e.size as usize + size as usize;
-                    e.size = size;
+                    let before = entry_size(scope_len, key_len, &e.record);
+                    let size = entry_size(scope_len, key_len, &t);
+                    self.stats.bytes = self.stats.bytes - before as usize + size as usize;
                     self.deadlines
                         .push(Reverse((t.next_deadline(), slot, e.generation)));
                     e.record = t;
@@ -505,9 +508,13 @@ impl Store for MemoryStore {
             (WriteOp::Put(record), Some(slot)) => {
                 let size = entry_size(write.key.scope.as_str().len(), write.key.key.len(), &record);
                 if let Some(e) = self.entry_mut(slot) {
-                    let (bytes, deadline) = (e.size, e.record.next_deadline());
+                    let deadline = e.record.next_deadline();
+                    let bytes = entry_size(
+                        write.key.scope.as_str().len(),
+                        write.key.key.len(),
+                        &e.record,
+                    );
                     e.record = record;
-                    e.size = size;
                     self.stats.bytes = self.stats.bytes - bytes as usize + size as usize;
                     self.reschedule(slot, deadline);
                 }
