@@ -408,9 +408,12 @@ impl Engine {
     /// Runs an operation's store steps in the in-process store; its last step.
     #[wasm_bindgen(js_name = opDriveIn)]
     pub fn op_drive_in(&mut self, store: &mut Records, op: u32, now: f64) -> JsResult<OpStep> {
-        self.host
+        let step = self
+            .host
             .op_drive_in(&mut store.store, op, interop::millis(now))
-            .map_err(js)
+            .map_err(js);
+        headroom::keep();
+        step
     }
 
     /// What a finished operation came to: the epoch or the token; its refusal as an error.
@@ -684,7 +687,7 @@ impl Records {
         value: Option<Vec<u8>>,
         now: f64,
     ) -> JsResult<u8> {
-        host::store_apply(
+        let applied = host::store_apply(
             &mut self.store,
             interop::millis(now),
             key,
@@ -692,7 +695,9 @@ impl Records {
             value.as_deref(),
         )
         .map(|a| a as u8)
-        .map_err(js)
+        .map_err(js);
+        headroom::keep();
+        applied
     }
 }
 
