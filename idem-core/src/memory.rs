@@ -122,6 +122,15 @@ struct Entry {
     record: Record,
 }
 
+impl Entry {
+    /// The bytes this slot counts against the limit when it holds `record` (its own or the
+    /// one replacing it).
+    fn size(&self, scopes: &[Option<Interned>], record: &Record) -> u32 {
+        let scope = MemoryStore::scope_str(scopes, self.scope);
+        entry_size(scope.len(), self.key.bytes().len(), record)
+    }
+}
+
 enum Cell {
     Used(Entry),
     /// A free slot and the generation its next occupant gets.
@@ -229,13 +238,6 @@ impl MemoryStore {
 
     fn entry(&self, slot: u32) -> Option<&Entry> {
         match self.cells.get(slot as usize) {
-            Some(Cell::Used(e)) => Some(e),
-            _ => None,
-        }
-    }
-
-    fn entry_mut(&mut self, slot: u32) -> Option<&mut Entry> {
-        match self.cells.get_mut(slot as usize) {
             Some(Cell::Used(e)) => Some(e),
             _ => None,
         }
@@ -373,12 +375,7 @@ impl MemoryStore {
         let next = e.generation.wrapping_add(1);
         if let Cell::Used(e) = core::mem::replace(&mut self.cells[slot as usize], Cell::Free(next))
         {
-            let size = entry_size(
-                Self::scope_str(&self.scopes, e.scope).len(),
-                e.key.bytes().len(),
-                &e.record,
-            );
-            self.stats.bytes -= size as usize;
+            self.stats.bytes -= e.size(&self.scopes, &e.record) as usize;
             self.release_scope(e.scope);
         }
         self.free.push(slot);
@@ -437,12 +434,8 @@ impl MemoryStore {
             match expiry {
                 Expiry::Delete => self.remove(slot),
                 Expiry::Tombstone(t) => {
-                    let (scope_len, key_len) = (
-                        Self::scope_str(&self.scopes, e.scope).len(),
-                        e.key.bytes().len(),
-                    );
-                    let before = entry_size(scope_len, key_len, &e.record);
-                    let size = entry_size(scope_len, key_len, &t);
+                    let before = e.size(&self.scopes, &e.record);
+                    let size = e.size(&self.scopes, &t);
                     self.stats.bytes = self.stats.bytes - before as usize + size as usize;
                     self.deadlines
                         .push(Reverse((t.next_deadline(), slot, e.generation)));
@@ -506,16 +499,12 @@ impl Store for MemoryStore {
             (WriteOp::Delete, Some(slot)) => self.remove(slot),
             (WriteOp::Delete, None) => {}
             (WriteOp::Put(record), Some(slot)) => {
-                let size = entry_size(write.key.scope.as_str().len(), write.key.key.len(), &record);
-                if let Some(e) = self.entry_mut(slot) {
+                if let Some(Cell::Used(e)) = self.cells.get_mut(slot as usize) {
                     let deadline = e.record.next_deadline();
-                    let bytes = entry_size(
-                        write.key.scope.as_str().len(),
-                        write.key.key.len(),
-                        &e.record,
-                    );
+                    let before = e.size(&self.scopes, &e.record);
+                    let size = e.size(&self.scopes, &record);
                     e.record = record;
-                    self.stats.bytes = self.stats.bytes - bytes as usize + size as usize;
+                    self.stats.bytes = self.stats.bytes - before as usize + size as usize;
                     self.reschedule(slot, deadline);
                 }
             }
