@@ -70,8 +70,9 @@ pub(crate) fn canonicalise(
     let mut c = Canon {
         s: Scan { b: body, i: 0 },
         out,
-        // Sized once for what a body of this length needs, so that no buffer grows while
-        // scanning (each growth is an allocation and a copy).
+        // Room for the common case up front (each growth is an allocation and a copy): the
+        // members of a few nested objects, and an object's bytes while they are put in
+        // order, about the body's length at most.
         members: Vec::with_capacity(32),
         keys: Vec::new(),
         text: Vec::new(),
