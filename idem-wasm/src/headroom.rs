@@ -30,8 +30,8 @@ fn size() -> usize {
     }
 }
 
-/// Called after work that may have grown the memory (a write to the in-module store): if it
-/// grew since the last call, reserves the next step.
+/// Called after work that may have grown the memory (each write to the in-module store, by
+/// `Records::write`): if it grew since the last call, reserves the next step.
 pub fn keep() {
     let now = size();
     if now == SEEN.load(Ordering::Relaxed) {

@@ -408,12 +408,9 @@ impl Engine {
     /// Runs an operation's store steps in the in-process store; its last step.
     #[wasm_bindgen(js_name = opDriveIn)]
     pub fn op_drive_in(&mut self, store: &mut Records, op: u32, now: f64) -> JsResult<OpStep> {
-        let step = self
-            .host
-            .op_drive_in(&mut store.store, op, interop::millis(now))
-            .map_err(js);
-        headroom::keep();
-        step
+        store
+            .write(|records| self.host.op_drive_in(records, op, interop::millis(now)))
+            .map_err(js)
     }
 
     /// What a finished operation came to: the epoch or the token; its refusal as an error.
@@ -462,12 +459,9 @@ impl Engine {
     /// Runs the request's store steps in the in-process store; the next other step.
     #[wasm_bindgen(js_name = driveIn)]
     pub fn drive_in(&mut self, store: &mut Records, slot: u32, now: f64) -> JsResult<StepKind> {
-        let step = self
-            .host
-            .drive_in(&mut store.store, slot, interop::millis(now))
-            .map_err(js);
-        headroom::keep();
-        step
+        store
+            .write(|records| self.host.drive_in(records, slot, interop::millis(now)))
+            .map_err(js)
     }
 
     /// The write of the last `Apply` step: `{ expect, value, version, deadline, expires }`.
@@ -624,6 +618,16 @@ pub struct Records {
     store: idem_core::MemoryStore,
 }
 
+impl Records {
+    /// Every write to the store goes through here: a store that grows grows the module's
+    /// memory, which then grows in a large step ([`headroom`]).
+    fn write<T>(&mut self, f: impl FnOnce(&mut idem_core::MemoryStore) -> T) -> T {
+        let out = f(&mut self.store);
+        headroom::keep();
+        out
+    }
+}
+
 #[wasm_bindgen]
 impl Records {
     /// A store that holds at most `maxEntries` records and `maxBytes` bytes of keys and
@@ -687,17 +691,17 @@ impl Records {
         value: Option<Vec<u8>>,
         now: f64,
     ) -> JsResult<u8> {
-        let applied = host::store_apply(
-            &mut self.store,
-            interop::millis(now),
-            key,
-            expect.as_deref(),
-            value.as_deref(),
-        )
+        self.write(|records| {
+            host::store_apply(
+                records,
+                interop::millis(now),
+                key,
+                expect.as_deref(),
+                value.as_deref(),
+            )
+        })
         .map(|a| a as u8)
-        .map_err(js);
-        headroom::keep();
-        applied
+        .map_err(js)
     }
 }
 
