@@ -426,10 +426,12 @@ export class Idempotency {
           return answer(reply);
         }
         if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
-        const context = new RunContext(engine, request, (ran, status, headers, body) =>
-          this.#finish(request, ran, status, headers, body),
+        const context = new RunContext(
+          engine,
+          request,
+          (ran, status, headers, body) => this.#finish(request, ran, status, headers, body),
+          (context) => this.#extend(request, context),
         );
-        context.extend = () => this.#extend(request, context);
         return await execute(context);
       }
     } finally {
@@ -534,13 +536,14 @@ class RunContext {
   #engine;
   #request;
   #finish;
-  constructor(engine, request, finish) {
+  constructor(engine, request, finish, extend) {
     const slot = request.slot;
     this.key = engine.key(slot);
     this.recovered = engine.recovered(slot);
     this.fence = engine.fence(slot);
     this.leaseExpires = engine.leaseExpires(slot);
-    this.extend = null;
+    // Its own property, so that `const { extend } = context` works.
+    this.extend = () => extend(this);
     this.#engine = engine;
     this.#request = request;
     this.#finish = finish;

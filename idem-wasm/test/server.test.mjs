@@ -123,6 +123,13 @@ describe("replay", () => {
     assert.equal(seen.ctx.key, "bare-key-1");
     assert.equal(seen.ctx.recovered, false);
     assert.equal(seen.ctx.fence, 1);
+    // The handler's data, and nothing else, is enumerable; extend works detached.
+    assert.deepEqual(Object.keys(seen.ctx), ["key", "recovered", "fence", "leaseExpires", "extend"]);
+    assert.equal(typeof seen.ctx.finish, "function");
+    // After the request, the storage key is refused (IDEM-LEASE-3).
+    assert.throws(() => seen.ctx.storageKey, (e) => e.code === "IDEM-LEASE-3");
+    const { extend } = seen.ctx;
+    await assert.rejects(extend(), (e) => e.code === "IDEM-LEASE-3");
   });
 });
 
