@@ -6,8 +6,10 @@
 // completion), and the protected route replaying completed keys. The three alternate in
 // rounds, so that a change in the machine's load touches all three alike; each row adds up
 // its rounds (requests per second over the time spent in them, percentiles over every
-// response's latency). Bounded: a fixed number of requests, and each phase stops after a
-// time limit.
+// response's latency). A phase's time runs from its start to its last response, measured
+// here: autocannon's own finish time is its next one-second sample tick, which would round
+// every phase up to whole seconds. Bounded: a fixed number of requests, and each phase stops
+// after a time limit.
 //
 //   npm run bench -- [--requests N] [--rounds R] [--connections C] [--storage disk|memory]
 import autocannon from "autocannon";
@@ -46,6 +48,8 @@ function tally(name) {
  * latest. */
 function phase(row, url, amount, setupRequest) {
   return new Promise((resolve, reject) => {
+    const start = performance.now();
+    let last = start;
     const instance = autocannon(
       {
         url,
@@ -63,12 +67,17 @@ function phase(row, url, amount, setupRequest) {
         if (row !== null) {
           row.ok += result["2xx"];
           row.other += result.non2xx + result.errors + result.timeouts;
-          row.ms += result.finish - result.start;
+          row.ms += last - start;
         }
         resolve();
       },
     );
-    if (row !== null) instance.on("response", (_client, _status, _bytes, ms) => row.latencies.push(ms));
+    if (row !== null) {
+      instance.on("response", (_client, _status, _bytes, ms) => {
+        last = performance.now();
+        row.latencies.push(ms);
+      });
+    }
     const timer = setTimeout(() => instance.stop(), PHASE_LIMIT_MS);
   });
 }
