@@ -158,11 +158,12 @@ impl<'a> Scan<'a> {
     fn string(&mut self, text: &mut Vec<u8>) -> Result<Text> {
         self.i += 1;
         let start = self.i;
-        self.i = special(self.b, self.i);
+        let (end, ascii) = special(self.b, self.i);
+        self.i = end;
         match self.peek() {
             Some(b'"') => {
                 let raw = start..self.i;
-                if core::str::from_utf8(&self.b[raw.clone()]).is_err() {
+                if !ascii && core::str::from_utf8(&self.b[raw.clone()]).is_err() {
                     return self.fail();
                 }
                 self.i += 1;
@@ -190,7 +191,7 @@ impl<'a> Scan<'a> {
                 _ => return self.fail(),
             }
             let from = self.i;
-            self.i = special(self.b, self.i);
+            self.i = special(self.b, self.i).0;
             text.extend_from_slice(&self.b[from..self.i]);
         }
     }
@@ -265,7 +266,7 @@ impl<'a> Scan<'a> {
     fn skip_string(&mut self) -> Result<()> {
         self.i += 1;
         loop {
-            self.i = special(self.b, self.i);
+            self.i = special(self.b, self.i).0;
             match self.peek() {
                 Some(b'"') => {
                     self.i += 1;
@@ -632,11 +633,14 @@ fn overflows(significand: u64, digit: u64) -> bool {
 }
 
 /// The index of the first `"`, `\` or control character at or after `i` (the length if
-/// none), eight bytes at a time.
+/// none), eight bytes at a time; and whether every byte before it is ASCII (`false` may
+/// also mean a byte after it in the same eight is not), so that a caller can skip checking
+/// them for UTF-8.
 #[inline]
-fn special(b: &[u8], mut i: usize) -> usize {
+fn special(b: &[u8], mut i: usize) -> (usize, bool) {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
+    let mut seen = 0u64;
     while let Some(chunk) = b.get(i..i + 8) {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
@@ -647,9 +651,10 @@ fn special(b: &[u8], mut i: usize) -> usize {
         let s = x ^ (ONES * u64::from(b'\\'));
         let backslash = s.wrapping_sub(ONES) & !s;
         let hits = (control | quote | backslash) & HIGH;
+        seen |= x;
         if hits != 0 {
             // The lowest flagged byte is exact; borrows only flag bytes above it.
-            return i + (hits.trailing_zeros() / 8) as usize;
+            return (i + (hits.trailing_zeros() / 8) as usize, seen & HIGH == 0);
         }
         i += 8;
     }
@@ -657,17 +662,32 @@ fn special(b: &[u8], mut i: usize) -> usize {
         if c == b'"' || c == b'\\' || c < 0x20 {
             break;
         }
+        seen |= u64::from(c);
         i += 1;
     }
-    i
+    (i, seen & HIGH == 0)
 }
 
 /// An object member written so far: its key, and where it is in `out` (`"key":value`) and
 /// where its value starts.
 struct Member {
     key: Key,
+    /// The key's first eight bytes, big-endian, zero-padded: members whose prefixes differ
+    /// are ordered by them as by their whole keys, without reading the keys.
+    prefix: u64,
     span: Range<usize>,
     value: usize,
+}
+
+/// A key's first eight bytes as a big-endian number, zero-padded.
+#[inline]
+fn prefix_of(key: &[u8]) -> u64 {
+    if let Some(first) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
+    key.iter()
+        .zip((0..8).rev())
+        .fold(0, |p, (&b, at)| p | u64::from(b) << (8 * at))
 }
 
 /// Where a member's (unescaped) key is: in the body, or in the keys buffer.
@@ -892,8 +912,10 @@ impl Canon<'_, '_, '_> {
                 self.out.push(b':');
                 let value = self.out.len();
                 self.value(depth, child.clone(), None)?;
+                let prefix = prefix_of(key_bytes(self.s.b, &self.keys, &key));
                 self.members.push(Member {
                     key,
+                    prefix,
                     span: at..self.out.len(),
                     value,
                 });
@@ -933,21 +955,27 @@ impl Canon<'_, '_, '_> {
         } = self;
         let body = s.b;
         let name = |m: &Member| key_bytes(body, keys, &m.key);
+        // A zero-padded prefix can only tie keys that the bytes after it order.
+        let order =
+            |a: &Member, b: &Member| a.prefix.cmp(&b.prefix).then_with(|| name(a).cmp(name(b)));
         let members = &mut members[first_member..];
-        if members.windows(2).all(|w| name(&w[0]) < name(&w[1])) {
+        if members.windows(2).all(|w| order(&w[0], &w[1]).is_lt()) {
             if let Some(fields) = fields {
                 for m in members.iter() {
                     fields.push(field_digest(name(m), &out[m.value..m.span.end]));
                 }
             }
         } else {
-            members.sort_by(|a, b| name(a).cmp(name(b)));
+            members.sort_by(order);
             scratch.clear();
             scratch.extend_from_slice(&out[start..]);
             out.truncate(start);
             let mut wrote = false;
             for (i, m) in members.iter().enumerate() {
-                if members.get(i + 1).is_some_and(|next| name(next) == name(m)) {
+                if members
+                    .get(i + 1)
+                    .is_some_and(|next| order(next, m).is_eq())
+                {
                     continue;
                 }
                 if wrote {

@@ -274,6 +274,8 @@ mod race {
     fn string() -> impl Strategy<Value = String> {
         let piece = prop_oneof![
             6 => "[a-z~/*0-9]{0,3}",
+            // Past eight bytes: the scanner's word loop, and its ASCII shortcut.
+            1 => "[a-z]{8,19}",
             1 => "[\u{e9}\u{1f600}\u{7f}]",
             1 => prop_oneof![
                 Just("\\\"".to_string()),
@@ -307,6 +309,8 @@ mod race {
         leaf.prop_recursive(6, 48, 5, |inner| {
             let name = prop_oneof![
                 4 => "[a-d]".prop_map(|n| format!("\"{n}\"")),
+                // Names that share their first eight bytes, or end inside them.
+                1 => "(abcdefg|abcdefgh)[a-c]?".prop_map(|n| format!("\"{n}\"")),
                 1 => string(),
             ];
             prop_oneof![
@@ -451,6 +455,68 @@ mod race {
                 String::from_utf8_lossy(&want),
                 "{n}"
             );
+        }
+    }
+
+    /// Names are ordered by an eight-byte prefix first: names that tie on it, end inside it,
+    /// or differ only by a NUL there are put in the reference's order, and of duplicates the
+    /// last one is kept.
+    #[test]
+    fn names_that_share_a_prefix_are_ordered_as_the_reference_orders_them() {
+        let names = [
+            "abcdefgh",
+            "abcdefgh\\u0000",
+            "abcdefghi",
+            "abcdefg",
+            "abcdefgi",
+            "a",
+            "a\\u0000",
+            "",
+            "\\u0000",
+            "\u{e9}",
+            "abcdefgh",
+            "zzzzzzza",
+            "aaaaaaaz",
+        ];
+        for shift in 0..names.len() {
+            let members: Vec<String> = (0..names.len())
+                .map(|i| format!("\"{}\":{i}", names[(i + shift) % names.len()]))
+                .collect();
+            let body = format!("{{{}}}", members.join(","));
+            let (mut out, mut fields) = (Vec::new(), Vec::new());
+            canonicalise(body.as_bytes(), &[], &mut out, &mut fields).unwrap();
+            let (mut want, mut want_fields) = (Vec::new(), Vec::new());
+            super::canonicalise(body.as_bytes(), &[], &mut want, &mut want_fields).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want)
+            );
+            assert_eq!(fields, want_fields);
+        }
+    }
+
+    /// A string the scanner reads eight bytes at a time is still refused when a byte that
+    /// is not UTF-8 sits anywhere in it: in a word, in the word with its closing quote, or in
+    /// the bytes after the last word.
+    #[test]
+    fn bytes_that_are_not_utf8_are_refused_wherever_they_sit() {
+        for len in [1, 7, 8, 9, 15, 16, 17, 23] {
+            for at in 0..len {
+                for bad in [0x80u8, 0xc3, 0xff] {
+                    let mut text = vec![b'x'; len];
+                    text[at] = bad;
+                    for body in [
+                        [b"\"".as_slice(), &text, b"\""].concat(),
+                        [b"{\"".as_slice(), &text, b"\":1}"].concat(),
+                    ] {
+                        let (mut out, mut fields) = (Vec::new(), Vec::new());
+                        assert!(
+                            canonicalise(&body, &[], &mut out, &mut fields).is_err(),
+                            "{body:?}"
+                        );
+                    }
+                }
+            }
         }
     }
 
