@@ -7,6 +7,7 @@ use crate::problem::Problem;
 use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
 use crate::request::SharedOutcome;
 use crate::time::UnixMillis;
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -265,18 +266,19 @@ impl fmt::Display for RejectReason {
 /// The engine's answer to one attempt.
 #[must_use = "a Decision must be acted on: an Execute carries a claim that must be applied"]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-// A Decision is returned once and matched at once; boxing Execute would put an allocation
-// on every claim to save a move.
-#[allow(clippy::large_enum_variant)]
 pub enum Decision {
     /// Claim the key with `write`, then run the handler under `lease` (`IDEM-EXEC-1`).
     /// `recovered` is true when this attempt takes over from one whose lease expired: the
     /// handler should reconcile with whatever that attempt may have done (`IDEM-LEASE-1`).
+    ///
+    /// The lease and the write are boxed so that every decision stays small: a decision is
+    /// moved through several returns on its way to the host, and the other answers (a
+    /// replay above all) should not pay for copying the largest one.
     Execute {
         /// The lease to complete or extend.
-        lease: Lease,
+        lease: Box<Lease>,
         /// The claim to apply; a lost race means decide again.
-        write: Write,
+        write: Box<Write>,
         /// Whether an earlier attempt may have started the work.
         recovered: bool,
     },
@@ -520,8 +522,8 @@ impl Engine {
             op: WriteOp::Put(in_flight(&lease, lease.expires)),
         };
         Decision::Execute {
-            lease,
-            write,
+            lease: Box::new(lease),
+            write: Box::new(write),
             recovered: previous.is_some(),
         }
     }

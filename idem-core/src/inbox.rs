@@ -142,7 +142,10 @@ impl Inbox {
         };
         let claim = store.claim(&self.engine, now, &attempt)?;
         Ok(match claim {
-            Claim::Execute { lease, recovered } => Delivery::Process { lease, recovered },
+            Claim::Execute { lease, recovered } => Delivery::Process {
+                lease: *lease,
+                recovered,
+            },
             // A remembered id whose stored answer has expired was processed all the same.
             Claim::Done(Decision::Replay(_) | Decision::Rejected(RejectReason::KeyExpired)) => {
                 Delivery::Duplicate

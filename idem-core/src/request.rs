@@ -19,6 +19,7 @@ use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
 use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -622,8 +623,6 @@ impl From<Hold> for Held<'_> {
 
 /// What a store that claims for the host sends back: the lease, or the decision.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-// Sent once and matched at once, like `Decision`.
-#[allow(clippy::large_enum_variant)]
 pub enum Claimed {
     /// The claim was applied: run the handler under this lease.
     Execute {
@@ -1112,7 +1111,7 @@ impl<'a> Request<'a> {
                 State::Claim { lost, wait } => {
                     let (lost, wait) = (*lost, *wait);
                     if let Some(d) = self.precheck(now) {
-                        self.decided(now, Decided::Other(d), lost, wait, waiters);
+                        self.decided(now, Decided::Decision(d), lost, wait, waiters);
                         continue;
                     }
                     self.state = State::Reading { lost, wait };
@@ -1266,7 +1265,7 @@ impl<'a> Request<'a> {
             Claimed::Execute { hold, recovered } => {
                 self.claimed_lease(hold, recovered, wait, waiters)
             }
-            Claimed::Done(d) => self.decided(now, Decided::Other(d), lost, wait, waiters),
+            Claimed::Done(d) => self.decided(now, Decided::Decision(d), lost, wait, waiters),
         }
     }
 
@@ -1291,7 +1290,13 @@ impl<'a> Request<'a> {
                         self.claimed_lease(hold, recovered, wait, waiters);
                     }
                     Applied::Conflict if lost + 1 >= MAX_LOST_RACES => {
-                        self.decided(now, Decided::Other(Decision::CONTENDED), 0, wait, waiters);
+                        self.decided(
+                            now,
+                            Decided::Decision(Decision::CONTENDED),
+                            0,
+                            wait,
+                            waiters,
+                        );
                     }
                     Applied::Conflict => {
                         self.state = State::Claim {
@@ -1453,34 +1458,19 @@ impl<'a> Request<'a> {
                         lease,
                         write,
                         recovered,
-                    } => Decided::Execute {
-                        hold: Hold::Slot(lease),
-                        write,
-                        recovered,
-                    },
-                    CounterDecision::Replay(r) => Decided::Other(Decision::Replay(r)),
+                    } => Decided::Slot(Box::new((lease, write, recovered))),
+                    CounterDecision::Replay(r) => Decided::Decision(Decision::Replay(r)),
                     CounterDecision::InProgress { retry_after_secs } => {
-                        Decided::Other(Decision::InProgress { retry_after_secs })
+                        Decided::Decision(Decision::InProgress { retry_after_secs })
                     }
-                    CounterDecision::Rejected(r) => Decided::Other(Decision::Rejected(r)),
+                    CounterDecision::Rejected(r) => Decided::Decision(Decision::Rejected(r)),
                 };
             }
             // A subject of another kind than the rules: the ticket was built by a host with
             // other settings. It names another kind of record (`IDEM-KIND-1`).
             _ => Decision::Rejected(crate::engine::RejectReason::Collision),
         };
-        match decision {
-            Decision::Execute {
-                lease,
-                write,
-                recovered,
-            } => Decided::Execute {
-                hold: Hold::Record(lease),
-                write,
-                recovered,
-            },
-            other => Decided::Other(other),
-        }
+        Decided::Decision(decision)
     }
 
     fn decided(
@@ -1491,21 +1481,17 @@ impl<'a> Request<'a> {
         wait: Option<Wait>,
         waiters: &mut Waiters,
     ) {
-        match decided {
-            Decided::Execute {
-                hold,
+        let (hold, write, recovered) = match decided {
+            Decided::Decision(Decision::Execute {
+                lease,
                 write,
                 recovered,
-            } => {
-                self.write = Some(write);
-                self.state = State::Applying {
-                    hold,
-                    recovered,
-                    lost,
-                    wait,
-                };
+            }) => (Hold::Record(*lease), *write, recovered),
+            Decided::Slot(claim) => {
+                let (lease, write, recovered) = *claim;
+                (Hold::Slot(lease), write, recovered)
             }
-            Decided::Other(Decision::InProgress { .. })
+            Decided::Decision(Decision::InProgress { .. })
                 if !wait.is_some_and(|w| w.last_look)
                     && matches!(self.in_flight, InFlight::Wait { .. }) =>
             {
@@ -1525,15 +1511,24 @@ impl<'a> Request<'a> {
                 };
                 let next = now.saturating_add(poll).min(wait.until);
                 self.state = State::Waiting { next, wait };
+                return;
             }
-            Decided::Other(d) => {
+            Decided::Decision(d) => {
                 if let Some(w) = wait {
                     waiters.leave(&self.key, w.ticket);
                 }
                 self.events.push(d.event());
                 self.state = State::Answered(Answer::Decision(d));
+                return;
             }
-        }
+        };
+        self.write = Some(write);
+        self.state = State::Applying {
+            hold,
+            recovered,
+            lost,
+            wait,
+        };
     }
 
     fn claimed_lease(
@@ -1740,13 +1735,12 @@ fn not_stored(size: usize, max: usize) -> StoredResponse {
     }
 }
 
+/// What deciding produced: the engine's decision (for a record, an execute holds its lease
+/// and write boxed), or a counter slot's claim, boxed too, so that every other answer
+/// moves as a small value.
 enum Decided {
-    Execute {
-        hold: Hold,
-        write: Write,
-        recovered: bool,
-    },
-    Other(Decision),
+    Decision(Decision),
+    Slot(Box<(CounterLease, Write, bool)>),
 }
 
 /// Who is waiting for which key, in one host: only the latest waiter for a key keeps
@@ -1806,7 +1800,10 @@ impl From<Claimed> for Claim {
             Claimed::Execute {
                 hold: Hold::Record(lease),
                 recovered,
-            } => Claim::Execute { lease, recovered },
+            } => Claim::Execute {
+                lease: Box::new(lease),
+                recovered,
+            },
             Claimed::Execute { .. } => Claim::Done(Decision::CONTENDED),
             Claimed::Done(d) => Claim::Done(d),
         }

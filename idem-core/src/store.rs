@@ -10,6 +10,7 @@ use crate::reply::StoreFailure;
 use crate::request::Request;
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use core::future::Future;
 
 /// Whether a [`Write`]'s precondition held.
@@ -192,10 +193,11 @@ impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
 #[must_use = "an Execute claim holds a lease that must be finished"]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Claim {
-    /// This attempt holds the lease: run the handler, then [`Store::finish`].
+    /// This attempt holds the lease: run the handler, then [`Store::finish`]. The lease is
+    /// boxed so that the other answers, a replay above all, move as small values.
     Execute {
         /// The lease.
-        lease: Lease,
+        lease: Box<Lease>,
         /// Whether an earlier attempt may have started the work.
         recovered: bool,
     },

@@ -65,7 +65,7 @@ impl Rig {
     }
     fn lease(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Lease {
         match self.claim(now, key, fp) {
-            Claim::Execute { lease, .. } => lease,
+            Claim::Execute { lease, .. } => *lease,
             other => panic!("expected execute, got {other:?}"),
         }
     }

@@ -512,7 +512,7 @@ proptest! {
                         }
                     }
                     running.retain(|(l, _)| l.key != lease.key);
-                    running.push((lease, payload));
+                    running.push((*lease, payload));
                 }
                 Claim::Done(Decision::Replay(r)) => {
                     prop_assert_eq!(ran.get(&id), Some(&payload));

@@ -239,7 +239,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         prop_assert_eq!(lease.fence, fence);
                         handlers.push(Handler {
                             k,
-                            lease,
+                            lease: *lease,
                             lease_id: lease_id.unwrap(),
                         });
                     }

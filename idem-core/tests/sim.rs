@@ -258,7 +258,7 @@ impl Sim {
                 self.handlers.push(Handler {
                     incarnation,
                     logical: i,
-                    lease,
+                    lease: *lease,
                     recovered,
                     payload,
                     effect_done: false,

@@ -388,7 +388,7 @@ fn tickets_and_claims_round_trip_through_the_wire_format() {
         panic!("expected execute")
     };
     let claimed = Claimed::Execute {
-        hold: Hold::Record(lease),
+        hold: Hold::Record(*lease),
         recovered,
     };
     assert_eq!(decode_claimed(&encode_claimed(&claimed)).unwrap(), claimed);
