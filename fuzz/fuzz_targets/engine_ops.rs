@@ -34,7 +34,7 @@ fuzz_target!(|ops: Vec<Operation>| {
                 let k = RecordKey::new(Scope::new("p", "POST", "/"), format!("{}", key % 8));
                 let fp = Fingerprint::from_digest([payload % 2; 32]);
                 match store.claim(&engine, now, &Attempt { key: &k, fingerprint: &fp, nonce }) {
-                    Ok(Claim::Execute { lease, .. }) => handlers.push(lease),
+                    Ok(Claim::Execute { lease, .. }) => handlers.push(*lease),
                     Ok(Claim::Done(Decision::Replay(r))) => assert_eq!(Some(&*r), stored.get(&k)),
                     Ok(_) | Err(MemoryStoreError::Full { .. }) => {}
                     Err(e) => panic!("{e}"),

@@ -292,7 +292,8 @@ pub struct CounterLease {
 /// The answer to one counter request.
 #[must_use = "a CounterDecision must be acted on: an Execute carries a claim that must be applied"]
 #[derive(Clone, Debug, PartialEq, Eq)]
-// Returned once and matched at once, like `Decision`.
+// Returned once and matched at once; the request machine boxes its execute before it
+// carries the claim further.
 #[allow(clippy::large_enum_variant)]
 pub enum CounterDecision {
     /// Apply `write`, then run the handler under `lease`; a lost race means decide again.

@@ -1265,6 +1265,16 @@ impl<'a> Request<'a> {
             Claimed::Execute { hold, recovered } => {
                 self.claimed_lease(hold, recovered, wait, waiters)
             }
+            // A store that claimed answers an execute as `Claimed::Execute`, having applied
+            // its write; one inside `Done` (bytes that are not a claim) applies nothing here
+            // and reads as contended, as `Claim::from` reads it.
+            Claimed::Done(Decision::Execute { .. }) => self.decided(
+                now,
+                Decided::Decision(Decision::CONTENDED),
+                lost,
+                wait,
+                waiters,
+            ),
             Claimed::Done(d) => self.decided(now, Decided::Decision(d), lost, wait, waiters),
         }
     }

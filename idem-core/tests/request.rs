@@ -672,3 +672,36 @@ fn racing_requests_on_an_asynchronous_store_run_the_handler_once() {
         assert!(results.iter().all(|r| *r == (201, false) || r.0 == 409));
     }
 }
+
+/// A store that claims for the host answers an execute as `Claimed::Execute`, with its write
+/// already applied. An execute inside `Claimed::Done` (bytes that are not a claim) must not
+/// make the host apply that write or run the handler: it reads as contended.
+#[test]
+fn an_execute_inside_a_done_claim_applies_nothing_and_reads_as_contended() {
+    // IDEM-CONC-1
+    let policy = policy();
+    let engine = Engine::new(config()).unwrap();
+    let key = RecordKey::new(Scope::new("alice", "POST", "/orders"), "k".to_string());
+    let fp = Fingerprint::from_digest([1; 32]);
+    let decision = engine.decide(
+        T0,
+        &Attempt {
+            key: &key,
+            fingerprint: &fp,
+            nonce: 1,
+        },
+        None,
+    );
+    assert!(matches!(decision, Decision::Execute { .. }));
+    let mut req = request(&policy, "k", "{}", 1);
+    let mut waiters = Waiters::default();
+    assert_eq!(req.poll(T0, &mut waiters), Step::Claim);
+    req.handle_claimed(T0, Claimed::Done(decision), &mut waiters);
+    assert_eq!(req.poll(T0, &mut waiters), Step::Reply);
+    let reply = req.reply().unwrap();
+    assert_eq!(reply.status(), 409);
+    assert!(reply
+        .headers()
+        .any(|(name, value)| name.eq_ignore_ascii_case("retry-after") && value == "1"));
+    assert!(!reply.is_replay());
+}
