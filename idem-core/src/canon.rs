@@ -955,7 +955,9 @@ impl Canon<'_, '_, '_> {
         } = self;
         let body = s.b;
         let name = |m: &Member| key_bytes(body, keys, &m.key);
-        // A zero-padded prefix can only tie keys that the bytes after it order.
+        // Prefixes that differ order keys as their whole bytes do; a tie (a shared first
+        // eight bytes, or shorter keys that differ only by trailing NULs) goes to the full
+        // comparison.
         let order =
             |a: &Member, b: &Member| a.prefix.cmp(&b.prefix).then_with(|| name(a).cmp(name(b)));
         let members = &mut members[first_member..];

@@ -477,12 +477,34 @@ mod race {
             "abcdefgh",
             "zzzzzzza",
             "aaaaaaaz",
+            // Seven bytes and eight with a NUL: one prefix read whole, one folded, equal.
+            "abcdefg\\u0000",
+            // Escaped, the same name as "abcdefgh": a duplicate.
+            "\\u0061bcdefgh",
         ];
         for shift in 0..names.len() {
             let members: Vec<String> = (0..names.len())
                 .map(|i| format!("\"{}\":{i}", names[(i + shift) % names.len()]))
                 .collect();
             let body = format!("{{{}}}", members.join(","));
+            let (mut out, mut fields) = (Vec::new(), Vec::new());
+            canonicalise(body.as_bytes(), &[], &mut out, &mut fields).unwrap();
+            let (mut want, mut want_fields) = (Vec::new(), Vec::new());
+            super::canonicalise(body.as_bytes(), &[], &mut want, &mut want_fields).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want)
+            );
+            assert_eq!(fields, want_fields);
+        }
+        // Already in order, or not, with keys that tie on their prefix: an object in order
+        // stays as it was written, one out of order is put in order.
+        for body in [
+            r#"{"a":1,"a\u0000":2}"#,
+            r#"{"a\u0000":1,"a":2}"#,
+            r#"{"abcdefg":1,"abcdefg\u0000":2,"abcdefgh":3}"#,
+            r#"{"abcdefgh":1,"abcdefg\u0000":2,"abcdefg":3}"#,
+        ] {
             let (mut out, mut fields) = (Vec::new(), Vec::new());
             canonicalise(body.as_bytes(), &[], &mut out, &mut fields).unwrap();
             let (mut want, mut want_fields) = (Vec::new(), Vec::new());
@@ -508,6 +530,8 @@ mod race {
                     for body in [
                         [b"\"".as_slice(), &text, b"\""].concat(),
                         [b"{\"".as_slice(), &text, b"\":1}"].concat(),
+                        // After an escape: the unescaped text is checked, not the flag.
+                        [b"\"\\n".as_slice(), &text, b"\""].concat(),
                     ] {
                         let (mut out, mut fields) = (Vec::new(), Vec::new());
                         assert!(
