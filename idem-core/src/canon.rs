@@ -733,10 +733,7 @@ impl Canon<'_, '_, '_> {
             Some(b'[') => self.array(depth + 1, patterns),
             Some(b'"') => match self.s.string(&mut self.text)? {
                 Text::Raw(raw) => {
-                    // No escapes and no control characters: already canonical.
-                    self.out.push(b'"');
-                    self.out.extend_from_slice(&self.s.b[raw]);
-                    self.out.push(b'"');
+                    write_raw(self.out, &self.s.b[raw]);
                     Ok(())
                 }
                 Text::Unescaped => {
@@ -901,12 +898,7 @@ impl Canon<'_, '_, '_> {
                 }
                 let at = self.out.len();
                 match &key {
-                    // No escapes and no control characters: already canonical.
-                    Key::Body(raw) => {
-                        self.out.push(b'"');
-                        self.out.extend_from_slice(&self.s.b[raw.clone()]);
-                        self.out.push(b'"');
-                    }
+                    Key::Body(raw) => write_raw(self.out, &self.s.b[raw.clone()]),
                     Key::Unescaped(r) => write_bytes(self.out, &self.keys[r.clone()]),
                 }
                 self.out.push(b':');
@@ -1040,6 +1032,14 @@ fn write_f64(out: &mut Vec<u8>, v: f64) {
 /// A JSON string with RFC 8785's minimal escapes.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     write_bytes(out, s.as_bytes());
+}
+
+/// A string as it stood in the body, with no escapes and no control characters: already
+/// canonical, so only quoted.
+fn write_raw(out: &mut Vec<u8>, raw: &[u8]) {
+    out.push(b'"');
+    out.extend_from_slice(raw);
+    out.push(b'"');
 }
 
 /// [`write_str`] for bytes known to be UTF-8.
