@@ -1266,8 +1266,9 @@ impl<'a> Request<'a> {
                 self.claimed_lease(hold, recovered, wait, waiters)
             }
             // A store that claimed answers an execute as `Claimed::Execute`, having applied
-            // its write; one inside `Done` (bytes that are not a claim) applies nothing here
-            // and reads as contended, as `Claim::from` reads it.
+            // its write. An execute inside `Done` carries a write nobody applied (hosts that
+            // decode claims refuse it); if one gets here, nothing is applied and the request
+            // reads as contended, never as an answer without a reply.
             Claimed::Done(Decision::Execute { .. }) => self.decided(
                 now,
                 Decided::Decision(Decision::CONTENDED),

@@ -756,9 +756,14 @@ pub fn encode_claimed(claimed: &Claimed) -> Vec<u8> {
     tagged(WIRE_CLAIMED, claimed)
 }
 
-/// Decodes what a Durable Object claimed (`IDEM-JS-2`).
+/// Decodes what a Durable Object claimed (`IDEM-JS-2`). An object that claimed answers an
+/// execute as `Claimed::Execute`, with its write applied; an execute inside
+/// `Claimed::Done` would carry a write nobody applied, and is refused like damaged bytes.
 pub fn decode_claimed(bytes: &[u8]) -> Result<Claimed, ErrorParts> {
-    untag(WIRE_CLAIMED, "claim", bytes)
+    match untag(WIRE_CLAIMED, "claim", bytes)? {
+        Claimed::Done(idem_core::Decision::Execute { .. }) => Err(ErrorParts::wire("claim")),
+        claimed => Ok(claimed),
+    }
 }
 
 // --- The client ---------------------------------------------------------------------------

@@ -381,9 +381,10 @@ fn tickets_and_claims_round_trip_through_the_wire_format() {
         fingerprint: &t.fingerprint,
         nonce: 42,
     };
+    let execute = e.decide(UnixMillis(10), &attempt, None);
     let Decision::Execute {
         lease, recovered, ..
-    } = e.decide(UnixMillis(10), &attempt, None)
+    } = execute.clone()
     else {
         panic!("expected execute")
     };
@@ -425,6 +426,9 @@ fn tickets_and_claims_round_trip_through_the_wire_format() {
         assert_eq!((e.code, e.kind), ("IDEM-JS-2", ErrorKind::Range));
     }
     assert_eq!(decode_claimed(&bytes).unwrap_err().code, "IDEM-JS-2");
+    // An execute inside a done claim carries a write no object applied: refused too.
+    let e = decode_claimed(&encode_claimed(&Claimed::Done(execute))).unwrap_err();
+    assert_eq!((e.code, e.kind), ("IDEM-JS-2", ErrorKind::Range));
 }
 
 #[test]
