@@ -82,14 +82,19 @@ export class IdempotencyShard {
   #storage;
   #prefix;
   #cache = new Map();
+  /** With `options.held`: storage key → the in-flight record of a claim kept in memory (a
+   * key with no record in storage), until its completion or release. Never evicted. */
+  #held = null;
   #engines = new Map();
   #alarm = undefined;
 
   /** `options.prefix` goes before every storage key of the records (none for an object
-   * that holds records only). */
+   * that holds records only). With `options.held`, a claim of a key that has no record in
+   * storage is kept in this object's memory, not written (IDEM-STORE-8). */
   constructor(state, _env, options = {}) {
     this.#storage = state.storage;
     this.#prefix = options.prefix ?? "";
+    if (options.held === true) this.#held = new Map();
   }
 
   /** The object's HTTP face for `DurableObjectStore`. */
@@ -146,7 +151,7 @@ export class IdempotencyShard {
    * memory wins: another claim may have read or written it meanwhile. Nothing is decided
    * here; callers read `#cache` afterwards, without awaiting in between. */
   async #fetch(key) {
-    if (this.#cache.has(key)) return;
+    if (this.#cache.has(key) || this.#held?.has(key)) return;
     const stored = await this.#storage.get(this.#prefix + RECORD + key);
     if (this.#cache.has(key)) return;
     let entry = stored ?? null;
@@ -169,20 +174,41 @@ export class IdempotencyShard {
     this.#cache.set(key, entry);
   }
 
+  /** The record of `key` as this object sees it: a claim held in memory, else the copy of
+   * what storage holds. */
+  #current(key) {
+    return this.#held?.get(key) ?? this.#cache.get(key) ?? null;
+  }
+
   /** The compare-and-set against the copy in memory (the object's current record, never a
    * caller's earlier read), then to storage: the storage promises, or null when the
    * precondition failed. `extra` (`{ puts, deletes }`, the handler's own writes) goes to
-   * storage in the same atomic write as the record. */
-  #write(key, write, extra) {
-    const current = this.#cache.get(key) ?? null;
+   * storage in the same atomic write as the record. When claims are held, `hold` keeps
+   * the record in memory while storage has none of the key: "claim" for a claim's write,
+   * "heartbeat" for a write that extends a held claim. */
+  #write(key, write, extra, hold) {
+    const current = this.#current(key);
     const holds = write.expect === null ? current === null : current !== null && current.version === write.expect;
     if (!holds) return null;
     if (write.value !== null && write.value.byteLength > MAX_VALUE_BYTES) {
       throw rangeError("IDEM-STORE-5", `a record of ${write.value.byteLength} bytes exceeds the ${MAX_VALUE_BYTES} a shard keeps`);
     }
     const ops = [];
+    // What storage holds: a held claim stands for a key that has none.
+    const stored = this.#cache.get(key) ?? null;
+    if (this.#held !== null && stored === null) {
+      const held = this.#held.has(key);
+      if (write.value !== null && (hold === "claim" || (hold === "heartbeat" && held))) {
+        this.#hold(key, { version: write.version, value: write.value, deadline: write.deadline });
+        return ops;
+      }
+      this.#held.delete(key);
+      // A released claim leaves nothing behind; a completion goes to storage below.
+      if (held && write.value === null) return ops;
+    }
     const deletes = [];
-    if (current !== null) {
+    if (stored !== null) {
+      const current = stored;
       if (current.deadline > 0 && (write.value === null || current.deadline !== write.deadline)) {
         deletes.push(deadlineKey(this.#prefix, current.deadline, key));
       }
@@ -213,6 +239,19 @@ export class IdempotencyShard {
     return ops;
   }
 
+  /** Keeps a claim in memory. Claims held past their deadline (their key's expiry: their
+   * attempts died without a release) are dropped, oldest first, as storage would drop them. */
+  #hold(key, entry) {
+    const held = this.#held;
+    held.delete(key);
+    held.set(key, entry);
+    const now = Date.now();
+    for (const [k, e] of held) {
+      if (e.deadline > now) break;
+      held.delete(k);
+    }
+  }
+
   async #schedule(deadline) {
     if (!(deadline > 0)) return;
     if (this.#alarm === undefined) this.#alarm = (await this.#storage.getAlarm()) ?? null;
@@ -237,10 +276,10 @@ export class IdempotencyShard {
       for (;;) {
         const step = engine.poll(slot, now);
         if (step === Step.Claim || step === Step.Load) {
-          engine.record(slot, now, this.#cache.get(key)?.value ?? undefined);
+          engine.record(slot, now, this.#current(key)?.value ?? undefined);
         } else if (step === Step.Apply) {
           const write = engine.takeWrite(slot);
-          const done = this.#write(key, write);
+          const done = this.#write(key, write, undefined, "claim");
           if (done !== null) {
             ops.push(...done);
             deadline = write.deadline;
@@ -261,10 +300,11 @@ export class IdempotencyShard {
 
   /** Applies a compare-and-set write from a worker (a completion or a heartbeat). `extra`
    * (`{ puts: [[key, value]…], deletes: [key…] }`) is written in the same atomic write, and
-   * only if the precondition holds. */
-  async apply(key, write, _now, extra) {
+   * only if the precondition holds. `heartbeat`: the write extends a lease (a held claim
+   * stays in memory). */
+  async apply(key, write, _now, extra, heartbeat = false) {
     await this.#fetch(key);
-    const ops = this.#write(key, write, extra);
+    const ops = this.#write(key, write, extra, heartbeat ? "heartbeat" : undefined);
     if (ops === null) return false;
     await Promise.all(ops);
     await this.#schedule(write.value === null ? 0 : write.deadline);
@@ -274,7 +314,7 @@ export class IdempotencyShard {
   /** The stored record, `{ version, value }`, or null. */
   async load(key) {
     await this.#fetch(key);
-    const entry = this.#cache.get(key) ?? null;
+    const entry = this.#current(key);
     return entry === null ? null : { version: entry.version, value: entry.value };
   }
 
@@ -390,6 +430,14 @@ export const TRANSACTION_KEYS = 32;
  * own writes in the same atomic write as the completion that stores its response (the
  * reason idem records writes, not actions). Create one per object, in its constructor, and
  * call its `alarm()` from the object's `alarm()` (expiry).
+ *
+ * `writesOnly: true` is for a handler whose every effect is a write of its transaction: a
+ * claim is then kept in the object's memory, and a fresh request writes once, at its
+ * completion, with the handler's writes (IDEM-STORE-8). While the object lives, every other
+ * request for the key sees the claim. If the object dies first, the claim dies with the
+ * uncommitted writes, and the next request for the key runs as a first attempt, at once.
+ * That is only safe when the attempt that died left nothing behind: no call to another
+ * service, no write outside the transaction.
  */
 export class DurableObjectLocalStore {
   #storage;
@@ -411,9 +459,13 @@ export class DurableObjectLocalStore {
     if (typeof prefix !== "string" || prefix === "") {
       throw rangeError("IDEM-JS-1", "options.prefix must be a non-empty string: the records' storage keys start with it");
     }
+    const writesOnly = options.writesOnly ?? false;
+    if (typeof writesOnly !== "boolean") {
+      throw rangeError("IDEM-JS-1", "options.writesOnly must be true or false");
+    }
     this.#storage = state.storage;
     this.#prefix = prefix;
-    this.#shard = new IdempotencyShard(state, undefined, { prefix });
+    this.#shard = new IdempotencyShard(state, undefined, { prefix, held: writesOnly });
   }
 
   claim(_key, ticket, optionsText, now, hi, lo) {
@@ -427,7 +479,7 @@ export class DurableObjectLocalStore {
   apply(key, write, now, info) {
     const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.fence);
     const open = attempt === undefined ? undefined : this.#open.get(attempt);
-    if (open === undefined) return this.#shard.apply(key, write, now);
+    if (open === undefined) return this.#shard.apply(key, write, now, undefined, attempt === undefined);
     this.#open.delete(attempt);
     // Only an answer whose response is stored commits the handler's writes, in the same
     // atomic write (IDEM-STORE-7); anything else leaves them unwritten.

@@ -1,8 +1,8 @@
 // The Durable Object store, against an in-memory fake of the Durable Object storage API.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { DurableObjectStore, IdempotencyShard, withIdempotency } from "idem";
-import { FakeNamespace, barrier, manualClock } from "./helpers.mjs";
+import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "idem";
+import { FakeNamespace, FakeStorage, barrier, manualClock } from "./helpers.mjs";
 
 function post(key, body = { amount: 1 }) {
   return new Request("https://api.example/orders", {
@@ -210,5 +210,100 @@ describe("Durable Object store", () => {
     const { namespace, handler } = worker();
     for (const key of ["a", "b", "order-1"]) await handler(post(`"${key}"`));
     assert.deepEqual([...namespace.objects.keys()].sort(), ["idem-112", "idem-188", "idem-41"]);
+  });
+});
+
+/** A handler running inside one object over `storage`, on a `writesOnly` store: each run
+ * waits for `gate` (if given), extends its lease once, writes `order:<n>` in its transaction
+ * and answers 201, or `status` when given. `puts` lists every storage put. */
+function insideObject(storage, { gate, status } = {}) {
+  const store = new DurableObjectLocalStore({ storage }, { writesOnly: true });
+  const state = { executions: 0, recovered: [] };
+  const handler = withIdempotency(
+    async (request) => {
+      const n = ++state.executions;
+      await request.json();
+      const context = idempotencyOf(request);
+      state.recovered.push(context.recovered);
+      await context.extend();
+      if (gate) await gate.wait();
+      if (status !== undefined) return new Response("unavailable", { status });
+      return store.transaction(context, async (tx) => {
+        tx.put(`order:${n}`, { n });
+        return new Response(`order ${n}`, { status: 201 });
+      });
+    },
+    { principal: "none", store },
+  );
+  return { handler, state };
+}
+
+/** FakeStorage that lists the keys of every put. */
+function countingStorage() {
+  const storage = new FakeStorage();
+  const puts = [];
+  const put = storage.put.bind(storage);
+  storage.put = (entries, value) => {
+    puts.push(Object.keys(typeof entries === "string" ? { [entries]: value } : entries).sort());
+    return put(entries, value);
+  };
+  return { storage, puts };
+}
+
+describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
+  test("writesOnly must be a boolean (IDEM-JS-1)", () => {
+    assert.throws(
+      () => new DurableObjectLocalStore({ storage: new FakeStorage() }, { writesOnly: "yes" }),
+      (e) => e instanceof RangeError && e.code === "IDEM-JS-1" && /writesOnly/.test(e.message),
+    );
+  });
+
+  test("a fresh key is written once, at its completion, with the handler's writes; its claim and heartbeat write nothing, yet a duplicate sees them", async () => {
+    const { storage, puts } = countingStorage();
+    const gate = barrier();
+    const { handler, state } = insideObject(storage, { gate });
+    const first = handler(post('"a"'));
+    while (state.executions === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.deepEqual(puts, [], "nothing written while the order runs (claim and heartbeat held)");
+    const duplicate = await handler(post('"a"'));
+    assert.equal(duplicate.status, 409);
+    gate.open();
+    assert.equal((await first).status, 201);
+    assert.equal(puts.length, 1, "one write");
+    assert.deepEqual(
+      puts[0].map((k) => (k.startsWith("idem:") ? k.slice(0, 7) : k)),
+      ["idem:d:", "idem:r:", "order:1"],
+      "the record, its deadline and the order",
+    );
+    const replay = await handler(post('"a"'));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(await replay.text(), "order 1");
+    assert.equal(state.executions, 1);
+  });
+
+  test("a released key (429: nothing happened) leaves nothing in storage, and its retry runs afresh", async () => {
+    const { storage, puts } = countingStorage();
+    const { handler, state } = insideObject(storage, { status: 429 });
+    assert.equal((await handler(post('"b"'))).status, 429);
+    assert.deepEqual(puts, []);
+    assert.deepEqual([...storage.map.keys()], []);
+    assert.equal((await handler(post('"b"'))).status, 429);
+    assert.equal(state.executions, 2);
+    assert.deepEqual(state.recovered, [false, false]);
+  });
+
+  test("an object that restarts forgets its held claims: the key runs as a first attempt, and only the completed attempt's writes exist", async () => {
+    const { storage } = countingStorage();
+    const gate = barrier();
+    const before = insideObject(storage, { gate });
+    // The attempt never completes: its object is gone (a new store over the same storage).
+    void before.handler(post('"c"'));
+    while (before.state.executions === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    const after = insideObject(storage);
+    const retry = await after.handler(post('"c"'));
+    assert.equal(retry.status, 201);
+    assert.deepEqual(after.state.recovered, [false]);
+    assert.deepEqual([...storage.map.keys()].filter((k) => k.startsWith("order:")), ["order:1"]);
   });
 });

@@ -336,7 +336,16 @@ export const TRANSACTION_KEYS: number;
  * `transaction` to commit the handler's writes with its stored response. Call `alarm()` from
  * the object's `alarm()`. */
 export class DurableObjectLocalStore implements IdempotencyStore {
-  constructor(state: DurableObjectStateLike, options?: { prefix?: string });
+  constructor(
+    state: DurableObjectStateLike,
+    options?: {
+      prefix?: string;
+      /** Claims stay in the object's memory and a fresh request writes once, at its
+       * completion (IDEM-STORE-8). Only for a handler whose every effect is a write of its
+       * transaction: if the object dies, the next request for the key runs afresh at once. */
+      writesOnly?: boolean;
+    },
+  );
   readonly maxResponseBytes: number;
   load(key: string): Promise<StoredRecord | null>;
   apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number }): Promise<boolean>;

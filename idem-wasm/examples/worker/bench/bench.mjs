@@ -3,8 +3,10 @@
 // two routes, POST /orders with withIdempotency over the Durable Object store and
 // POST /unprotected/orders without it, and autocannon drives both in one run: the
 // unprotected route, the protected route with a fresh key per request (claim, handler,
-// completion), and the protected route replaying completed keys. The three alternate in
-// rounds, so that a change in the machine's load touches all three alike; each row adds up
+// completion), and the protected route replaying completed keys. A second workerd serves
+// POST /orders with its claims written (ORDER_WRITES_ONLY = "off"), for a fresh-key row of
+// its own. The phases alternate in rounds, so that a change in the machine's load touches
+// all of them alike; each row adds up
 // its rounds (requests per second over the time spent in them, percentiles over every
 // response's latency). A phase's time runs from its start to its last response, measured
 // here: autocannon's own finish time is its next one-second sample tick, which would round
@@ -96,13 +98,23 @@ function summary(row) {
 
 const dir = tempDir("idem-worker-bench-");
 const onDisk = values.storage !== "memory";
-const worker = await startWorker({ persist: onDisk ? join(dir, "state") : undefined, vars: { UNPROTECTED_ROUTE: "on" } });
+const workers = [];
 try {
+  for (const [name, writesOnly] of [
+    ["held", "on"],
+    ["written", "off"],
+  ]) {
+    const persist = onDisk ? join(dir, name) : undefined;
+    workers.push(await startWorker({ persist, vars: { UNPROTECTED_ROUTE: "on", ORDER_WRITES_ONLY: writesOnly } }));
+  }
+  const [worker, written] = workers;
   const protectedUrl = `${worker.url}/orders`;
+  const writtenUrl = `${written.url}/orders`;
   const unprotectedUrl = `${worker.url}/unprotected/orders`;
-  // Warm-up: both routes, fresh keys, not reported.
+  // Warm-up: every route, fresh keys, not reported.
   await phase(null, unprotectedUrl, 500);
   await phase(null, protectedUrl, 500, freshKey);
+  await phase(null, writtenUrl, 500, freshKey);
   // The keys the replay phase repeats, completed first.
   const replayKeys = Array.from({ length: CONNECTIONS * 4 }, () => `"${randomUUID()}"`);
   for (const key of replayKeys) {
@@ -116,15 +128,17 @@ try {
   const loadBefore = loadavg()[0];
   const started = Date.now();
   const plain = tally("without withIdempotency (POST /unprotected/orders)");
-  const fresh = tally("withIdempotency, fresh keys (POST /orders)");
+  const fresh = tally("withIdempotency, fresh keys (POST /orders, claims held: writesOnly)");
+  const freshWritten = tally("withIdempotency, fresh keys (POST /orders, claims written)");
   const replays = tally("withIdempotency, replays (POST /orders)");
   const perRound = Math.ceil(REQUESTS / ROUNDS);
   for (let round = 0; round < ROUNDS; round++) {
     await phase(plain, unprotectedUrl, perRound);
     await phase(fresh, protectedUrl, perRound, freshKey);
+    await phase(freshWritten, writtenUrl, perRound, freshKey);
     await phase(replays, protectedUrl, perRound, replayKey);
   }
-  const rows = [plain, fresh, replays].map(summary);
+  const rows = [plain, fresh, freshWritten, replays].map(summary);
   const [base] = rows;
   console.log(
     `\nworkerd (Miniflare ${MINIFLARE_VERSION}), Node ${process.versions.node}, ${cpus().length} cores, 127.0.0.1, ` +
@@ -144,6 +158,6 @@ try {
     process.exitCode = 1;
   }
 } finally {
-  await worker.dispose();
+  for (const w of workers) await w.dispose();
   removeDir(dir);
 }

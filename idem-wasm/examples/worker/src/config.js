@@ -14,6 +14,7 @@ export const DEFAULTS = Object.freeze({
   IDEM_MAX_BODY_BYTES: "65536",
   IDEM_LOG_EVENTS: "security",
   ORDER_DELAY_MS: "0",
+  ORDER_WRITES_ONLY: "on",
   UNPROTECTED_ROUTE: "off",
   IDEM_TIME_MAX_AHEAD_MS: "300000",
   IDEM_TIME_MAX_AGE_MS: "86400000",
@@ -108,6 +109,7 @@ export function readConfig(env) {
     },
     logEvents: oneOf(env, "IDEM_LOG_EVENTS", ["off", "security", "all"]),
     orderDelayMs: wholeNumber(env, "ORDER_DELAY_MS", { min: 0, max: 60_000 }),
+    writesOnly: oneOf(env, "ORDER_WRITES_ONLY", ["on", "off"]) === "on",
     unprotectedRoute: oneOf(env, "UNPROTECTED_ROUTE", ["on", "off"]) === "on",
   };
 }

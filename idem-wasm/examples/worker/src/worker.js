@@ -5,8 +5,10 @@
 // The orders live in a Durable Object, and so do their idempotency records: the worker
 // forwards `POST /orders` to that object (one round trip), which claims the key, runs the
 // handler and completes the key next to its own storage (DurableObjectLocalStore), and
-// writes the order in the same atomic write as the stored response. The other routes keep
-// their data elsewhere; their keys are claimed in IdempotencyShard objects
+// writes the order in the same atomic write as the stored response. Every effect of an order
+// is a write of that transaction, so the claim stays in the object's memory
+// (`writesOnly`, ORDER_WRITES_ONLY = "on"): a fresh order is one storage write. The other
+// routes keep their data elsewhere; their keys are claimed in IdempotencyShard objects
 // (DurableObjectStore), one round trip per store step.
 //
 //   POST /orders              create an order (Idempotency-Key required by default)
@@ -49,7 +51,9 @@ const LEDGER_NAME = "orders";
 /**
  * The orders, in one Durable Object: `POST /orders` runs here, next to them, with its
  * idempotency records in the same storage. `record` counts a run of an order handler and
- * returns its number (the other routes call it); `count` is what `GET /count` answers.
+ * returns its number (the other routes call it); `count` is what `GET /count` answers. The
+ * run count is the tests' oracle for how often a handler ran, not an effect of an order: it
+ * is written apart from the order, so that it counts runs whose order never commits.
  */
 export class OrderLedger extends DurableObject {
   #count = 0;
@@ -59,7 +63,12 @@ export class OrderLedger extends DurableObject {
 
   constructor(state, env) {
     super(state, env);
-    this.#store = new DurableObjectLocalStore(state);
+    // Settings the worker refuses never reach the object: it answers 500 misconfigured.
+    let writesOnly = true;
+    try {
+      writesOnly = readConfig(env).writesOnly;
+    } catch {}
+    this.#store = new DurableObjectLocalStore(state, { writesOnly });
     state.blockConcurrencyWhile(async () => {
       this.#count = (await state.storage.get("count")) ?? 0;
     });
@@ -91,9 +100,9 @@ export class OrderLedger extends DurableObject {
         (request) =>
           createOrder(request, config.orderDelayMs, () => this.record(), {
             store,
-            // The object dies once what it wrote so far is durable (the claim and the
-            // run): in-memory state gone, every request it runs fails. The claim stays
-            // until its lease ends.
+            // The object dies once what it wrote so far is durable (the run, and the
+            // claim unless it is held in memory): in-memory state gone, every request it
+            // runs fails. A written claim stays until its lease ends; a held one is gone.
             crash: async () => {
               await this.ctx.storage.sync();
               this.ctx.abort("the order handler crashed");
@@ -148,8 +157,10 @@ const hang = () => new Promise(() => {});
  * back ends do: "decline" answers a deterministic 402 (stored and replayed), "unavailable" a
  * 503 (an unknown outcome: not stored, the retry runs again), "error" makes the first attempt
  * throw (an unknown outcome too: the retry takes over at once, told it recovers), and "crash"
- * makes the first attempt die without an answer (the key stays in flight until its lease
- * ends; the retry that takes over is told it recovers, and succeeds). ORDER_DELAY_MS
+ * makes the first attempt die without an answer (with claims written, ORDER_WRITES_ONLY =
+ * "off", the key stays in flight until its lease ends and the retry that takes over is told
+ * it recovers, and succeeds; with claims held in memory, nothing of the attempt remains and
+ * the retry runs as a first attempt, at once). ORDER_DELAY_MS
  * simulates slow work. With `store` (a DurableObjectLocalStore), the order itself is written
  * with the stored response, in one atomic write, or never. `crash` is how the handler dies.
  */

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
-import { count, post, removeDir, startWorker, tempDir } from "./runtime.mjs";
+import { INSPECTABLE as ENTRY, count, objectStorage as storage, post, removeDir, startWorker, tempDir } from "./runtime.mjs";
 
 const RESPONSE_TTL_MS = 1500;
 const KEY_TTL_MS = 3500;
@@ -17,22 +17,8 @@ const vars = {
   IDEM_KEY_TTL_MS: String(KEY_TTL_MS),
   IDEM_LEASE_MS: String(RESPONSE_TTL_MS),
 };
-const ENTRY = "test/fixtures/inspectable.js";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** What the orders object holds of the idempotency records of `POST /orders` (they live
- * beside the orders, under the store's prefix): `{ records, deadlines, alarms }`. */
-async function storage(mf) {
-  const ns = await mf.getDurableObjectNamespace("LEDGER");
-  const r = await ns.get(ns.idFromName("orders")).fetch("http://ledger/__storage");
-  const { keys, alarm } = await r.json();
-  return {
-    records: keys.filter((k) => k.startsWith("idem:r:")).length,
-    deadlines: keys.filter((k) => k.startsWith("idem:d:")).length,
-    alarms: alarm === null ? [] : [alarm],
-  };
-}
 
 /** Polls `storage` until `done(state)` holds or `ms` pass; returns the last state. */
 async function until(mf, done, ms) {

@@ -32,6 +32,7 @@ test("the defaults become withIdempotency options", () => {
     },
     logEvents: "security",
     orderDelayMs: 0,
+    writesOnly: true,
     unprotectedRoute: false,
   });
 });
@@ -48,6 +49,7 @@ test("values from the environment are read, numbers or strings, with the wait po
     IDEM_MAX_BODY_BYTES: "10",
     IDEM_LOG_EVENTS: "off",
     ORDER_DELAY_MS: "250",
+    ORDER_WRITES_ONLY: "off",
     UNPROTECTED_ROUTE: "on",
   });
   assert.deepEqual(config.idempotency, {
@@ -62,6 +64,7 @@ test("values from the environment are read, numbers or strings, with the wait po
   });
   assert.equal(config.unprotectedRoute, true);
   assert.equal(config.orderDelayMs, 250);
+  assert.equal(config.writesOnly, false);
   assert.equal(config.logEvents, "off");
   // An empty value means the default.
   assert.equal(readConfig({ IDEM_LEASE_MS: "" }).idempotency.lease, 60_000);
@@ -84,6 +87,7 @@ test("bad values are refused, naming the variable", () => {
     [{ IDEM_MAX_BODY_BYTES: "1MiB" }, "IDEM_MAX_BODY_BYTES"],
     [{ IDEM_LOG_EVENTS: "verbose" }, "IDEM_LOG_EVENTS"],
     [{ UNPROTECTED_ROUTE: "yes" }, "UNPROTECTED_ROUTE"],
+    [{ ORDER_WRITES_ONLY: "true" }, "ORDER_WRITES_ONLY"],
     [{ ORDER_DELAY_MS: "60001" }, "ORDER_DELAY_MS"],
     [{ ORDER_DELAY_MS: "-5" }, "ORDER_DELAY_MS"],
   ];

@@ -2,7 +2,8 @@
 // completed before the restart is replayed after it and the handler does not run again
 // (IDEM-EXEC-1, IDEM-REPLAY-1); its fingerprint survives too (IDEM-FP-1); a key that was in
 // flight when the runtime stopped stays claimed until its lease ends, then a retry takes over
-// as recovered (IDEM-LEASE-1).
+// as recovered (IDEM-LEASE-1), when claims are written (ORDER_WRITES_ONLY = "off"; a claim
+// held in memory ends with the object, test/writes-only.test.mjs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -14,8 +15,8 @@ const LEASE_MS = 4000;
 const vars = { IDEM_LEASE_MS: String(LEASE_MS) };
 
 /** Runs `body(worker)` against a worker on `persist`, and always stops the runtime. */
-async function withWorker(persist, body) {
-  const worker = await startWorker({ persist, vars });
+async function withWorker(persist, body, more = {}) {
+  const worker = await startWorker({ persist, vars: { ...vars, ...more } });
   try {
     return await body(worker);
   } finally {
@@ -75,7 +76,8 @@ test("a completed key is replayed after the runtime restarts, and nothing runs t
   }
 });
 
-test("a key in flight when the runtime stops stays claimed until its lease ends", { timeout: 60_000 }, async () => {
+test("with claims written, a key in flight when the runtime stops stays claimed until its lease ends", { timeout: 60_000 }, async () => {
+  const written = { ORDER_WRITES_ONLY: "off" };
   const dir = tempDir();
   const persist = join(dir, "state");
   const key = `"${randomUUID()}"`;
@@ -88,7 +90,7 @@ test("a key in flight when the runtime stops stays claimed until its lease ends"
       await r.arrayBuffer();
       assert.equal(await count(url), 1);
       return Date.now();
-    });
+    }, written);
 
     await withWorker(persist, async ({ url }) => {
       const blocked = await post(url, { key, body });
@@ -108,7 +110,7 @@ test("a key in flight when the runtime stops stays claimed until its lease ends"
       assert.equal(replay.headers.get("idempotent-replayed"), "true");
       assert.deepEqual(await replay.json(), order);
       assert.equal(await count(url), 2);
-    });
+    }, written);
   } finally {
     removeDir(dir);
   }

@@ -75,11 +75,33 @@ export async function startWorker({ vars = {}, persist, entry = "src/worker.js" 
   };
 }
 
-/** `GET /count`: the number of order executions. */
-export async function count(url) {
+/** The worker module whose orders object also answers `GET /__storage` (test/fixtures). */
+export const INSPECTABLE = "test/fixtures/inspectable.js";
+
+/** What the orders object holds of the idempotency records of `POST /orders` (they live
+ * beside the orders, under the store's prefix): `{ records, deadlines, alarms }`. Needs a
+ * worker started with `entry: INSPECTABLE`. */
+export async function objectStorage(mf) {
+  const ns = await mf.getDurableObjectNamespace("LEDGER");
+  const r = await ns.get(ns.idFromName("orders")).fetch("http://ledger/__storage");
+  const { keys, alarm } = await r.json();
+  return {
+    records: keys.filter((k) => k.startsWith("idem:r:")).length,
+    deadlines: keys.filter((k) => k.startsWith("idem:d:")).length,
+    alarms: alarm === null ? [] : [alarm],
+  };
+}
+
+/** `GET /count`: `{ count, orders }`, the handler runs and the committed orders. */
+export async function ledger(url) {
   const response = await fetch(`${url}/count`, { signal: AbortSignal.timeout(10_000) });
   if (!response.ok) throw new Error(`GET /count answered ${response.status}`);
-  return (await response.json()).count;
+  return response.json();
+}
+
+/** `GET /count`: the number of order executions. */
+export async function count(url) {
+  return (await ledger(url)).count;
 }
 
 /** A POST to /orders (or `path`) with a bounded wait. */

@@ -5,12 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { post, startWorker } from "./runtime.mjs";
-
-async function ledger(url) {
-  const r = await fetch(`${url}/count`, { signal: AbortSignal.timeout(10_000) });
-  return r.json();
-}
+import { ledger, post, startWorker } from "./runtime.mjs";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
