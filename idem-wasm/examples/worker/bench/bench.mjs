@@ -1,9 +1,11 @@
 // `npm run bench`: the cost of withIdempotency at the edge. One local workerd (Miniflare,
-// 127.0.0.1, Durable Object state in a temporary directory) serves the same order handler on
-// two routes, POST /orders with withIdempotency over the Durable Object store and
-// POST /unprotected/orders without it, and autocannon drives both in one run: the
-// unprotected route, the protected route with a fresh key per request (claim, handler,
-// completion), and the protected route replaying completed keys. A second workerd serves
+// 127.0.0.1, Durable Object state in a temporary directory) serves the same order handler,
+// in the orders object, on two routes: POST /orders with withIdempotency over the object's
+// own storage, and POST /unprotected/orders without it (the same run count and order write).
+// autocannon drives them in one run: the unprotected route, the protected route with a fresh
+// key per request (claim, handler, completion with the order), and the protected route
+// replaying completed keys. POST /unprotected/runs, the handler in the worker counting its
+// run and writing no order, is the floor: one round trip and one write. A second workerd serves
 // POST /orders with its claims written (ORDER_WRITES_ONLY = "off"), for a fresh-key row of
 // its own. The phases alternate in rounds, so that a change in the machine's load touches
 // all of them alike; each row adds up
@@ -111,7 +113,9 @@ try {
   const protectedUrl = `${worker.url}/orders`;
   const writtenUrl = `${written.url}/orders`;
   const unprotectedUrl = `${worker.url}/unprotected/orders`;
+  const floorUrl = `${worker.url}/unprotected/runs`;
   // Warm-up: every route, fresh keys, not reported.
+  await phase(null, floorUrl, 500);
   await phase(null, unprotectedUrl, 500);
   await phase(null, protectedUrl, 500, freshKey);
   await phase(null, writtenUrl, 500, freshKey);
@@ -128,17 +132,19 @@ try {
   const loadBefore = loadavg()[0];
   const started = Date.now();
   const plain = tally("without withIdempotency (POST /unprotected/orders)");
+  const floor = tally("floor: a run counted, no order (POST /unprotected/runs)");
   const fresh = tally("withIdempotency, fresh keys (POST /orders, claims held: writesOnly)");
   const freshWritten = tally("withIdempotency, fresh keys (POST /orders, claims written)");
   const replays = tally("withIdempotency, replays (POST /orders)");
   const perRound = Math.ceil(REQUESTS / ROUNDS);
   for (let round = 0; round < ROUNDS; round++) {
     await phase(plain, unprotectedUrl, perRound);
+    await phase(floor, floorUrl, perRound);
     await phase(fresh, protectedUrl, perRound, freshKey);
     await phase(freshWritten, writtenUrl, perRound, freshKey);
     await phase(replays, protectedUrl, perRound, replayKey);
   }
-  const rows = [plain, fresh, freshWritten, replays].map(summary);
+  const rows = [plain, fresh, freshWritten, replays, floor].map(summary);
   const [base] = rows;
   console.log(
     `\nworkerd (Miniflare ${MINIFLARE_VERSION}), Node ${process.versions.node}, ${cpus().length} cores, 127.0.0.1, ` +

@@ -114,10 +114,17 @@ export function readConfig(env) {
   };
 }
 
+/** `configKey` per environment object: the runtime passes the same one to every request. */
+const keys = new WeakMap();
+
 /** The variables that `readConfig` reads, as one string: a cache key for the settings. */
 export function configKey(env) {
-  return Object.keys(DEFAULTS)
+  let key = typeof env === "object" && env !== null ? keys.get(env) : undefined;
+  if (key !== undefined) return key;
+  key = Object.keys(DEFAULTS)
     .map((name) => `${name}=${text(env, name)}`)
     .concat(`${TOKEN_SECRET}=${env?.[TOKEN_SECRET] ?? ""}`)
     .join("\n");
+  if (typeof env === "object" && env !== null) keys.set(env, key);
+  return key;
 }

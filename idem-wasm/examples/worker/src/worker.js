@@ -22,8 +22,11 @@
 //                             (one ledger entry), redeliveries are acknowledged unprocessed
 //   GET  /count               how many times the order handler has run (the side-effect
 //                             oracle), and how many orders were committed
-//   POST /unprotected/orders  the same handler without withIdempotency, for the benchmark
-//                             (only with UNPROTECTED_ROUTE = "on")
+//   POST /unprotected/orders  the same handler without withIdempotency, in the orders object,
+//                             writing the order; for the benchmark
+//   POST /unprotected/runs    the handler in the worker: validates and counts the run, writes
+//                             no order; the benchmark's floor (both only with
+//                             UNPROTECTED_ROUTE = "on")
 //
 // Bindings (wrangler.toml): IDEM, the `IdempotencyShard` Durable Object class from the
 // package, one object per key shard; LEDGER, the `OrderLedger` class below, which holds the
@@ -58,7 +61,7 @@ const LEDGER_NAME = "orders";
 export class OrderLedger extends DurableObject {
   #count = 0;
   #store;
-  /** The protected order handler, per set of settings. */
+  /** The settings and the protected order handler, per set of settings. */
   #orders = new Map();
 
   constructor(state, env) {
@@ -88,15 +91,16 @@ export class OrderLedger extends DurableObject {
   }
 
   /** `POST /orders`, forwarded by the worker once it has checked the route, the method, the
-   * account and the settings. */
+   * account and the settings; or `POST /unprotected/orders`, the same handler without
+   * idempotency, its order written at once. */
   async fetch(request) {
     const env = this.env;
     const key = configKey(env);
-    let orders = this.#orders.get(key);
-    if (orders === undefined) {
+    let setup = this.#orders.get(key);
+    if (setup === undefined) {
       const config = readConfig(env);
       const store = this.#store;
-      orders = withIdempotency(
+      const orders = withIdempotency(
         (request) =>
           createOrder(request, config.orderDelayMs, () => this.record(), {
             store,
@@ -110,10 +114,14 @@ export class OrderLedger extends DurableObject {
           }),
         idempotencyOptions(config, store),
       );
+      setup = { config, orders };
       if (this.#orders.size >= 4) this.#orders.clear();
-      this.#orders.set(key, orders);
+      this.#orders.set(key, setup);
     }
-    return orders(request);
+    if (new URL(request.url).pathname === "/unprotected/orders") {
+      return createOrder(request, setup.config.orderDelayMs, () => this.record(), { storage: this.ctx.storage });
+    }
+    return setup.orders(request);
   }
 
   /** Expires the idempotency records that are due. */
@@ -162,9 +170,10 @@ const hang = () => new Promise(() => {});
  * it recovers, and succeeds; with claims held in memory, nothing of the attempt remains and
  * the retry runs as a first attempt, at once). ORDER_DELAY_MS
  * simulates slow work. With `store` (a DurableObjectLocalStore), the order itself is written
- * with the stored response, in one atomic write, or never. `crash` is how the handler dies.
+ * with the stored response, in one atomic write, or never; with `storage` (the object's, and
+ * no idempotency), it is written at once. `crash` is how the handler dies.
  */
-async function createOrder(request, delayMs, run, { store, crash = hang } = {}) {
+async function createOrder(request, delayMs, run, { store, storage, crash = hang } = {}) {
   const type = request.headers.get("content-type") ?? "";
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     return problem(415, "unsupported-media-type", "Orders are JSON", "send Content-Type: application/json");
@@ -203,16 +212,20 @@ async function createOrder(request, delayMs, run, { store, crash = hang } = {}) 
     if (order.outcome === "unavailable") return json(503, { error: "unavailable", execution: n });
     return json(201, { id, execution: n, recovered }, { location: `/orders/${id}` });
   };
-  if (store === undefined || context === undefined) return answer();
   // The order (declined ones too) is written with the answer: a stored answer commits it, a
   // 503 (not stored) does not. Nothing but this object's storage is awaited from here to the
   // completion, so no other request of the object runs in between: the read of the order
   // count and the write of the new one cannot interleave with another's.
-  return store.transaction(context, async (tx) => {
+  const write = async (tx) => {
     tx.put("orders", ((await tx.get("orders")) ?? 0) + 1);
     tx.put(`order:${id}`, { id, execution: n, outcome: order.outcome ?? "created" });
     return answer();
-  });
+  };
+  if (store !== undefined && context !== undefined) return store.transaction(context, write);
+  // Without idempotency: both puts, with nothing awaited between them, are one atomic write
+  // of the object.
+  if (storage !== undefined) return write(storage);
+  return answer();
 }
 
 /** The idempotency options of every protected route, on `store`. */
@@ -412,6 +425,10 @@ async function route(request, env, ctx) {
     case "/idempotency-tokens":
       return setup.tokens.tokenResponse(request, { route: "/checkout" });
     case "/unprotected/orders":
+      if (!setup.config.unprotectedRoute) break;
+      if (request.method !== "POST") return methodNotAllowed("POST");
+      return ledger(env).fetch(request);
+    case "/unprotected/runs":
       if (!setup.config.unprotectedRoute) break;
       if (request.method !== "POST") return methodNotAllowed("POST");
       return setup.handler(request, env);

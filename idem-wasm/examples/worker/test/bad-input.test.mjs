@@ -161,11 +161,12 @@ test("orders that are not JSON objects are refused by the handler, stored, and n
   }
 });
 
-test("unknown routes and methods get problem+json, and the benchmark route is off by default", async () => {
+test("unknown routes and methods get problem+json, and the benchmark routes are off by default", async () => {
   await refused(() => fetch(`${worker.url}/orders`, { signal: AbortSignal.timeout(10_000) }), 405, "urn:idem-example:problem:method-not-allowed");
   await refused(() => post(worker.url, { key: fresh(), path: "/count" }), 405, "urn:idem-example:problem:method-not-allowed");
   await refused(() => post(worker.url, { key: fresh(), path: "/refunds" }), 404, "urn:idem-example:problem:not-found");
   await refused(() => post(worker.url, { path: "/unprotected/orders" }), 404, "urn:idem-example:problem:not-found");
+  await refused(() => post(worker.url, { path: "/unprotected/runs" }), 404, "urn:idem-example:problem:not-found");
 });
 
 test("a misconfigured worker answers 500 problem+json naming the variable, and runs nothing", async () => {

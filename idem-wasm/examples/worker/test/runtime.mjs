@@ -36,8 +36,9 @@ export function removeDir(dir) {
  * Durable Object state (kept across restarts), or undefined for state in memory. Resolves to
  * `{ url, mf, dispose }`; `url` ends without a slash. `entry` is the worker module (tests
  * that look into Durable Object storage use a fixture that re-exports the worker).
+ * `miniflare`: more Miniflare options (an `inspectorPort` for a profiler).
  */
-export async function startWorker({ vars = {}, persist, entry = "src/worker.js" } = {}) {
+export async function startWorker({ vars = {}, persist, entry = "src/worker.js", miniflare = {} } = {}) {
   const mf = new Miniflare({
     name: "idem-orders",
     modules: true,
@@ -55,6 +56,7 @@ export async function startWorker({ vars = {}, persist, entry = "src/worker.js" 
     host: "127.0.0.1",
     port: 0,
     cf: false,
+    ...miniflare,
   });
   let url;
   try {

@@ -77,3 +77,24 @@ test("orders of distinct keys that overlap in time are each committed once", { t
     await worker.dispose();
   }
 });
+
+test("the benchmark's unprotected routes: /unprotected/orders writes an order per request, key or not; /unprotected/runs writes none", { timeout: 60_000 }, async () => {
+  const worker = await startWorker({ vars: { UNPROTECTED_ROUTE: "on" } });
+  try {
+    const { url } = worker;
+    const key = `"${randomUUID()}"`;
+    for (let i = 1; i <= 2; i++) {
+      const r = await post(url, { key, path: "/unprotected/orders" });
+      assert.equal(r.status, 201);
+      assert.equal(r.headers.get("idempotent-replayed"), null);
+      assert.equal((await r.json()).execution, i, "no idempotency: the same key runs again");
+    }
+    assert.deepEqual(await ledger(url), { count: 2, orders: 2 });
+    const run = await post(url, { key, path: "/unprotected/runs" });
+    assert.equal(run.status, 201);
+    await run.arrayBuffer();
+    assert.deepEqual(await ledger(url), { count: 3, orders: 2 }, "a run, no order");
+  } finally {
+    await worker.dispose();
+  }
+});
