@@ -330,10 +330,66 @@ fn memory_report() {
     drop(store);
 }
 
+/// A store at its steady state, as a server that has run longer than its retention: a
+/// million records, one written per millisecond, whose responses and keys expire a million
+/// milliseconds after their write. Each new key's write therefore also expires the oldest
+/// record (the sweep every write makes), so a new key costs its claim and finish plus one
+/// expiry, with the deadline index at a million entries.
+fn steady(c: &mut Criterion) {
+    let ttl = Duration::from_millis(MILLION);
+    let engine = Engine::new(Config {
+        response_ttl: ttl,
+        key_ttl: ttl,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut store = MemoryStore::new(MemoryStoreLimits {
+        max_entries: usize::MAX,
+        max_bytes: usize::MAX,
+    });
+    let fp = Fingerprint::from_digest([3; 32]);
+    let add = |store: &mut MemoryStore, n: u64| {
+        let now = NOW.saturating_add(Duration::from_millis(n));
+        let k = key(n);
+        let Claim::Execute { lease, .. } = store
+            .claim(
+                &engine,
+                now,
+                &Attempt {
+                    key: &k,
+                    fingerprint: &fp,
+                    nonce: n,
+                },
+            )
+            .unwrap()
+        else {
+            unreachable!()
+        };
+        store
+            .finish(&engine, now, &lease, Outcome::Final(response()))
+            .unwrap()
+    };
+    for n in 0..MILLION {
+        add(&mut store, n);
+    }
+    let mut n = MILLION;
+    let mut g = c.benchmark_group("memory store (1M keys, steady state)");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("new key: claim + finish, the oldest expiring", |b| {
+        b.iter(|| {
+            n += 1;
+            black_box(add(&mut store, n))
+        })
+    });
+    g.finish();
+    // Every write expired as many records as it added.
+    assert!(store.stats().entries <= MILLION as usize + 1);
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = decisions, fingerprints, store
+    targets = decisions, fingerprints, store, steady
 }
 
 fn main() {
