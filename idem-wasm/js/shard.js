@@ -153,13 +153,13 @@ export class IdempotencyShard {
   async #fetch(key) {
     if (this.#cache.has(key) || this.#held?.has(key)) return;
     const stored = await this.#storage.get(this.#prefix + RECORD + key);
-    if (this.#cache.has(key)) return;
+    if (this.#cache.has(key) || this.#held?.has(key)) return;
     let entry = stored ?? null;
     if (entry !== null && entry.chunks > 1) {
       const keys = [];
       for (let i = 1; i < entry.chunks; i++) keys.push(chunkKey(this.#prefix, key, i));
       const parts = await this.#storage.get(keys);
-      if (this.#cache.has(key)) return;
+      if (this.#cache.has(key) || this.#held?.has(key)) return;
       const value = new Uint8Array(entry.length);
       value.set(entry.value, 0);
       let at = entry.value.byteLength;
@@ -183,10 +183,10 @@ export class IdempotencyShard {
   /** The compare-and-set against the copy in memory (the object's current record, never a
    * caller's earlier read), then to storage: the storage promises, or null when the
    * precondition failed. `extra` (`{ puts, deletes }`, the handler's own writes) goes to
-   * storage in the same atomic write as the record. When claims are held, `hold` keeps
-   * the record in memory while storage has none of the key: "claim" for a claim's write,
-   * "heartbeat" for a write that extends a held claim. */
-  #write(key, write, extra, hold) {
+   * storage in the same atomic write as the record. When claims are held, a record in
+   * flight (`write.inFlight`, the engine's word) is kept in memory while storage has none
+   * of the key, and not written; `now` drops held claims past their deadline. */
+  #write(key, write, extra, now) {
     const current = this.#current(key);
     const holds = write.expect === null ? current === null : current !== null && current.version === write.expect;
     if (!holds) return null;
@@ -196,15 +196,14 @@ export class IdempotencyShard {
     const ops = [];
     // What storage holds: a held claim stands for a key that has none.
     const stored = this.#cache.get(key) ?? null;
-    if (this.#held !== null && stored === null) {
-      const held = this.#held.has(key);
-      if (write.value !== null && (hold === "claim" || (hold === "heartbeat" && held))) {
-        this.#hold(key, { version: write.version, value: write.value, deadline: write.deadline });
+    if (this.#held !== null) {
+      const held = this.#held.delete(key);
+      if (stored === null && write.inFlight === true) {
+        this.#hold(key, { version: write.version, value: write.value, deadline: write.deadline }, now);
         return ops;
       }
-      this.#held.delete(key);
-      // A released claim leaves nothing behind; a completion goes to storage below.
-      if (held && write.value === null) return ops;
+      // A released claim leaves nothing behind; anything else goes to storage below.
+      if (stored === null && held && write.value === null) return ops;
     }
     const deletes = [];
     if (stored !== null) {
@@ -239,17 +238,19 @@ export class IdempotencyShard {
     return ops;
   }
 
-  /** Keeps a claim in memory. Claims held past their deadline (their key's expiry: their
-   * attempts died without a release) are dropped, oldest first, as storage would drop them. */
-  #hold(key, entry) {
+  /** Keeps a claim in memory, after looking at the two claims held longest: one past its
+   * deadline (its key's expiry: its attempt died without a release) is dropped, as storage
+   * would drop it, and one that is not goes to the back, so that every held claim is
+   * looked at in turn. */
+  #hold(key, entry, now) {
     const held = this.#held;
-    held.delete(key);
-    held.set(key, entry);
-    const now = Date.now();
+    let looked = 0;
     for (const [k, e] of held) {
-      if (e.deadline > now) break;
+      if (looked++ === 2) break;
       held.delete(k);
+      if (e.deadline > now) held.set(k, e);
     }
+    held.set(key, entry);
   }
 
   async #schedule(deadline) {
@@ -279,8 +280,8 @@ export class IdempotencyShard {
           engine.record(slot, now, this.#current(key)?.value ?? undefined);
         } else if (step === Step.Apply) {
           const write = engine.takeWrite(slot);
-          const done = this.#write(key, write, undefined, "claim");
-          if (done !== null) {
+          const done = this.#write(key, write, undefined, now);
+          if (done !== null && done.length > 0) {
             ops.push(...done);
             deadline = write.deadline;
           }
@@ -300,12 +301,12 @@ export class IdempotencyShard {
 
   /** Applies a compare-and-set write from a worker (a completion or a heartbeat). `extra`
    * (`{ puts: [[key, value]…], deletes: [key…] }`) is written in the same atomic write, and
-   * only if the precondition holds. `heartbeat`: the write extends a lease (a held claim
-   * stays in memory). */
-  async apply(key, write, _now, extra, heartbeat = false) {
+   * only if the precondition holds. */
+  async apply(key, write, now, extra) {
     await this.#fetch(key);
-    const ops = this.#write(key, write, extra, heartbeat ? "heartbeat" : undefined);
+    const ops = this.#write(key, write, extra, now);
     if (ops === null) return false;
+    if (ops.length === 0) return true;
     await Promise.all(ops);
     await this.#schedule(write.value === null ? 0 : write.deadline);
     return true;
@@ -334,7 +335,7 @@ export class IdempotencyShard {
       const write = expire(now, current.value);
       if (write === undefined) continue;
       write.expect = current.version;
-      const ops = this.#write(key, write);
+      const ops = this.#write(key, write, undefined, now);
       if (ops !== null) await Promise.all(ops);
     }
     const next = await this.#storage.list({ start: p + DEADLINE, end: p + DEADLINE + "\uffff", limit: 1 });
@@ -479,7 +480,7 @@ export class DurableObjectLocalStore {
   apply(key, write, now, info) {
     const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.fence);
     const open = attempt === undefined ? undefined : this.#open.get(attempt);
-    if (open === undefined) return this.#shard.apply(key, write, now, undefined, attempt === undefined);
+    if (open === undefined) return this.#shard.apply(key, write, now);
     this.#open.delete(attempt);
     // Only an answer whose response is stored commits the handler's writes, in the same
     // atomic write (IDEM-STORE-7); anything else leaves them unwritten.

@@ -26,8 +26,8 @@ use core::time::Duration;
 use idem_core::{
     Claimed, CompleteError, Config, ConfigError, CounterConfig, DecodeError, Event,
     FingerprintSpec, InFlight, JsonMode, KeyKind, KindConfigError, Policy, Precondition, RecordKey,
-    Refusal, Scope, Ticket, TimeKeyConfig, TokenSecret, UnixMillis, UnknownOutcomePolicy,
-    UuidVersion, Write, WriteOp,
+    RecordState, Refusal, Scope, Ticket, TimeKeyConfig, TokenSecret, UnixMillis,
+    UnknownOutcomePolicy, UuidVersion, Write, WriteOp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -618,6 +618,10 @@ pub struct StoreWrite {
     /// decided it ([`idem_core::Request::completing`]): a store that commits a handler's own
     /// writes with its completion commits them only then (`IDEM-STORE-7`). Set by the host.
     pub stores_response: bool,
+    /// Whether the record written is in flight (a claim, a heartbeat, or an attempt that
+    /// threw left for a retry to take over): a store that holds claims in memory may keep
+    /// it there while it has no record of the key (`IDEM-STORE-8`).
+    pub in_flight: bool,
 }
 
 impl StoreWrite {
@@ -635,6 +639,7 @@ impl StoreWrite {
                 deadline: to_ms(record.next_deadline()),
                 expires: to_ms(record.retained_until()),
                 stores_response: false,
+                in_flight: matches!(record.state, RecordState::InFlight { .. }),
             },
             WriteOp::Delete => StoreWrite {
                 expect,
@@ -643,6 +648,7 @@ impl StoreWrite {
                 deadline: 0.0,
                 expires: 0.0,
                 stores_response: false,
+                in_flight: false,
             },
         }
     }

@@ -232,6 +232,7 @@ fn write_object(w: &StoreWrite) -> JsValue {
     set("deadline", JsValue::from_f64(w.deadline));
     set("expires", JsValue::from_f64(w.expires));
     set("storesResponse", JsValue::from_bool(w.stores_response));
+    set("inFlight", JsValue::from_bool(w.in_flight));
     object.into()
 }
 

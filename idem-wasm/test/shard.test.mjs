@@ -1,7 +1,7 @@
 // The Durable Object store, against an in-memory fake of the Durable Object storage API.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, idempotencyOf, withIdempotency } from "idem";
+import { DurableObjectLocalStore, DurableObjectStore, Idempotency, IdempotencyShard, idempotencyOf, withIdempotency } from "idem";
 import { FakeNamespace, FakeStorage, barrier, manualClock } from "./helpers.mjs";
 
 function post(key, body = { amount: 1 }) {
@@ -214,9 +214,9 @@ describe("Durable Object store", () => {
 });
 
 /** A handler running inside one object over `storage`, on a `writesOnly` store: each run
- * waits for `gate` (if given), extends its lease once, writes `order:<n>` in its transaction
- * and answers 201, or `status` when given. `puts` lists every storage put. */
-function insideObject(storage, { gate, status } = {}) {
+ * extends its lease once, waits for `gate` (if given), then throws when `fail(n)` says so,
+ * answers `status` when given, or writes `order:<n>` in its transaction and answers 201. */
+function insideObject(storage, { gate, status, fail = () => false, idem = {} } = {}) {
   const store = new DurableObjectLocalStore({ storage }, { writesOnly: true });
   const state = { executions: 0, recovered: [] };
   const handler = withIdempotency(
@@ -227,28 +227,42 @@ function insideObject(storage, { gate, status } = {}) {
       state.recovered.push(context.recovered);
       await context.extend();
       if (gate) await gate.wait();
+      if (fail(n)) throw new Error("the handler failed");
       if (status !== undefined) return new Response("unavailable", { status });
       return store.transaction(context, async (tx) => {
         tx.put(`order:${n}`, { n });
         return new Response(`order ${n}`, { status: 201 });
       });
     },
-    { principal: "none", store },
+    { principal: "none", store, ...idem },
   );
-  return { handler, state };
+  return { handler, state, store };
 }
 
-/** FakeStorage that lists the keys of every put. */
+/** FakeStorage that lists every write it is asked for: puts (by their keys), deletes and
+ * alarms. */
 function countingStorage() {
   const storage = new FakeStorage();
-  const puts = [];
+  const writes = [];
   const put = storage.put.bind(storage);
+  const del = storage.delete.bind(storage);
+  const setAlarm = storage.setAlarm.bind(storage);
   storage.put = (entries, value) => {
-    puts.push(Object.keys(typeof entries === "string" ? { [entries]: value } : entries).sort());
+    writes.push(["put", Object.keys(typeof entries === "string" ? { [entries]: value } : entries).sort()]);
     return put(entries, value);
   };
-  return { storage, puts };
+  storage.delete = (keys) => {
+    writes.push(["delete", keys]);
+    return del(keys);
+  };
+  storage.setAlarm = (t) => {
+    writes.push(["setAlarm", t]);
+    return setAlarm(t);
+  };
+  return { storage, writes };
 }
+
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
   test("writesOnly must be a boolean (IDEM-JS-1)", () => {
@@ -259,22 +273,24 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
   });
 
   test("a fresh key is written once, at its completion, with the handler's writes; its claim and heartbeat write nothing, yet a duplicate sees them", async () => {
-    const { storage, puts } = countingStorage();
+    const { storage, writes } = countingStorage();
     const gate = barrier();
     const { handler, state } = insideObject(storage, { gate });
     const first = handler(post('"a"'));
-    while (state.executions === 0) await new Promise((resolve) => setTimeout(resolve, 5));
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    assert.deepEqual(puts, [], "nothing written while the order runs (claim and heartbeat held)");
+    while (state.executions === 0) await pause(5);
+    await pause(20);
+    assert.deepEqual(writes, [], "nothing written while the order runs (claim and heartbeat held, no alarm)");
     const duplicate = await handler(post('"a"'));
     assert.equal(duplicate.status, 409);
     gate.open();
     assert.equal((await first).status, 201);
-    assert.equal(puts.length, 1, "one write");
     assert.deepEqual(
-      puts[0].map((k) => (k.startsWith("idem:") ? k.slice(0, 7) : k)),
-      ["idem:d:", "idem:r:", "order:1"],
-      "the record, its deadline and the order",
+      writes.map(([op, keys]) => [op, op === "put" ? keys.map((k) => (k.startsWith("idem:") ? k.slice(0, 7) : k)) : typeof keys]),
+      [
+        ["put", ["idem:d:", "idem:r:", "order:1"]],
+        ["setAlarm", "number"],
+      ],
+      "one write: the record, its deadline and the order; then the alarm",
     );
     const replay = await handler(post('"a"'));
     assert.equal(replay.headers.get("idempotent-replayed"), "true");
@@ -283,14 +299,57 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
   });
 
   test("a released key (429: nothing happened) leaves nothing in storage, and its retry runs afresh", async () => {
-    const { storage, puts } = countingStorage();
+    const { storage, writes } = countingStorage();
     const { handler, state } = insideObject(storage, { status: 429 });
     assert.equal((await handler(post('"b"'))).status, 429);
-    assert.deepEqual(puts, []);
+    assert.deepEqual(writes, []);
     assert.deepEqual([...storage.map.keys()], []);
     assert.equal((await handler(post('"b"'))).status, 429);
     assert.equal(state.executions, 2);
     assert.deepEqual(state.recovered, [false, false]);
+  });
+
+  test("an attempt that threw stays held for its retry, which takes over as recovered; only the retry's completion is written", async () => {
+    const { storage, writes } = countingStorage();
+    const { handler, state } = insideObject(storage, { fail: (n) => n === 1 });
+    await assert.rejects(handler(post('"t"')), /the handler failed/);
+    assert.deepEqual(writes, []);
+    assert.equal((await handler(post('"t"'))).status, 201);
+    assert.deepEqual(state.recovered, [false, true]);
+    assert.deepEqual([...storage.map.keys()].filter((k) => k.startsWith("order:")), ["order:2"]);
+  });
+
+  test("a held claim is taken over after its lease as recovered, and the attempt that lost it commits nothing", async () => {
+    const clock = manualClock(Date.now());
+    const { storage } = countingStorage();
+    const gate = barrier();
+    const { handler, state } = insideObject(storage, { gate, idem: { lease: 1000, now: clock } });
+    const stalled = handler(post('"l"'));
+    while (state.executions === 0) await pause(5);
+    clock.advance(1500);
+    const takeover = handler(post('"l"'));
+    while (state.executions === 1) await pause(5);
+    gate.open();
+    assert.equal((await takeover).status, 201);
+    await stalled;
+    assert.deepEqual(state.recovered, [false, true]);
+    assert.deepEqual([...storage.map.keys()].filter((k) => k.startsWith("order:")), ["order:2"], "the winner's order only");
+  });
+
+  test("sessions and tokens on a writesOnly store are written, not held", async () => {
+    const { storage } = countingStorage();
+    const store = new DurableObjectLocalStore({ storage }, { writesOnly: true });
+    const secret = "ab".repeat(32);
+    const tokens = new Idempotency({ principal: "none", store, keyKind: "token", token: { secret, ttl: 60_000 } });
+    const issued = await tokens.issueToken(post('"x"'), { route: "/orders" });
+    const counters = new Idempotency({ principal: "none", store, keyKind: "counter", counter: { bits: 32, window: 8 } });
+    await counters.openSession(post('"x"'), { route: "/orders", client: "c1", firstSeq: 0 });
+    // A new object over the same storage (its memory lost) still finds both.
+    const fresh = new DurableObjectLocalStore({ storage }, { writesOnly: true });
+    const records = [...storage.map.keys()].filter((k) => k.startsWith("idem:r:"));
+    assert.equal(records.length, 2, `a token and a session record in storage: ${records}`);
+    for (const k of records) assert.notEqual(await fresh.load(k.slice(7)), null);
+    assert.ok(issued.token);
   });
 
   test("an object that restarts forgets its held claims: the key runs as a first attempt, and only the completed attempt's writes exist", async () => {
@@ -299,7 +358,7 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     const before = insideObject(storage, { gate });
     // The attempt never completes: its object is gone (a new store over the same storage).
     void before.handler(post('"c"'));
-    while (before.state.executions === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (before.state.executions === 0) await pause(5);
     const after = insideObject(storage);
     const retry = await after.handler(post('"c"'));
     assert.equal(retry.status, 201);

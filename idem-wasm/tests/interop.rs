@@ -369,6 +369,21 @@ fn writes_carry_versions_as_decimal_strings_and_the_deadline() {
             .unwrap(),
     );
     assert_eq!((released.value, released.deadline), (None, 0.0));
+    // In flight: the claim, and an attempt that threw left for a retry to take over; not a
+    // completion or a release (IDEM-STORE-8).
+    let threw = StoreWrite::from_core(
+        &e.complete(UnixMillis(2000), &lease, Outcome::Unknown(None))
+            .unwrap(),
+    );
+    assert_eq!(
+        (
+            w.in_flight,
+            threw.in_flight,
+            w2.in_flight,
+            released.in_flight
+        ),
+        (true, true, false, false)
+    );
 }
 
 #[test]

@@ -58,6 +58,10 @@ export interface StoreWrite {
    * store that commits the handler's own writes with its completion commits them only then:
    * never with a release or an outcome held as unknown (IDEM-STORE-7). */
   storesResponse: boolean;
+  /** True when the record written is in flight: a claim, a heartbeat, or an attempt that
+   * threw left for a retry to take over. A store that holds claims in memory may keep such a
+   * record there while it stores none of the key (IDEM-STORE-8). */
+  inFlight: boolean;
 }
 
 /** The write that applies the passage of time to a stored record at `now`: a tombstone in

@@ -33,6 +33,7 @@ for (const [writesOnly, heldInMemory] of [
       await untilRuns(url, 1);
       const during = await objectStorage(mf);
       assert.equal(during.records, heldInMemory ? 0 : 1, "idempotency records in storage while the order runs");
+      assert.equal(during.alarms.length, heldInMemory ? 0 : 1, "an alarm only for a written claim");
       const duplicate = await post(url, { key });
       assert.equal(duplicate.status, 409, "the claim is seen by the duplicate");
       assert.equal((await duplicate.json()).type, "urn:idem:problem:in-progress");
