@@ -185,6 +185,34 @@ fn filled_store(engine: &Engine, n: u64) -> MemoryStore {
     store
 }
 
+/// A request with the new key `key(n)` at `now`: its claim, then its finish with a response.
+fn new_key(
+    store: &mut MemoryStore,
+    engine: &Engine,
+    now: UnixMillis,
+    n: u64,
+    fp: &Fingerprint,
+) -> Finish {
+    let k = key(n);
+    let Claim::Execute { lease, .. } = store
+        .claim(
+            engine,
+            now,
+            &Attempt {
+                key: &k,
+                fingerprint: fp,
+                nonce: n,
+            },
+        )
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    store
+        .finish(engine, now, &lease, Outcome::Final(response()))
+        .unwrap()
+}
+
 fn store(c: &mut Criterion) {
     let engine = Engine::default();
     let mut store = filled_store(&engine, MILLION);
@@ -209,26 +237,7 @@ fn store(c: &mut Criterion) {
     g.bench_function("new key: claim + finish", |b| {
         b.iter(|| {
             n += 1;
-            let k = key(n);
-            let Claim::Execute { lease, .. } = store
-                .claim(
-                    &engine,
-                    NOW,
-                    &Attempt {
-                        key: &k,
-                        fingerprint: &fp,
-                        nonce: n,
-                    },
-                )
-                .unwrap()
-            else {
-                unreachable!()
-            };
-            black_box(
-                store
-                    .finish(&engine, NOW, &lease, Outcome::Final(response()))
-                    .unwrap(),
-            )
+            black_box(new_key(&mut store, &engine, NOW, n, &fp))
         })
     });
     g.finish();
@@ -349,25 +358,13 @@ fn steady(c: &mut Criterion) {
     });
     let fp = Fingerprint::from_digest([3; 32]);
     let add = |store: &mut MemoryStore, n: u64| {
-        let now = NOW.saturating_add(Duration::from_millis(n));
-        let k = key(n);
-        let Claim::Execute { lease, .. } = store
-            .claim(
-                &engine,
-                now,
-                &Attempt {
-                    key: &k,
-                    fingerprint: &fp,
-                    nonce: n,
-                },
-            )
-            .unwrap()
-        else {
-            unreachable!()
-        };
-        store
-            .finish(&engine, now, &lease, Outcome::Final(response()))
-            .unwrap()
+        new_key(
+            store,
+            &engine,
+            NOW.saturating_add(Duration::from_millis(n)),
+            n,
+            &fp,
+        )
     };
     for n in 0..MILLION {
         add(&mut store, n);
