@@ -1,6 +1,7 @@
 // Compiled by `npm run typecheck` against the hand-written index.d.ts: every public shape is
 // used the way the README shows, so a type that drifts from the code fails here.
 import {
+  DurableObjectLocalStore,
   DurableObjectStore,
   Idempotency,
   Inbox,
@@ -46,7 +47,7 @@ void answered;
 
 const custom: IdempotencyStore = {
   load: async (_key: string) => null,
-  apply: async (_key: string, write: StoreWrite, _now: number) => write.expect === null,
+  apply: async (_key: string, write: StoreWrite, _now: number) => write.expect === null && !write.inFlight,
 };
 const plain = new Idempotency<{ method: string; target: string; key: string; account: string }>({
   store: custom,
@@ -66,6 +67,16 @@ void withIdempotency(() => new Response("ok"), { store: doStore, principal: "non
 declare const state: ConstructorParameters<typeof IdempotencyShard>[0];
 const shard = new IdempotencyShard(state);
 void shard.alarm();
+const local = new DurableObjectLocalStore(state, { prefix: "idem:", writesOnly: true });
+void withIdempotency(
+  (request) =>
+    local.transaction(idempotencyOf(request)!, async (tx) => {
+      tx.put("orders", ((await tx.get("orders")) as number | undefined ?? 0) + 1);
+      return new Response("created", { status: 201 });
+    }),
+  { store: local, principal: "none" },
+);
+void local.alarm();
 const full: string = new StoreFullError().code;
 void full;
 
