@@ -244,11 +244,13 @@ export class IdempotencyShard {
    * looked at in turn. */
   #hold(key, entry, now) {
     const held = this.#held;
+    // A caller that gives no time drops nothing.
+    const at = Number.isFinite(now) ? now : -Infinity;
     let looked = 0;
     for (const [k, e] of held) {
       if (looked++ === 2) break;
       held.delete(k);
-      if (e.deadline > now) held.set(k, e);
+      if (e.deadline > at) held.set(k, e);
     }
     held.set(key, entry);
   }

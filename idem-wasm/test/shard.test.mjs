@@ -352,6 +352,15 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     assert.ok(issued.token);
   });
 
+  test("held claims applied without a time are all kept: none is taken for expired", async () => {
+    const { storage, writes } = countingStorage();
+    const store = new DurableObjectLocalStore({ storage }, { writesOnly: true });
+    const claim = (v) => ({ expect: null, version: v, value: new Uint8Array([1, 2, 3]), deadline: Date.now() + 60_000, inFlight: true });
+    for (const key of ["k1", "k2", "k3", "k4"]) assert.equal(await store.apply(key, claim(`v-${key}`)), true);
+    assert.deepEqual(writes, [], "claims are held, not written");
+    for (const key of ["k1", "k2", "k3", "k4"]) assert.equal((await store.load(key))?.version, `v-${key}`, `${key} still held`);
+  });
+
   test("an object that restarts forgets its held claims: the key runs as a first attempt, and only the completed attempt's writes exist", async () => {
     const { storage } = countingStorage();
     const gate = barrier();
