@@ -48,6 +48,21 @@ function lowWaterName() {
 /** Per-request idempotency context, for handlers: see `idempotencyOf`. */
 const contexts = new WeakMap();
 
+/** Responses built by a context's `respond` or `json` → the bytes they were built from, so
+ * that `withIdempotency` stores them without reading the body back (IDEM-JS-5). */
+const builtBodies = new WeakMap();
+
+/** A copy of a string's or a buffer's bytes, as the Response built from it sends them (the
+ * Fetch standard copies a buffer when a body is made of it); null for a body that is none,
+ * undefined for other kinds of body (streams, blobs, forms), which are read back instead. */
+function bodyBytes(body) {
+  if (body === null || body === undefined) return null;
+  if (typeof body === "string") return textEncoder.encode(body);
+  if (body instanceof ArrayBuffer) return new Uint8Array(body.slice(0));
+  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength));
+  return undefined;
+}
+
 /**
  * The idempotency context of a request that `withIdempotency` is executing: the key, whether
  * this execution takes over from an attempt whose lease expired (`recovered`: reconcile
@@ -559,6 +574,25 @@ class RunContext {
     if (this.#request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
     return this.#engine.storageKey(this.#request.slot);
   }
+
+  /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
+   * without reading the body back, and which it returns as it is (IDEM-JS-5). */
+  respond(body, init) {
+    const bytes = bodyBytes(body);
+    // A string goes in as it is: its response gets the default text content type.
+    const response = new Response(typeof body === "string" ? body : (bytes ?? body), init);
+    if (bytes !== undefined) builtBodies.set(response, bytes);
+    return response;
+  }
+
+  /** `Response.json(value, init)`, stored as `respond` stores its body. */
+  json(value, init) {
+    const text = JSON.stringify(value);
+    if (text === undefined) throw new TypeError("the value has no JSON form");
+    const headers = new Headers(init?.headers);
+    if (!headers.has("content-type")) headers.set("content-type", "application/json");
+    return this.respond(text, { ...init, headers });
+  }
 }
 
 const textEncoder = new TextEncoder();
@@ -656,19 +690,26 @@ export function withIdempotency(handler, options) {
       contexts.set(forHandler, context);
       let response;
       let bytes;
+      let built;
       try {
         response = await handler(forHandler, ...rest);
         if (!(response instanceof Response)) throw rangeError("IDEM-JS-1", "the handler must return a Response");
-        // The body is read to store it; a body that fails is a failed attempt, like a throw.
-        bytes = NULL_BODY_STATUS.has(response.status) || response.body === null ? null : new Uint8Array(await response.arrayBuffer());
+        built = response.bodyUsed ? undefined : builtBodies.get(response);
+        // The body is read to store it, unless the context built it (IDEM-JS-5): no await
+        // on the body, so writes the handler left pending go to storage with the completion.
+        // A body that fails is a failed attempt, like a throw.
+        bytes =
+          NULL_BODY_STATUS.has(response.status) || response.body === null
+            ? null
+            : (built ?? new Uint8Array(await response.arrayBuffer()));
       } catch (err) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
       }
       const stored = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
       if (typeof stored !== "boolean") await stored;
-      // The body was read to store it: the caller gets the same response with the bytes.
-      return bytes === null
+      // A body that was read to store it is given to the caller again, in a new response.
+      return bytes === null || built !== undefined
         ? response
         : new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
     });

@@ -133,6 +133,111 @@ describe("replay", () => {
   });
 });
 
+describe("responses the context builds (IDEM-JS-5)", () => {
+  /** withIdempotency over `build(context, request)`, counting runs and keeping what the
+   * handler returned. */
+  function built(build) {
+    const state = { executions: 0, returned: [] };
+    const handler = withIdempotency(
+      async (request) => {
+        state.executions++;
+        await request.text();
+        const response = await build(idempotencyOf(request), request);
+        state.returned.push(response);
+        return response;
+      },
+      { principal: "none", store: new MemoryStore() },
+    );
+    return { handler, state };
+  }
+
+  test("the caller gets the handler's own response, its body unread, and a retry the same bytes", async () => {
+    const { handler, state } = built((context) => context.respond("café ✓", { status: 201, headers: { "x-order": "1" } }));
+    const first = await handler(post({ a: 1 }));
+    assert.equal(first, state.returned[0], "the same Response object");
+    assert.equal(first.bodyUsed, false);
+    assert.equal(first.status, 201);
+    // The body's own content type, as `new Response(text)` gives it.
+    assert.equal(first.headers.get("content-type"), new Response("x").headers.get("content-type"));
+    assert.equal(await first.text(), "café ✓");
+    const replay = await handler(post({ a: 1 }));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(replay.headers.get("x-order"), "1");
+    assert.equal(await replay.text(), "café ✓");
+    assert.equal(state.executions, 1);
+  });
+
+  test("json: application/json unless the handler names a type, and a value with no JSON form is refused", async () => {
+    const { handler } = built((context, request) =>
+      new URL(request.url).search === "?typed"
+        ? context.json({ id: 7 }, { status: 201, headers: { "content-type": "application/vnd.order+json" } })
+        : context.json({ id: 7, items: [1, 2] }, { status: 201 }),
+    );
+    const plain = await handler(post({ a: 1 }, '"j1"'));
+    assert.equal(plain.headers.get("content-type"), "application/json");
+    assert.deepEqual(await plain.json(), { id: 7, items: [1, 2] });
+    const replay = await handler(post({ a: 1 }, '"j1"'));
+    assert.equal(replay.headers.get("content-type"), "application/json");
+    assert.deepEqual(await replay.json(), { id: 7, items: [1, 2] });
+    const typed = await handler(new Request(`${URL_ORDERS}?typed`, { method: "POST", headers: { "idempotency-key": '"j2"' }, body: "{}" }));
+    assert.equal(typed.headers.get("content-type"), "application/vnd.order+json");
+    const { handler: none } = built((context) => context.json(undefined));
+    await assert.rejects(none(post({ a: 1 }, '"j3"')), TypeError);
+  });
+
+  test("bytes are copied when the response is built: a buffer changed afterwards changes neither the answer nor the replay", async () => {
+    const { handler } = built((context) => {
+      const bytes = new Uint8Array([1, 2, 3, 4]);
+      const view = new Uint16Array(new Uint8Array([9, 9, 5, 6, 7, 8, 9, 9]).buffer, 2, 2);
+      const response = context.respond(bytes, { status: 201 });
+      const second = context.respond(view);
+      bytes.fill(0);
+      new Uint8Array(view.buffer).fill(0);
+      return second.arrayBuffer().then((b) => {
+        assert.deepEqual([...new Uint8Array(b)], [5, 6, 7, 8], "a view sends its own bytes only");
+        return response;
+      });
+    });
+    assert.deepEqual([...new Uint8Array(await (await handler(post({ a: 1 }, '"b1"'))).arrayBuffer())], [1, 2, 3, 4]);
+    assert.deepEqual([...new Uint8Array(await (await handler(post({ a: 1 }, '"b1"'))).arrayBuffer())], [1, 2, 3, 4]);
+  });
+
+  test("a response built any other way, or one whose body the handler used, is read to store it", async () => {
+    const stream = () =>
+      new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode("streamed"));
+          c.close();
+        },
+      });
+    const { handler, state } = built((context) => context.respond(stream(), { status: 201 }));
+    const first = await handler(post({ a: 1 }, '"s1"'));
+    assert.notEqual(first, state.returned[0], "a new response with the bytes read");
+    assert.equal(await first.text(), "streamed");
+    assert.equal(await (await handler(post({ a: 1 }, '"s1"'))).text(), "streamed");
+    // The handler read its own response: nothing can be stored, the attempt fails as a throw
+    // does, and the retry runs again.
+    const used = built(async (context) => {
+      const response = context.respond("once", { status: 201 });
+      await response.text();
+      return response;
+    });
+    await assert.rejects(used.handler(post({ a: 1 }, '"u1"')), TypeError);
+    await assert.rejects(used.handler(post({ a: 1 }, '"u1"')), TypeError);
+    assert.equal(used.state.executions, 2);
+  });
+
+  test("a null body status stores no body, and the response is the handler's", async () => {
+    const { handler, state } = built((context) => context.respond(null, { status: 204 }));
+    const first = await handler(post({ a: 1 }, '"n1"'));
+    assert.equal(first, state.returned[0]);
+    assert.equal(first.status, 204);
+    const replay = await handler(post({ a: 1 }, '"n1"'));
+    assert.equal(replay.status, 204);
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+  });
+});
+
 describe("concurrent duplicates", () => {
   test("32 duplicates released together through the memory store: exactly one executes, the rest get 409 + Retry-After (IDEM-EXEC-1, IDEM-CONC-1, IDEM-JS-3)", async () => {
     for (let round = 0; round < 5; round++) {

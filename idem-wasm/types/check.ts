@@ -72,7 +72,10 @@ void withIdempotency(
   (request) =>
     local.transaction(idempotencyOf(request)!, async (tx) => {
       tx.put("orders", ((await tx.get("orders")) as number | undefined ?? 0) + 1);
-      return new Response("created", { status: 201 });
+      const context = idempotencyOf(request)!;
+      const bytes: Response = context.respond(new Uint8Array([1]), { status: 200 });
+      void bytes;
+      return context.json({ id: "ord_1" }, { status: 201, headers: { location: "/orders/ord_1" } });
     }),
   { store: local, principal: "none" },
 );
