@@ -191,7 +191,10 @@ async function createOrder(request, delayMs, run, { store, storage, crash = hang
   const recovered = context?.recovered ?? false;
   const n = await run();
   if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
-  const json = (status, body, headers) => Response.json(body, { status, headers });
+  // The context builds the answer from its bytes, so withIdempotency stores it without
+  // reading it back: the run count written above then goes to storage in the same write as
+  // the completion, instead of one write of its own.
+  const json = (status, body, headers) => (context ?? Response).json(body, { status, headers });
   switch (order.outcome) {
     case "error":
       if (!recovered) throw new Error("the payment provider failed mid-request");
