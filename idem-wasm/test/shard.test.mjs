@@ -352,6 +352,18 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     assert.ok(issued.token);
   });
 
+  test("past the object's cache of records, those read longest ago are read from storage again: replays and duplicates stay right", async () => {
+    const { storage } = countingStorage();
+    const { handler, state } = insideObject(storage);
+    const n = 10_200;
+    for (let i = 0; i < n; i++) assert.equal((await handler(post(`"k${i}"`))).status, 201);
+    for (const i of [0, 1, n - 1]) {
+      const replay = await handler(post(`"k${i}"`));
+      assert.equal(replay.headers.get("idempotent-replayed"), "true", `k${i} replays`);
+    }
+    assert.equal(state.executions, n);
+  });
+
   test("held claims applied without a time are all kept: none is taken for expired", async () => {
     const { storage, writes } = countingStorage();
     const store = new DurableObjectLocalStore({ storage }, { writesOnly: true });
