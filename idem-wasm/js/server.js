@@ -17,7 +17,7 @@ import {
   securityMask,
 } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
-import { flatHeaders, listText, random32, rangeError, sleep, takeReply } from "./util.js";
+import { flatHeaders, listText, opWrite, random32, rangeError, sleep, takeReply, takeWrite } from "./util.js";
 
 /** The options this file reads itself; the engine options are read by the module. */
 const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];
@@ -404,7 +404,7 @@ export class Idempotency {
             const current = await store.load(key);
             engine.opRecord(op, this.#now(), current?.value ?? undefined);
           } else {
-            const applied = await store.apply(key, engine.opWrite(op), this.#now());
+            const applied = await store.apply(key, opWrite(engine, op), this.#now());
             engine.opApplied(op, applied === true);
           }
         }
@@ -485,7 +485,7 @@ export class Idempotency {
       if (step !== Step.Claim && step !== Step.Load && step !== Step.Apply) return step;
       try {
         if (step === Step.Apply) {
-          const write = engine.takeWrite(slot);
+          const write = takeWrite(engine, slot);
           // The completion says so, and whose it is: a store that commits it in the
           // handler's own transaction (PostgresStore#transaction) tells it from a heartbeat,
           // and one attempt's transaction from another's.

@@ -19,10 +19,11 @@
 // other locations, and even "not found" answers are cached, so two requests with one key in
 // two places would both see no record and both run. Claims need one serialised writer per
 // key, which is what a Durable Object is.
-import { StepKind as Step, expire } from "./idem_wasm.js";
+import { StepKind as Step } from "./idem_wasm.js";
 import { createEngine } from "./server.js";
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { rangeError } from "./util.js";
+import { expire } from "./stores.js";
+import { rangeError, takeWrite } from "./util.js";
 
 // Storage key prefixes: records, their further chunks, and the deadline index. An object
 // that keeps its own data beside the records (`DurableObjectLocalStore`) puts a prefix of
@@ -292,7 +293,7 @@ export class IdempotencyShard {
         if (step === Step.Claim || step === Step.Load) {
           engine.record(slot, now, this.#current(key)?.value ?? undefined);
         } else if (step === Step.Apply) {
-          const write = engine.takeWrite(slot);
+          const write = takeWrite(engine, slot);
           const done = this.#write(key, write, undefined, now);
           if (done !== null && done.length > 0) {
             ops.push(...done);

@@ -10,7 +10,7 @@
 // A write puts `write.value` with `write.version`, or deletes the record when `value` is
 // null. `write.deadline` says when the record next changes on its own (IDEM-TTL-4).
 import { Records, expire as expireRecord } from "./idem_wasm.js";
-import { StoreFullError, rangeError } from "./util.js";
+import { StoreFullError, rangeError, readWrite } from "./util.js";
 
 /** The records of a MemoryStore (inside the WebAssembly module), or null for other stores:
  * `Idempotency` claims and completes in them directly, one call each. */
@@ -93,5 +93,6 @@ export class MemoryStore {
  * own sets it from `write.expires`, never from `deadline` (IDEM-TTL-3, IDEM-TTL-4).
  */
 export function expire(now, value) {
-  return expireRecord(now, value);
+  const bytes = expireRecord(now, value);
+  return bytes === undefined ? undefined : readWrite(bytes);
 }

@@ -1,5 +1,5 @@
 // Small helpers shared by the server, the stores and the client.
-import { wasmMemory } from "./idem_wasm.js";
+import { WriteFlag, wasmMemory } from "./idem_wasm.js";
 
 /** A random u32 from a pool refilled with crypto.getRandomValues.
  *
@@ -94,15 +94,52 @@ let memory = null;
 let view = null;
 
 /** The reply an engine just wrote into the module's memory (`Engine.reply`), read in place. */
-export function takeReply(engine, slot) {
-  const length = engine.reply(slot);
-  const at = engine.outPtr();
+/** The module's memory, as bytes. */
+function memoryView() {
   // The view is made again after the memory grew (the old buffer is then detached).
   if (view === null || view.byteLength === 0) {
     memory ??= wasmMemory();
     view = new Uint8Array(memory.buffer);
   }
-  return readReply(view, at, at + length);
+  return view;
+}
+
+export function takeReply(engine, slot) {
+  const length = engine.reply(slot);
+  const at = engine.outPtr();
+  return readReply(memoryView(), at, at + length);
+}
+
+/** Write bytes at `at` to `to` (src/interop.rs): the write a store applies, `{ expect,
+ * value, version, deadline, expires, storesResponse, inFlight }` (the value a copy). */
+export function readWrite(bytes, at = 0, to = bytes.length) {
+  const flags = bytes[at];
+  const numbers = new DataView(bytes.buffer, bytes.byteOffset + at + 1, 16);
+  const end = at + 21 + u32(bytes, at + 17);
+  const head = parseList(utf8(bytes, at + 21, end));
+  return {
+    expect: flags & WriteFlag.Expect ? head[1] : null,
+    value: flags & WriteFlag.Value ? bytes.slice(end, to) : null,
+    version: head[0],
+    deadline: numbers.getFloat64(0, true),
+    expires: numbers.getFloat64(8, true),
+    storesResponse: (flags & WriteFlag.StoresResponse) !== 0,
+    inFlight: (flags & WriteFlag.InFlight) !== 0,
+  };
+}
+
+/** The write of a request's `Apply` step. */
+export function takeWrite(engine, slot) {
+  const length = engine.takeWrite(slot);
+  const at = engine.outPtr();
+  return readWrite(memoryView(), at, at + length);
+}
+
+/** The write of an operation's `Apply` step. */
+export function opWrite(engine, op) {
+  const length = engine.opWrite(op);
+  const at = engine.outPtr();
+  return readWrite(memoryView(), at, at + length);
 }
 
 export { rangeError } from "./errors.js";

@@ -10,7 +10,7 @@
 //! Every code that crosses is defined here or in idem-core, once: the steps of the request
 //! machine, the handler's outcome and the heartbeat states are `#[wasm_bindgen]` enums the
 //! JavaScript side imports by name; the engine options are read from the options object by
-//! the names in [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`]. Two byte layouts
+//! the names in [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`]. Three byte layouts
 //! remain, for speed, and `test/boundary.test.mjs` checks both sides against each other:
 //!
 //! * **List text**: a list of strings as one string, each item written as its length in
@@ -18,6 +18,10 @@
 //!   `["ab", "c"]` is `2:ab1:c`. Header lists are flat `[name, value, …]` lists.
 //! * **Reply bytes**: `u32` status, `u32` byte length of the head, the head (the header list
 //!   as list text, UTF-8), then the body. Integers are little-endian.
+//! * **Write bytes** (a store write, [`StoreWrite`]): a `u8` of [`WriteFlag`]s, `f64`
+//!   deadline, `f64` expiry, `u32` byte length of the head, the head (list text: the version,
+//!   then the expected version when [`WriteFlag::Expect`] is set), then the record bytes when
+//!   [`WriteFlag::Value`] is set. Numbers are little-endian.
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -624,7 +628,49 @@ pub struct StoreWrite {
     pub in_flight: bool,
 }
 
+/// What the first byte of write bytes says (see the module docs); the JavaScript side reads
+/// the bits by these names.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteFlag {
+    /// The record to store follows the head; without it, the write deletes.
+    Value = 1,
+    /// The head holds the version the stored record must have; without it, there must be no
+    /// record.
+    Expect = 2,
+    /// [`StoreWrite::stores_response`].
+    StoresResponse = 4,
+    /// [`StoreWrite::in_flight`].
+    InFlight = 8,
+}
+
 impl StoreWrite {
+    /// The write bytes (see the module docs) into `out`, which is cleared first (and keeps
+    /// its capacity).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let flag = |on: bool, f: WriteFlag| if on { f as u8 } else { 0 };
+        out.clear();
+        out.push(
+            flag(self.value.is_some(), WriteFlag::Value)
+                | flag(self.expect.is_some(), WriteFlag::Expect)
+                | flag(self.stores_response, WriteFlag::StoresResponse)
+                | flag(self.in_flight, WriteFlag::InFlight),
+        );
+        out.extend_from_slice(&self.deadline.to_le_bytes());
+        out.extend_from_slice(&self.expires.to_le_bytes());
+        let head = out.len();
+        out.extend_from_slice(&[0; 4]);
+        push_item_bytes(out, &self.version);
+        if let Some(expect) = &self.expect {
+            push_item_bytes(out, expect);
+        }
+        let len = (out.len() - head - 4) as u32;
+        out[head..head + 4].copy_from_slice(&len.to_le_bytes());
+        if let Some(value) = &self.value {
+            out.extend_from_slice(value);
+        }
+    }
+
     /// Converts a core write.
     pub fn from_core(write: &Write) -> StoreWrite {
         let expect = match write.precondition {

@@ -38,8 +38,8 @@ pub mod interop;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use host::{Host, Incoming};
-use interop::{EngineOptions, ErrorParts, HeartbeatState, OpStep, Ran, StepKind, StoreWrite};
-use js_sys::{Array, Object, Reflect, Uint8Array};
+use interop::{EngineOptions, ErrorParts, HeartbeatState, OpStep, Ran, StepKind};
+use js_sys::{Array, Object, Reflect};
 use wasm_bindgen::prelude::*;
 
 type JsResult<T> = Result<T, JsValue>;
@@ -210,32 +210,6 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
     })
 }
 
-/// A store write as the JavaScript store interface takes it:
-/// `{ expect, value, version, deadline, expires }`.
-fn write_object(w: &StoreWrite) -> JsValue {
-    let object = Object::new();
-    let set = |name: &str, value: JsValue| {
-        // Setting a property on a fresh plain object cannot fail.
-        let _ = Reflect::set(&object, &JsValue::from_str(name), &value);
-    };
-    set(
-        "expect",
-        w.expect.as_deref().map_or(JsValue::NULL, JsValue::from_str),
-    );
-    set(
-        "value",
-        w.value
-            .as_deref()
-            .map_or(JsValue::NULL, |v| Uint8Array::from(v).into()),
-    );
-    set("version", JsValue::from_str(&w.version));
-    set("deadline", JsValue::from_f64(w.deadline));
-    set("expires", JsValue::from_f64(w.expires));
-    set("storesResponse", JsValue::from_bool(w.stores_response));
-    set("inFlight", JsValue::from_bool(w.in_flight));
-    object.into()
-}
-
 /// The names of the engine options, comma-separated: the JavaScript side refuses any option
 /// that is neither one of these nor one of its own (`IDEM-JS-1`).
 #[wasm_bindgen(js_name = engineOptionNames)]
@@ -386,10 +360,14 @@ impl Engine {
         self.host.op_key(op).map_err(js)
     }
 
-    /// The write of an operation's `Apply` step: `{ expect, value, version, deadline, expires }`.
+    /// Writes the write of an operation's `Apply` step as write bytes (see [`interop`]) at
+    /// `outPtr()`; returns their length.
     #[wasm_bindgen(js_name = opWrite)]
-    pub fn op_write(&self, op: u32) -> JsResult<JsValue> {
-        self.host.op_write(op).map(|w| write_object(&w)).map_err(js)
+    pub fn op_write(&mut self, op: u32) -> JsResult<u32> {
+        self.host
+            .op_write_out(op)
+            .map(|b| b.len() as u32)
+            .map_err(js)
     }
 
     /// The stored record bytes read for an operation's `Load` step (`undefined`: none).
@@ -465,12 +443,13 @@ impl Engine {
             .map_err(js)
     }
 
-    /// The write of the last `Apply` step: `{ expect, value, version, deadline, expires }`.
+    /// Writes the write of the last `Apply` step as write bytes (see [`interop`]) at
+    /// `outPtr()`; returns their length. They stay there until the next call on this engine.
     #[wasm_bindgen(js_name = takeWrite)]
-    pub fn take_write(&mut self, slot: u32) -> JsResult<JsValue> {
+    pub fn take_write(&mut self, slot: u32) -> JsResult<u32> {
         self.host
-            .take_write(slot)
-            .map(|w| write_object(&w))
+            .take_write_out(slot)
+            .map(|b| b.len() as u32)
             .map_err(js)
     }
 
@@ -706,15 +685,19 @@ impl Records {
     }
 }
 
-/// The write (`{ expect, value, version, deadline, expires }`, `expect` to be filled in by the
-/// store) that applies the passage of time to a stored record at `now` (drop an expired
-/// response, delete an expired key), or `undefined` when nothing is due (`IDEM-TTL-4`).
-/// Throws a `RangeError` (`IDEM-REC-1`) for bytes that are not a record.
+/// The write bytes (see [`interop`]; the expected version is filled in by the store) that
+/// apply the passage of time to a stored record at `now` (drop an expired response, delete an
+/// expired key), or `undefined` when nothing is due (`IDEM-TTL-4`). Throws a `RangeError`
+/// (`IDEM-REC-1`) for bytes that are not a record.
 #[wasm_bindgen]
-pub fn expire(now: f64, value: &[u8]) -> JsResult<JsValue> {
+pub fn expire(now: f64, value: &[u8]) -> JsResult<Option<Vec<u8>>> {
     Ok(host::expire(interop::millis(now), value)
         .map_err(js)?
-        .map_or(JsValue::UNDEFINED, |w| write_object(&w)))
+        .map(|w| {
+            let mut out = Vec::new();
+            w.encode_into(&mut out);
+            out
+        }))
 }
 
 /// The module's memory, where `Engine.reply` leaves its bytes.

@@ -6,7 +6,7 @@ import { readFileSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { Idempotency, MemoryStore } from "idem";
+import { Idempotency, MemoryStore, expire } from "idem";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 // The glue wasm-bindgen generated for the module of this build (the package bundles and
@@ -21,10 +21,10 @@ const sources = readdirSync(join(root, "js"))
   .map((f) => [f, readFileSync(join(root, "js", f), "utf8")]);
 
 test("every enum member the JavaScript side names exists in the module, with the same meaning", () => {
-  const enums = { Step: glue.StepKind, Ran: glue.Ran, HeartbeatState: glue.HeartbeatState };
+  const enums = { Step: glue.StepKind, Ran: glue.Ran, HeartbeatState: glue.HeartbeatState, WriteFlag: glue.WriteFlag };
   let used = 0;
   for (const [file, text] of sources) {
-    for (const [, name, member] of text.matchAll(/\b(Step|Ran|HeartbeatState)\.([A-Za-z]+)\b/g)) {
+    for (const [, name, member] of text.matchAll(/\b(Step|Ran|HeartbeatState|WriteFlag)\.([A-Za-z]+)\b/g)) {
       assert.equal(typeof enums[name][member], "number", `${file}: ${name}.${member} is not exported by the module`);
       used++;
     }
@@ -56,6 +56,51 @@ test("event names cross as indices into the core's list, with their security fla
   const mask = glue.securityMask();
   const flagged = names.filter((_, i) => (mask & (1 << i)) !== 0);
   assert.deepEqual(flagged.sort(), ["fenced-out", "forged", "mismatch", "stale", "tombstone-hit"]);
+});
+
+test("write bytes decode what the module wrote: each flag alone, versions, deletes, large records", async () => {
+  // Every flag is its own bit, so that each can be told from the others.
+  const flags = Object.keys(glue.WriteFlag).filter((k) => Number.isNaN(Number(k)));
+  assert.deepEqual(flags.sort(), ["Expect", "InFlight", "StoresResponse", "Value"]);
+  assert.equal(flags.reduce((all, f) => all | glue.WriteFlag[f], 0), 15);
+  // A store that keeps every write it is given, through a request's whole life.
+  const writes = [];
+  const records = new Map();
+  const store = {
+    async load(key) {
+      return records.get(key) ?? null;
+    },
+    async apply(key, write) {
+      writes.push(write);
+      const current = records.get(key) ?? null;
+      if ((write.expect === null) !== (current === null) || (current !== null && current.version !== write.expect)) return false;
+      if (write.value === null) records.delete(key);
+      else records.set(key, { version: write.version, value: write.value });
+      return true;
+    },
+  };
+  const idem = new Idempotency({ store, principal: "none" });
+  const body = new Uint8Array(200_000).map((_, i) => (i * 7) % 256);
+  const before = Date.now();
+  const reply = await idem.handle({ method: "POST", target: "/w", key: '"w1"', body: new Uint8Array() }, () => ({ status: 201, headers: [], body }));
+  assert.equal(reply.status, 201);
+  const [claim, completion] = writes;
+  assert.equal(writes.length, 2);
+  assert.equal(claim.expect, null);
+  assert.equal(claim.inFlight, true);
+  assert.equal(claim.storesResponse, false);
+  assert.match(claim.version, /^[0-9]+$/);
+  assert.ok(claim.deadline >= before && claim.expires >= claim.deadline, "the lease's end, then the key's");
+  assert.equal(completion.expect, claim.version);
+  assert.equal(completion.inFlight, false);
+  assert.equal(completion.storesResponse, true);
+  assert.ok(completion.value.byteLength > body.byteLength, "the record holds the response");
+  assert.notEqual(completion.value.buffer, claim.value.buffer, "each value is a copy");
+  // The expiry of a record past its key's retention is a delete.
+  const [{ value }] = [...records.values()];
+  const gone = expire(completion.expires + 1, value);
+  assert.deepEqual({ ...gone, expect: null }, { expect: null, value: null, version: "", deadline: 0, expires: 0, storesResponse: false, inFlight: false });
+  assert.equal(expire(before, value), undefined, "nothing due yet");
 });
 
 test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty and large bodies", async () => {
