@@ -17,7 +17,7 @@ import {
   securityMask,
 } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
-import { flatHeaders, listText, opWrite, random32, rangeError, sleep, takeReply, takeWrite } from "./util.js";
+import { bytesNow, flatHeaders, listText, opWrite, random32, rangeError, sleep, takeReply, takeWrite } from "./util.js";
 
 /** The options this file reads itself; the engine options are read by the module. */
 const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];
@@ -52,16 +52,6 @@ const contexts = new WeakMap();
  * that `withIdempotency` stores them without reading the body back (IDEM-JS-5). */
 const builtBodies = new WeakMap();
 
-/** A copy of a string's or a buffer's bytes, as the Response built from it sends them (the
- * Fetch standard copies a buffer when a body is made of it); null for a body that is none,
- * undefined for other kinds of body (streams, blobs, forms), which are read back instead. */
-function bodyBytes(body) {
-  if (body === null || body === undefined) return null;
-  if (typeof body === "string") return textEncoder.encode(body);
-  if (body instanceof ArrayBuffer) return new Uint8Array(body.slice(0));
-  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength));
-  return undefined;
-}
 
 /**
  * The idempotency context of a request that `withIdempotency` is executing: the key, whether
@@ -578,10 +568,11 @@ class RunContext {
   /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
    * without reading the body back, and which it returns as it is (IDEM-JS-5). */
   respond(body, init) {
-    const bytes = bodyBytes(body);
-    // A string goes in as it is: its response gets the default text content type.
-    const response = new Response(typeof body === "string" ? body : (bytes ?? body), init);
-    if (bytes !== undefined) builtBodies.set(response, bytes);
+    const response = new Response(body, init);
+    const bytes = bytesNow(body);
+    // The response took its own copy of a buffer; so does the record, so that a buffer the
+    // handler changes afterwards changes neither. Streams, blobs and forms are read back.
+    if (bytes !== undefined) builtBodies.set(response, ArrayBuffer.isView(body) || body instanceof ArrayBuffer ? bytes.slice() : bytes);
     return response;
   }
 

@@ -93,7 +93,6 @@ function readReply(bytes, at = 0, to = bytes.length) {
 let memory = null;
 let view = null;
 
-/** The reply an engine just wrote into the module's memory (`Engine.reply`), read in place. */
 /** The module's memory, as bytes. */
 function memoryView() {
   // The view is made again after the memory grew (the old buffer is then detached).
@@ -104,6 +103,7 @@ function memoryView() {
   return view;
 }
 
+/** The reply an engine just wrote into the module's memory (`Engine.reply`), read in place. */
 export function takeReply(engine, slot) {
   const length = engine.reply(slot);
   const at = engine.outPtr();
@@ -128,19 +128,17 @@ export function readWrite(bytes, at = 0, to = bytes.length) {
   };
 }
 
-/** The write of a request's `Apply` step. */
-export function takeWrite(engine, slot) {
-  const length = engine.takeWrite(slot);
+/** The write bytes of `length` an engine just wrote at its `outPtr()`, read in place. */
+function writtenWrite(engine, length) {
   const at = engine.outPtr();
   return readWrite(memoryView(), at, at + length);
 }
 
+/** The write of a request's `Apply` step. */
+export const takeWrite = (engine, slot) => writtenWrite(engine, engine.takeWrite(slot));
+
 /** The write of an operation's `Apply` step. */
-export function opWrite(engine, op) {
-  const length = engine.opWrite(op);
-  const at = engine.outPtr();
-  return readWrite(memoryView(), at, at + length);
-}
+export const opWrite = (engine, op) => writtenWrite(engine, engine.opWrite(op));
 
 export { rangeError } from "./errors.js";
 
@@ -160,16 +158,23 @@ export function sleep(ms, signal) {
 
 const textEncoder = new TextEncoder();
 
-/** Request or response body bytes from the values `fetch` accepts. */
-export async function bodyBytes(body) {
+/** The bytes of a body that `fetch` takes, when they can be had at once: text, a form's
+ * parameters, or bytes (a view of the caller's buffer, not a copy); empty for no body;
+ * undefined for a Blob, FormData or stream. */
+export function bytesNow(body) {
   if (body == null) return new Uint8Array(0);
   if (typeof body === "string") return textEncoder.encode(body);
   if (body instanceof Uint8Array) return body;
   if (body instanceof ArrayBuffer) return new Uint8Array(body);
   if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
   if (body instanceof URLSearchParams) return textEncoder.encode(body.toString());
+  return undefined;
+}
+
+/** Request or response body bytes from the values `fetch` accepts. */
+export async function bodyBytes(body) {
   // Blob, FormData, ReadableStream: let a Response serialise it.
-  return new Uint8Array(await new Response(body).arrayBuffer());
+  return bytesNow(body) ?? new Uint8Array(await new Response(body).arrayBuffer());
 }
 
 /** The error a store throws when it cannot take another key (IDEM-STORE-3): the claim is

@@ -170,9 +170,10 @@ export interface IdempotencyContext {
   /** A heartbeat: extends the lease by one lease period; rejects if it was taken over. */
   extend(): Promise<void>;
   /** `new Response(body, init)` that `withIdempotency` stores from the bytes given, without
-   * reading its body back, and returns to the caller as it is (IDEM-JS-5). A string or bytes
-   * (copied now); another kind of body is read back like any response. */
-  respond(body: string | ArrayBuffer | ArrayBufferView | null, init?: ResponseInit): Response;
+   * reading its body back, and returns to the caller as it is (IDEM-JS-5): text, bytes
+   * (copied now) or form parameters; a Blob, FormData or stream is read back like any
+   * response's body. */
+  respond(body?: BodyInit | null, init?: ResponseInit): Response;
   /** `Response.json(value, init)`, stored as `respond` stores its body. */
   json(value: unknown, init?: ResponseInit): Response;
 }
