@@ -458,18 +458,11 @@ impl Host {
         out
     }
 
-    /// [`Host::take_write`] as write bytes (see [`interop`]), where [`Host::reply`] writes.
-    pub fn take_write_out(&mut self, t: u32) -> Result<&[u8], ErrorParts> {
-        let write = self.take_write(t)?;
+    /// `write` as write bytes (see [`interop`]), where [`Host::reply`] writes, so that
+    /// JavaScript reads them in place.
+    pub fn write_out(&mut self, write: &StoreWrite) -> &[u8] {
         write.encode_into(&mut self.out);
-        Ok(&self.out)
-    }
-
-    /// [`Host::op_write`] as write bytes, where [`Host::reply`] writes.
-    pub fn op_write_out(&mut self, o: u32) -> Result<&[u8], ErrorParts> {
-        let write = self.op_write(o)?;
-        write.encode_into(&mut self.out);
-        Ok(&self.out)
+        &self.out
     }
 
     /// Where the last [`Host::reply`] was written (an address in the module's memory).

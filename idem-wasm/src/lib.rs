@@ -364,10 +364,8 @@ impl Engine {
     /// `outPtr()`; returns their length.
     #[wasm_bindgen(js_name = opWrite)]
     pub fn op_write(&mut self, op: u32) -> JsResult<u32> {
-        self.host
-            .op_write_out(op)
-            .map(|b| b.len() as u32)
-            .map_err(js)
+        let write = self.host.op_write(op).map_err(js)?;
+        Ok(self.host.write_out(&write).len() as u32)
     }
 
     /// The stored record bytes read for an operation's `Load` step (`undefined`: none).
@@ -447,10 +445,8 @@ impl Engine {
     /// `outPtr()`; returns their length. They stay there until the next call on this engine.
     #[wasm_bindgen(js_name = takeWrite)]
     pub fn take_write(&mut self, slot: u32) -> JsResult<u32> {
-        self.host
-            .take_write_out(slot)
-            .map(|b| b.len() as u32)
-            .map_err(js)
+        let write = self.host.take_write(slot).map_err(js)?;
+        Ok(self.host.write_out(&write).len() as u32)
     }
 
     /// The stored record bytes read for a `Claim` or `Load` step (`undefined`: none).
