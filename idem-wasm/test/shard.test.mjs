@@ -352,7 +352,7 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     assert.ok(issued.token);
   });
 
-  test("past the object's cache of records, those read longest ago are read from storage again: replays and duplicates stay right", async () => {
+  test("past the object's cache of records, those read longest ago are read from storage again, and still replay", async () => {
     const { storage } = countingStorage();
     const { handler, state } = insideObject(storage);
     const n = 10_200;
