@@ -18,7 +18,6 @@ use crate::fingerprint::FieldDigest;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
-use sha2::{Digest, Sha256};
 
 #[cfg(test)]
 mod reference;
@@ -989,15 +988,12 @@ impl Canon<'_, '_, '_> {
     }
 }
 
-/// A top-level member's digest: the first 8 bytes of SHA-256 over its canonical value.
+/// A top-level member's digest: XXH3-64 over its canonical value.
 fn field_digest(name: &[u8], value: &[u8]) -> FieldDigest {
-    let d = Sha256::digest(value);
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&d[..8]);
     FieldDigest {
         // Checked to be UTF-8 when it was scanned.
         name: String::from_utf8_lossy(name).into_owned(),
-        digest: u64::from_le_bytes(first),
+        digest: xxhash_rust::xxh3::xxh3_64(value),
     }
 }
 

@@ -79,7 +79,7 @@ pub struct RequestParts<'a> {
 pub struct FieldDigest {
     /// The member name.
     pub name: String,
-    /// The first 8 bytes of SHA-256 over the member's canonical value.
+    /// XXH3-64 over the member's canonical value (diagnostic, so a fast hash).
     pub digest: u64,
 }
 

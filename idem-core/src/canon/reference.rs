@@ -9,7 +9,6 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use sha2::{Digest, Sha256};
 
 /// Canonicalises `body` into `out`; fills `fields` with per-member digests when the body is
 /// an object.
@@ -187,12 +186,9 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
             let value = &scratch[*start..*end];
             self.out.extend_from_slice(value);
             if let Some(fields) = fields.as_deref_mut() {
-                let d = Sha256::digest(value);
-                let mut first = [0u8; 8];
-                first.copy_from_slice(&d[..8]);
                 fields.push(FieldDigest {
                     name: String::from(&**name),
-                    digest: u64::from_le_bytes(first),
+                    digest: xxhash_rust::xxh3::xxh3_64(value),
                 });
             }
         }
