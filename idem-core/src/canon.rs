@@ -69,13 +69,12 @@ pub(crate) fn canonicalise(
     let mut c = Canon {
         s: Scan { b: body, i: 0 },
         out,
-        // Room for the common case up front (each growth is an allocation and a copy): the
-        // members of a few nested objects, and an object's bytes while they are put in
-        // order, about the body's length at most.
+        // Room for the members of a few nested objects up front (each growth is an
+        // allocation and a copy). Bodies whose objects are in order never use the scratch.
         members: Vec::with_capacity(32),
         keys: Vec::new(),
         text: Vec::new(),
-        scratch: Vec::with_capacity(body.len()),
+        scratch: Vec::new(),
         patterns: patterns.iter().map(Vec::as_slice).collect(),
     };
     let roots = 0..c.patterns.len();
@@ -681,12 +680,10 @@ struct Member {
 /// A key's first eight bytes as a big-endian number, zero-padded.
 #[inline]
 fn prefix_of(key: &[u8]) -> u64 {
-    if let Some(first) = key.first_chunk::<8>() {
-        return u64::from_be_bytes(*first);
-    }
-    key.iter()
-        .zip((0..8).rev())
-        .fold(0, |p, (&b, at)| p | u64::from(b) << (8 * at))
+    let mut first = [0u8; 8];
+    let n = key.len().min(8);
+    first[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(first)
 }
 
 /// Where a member's (unescaped) key is: in the body, or in the keys buffer.
@@ -992,26 +989,46 @@ impl Canon<'_, '_, '_> {
 fn field_digest(name: &[u8], value: &[u8]) -> FieldDigest {
     FieldDigest {
         // Checked to be UTF-8 when it was scanned.
-        name: String::from_utf8_lossy(name).into_owned(),
+        name: core::str::from_utf8(name).map(String::from).unwrap_or_default(),
         digest: xxhash_rust::xxh3::xxh3_64(value),
     }
 }
 
-pub(crate) fn write_int(out: &mut Vec<u8>, mut v: u64, negative: bool) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
+pub(crate) fn write_int(out: &mut Vec<u8>, v: u64, negative: bool) {
     if negative {
         out.push(b'-');
     }
-    out.extend_from_slice(&buf[i..]);
+    out.extend_from_slice(Decimal::new(v).as_bytes());
+}
+
+/// A number's decimal digits, written without `core::fmt`.
+pub(crate) struct Decimal {
+    digits: [u8; 20],
+    at: usize,
+}
+
+impl Decimal {
+    pub(crate) fn new(mut v: u64) -> Decimal {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                return Decimal { digits, at };
+            }
+        }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.at..]
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        // ASCII digits only.
+        core::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
 }
 
 /// Integral values below 2^53 as integers, as ECMAScript writes them; others in their

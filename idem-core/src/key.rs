@@ -388,10 +388,11 @@ impl Scope {
     /// method and route template. The parts are length-prefixed, so no choice of strings can
     /// make two different triples collide.
     pub fn new(principal: &str, method: &str, route: &str) -> Scope {
-        use core::fmt::Write as _;
         let mut s = String::with_capacity(principal.len() + method.len() + route.len() + 12);
         for part in [principal, method, route] {
-            let _ = write!(s, "{}:{}", part.len(), part);
+            s.push_str(crate::canon::Decimal::new(part.len() as u64).as_str());
+            s.push(':');
+            s.push_str(part);
         }
         Scope(s)
     }

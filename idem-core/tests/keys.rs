@@ -1,6 +1,7 @@
 //! Key parsing: the IETF sf-string, Stripe-style bare keys and UUIDs.
 use idem_core::{
-    parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, UuidVersion, MAX_KEY_LEN,
+    parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, Scope, UuidVersion,
+    MAX_KEY_LEN,
 };
 
 fn strict(s: &str) -> Result<String, KeyError> {
@@ -191,4 +192,22 @@ fn errors_explain_themselves() {
         "invalid escape at offset 2: only \\\" and \\\\ are allowed"
     );
     assert!(KeyError::TooLong { len: 300 }.to_string().contains("300"));
+}
+
+/// Stores key their records by the scope's text, so its form is a storage format: each part
+/// length-prefixed in decimal (IDEM-SCOPE-1).
+#[test]
+fn scopes_keep_their_stored_form() {
+    assert_eq!(
+        Scope::new("alice", "POST", "/orders").as_str(),
+        "5:alice4:POST7:/orders"
+    );
+    assert_eq!(Scope::new("", "PUT", "/").as_str(), "0:3:PUT1:/");
+    let long = "p".repeat(1234);
+    assert_eq!(
+        Scope::new(&long, "POST", "/x").as_str(),
+        format!("1234:{long}4:POST2:/x")
+    );
+    // The length prefix keeps triples apart that concatenate alike.
+    assert_ne!(Scope::new("a", "bc", "d"), Scope::new("ab", "c", "d"));
 }

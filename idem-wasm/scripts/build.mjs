@@ -14,8 +14,9 @@
 //
 // Usage: node scripts/build.mjs [--quiet]
 //
-// With IDEM_NO_MINIFY=1 the glue is bundled but not minified, so that a CPU profile names
-// the package's functions (for profiling only: the sizes printed are then not the package's).
+// With IDEM_NO_MINIFY=1 the glue is bundled but not minified and the module keeps its name
+// section, so that a CPU profile names the package's functions and the module's (for
+// profiling only: the sizes printed are then not the package's).
 import { execFileSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
@@ -76,11 +77,12 @@ const built = join(meta.target_directory, "wasm32-unknown-unknown", "release", "
 const bindgenOut = join(meta.target_directory, "idem-wasm-bindgen");
 rmSync(bindgenOut, { recursive: true, force: true });
 // `cargo xtask` passes the path of the CLI it installed; otherwise it is looked up on PATH.
+const profiling = Boolean(process.env.IDEM_NO_MINIFY);
 run(process.env.WASM_BINDGEN || "wasm-bindgen", [
   "--target",
   "web",
   "--no-typescript",
-  "--remove-name-section",
+  ...(profiling ? [] : ["--remove-name-section"]),
   "--remove-producers-section",
   "--out-dir",
   bindgenOut,
@@ -100,7 +102,7 @@ run(wasmOpt, [
   "--enable-reference-types",
   "--enable-multivalue",
   "--enable-mutable-globals",
-  "--strip-debug",
+  ...(profiling ? ["--debuginfo"] : ["--strip-debug"]),
   "--strip-producers",
   join(bindgenOut, "idem_wasm_bg.wasm"),
   "-o",
@@ -118,7 +120,7 @@ for (const f of readdirSync(join(root, "js"))) {
   if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(stage, f));
 }
 const esbuild = join(root, "node_modules", ".bin", "esbuild");
-const bundle = ["--bundle", ...(process.env.IDEM_NO_MINIFY ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning"];
+const bundle = ["--bundle", ...(profiling ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning"];
 run(esbuild, [join(stage, "bundle.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_wasm.js")}`]);
 run(esbuild, [
   join(stage, "node-cjs.js"),

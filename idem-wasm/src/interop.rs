@@ -539,6 +539,10 @@ pub fn list(text: &str) -> Result<Vec<&str>, ErrorParts> {
 
 /// Splits `s` after `units` UTF-16 code units, if that is a character boundary.
 fn split_utf16(s: &str, units: usize) -> Option<(&str, &str)> {
+    // ASCII (the usual header text): one unit per byte.
+    if s.as_bytes().get(..units).is_some_and(<[u8]>::is_ascii) {
+        return Some(s.split_at(units));
+    }
     let mut seen = 0;
     for (i, c) in s.char_indices() {
         if seen == units {
