@@ -14,7 +14,7 @@
 //! their shortest round-trip form, strings with RFC 8785's minimal escapes, nesting up to
 //! 127 levels; a skipped (excluded) value is only checked for its syntax.
 
-use crate::fingerprint::FieldDigest;
+use crate::fingerprint::FieldDigests;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -64,7 +64,7 @@ pub(crate) fn canonicalise(
     body: &[u8],
     patterns: &[Vec<String>],
     out: &mut Vec<u8>,
-    fields: &mut Vec<FieldDigest>,
+    fields: &mut FieldDigests,
 ) -> Result<()> {
     let mut c = Canon {
         s: Scan { b: body, i: 0 },
@@ -721,7 +721,7 @@ impl Canon<'_, '_, '_> {
         &mut self,
         depth: usize,
         patterns: Range<usize>,
-        fields: Option<&mut Vec<FieldDigest>>,
+        fields: Option<&mut FieldDigests>,
     ) -> Result<()> {
         self.s.ws();
         match self.s.peek() {
@@ -849,7 +849,7 @@ impl Canon<'_, '_, '_> {
         &mut self,
         depth: usize,
         patterns: Range<usize>,
-        fields: Option<&mut Vec<FieldDigest>>,
+        fields: Option<&mut FieldDigests>,
     ) -> Result<()> {
         if depth > MAX_DEPTH {
             return self.s.fail();
@@ -931,7 +931,7 @@ impl Canon<'_, '_, '_> {
         start: usize,
         first_member: usize,
         first_key: usize,
-        mut fields: Option<&mut Vec<FieldDigest>>,
+        mut fields: Option<&mut FieldDigests>,
     ) {
         let Canon {
             s,
@@ -949,10 +949,14 @@ impl Canon<'_, '_, '_> {
         let order =
             |a: &Member, b: &Member| a.prefix.cmp(&b.prefix).then_with(|| name(a).cmp(name(b)));
         let members = &mut members[first_member..];
+        if let Some(fields) = fields.as_deref_mut() {
+            let name_bytes = members.iter().map(|m| name(m).len()).sum();
+            fields.reserve(members.len(), name_bytes);
+        }
         if members.windows(2).all(|w| order(&w[0], &w[1]).is_lt()) {
             if let Some(fields) = fields {
                 for m in members.iter() {
-                    fields.push(field_digest(name(m), &out[m.value..m.span.end]));
+                    push_field(fields, name(m), &out[m.value..m.span.end]);
                 }
             }
         } else {
@@ -975,7 +979,7 @@ impl Canon<'_, '_, '_> {
                 out.extend_from_slice(&scratch[m.span.start - start..m.span.end - start]);
                 if let Some(fields) = fields.as_deref_mut() {
                     let value = &scratch[m.value - start..m.span.end - start];
-                    fields.push(field_digest(name(m), value));
+                    push_field(fields, name(m), value);
                 }
             }
         }
@@ -986,12 +990,10 @@ impl Canon<'_, '_, '_> {
 }
 
 /// A top-level member's digest: XXH3-64 over its canonical value.
-fn field_digest(name: &[u8], value: &[u8]) -> FieldDigest {
-    FieldDigest {
-        // Checked to be UTF-8 when it was scanned.
-        name: core::str::from_utf8(name).map(String::from).unwrap_or_default(),
-        digest: xxhash_rust::xxh3::xxh3_64(value),
-    }
+fn push_field(fields: &mut FieldDigests, name: &[u8], value: &[u8]) {
+    // Checked to be UTF-8 when it was scanned.
+    let name = core::str::from_utf8(name).unwrap_or_default();
+    fields.push(name, xxhash_rust::xxh3::xxh3_64(value));
 }
 
 pub(crate) fn write_int(out: &mut Vec<u8>, v: u64, negative: bool) {

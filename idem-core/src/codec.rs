@@ -103,12 +103,13 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
 }
 
 fn validate(r: &Record) -> Result<(), DecodeError> {
-    if !r
-        .fingerprint
-        .fields
-        .windows(2)
-        .all(|w| w[0].name < w[1].name)
-    {
+    let mut names = r.fingerprint.fields.iter().map(|(name, _)| name);
+    let mut previous = names.next();
+    if !names.all(|name| {
+        let ordered = previous.is_some_and(|p| p < name);
+        previous = Some(name);
+        ordered
+    }) {
         return Err(DecodeError::Invalid(
             "field digests are not sorted and unique",
         ));

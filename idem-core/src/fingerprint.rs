@@ -73,14 +73,119 @@ pub struct RequestParts<'a> {
     pub body: &'a [u8],
 }
 
-/// A digest of one top-level JSON member, kept so that a mismatch can say which fields
-/// differ (`IDEM-FP-4`). It is diagnostic only: the full digest decides the mismatch.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FieldDigest {
-    /// The member name.
-    pub name: String,
-    /// XXH3-64 over the member's canonical value (diagnostic, so a fast hash).
-    pub digest: u64,
+/// The digests of a JSON object body's top-level members, sorted by name, kept so that a
+/// mismatch can say which fields differ (`IDEM-FP-4`). They are diagnostic only: the full
+/// digest decides the mismatch. Each is XXH3-64 over the member's canonical value.
+///
+/// They share one buffer, so that copying a fingerprint (the lease and the record each keep
+/// one) costs one allocation, not one per member. Stored, they are a sequence of
+/// `(name, digest)` pairs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldDigests {
+    /// Each member as its digest (8 bytes, little-endian), its name's length (4 bytes,
+    /// little-endian) and its name.
+    bytes: Vec<u8>,
+}
+
+/// A member's digest and name length, before its name.
+const FIELD_HEAD: usize = 12;
+
+impl FieldDigests {
+    /// The number of members (counted: this walks them).
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether there are none (the body was not a JSON object, or an empty one).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Each member's name and digest, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> + Clone + '_ {
+        let mut rest = self.bytes.as_slice();
+        core::iter::from_fn(move || {
+            let (head, tail) = rest.split_first_chunk::<FIELD_HEAD>()?;
+            let (digest, len) = head.split_at(8);
+            let digest = u64::from_le_bytes(digest.try_into().ok()?);
+            let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
+            let (name, tail) = tail.split_at_checked(len)?;
+            rest = tail;
+            // Names are pushed as whole strings.
+            Some((core::str::from_utf8(name).unwrap_or_default(), digest))
+        })
+    }
+
+    /// Appends a member (callers keep them sorted by name).
+    pub fn push(&mut self, name: &str, digest: u64) {
+        // Names are parts of bodies of at most a few MiB; a longer one is cut short.
+        let len = u32::try_from(name.len()).unwrap_or(u32::MAX);
+        self.bytes.extend_from_slice(&digest.to_le_bytes());
+        self.bytes.extend_from_slice(&len.to_le_bytes());
+        self.bytes
+            .extend_from_slice(&name.as_bytes()[..len as usize]);
+    }
+
+    /// Room for `members` more members whose names take `name_bytes` bytes.
+    pub(crate) fn reserve(&mut self, members: usize, name_bytes: usize) {
+        self.bytes.reserve_exact(members * FIELD_HEAD + name_bytes);
+    }
+
+    /// Bytes held beyond the struct itself.
+    pub(crate) fn heap_size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl<'a> FromIterator<(&'a str, u64)> for FieldDigests {
+    fn from_iter<I: IntoIterator<Item = (&'a str, u64)>>(iter: I) -> Self {
+        let mut out = FieldDigests::default();
+        for (name, digest) in iter {
+            out.push(name, digest);
+        }
+        out
+    }
+}
+
+impl serde::Serialize for FieldDigests {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.len()))?;
+        for pair in self.iter() {
+            seq.serialize_element(&pair)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FieldDigests {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// One stored pair; the name is borrowed from the input when the format allows.
+        #[derive(serde::Deserialize)]
+        struct Pair<'a>(#[serde(borrow)] alloc::borrow::Cow<'a, str>, u64);
+
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = FieldDigests;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sequence of (name, digest) pairs")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<FieldDigests, A::Error> {
+                let mut out = FieldDigests::default();
+                // The length comes from the input: grow as pairs arrive, not up front.
+                while let Some(Pair(name, digest)) = seq.next_element()? {
+                    out.push(&name, digest);
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_seq(Pairs)
+    }
 }
 
 /// The fingerprint of one request.
@@ -89,7 +194,7 @@ pub struct Fingerprint {
     /// SHA-256 over the canonical request.
     pub digest: [u8; 32],
     /// Per-member digests when the body is a JSON object, sorted by name; empty otherwise.
-    pub fields: Vec<FieldDigest>,
+    pub fields: FieldDigests,
 }
 
 impl Fingerprint {
@@ -97,7 +202,7 @@ impl Fingerprint {
     pub fn from_digest(digest: [u8; 32]) -> Fingerprint {
         Fingerprint {
             digest,
-            fields: Vec::new(),
+            fields: FieldDigests::default(),
         }
     }
 
@@ -119,26 +224,26 @@ impl Fingerprint {
         loop {
             match (a.peek(), b.peek()) {
                 (None, None) => return out,
-                (Some(x), None) => {
-                    out.push(x.name.clone());
+                (Some(&(x, _)), None) => {
+                    out.push(String::from(x));
                     a.next();
                 }
-                (None, Some(y)) => {
-                    out.push(y.name.clone());
+                (None, Some(&(y, _))) => {
+                    out.push(String::from(y));
                     b.next();
                 }
-                (Some(x), Some(y)) => match x.name.cmp(&y.name) {
+                (Some(&(x, dx)), Some(&(y, dy))) => match x.cmp(y) {
                     core::cmp::Ordering::Less => {
-                        out.push(x.name.clone());
+                        out.push(String::from(x));
                         a.next();
                     }
                     core::cmp::Ordering::Greater => {
-                        out.push(y.name.clone());
+                        out.push(String::from(y));
                         b.next();
                     }
                     core::cmp::Ordering::Equal => {
-                        if x.digest != y.digest {
-                            out.push(x.name.clone());
+                        if dx != dy {
+                            out.push(String::from(x));
                         }
                         a.next();
                         b.next();
@@ -221,7 +326,7 @@ impl FingerprintSpec {
             JsonMode::Always => true,
             JsonMode::Auto => req.content_type.is_some_and(is_json_media_type),
         };
-        let mut fields = Vec::new();
+        let mut fields = FieldDigests::default();
         if json {
             let patterns = crate::canon::parse_patterns(&self.exclude);
             let mut canon = Vec::with_capacity(req.body.len());
@@ -258,4 +363,59 @@ fn is_json_media_type(ct: &str) -> bool {
     ty.eq_ignore_ascii_case("application")
         && (sub.eq_ignore_ascii_case("json")
             || sub.len() > 5 && sub[sub.len() - 5..].eq_ignore_ascii_case("+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How field digests were stored before they shared one buffer: records written then
+    /// must still decode, and records written now must decode where they are read as that.
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Stored {
+        name: String,
+        digest: u64,
+    }
+
+    #[test]
+    fn field_digests_are_stored_as_name_and_digest_pairs() {
+        let pairs = [("", 1u64), ("amount", u64::MAX), ("é", 0), ("z", 42)];
+        let fields: FieldDigests = pairs.iter().copied().collect();
+        assert_eq!(fields.len(), 4);
+        assert_eq!(fields.iter().collect::<Vec<_>>(), pairs);
+
+        let stored: Vec<Stored> = pairs
+            .iter()
+            .map(|&(name, digest)| Stored {
+                name: name.into(),
+                digest,
+            })
+            .collect();
+        let bytes = postcard::to_allocvec(&fields).unwrap();
+        assert_eq!(bytes, postcard::to_allocvec(&stored).unwrap());
+        assert_eq!(
+            postcard::from_bytes::<FieldDigests>(&bytes).unwrap(),
+            fields
+        );
+        assert_eq!(postcard::from_bytes::<Vec<Stored>>(&bytes).unwrap(), stored);
+
+        let none = FieldDigests::default();
+        assert!(none.is_empty());
+        assert_eq!(postcard::to_allocvec(&none).unwrap(), [0]);
+        // A count that promises more pairs than the input holds is an error, not a panic.
+        assert!(postcard::from_bytes::<FieldDigests>(&[200, 1, 1, b'a', 7]).is_err());
+    }
+
+    #[test]
+    fn differing_fields_are_named_once_in_order() {
+        let fp = |pairs: &[(&str, u64)]| Fingerprint {
+            digest: [0; 32],
+            fields: pairs.iter().copied().collect(),
+        };
+        let a = fp(&[("a", 1), ("b", 2), ("d", 4)]);
+        let b = fp(&[("b", 2), ("c", 3), ("d", 5)]);
+        assert_eq!(a.differing_fields(&b), ["a", "c", "d"]);
+        assert_eq!(b.differing_fields(&a), ["a", "c", "d"]);
+        assert!(a.differing_fields(&a).is_empty());
+    }
 }

@@ -82,7 +82,7 @@ pub use engine::{
 };
 pub use event::Event;
 pub use fingerprint::{
-    FieldDigest, Fingerprint, FingerprintError, FingerprintSpec, JsonMode, RequestParts,
+    FieldDigests, Fingerprint, FingerprintError, FingerprintSpec, JsonMode, RequestParts,
 };
 pub use key::{
     parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, RecordKey, Scope, UuidVersion,

@@ -165,12 +165,7 @@ impl Record {
     /// Approximate bytes this record occupies in memory (for store limits and statistics),
     /// not counting its key.
     pub fn size(&self) -> usize {
-        let fields: usize = self
-            .fingerprint
-            .fields
-            .iter()
-            .map(|f| f.name.len() + 32)
-            .sum();
+        let fields = self.fingerprint.fields.heap_size();
         let state = match &self.state {
             RecordState::Completed { response, .. } => response.size(),
             RecordState::Counter { session } => session.size(),

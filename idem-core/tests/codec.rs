@@ -129,7 +129,14 @@ fn broken_invariants_are_refused() {
         Err(DecodeError::Invalid("response status outside 100-599"))
     );
     let mut r = sample()[0].clone();
-    r.fingerprint.fields.reverse();
+    let mut reversed: Vec<(String, u64)> = r
+        .fingerprint
+        .fields
+        .iter()
+        .map(|(name, digest)| (name.to_owned(), digest))
+        .collect();
+    reversed.reverse();
+    r.fingerprint.fields = reversed.iter().map(|(n, d)| (n.as_str(), *d)).collect();
     assert!(r.fingerprint.fields.len() > 1);
     assert!(matches!(
         decode_record(&encode_record(&r)),

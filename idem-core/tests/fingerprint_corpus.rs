@@ -80,8 +80,8 @@ fn fingerprint(body: &str, exclude: &[&str]) -> String {
         })
         .unwrap_or_else(|e| panic!("{body}: {e}"));
     let mut s: String = fp.digest.iter().map(|b| format!("{b:02x}")).collect();
-    for f in &fp.fields {
-        s.push_str(&format!(" {:?}={:016x}", f.name, f.digest));
+    for (name, digest) in fp.fields.iter() {
+        s.push_str(&format!(" {name:?}={digest:016x}"));
     }
     s
 }

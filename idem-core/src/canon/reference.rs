@@ -3,7 +3,7 @@
 //! field digests.
 
 use super::{write_int, write_str};
-use crate::fingerprint::FieldDigest;
+use crate::fingerprint::FieldDigests;
 use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -16,7 +16,7 @@ pub(super) fn canonicalise(
     body: &[u8],
     patterns: &[Vec<String>],
     out: &mut Vec<u8>,
-    fields: &mut Vec<FieldDigest>,
+    fields: &mut FieldDigests,
 ) -> Result<(), serde_json::Error> {
     let roots: Vec<&[String]> = patterns.iter().map(Vec::as_slice).collect();
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -34,7 +34,7 @@ struct Canon<'a, 'p> {
     /// The remaining tokens of every pattern that matches the path so far.
     patterns: &'a [&'p [String]],
     /// Set for the top-level value only.
-    fields: Option<&'a mut Vec<FieldDigest>>,
+    fields: Option<&'a mut FieldDigests>,
 }
 
 /// The patterns that continue below `token`, and whether one of them ends there (the value
@@ -186,10 +186,7 @@ impl<'de> Visitor<'de> for Canon<'_, '_> {
             let value = &scratch[*start..*end];
             self.out.extend_from_slice(value);
             if let Some(fields) = fields.as_deref_mut() {
-                fields.push(FieldDigest {
-                    name: String::from(&**name),
-                    digest: xxhash_rust::xxh3::xxh3_64(value),
-                });
+                fields.push(name, xxhash_rust::xxh3::xxh3_64(value));
             }
         }
         self.out.push(b'}');
@@ -225,6 +222,7 @@ impl<'de> Visitor<'de> for KeySeed {
 /// names, deep nesting; and now and then one byte broken.
 mod race {
     use super::super::{canonicalise, parse_patterns};
+    use crate::fingerprint::FieldDigests;
     use alloc::format;
     use alloc::string::{String, ToString};
     use alloc::vec;
@@ -379,9 +377,9 @@ mod race {
         #[test]
         fn the_scanner_agrees_with_serde_json(body in body(), exclude in excluded()) {
             let patterns = parse_patterns(&exclude);
-            let (mut out, mut fields) = (Vec::new(), Vec::new());
+            let (mut out, mut fields) = (Vec::new(), FieldDigests::default());
             let scanned = canonicalise(&body, &patterns, &mut out, &mut fields);
-            let (mut want, mut want_fields) = (Vec::new(), Vec::new());
+            let (mut want, mut want_fields) = (Vec::new(), FieldDigests::default());
             let reference = super::canonicalise(&body, &patterns, &mut want, &mut want_fields);
             prop_assert_eq!(scanned.is_ok(), reference.is_ok(), "{:?}", String::from_utf8_lossy(&body));
             if scanned.is_ok() {
@@ -394,9 +392,9 @@ mod race {
     /// The scanner and the reference both accept `body` or both refuse it, and agree on the
     /// canonical bytes and the field digests; whether they accepted it.
     fn agrees(body: &str) -> bool {
-        let (mut out, mut fields) = (Vec::new(), Vec::new());
+        let (mut out, mut fields) = (Vec::new(), FieldDigests::default());
         let scanned = canonicalise(body.as_bytes(), &[], &mut out, &mut fields);
-        let (mut want, mut want_fields) = (Vec::new(), Vec::new());
+        let (mut want, mut want_fields) = (Vec::new(), FieldDigests::default());
         let reference = super::canonicalise(body.as_bytes(), &[], &mut want, &mut want_fields);
         assert_eq!(scanned.is_ok(), reference.is_ok(), "{body}");
         assert_eq!(
@@ -519,7 +517,7 @@ mod race {
                         // After an escape: the unescaped text is checked, not the flag.
                         [b"\"\\n".as_slice(), &text, b"\""].concat(),
                     ] {
-                        let (mut out, mut fields) = (Vec::new(), Vec::new());
+                        let (mut out, mut fields) = (Vec::new(), FieldDigests::default());
                         assert!(
                             canonicalise(&body, &[], &mut out, &mut fields).is_err(),
                             "{body:?}"
@@ -534,7 +532,7 @@ mod race {
     fn nesting_limits_agree() {
         for levels in [126, 127, 128, 129] {
             for body in [deep(levels), format!("{{\"a\":{}}}", deep(levels - 1))] {
-                let (mut out, mut fields) = (Vec::new(), Vec::new());
+                let (mut out, mut fields) = (Vec::new(), FieldDigests::default());
                 let scanned = canonicalise(body.as_bytes(), &[], &mut out, &mut fields).is_ok();
                 let reference =
                     super::canonicalise(body.as_bytes(), &[], &mut out, &mut fields).is_ok();
@@ -544,7 +542,7 @@ mod race {
         // A skipped value has no depth limit in either, and no recursion in the scanner.
         let body = format!("{{\"a\":{},\"b\":1}}", deep(100_000));
         let patterns = parse_patterns(&["a".to_string()]);
-        let (mut out, mut fields) = (Vec::new(), Vec::new());
+        let (mut out, mut fields) = (Vec::new(), FieldDigests::default());
         assert!(canonicalise(body.as_bytes(), &patterns, &mut out, &mut fields).is_ok());
         assert_eq!(out, b"{\"b\":1}");
     }
