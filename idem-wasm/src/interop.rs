@@ -573,7 +573,12 @@ pub fn push_item_bytes(out: &mut Vec<u8>, item: &str) {
 
 /// The length of `item` in UTF-16 code units, in decimal digits (from the returned index).
 fn utf16_len(item: &str) -> ([u8; 20], usize) {
-    let mut n = item.encode_utf16().count();
+    // One unit per character, two for those of four bytes (above U+FFFF): counted over the
+    // bytes, each leading byte once, with no decoding.
+    let mut n: usize = item
+        .bytes()
+        .map(|b| usize::from(b & 0xC0 != 0x80) + usize::from(b >= 0xF0))
+        .sum();
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {

@@ -284,6 +284,19 @@ fn list_texts_count_utf16_units_and_refuse_damage() {
         list(&text).unwrap(),
         ["content-type", "text/plain; charset=ü", "😀"]
     );
+    // Every width of UTF-8 character, counted as JavaScript counts `length`.
+    for item in [
+        "",
+        "ascii",
+        "é",
+        "€\u{e000}\u{ffff}",
+        "😀",
+        "a😀é€\u{10ffff}z",
+    ] {
+        let mut text = String::new();
+        push_item(&mut text, item);
+        assert_eq!(text, format!("{}:{item}", item.encode_utf16().count()));
+    }
     let p = pairs("1:a1:11:b1:21:c").unwrap();
     assert_eq!(p, vec![("a".into(), "1".into()), ("b".into(), "2".into())]);
     assert_eq!(flatten(&p), "1:a1:11:b1:2");
