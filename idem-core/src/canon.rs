@@ -680,10 +680,22 @@ struct Member {
 /// A key's first eight bytes as a big-endian number, zero-padded.
 #[inline]
 fn prefix_of(key: &[u8]) -> u64 {
-    let mut first = [0u8; 8];
-    let n = key.len().min(8);
-    first[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(first)
+    if let Some(first) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
+    let at = |i: usize| u64::from(key[i]) << (56 - 8 * i);
+    match key.len() {
+        0 => 0,
+        // The first and last four bytes, overlapping: shared bytes land where they belong
+        // in both, so or-ing them changes nothing.
+        len @ 4..=7 => {
+            let head = key.first_chunk::<4>().map_or(0, |b| u32::from_be_bytes(*b));
+            let tail = key.last_chunk::<4>().map_or(0, |b| u32::from_be_bytes(*b));
+            u64::from(head) << 32 | u64::from(tail) << (8 * (8 - len))
+        }
+        // One to three bytes: the first, the middle and the last (some of them the same).
+        len => at(0) | at(len / 2) | at(len - 1),
+    }
 }
 
 /// Where a member's (unescaped) key is: in the body, or in the keys buffer.
@@ -1272,6 +1284,23 @@ static POW10: [f64; 309] = [
     1e290, 1e291, 1e292, 1e293, 1e294, 1e295, 1e296, 1e297, 1e298, 1e299,
     1e300, 1e301, 1e302, 1e303, 1e304, 1e305, 1e306, 1e307, 1e308,
 ];
+
+#[cfg(test)]
+mod prefix_tests {
+    use super::prefix_of;
+
+    #[test]
+    fn a_prefix_is_the_first_eight_bytes_big_endian_zero_padded() {
+        let bytes: alloc::vec::Vec<u8> = (1..=12u8).map(|b| b.wrapping_mul(37)).collect();
+        for len in 0..=bytes.len() {
+            let key = &bytes[..len];
+            let mut padded = [0u8; 8];
+            let n = len.min(8);
+            padded[..n].copy_from_slice(&key[..n]);
+            assert_eq!(prefix_of(key), u64::from_be_bytes(padded), "{len} bytes");
+        }
+    }
+}
 
 #[cfg(test)]
 mod pointer_tests {
