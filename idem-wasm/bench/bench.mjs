@@ -365,9 +365,17 @@ const FETCH = libraries[4][0];
 const BASE = libraries[5][0];
 const PLUMB = libraries[6][0];
 const ANSWER = libraries[7][0];
-console.log(`\nratio: ${PLAIN} / peer (above 1.00 = idem faster)`);
+// Ratios are taken round by round (the two ran one after the other), then the median of the
+// rounds is shown with the lowest and highest: a machine that slows down between rounds
+// moves both sides of a round alike.
+console.log(`\nratio: ${PLAIN} / peer (above 1.00 = idem faster), median of the rounds' ratios [lowest–highest]`);
 for (const peer of PEERS) {
-  console.log(`  vs ${peer.padEnd(58)}${phases.map((p) => `${(results[PLAIN][p] / results[peer][p]).toFixed(2).padStart(9)}x`).join("")}`);
+  const cell = (p) => {
+    const ratios = samples[PLAIN][p].map((rps, round) => rps / samples[peer][p][round]);
+    const text = `${median(ratios).toFixed(2)}x [${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}]`;
+    return text.padStart(24);
+  };
+  console.log(`  vs ${peer.padEnd(58)}${phases.map(cell).join("")}`);
 }
 
 // The Fetch path, taken apart: what Node's objects cost, and what idem adds on top. A fresh
