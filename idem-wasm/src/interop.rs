@@ -667,14 +667,10 @@ impl StoreWrite {
         );
         out.extend_from_slice(&self.deadline.to_le_bytes());
         out.extend_from_slice(&self.expires.to_le_bytes());
-        let head = out.len();
-        out.extend_from_slice(&[0; 4]);
-        push_item_bytes(out, &self.version);
-        if let Some(expect) = &self.expect {
-            push_item_bytes(out, expect);
-        }
-        let len = (out.len() - head - 4) as u32;
-        out[head..head + 4].copy_from_slice(&len.to_le_bytes());
+        push_head(
+            out,
+            core::iter::once(self.version.as_str()).chain(self.expect.as_deref()),
+        );
         if let Some(value) = &self.value {
             out.extend_from_slice(value);
         }
@@ -760,14 +756,19 @@ pub fn encode_reply_into<'h>(
 ) {
     out.clear();
     out.extend_from_slice(&u32::from(status).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    for (n, v) in headers {
-        push_item_bytes(out, n);
-        push_item_bytes(out, v);
-    }
-    let head = (out.len() - 8) as u32;
-    out[4..8].copy_from_slice(&head.to_le_bytes());
+    push_head(out, headers.flat_map(|(n, v)| [n, v]));
     out.extend_from_slice(body);
+}
+
+/// A head of reply or write bytes: its byte length as a `u32`, then `items` as list text.
+fn push_head<'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'a str>) {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    for item in items {
+        push_item_bytes(out, item);
+    }
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
 /// The reply bytes of a rendered reply.
