@@ -103,13 +103,8 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
 }
 
 fn validate(r: &Record) -> Result<(), DecodeError> {
-    let mut names = r.fingerprint.fields.iter().map(|(name, _)| name);
-    let mut previous = names.next();
-    if !names.all(|name| {
-        let ordered = previous.is_some_and(|p| p < name);
-        previous = Some(name);
-        ordered
-    }) {
+    let names = r.fingerprint.fields.iter().map(|(name, _)| name);
+    if !names.is_sorted_by(|a, b| a < b) {
         return Err(DecodeError::Invalid(
             "field digests are not sorted and unique",
         ));
