@@ -52,7 +52,6 @@ const contexts = new WeakMap();
  * that `withIdempotency` stores them without reading the body back (IDEM-JS-5). */
 const builtBodies = new WeakMap();
 
-
 /**
  * The idempotency context of a request that `withIdempotency` is executing: the key, whether
  * this execution takes over from an attempt whose lease expired (`recovered`: reconcile
