@@ -68,7 +68,11 @@ pub(crate) fn canonicalise(
 ) -> Result<()> {
     let mut c = Canon {
         s: Scan { b: body, i: 0 },
-        out,
+        out: Out {
+            body,
+            buf: out,
+            run: 0..0,
+        },
         // Room for the members of a few nested objects up front (each growth is an
         // allocation and a copy). Bodies whose objects are in order never use the scratch.
         members: Vec::with_capacity(32),
@@ -79,7 +83,9 @@ pub(crate) fn canonicalise(
     };
     let roots = 0..c.patterns.len();
     c.value(0, roots, Some(fields))?;
-    c.s.end()
+    c.s.end()?;
+    c.out.flush();
+    Ok(())
 }
 
 /// The bytes of a JSON text.
@@ -705,9 +711,55 @@ enum Key {
     Unescaped(Range<usize>),
 }
 
+/// The canonical output: the bytes written, then a run of body bytes that the output
+/// repeats as they stand, not copied yet. Each token the output takes unchanged from the
+/// body extends the run when it follows it in the body, so that a body mostly in canonical
+/// form (no whitespace, members in order) is copied in a few large pieces, not token by
+/// token.
+struct Out<'a, 'o> {
+    body: &'a [u8],
+    buf: &'o mut Vec<u8>,
+    /// Body bytes that follow `buf` in the output.
+    run: Range<usize>,
+}
+
+impl Out<'_, '_> {
+    /// The output's length, the run included.
+    #[inline]
+    fn len(&self) -> usize {
+        self.buf.len() + self.run.len()
+    }
+
+    /// Appends the body's bytes `from`.
+    #[inline]
+    fn copy(&mut self, from: Range<usize>) {
+        if from.start != self.run.end {
+            self.flush();
+            self.run.start = from.start;
+        }
+        self.run.end = from.end;
+    }
+
+    /// Copies the run, so that `buf` holds the whole output.
+    #[inline]
+    fn flush(&mut self) {
+        if !self.run.is_empty() {
+            self.buf.extend_from_slice(&self.body[self.run.clone()]);
+            self.run.start = self.run.end;
+        }
+    }
+
+    /// The whole output, for bytes that are not the body's.
+    #[inline]
+    fn bytes(&mut self) -> &mut Vec<u8> {
+        self.flush();
+        self.buf
+    }
+}
+
 struct Canon<'a, 'o, 'p> {
     s: Scan<'a>,
-    out: &'o mut Vec<u8>,
+    out: Out<'a, 'o>,
     /// The members of every object being written, innermost last.
     members: Vec<Member>,
     /// Unescaped keys of those members.
@@ -739,46 +791,50 @@ impl Canon<'_, '_, '_> {
         match self.s.peek() {
             Some(b'{') => self.object(depth + 1, patterns, fields),
             Some(b'[') => self.array(depth + 1, patterns),
-            Some(b'"') => match self.s.string(&mut self.text)? {
-                Text::Raw(raw) => {
-                    write_raw(self.out, &self.s.b[raw]);
-                    Ok(())
-                }
-                Text::Unescaped => {
-                    write_bytes(self.out, &self.text);
-                    Ok(())
-                }
-            },
-            Some(b't') => {
-                self.s.literal(b"true")?;
-                self.out.extend_from_slice(b"true");
-                Ok(())
-            }
-            Some(b'f') => {
-                self.s.literal(b"false")?;
-                self.out.extend_from_slice(b"false");
-                Ok(())
-            }
-            Some(b'n') => {
-                self.s.literal(b"null")?;
-                self.out.extend_from_slice(b"null");
-                Ok(())
-            }
+            Some(b'"') => self.string(),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
             Some(b'-' | b'0'..=b'9') => {
                 if let Some(end) = self.s.canonical_number() {
-                    self.out.extend_from_slice(&self.s.b[self.s.i..end]);
+                    self.out.copy(self.s.i..end);
                     self.s.i = end;
                     return Ok(());
                 }
                 match self.s.number()? {
-                    Number::U64(v) => write_int(self.out, v, false),
-                    Number::I64(v) => write_int(self.out, v.unsigned_abs(), v < 0),
-                    Number::F64(v) => write_f64(self.out, v),
+                    Number::U64(v) => write_int(self.out.bytes(), v, false),
+                    Number::I64(v) => write_int(self.out.bytes(), v.unsigned_abs(), v < 0),
+                    Number::F64(v) => write_f64(self.out.bytes(), v),
                 }
                 Ok(())
             }
             _ => self.s.fail(),
         }
+    }
+
+    /// A string, written canonically: as it stands when it has no escapes.
+    #[inline]
+    fn string(&mut self) -> Result<()> {
+        match self.s.string(&mut self.text)? {
+            // With its quotes.
+            Text::Raw(raw) => self.out.copy(raw.start - 1..raw.end + 1),
+            Text::Unescaped => write_bytes(self.out.bytes(), &self.text),
+        }
+        Ok(())
+    }
+
+    /// `true`, `false` or `null`.
+    fn literal(&mut self, word: &[u8]) -> Result<()> {
+        let at = self.s.i;
+        self.s.literal(word)?;
+        self.out.copy(at..self.s.i);
+        Ok(())
+    }
+
+    /// The byte just scanned, which the output repeats.
+    #[inline]
+    fn keep_last(&mut self) {
+        self.out.copy(self.s.i - 1..self.s.i);
     }
 
     /// The patterns that continue below `token` (pushed as a new range), and whether one of
@@ -817,15 +873,17 @@ impl Canon<'_, '_, '_> {
             return self.s.fail();
         }
         self.s.i += 1;
-        self.out.push(b'[');
+        self.keep_last();
         self.s.ws();
         if self.s.peek() == Some(b']') {
             self.s.i += 1;
-            self.out.push(b']');
+            self.keep_last();
             return Ok(());
         }
         let mut written = false;
         let mut index = 0;
+        // Where the comma before this element is.
+        let mut comma = 0;
         loop {
             let mark = self.patterns.len();
             let (child, excluded) = if patterns.is_empty() {
@@ -838,7 +896,7 @@ impl Canon<'_, '_, '_> {
                 self.s.skip_value(&mut self.scratch)?;
             } else {
                 if written {
-                    self.out.push(b',');
+                    self.out.copy(comma..comma + 1);
                 }
                 written = true;
                 self.value(depth, child.clone(), None)?;
@@ -846,10 +904,13 @@ impl Canon<'_, '_, '_> {
             self.patterns.truncate(mark);
             self.s.ws();
             match self.s.peek() {
-                Some(b',') => self.s.i += 1,
+                Some(b',') => {
+                    comma = self.s.i;
+                    self.s.i += 1;
+                }
                 Some(b']') => {
                     self.s.i += 1;
-                    self.out.push(b']');
+                    self.keep_last();
                     return Ok(());
                 }
                 _ => return self.s.fail(),
@@ -867,16 +928,18 @@ impl Canon<'_, '_, '_> {
             return self.s.fail();
         }
         self.s.i += 1;
-        self.out.push(b'{');
+        self.keep_last();
         let start = self.out.len();
         let first_member = self.members.len();
         let first_key = self.keys.len();
         self.s.ws();
         if self.s.peek() == Some(b'}') {
             self.s.i += 1;
-            self.out.push(b'}');
+            self.keep_last();
             return Ok(());
         }
+        // Where the comma before this member is.
+        let mut comma = 0;
         loop {
             self.s.ws();
             if self.s.peek() != Some(b'"') {
@@ -891,6 +954,7 @@ impl Canon<'_, '_, '_> {
                 }
             };
             self.s.expect(b':')?;
+            let colon = self.s.i - 1;
             let mark = self.patterns.len();
             let (child, excluded) = if patterns.is_empty() {
                 (mark..mark, false)
@@ -902,14 +966,15 @@ impl Canon<'_, '_, '_> {
             } else {
                 // Written in place, `"key":value`, in the order of the body.
                 if self.members.len() > first_member {
-                    self.out.push(b',');
+                    self.out.copy(comma..comma + 1);
                 }
                 let at = self.out.len();
                 match &key {
-                    Key::Body(raw) => write_raw(self.out, &self.s.b[raw.clone()]),
-                    Key::Unescaped(r) => write_bytes(self.out, &self.keys[r.clone()]),
+                    // With its quotes.
+                    Key::Body(raw) => self.out.copy(raw.start - 1..raw.end + 1),
+                    Key::Unescaped(r) => write_bytes(self.out.bytes(), &self.keys[r.clone()]),
                 }
-                self.out.push(b':');
+                self.out.copy(colon..colon + 1);
                 let value = self.out.len();
                 self.value(depth, child.clone(), None)?;
                 let prefix = prefix_of(key_bytes(self.s.b, &self.keys, &key));
@@ -923,7 +988,10 @@ impl Canon<'_, '_, '_> {
             self.patterns.truncate(mark);
             self.s.ws();
             match self.s.peek() {
-                Some(b',') => self.s.i += 1,
+                Some(b',') => {
+                    comma = self.s.i;
+                    self.s.i += 1;
+                }
                 Some(b'}') => {
                     self.s.i += 1;
                     break;
@@ -932,12 +1000,14 @@ impl Canon<'_, '_, '_> {
             }
         }
         self.finish_object(start, first_member, first_key, fields);
+        self.keep_last();
         Ok(())
     }
 
     /// Puts the members written since `start` in order: sorted by the UTF-8 bytes of their
     /// names; of duplicate names the last one wins, as in serde_json. Members already in
-    /// order (names strictly ascending) stay where they were written.
+    /// order (names strictly ascending) stay where they were written. The closing brace is
+    /// the caller's.
     fn finish_object(
         &mut self,
         start: usize,
@@ -955,24 +1025,30 @@ impl Canon<'_, '_, '_> {
         } = self;
         let body = s.b;
         let name = |m: &Member| key_bytes(body, keys, &m.key);
-        // Prefixes that differ order keys as their whole bytes do; a tie (a shared first
-        // eight bytes, or shorter keys that differ only by trailing NULs) goes to the full
-        // comparison.
-        let order =
-            |a: &Member, b: &Member| a.prefix.cmp(&b.prefix).then_with(|| name(a).cmp(name(b)));
         let members = &mut members[first_member..];
+        let sorted = members
+            .windows(2)
+            .all(|w| order(body, keys, &w[0], &w[1]).is_lt());
+        if sorted && fields.is_none() {
+            // Nothing to read or move.
+            self.members.truncate(first_member);
+            self.keys.truncate(first_key);
+            return;
+        }
+        let out = out.bytes();
         if let Some(fields) = fields.as_deref_mut() {
             let name_bytes = members.iter().map(|m| name(m).len()).sum();
             fields.reserve(members.len(), name_bytes);
         }
-        if members.windows(2).all(|w| order(&w[0], &w[1]).is_lt()) {
+        if sorted {
             if let Some(fields) = fields {
                 for m in members.iter() {
                     push_field(fields, name(m), &out[m.value..m.span.end]);
                 }
             }
         } else {
-            members.sort_by(order);
+            // Stable, so that of equal names the last one is last.
+            members.sort_by(|a, b| order(body, keys, a, b));
             scratch.clear();
             scratch.extend_from_slice(&out[start..]);
             out.truncate(start);
@@ -980,7 +1056,7 @@ impl Canon<'_, '_, '_> {
             for (i, m) in members.iter().enumerate() {
                 if members
                     .get(i + 1)
-                    .is_some_and(|next| order(next, m).is_eq())
+                    .is_some_and(|next| order(body, keys, next, m).is_eq())
                 {
                     continue;
                 }
@@ -995,17 +1071,25 @@ impl Canon<'_, '_, '_> {
                 }
             }
         }
-        out.push(b'}');
         self.members.truncate(first_member);
         self.keys.truncate(first_key);
     }
 }
 
+/// Members in the order of their names' bytes. Prefixes that differ order keys as their
+/// whole bytes do; a tie (a shared first eight bytes, or shorter keys that differ only by
+/// trailing NULs) goes to the full comparison.
+#[inline]
+fn order(body: &[u8], keys: &[u8], a: &Member, b: &Member) -> core::cmp::Ordering {
+    a.prefix
+        .cmp(&b.prefix)
+        .then_with(|| key_bytes(body, keys, &a.key).cmp(key_bytes(body, keys, &b.key)))
+}
+
 /// A top-level member's digest: XXH3-64 over its canonical value.
 fn push_field(fields: &mut FieldDigests, name: &[u8], value: &[u8]) {
     // Checked to be UTF-8 when it was scanned.
-    let name = core::str::from_utf8(name).unwrap_or_default();
-    fields.push(name, xxhash_rust::xxh3::xxh3_64(value));
+    fields.push_utf8(name, xxhash_rust::xxh3::xxh3_64(value));
 }
 
 pub(crate) fn write_int(out: &mut Vec<u8>, v: u64, negative: bool) {
@@ -1059,14 +1143,6 @@ fn write_f64(out: &mut Vec<u8>, v: f64) {
 /// A JSON string with RFC 8785's minimal escapes.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     write_bytes(out, s.as_bytes());
-}
-
-/// A string as it stood in the body, with no escapes and no control characters: already
-/// canonical, so only quoted.
-fn write_raw(out: &mut Vec<u8>, raw: &[u8]) {
-    out.push(b'"');
-    out.extend_from_slice(raw);
-    out.push(b'"');
 }
 
 /// [`write_str`] for bytes known to be UTF-8.

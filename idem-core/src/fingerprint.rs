@@ -118,12 +118,16 @@ impl FieldDigests {
 
     /// Appends a member (callers keep them sorted by name).
     pub fn push(&mut self, name: &str, digest: u64) {
+        self.push_utf8(name.as_bytes(), digest);
+    }
+
+    /// [`FieldDigests::push`] for a name already checked to be UTF-8.
+    pub(crate) fn push_utf8(&mut self, name: &[u8], digest: u64) {
         // Names are parts of bodies of at most a few MiB; a longer one is cut short.
         let len = u32::try_from(name.len()).unwrap_or(u32::MAX);
         self.bytes.extend_from_slice(&digest.to_le_bytes());
         self.bytes.extend_from_slice(&len.to_le_bytes());
-        self.bytes
-            .extend_from_slice(&name.as_bytes()[..len as usize]);
+        self.bytes.extend_from_slice(&name[..len as usize]);
     }
 
     /// Room for `members` more members whose names take `name_bytes` bytes.

@@ -397,12 +397,15 @@ mod race {
         let (mut want, mut want_fields) = (Vec::new(), FieldDigests::default());
         let reference = super::canonicalise(body.as_bytes(), &[], &mut want, &mut want_fields);
         assert_eq!(scanned.is_ok(), reference.is_ok(), "{body}");
-        assert_eq!(
-            String::from_utf8_lossy(&out),
-            String::from_utf8_lossy(&want),
-            "{body}"
-        );
-        assert_eq!(fields, want_fields, "{body}");
+        // What is written before a refusal means nothing.
+        if scanned.is_ok() {
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want),
+                "{body}"
+            );
+            assert_eq!(fields, want_fields, "{body}");
+        }
         scanned.is_ok()
     }
 
