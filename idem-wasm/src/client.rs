@@ -1,0 +1,363 @@
+//! The client side of the module: the outbox that `idempotentFetch` drives, and counter
+//! numbering.
+
+use crate::interop::{self, ErrorParts};
+use crate::{given, js, number, JsResult};
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use wasm_bindgen::prelude::*;
+
+/// One logical client request: the core's outbox entry (`IDEM-CLIENT-1` to
+/// `IDEM-CLIENT-7`) with its retry policy. `idempotentFetch` drives it.
+#[wasm_bindgen]
+pub struct Outbox {
+    entry: idem_core::OutboxEntry,
+    policy: idem_core::RetryPolicy,
+}
+
+/// What the outbox says to do after a result.
+#[wasm_bindgen]
+pub struct Next {
+    next: idem_core::NextStep,
+}
+
+#[wasm_bindgen]
+impl Next {
+    /// `complete`, `retry`, `failed` or `undetermined`.
+    #[wasm_bindgen(getter)]
+    pub fn kind(&self) -> String {
+        String::from(match self.next {
+            idem_core::NextStep::Complete { .. } => "complete",
+            idem_core::NextStep::Retry { .. } => "retry",
+            idem_core::NextStep::Failed { .. } => "failed",
+            idem_core::NextStep::Undetermined { .. } => "undetermined",
+        })
+    }
+
+    /// For `complete`: whether the final response was a success (2xx/3xx) rather than a
+    /// deterministic refusal (4xx).
+    #[wasm_bindgen(getter)]
+    pub fn succeeded(&self) -> bool {
+        matches!(
+            self.next,
+            idem_core::NextStep::Complete {
+                class: idem_core::Completion::Succeeded,
+                ..
+            }
+        )
+    }
+
+    /// For `failed` and `undetermined`: `deadline`, `budget` or `key-forgotten`.
+    #[wasm_bindgen(getter)]
+    pub fn reason(&self) -> Option<String> {
+        match self.next {
+            idem_core::NextStep::Failed { reason }
+            | idem_core::NextStep::Undetermined { reason } => {
+                Some(String::from(interop::give_up_name(reason)))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[wasm_bindgen]
+impl Outbox {
+    /// A new entry for `key` and the payload digest (32 bytes, from [`Outbox::digest`]), with
+    /// the retry options `{ base, cap, maxAttempts, deadline }` (ms; each optional).
+    #[wasm_bindgen(constructor)]
+    pub fn new(key: &str, payload: &[u8], retry: &JsValue) -> JsResult<Outbox> {
+        let policy = retry_policy(retry).map_err(js)?;
+        let entry = idem_core::OutboxEntry::new(key, digest32(payload)?)
+            .map_err(|e| js(interop::client_error(&e)))?;
+        Ok(Outbox { entry, policy })
+    }
+
+    /// Restores an entry saved with [`Outbox::encode`]. Throws a `RangeError`
+    /// (`IDEM-CLIENT-6`) for bytes that are not an entry.
+    #[wasm_bindgen(js_name = fromBytes)]
+    pub fn from_bytes(bytes: &[u8], retry: &JsValue) -> JsResult<Outbox> {
+        let policy = retry_policy(retry).map_err(js)?;
+        let entry = idem_core::decode_entry(bytes).map_err(|e| {
+            js(ErrorParts {
+                kind: interop::ErrorKind::Range,
+                code: "IDEM-CLIENT-6",
+                message: e.to_string(),
+            })
+        })?;
+        Ok(Outbox { entry, policy })
+    }
+
+    /// The entry as bytes, to persist before each send.
+    pub fn encode(&self) -> Vec<u8> {
+        idem_core::encode_entry(&self.entry)
+    }
+
+    /// The digest that identifies a payload: the request fingerprint (method, URL, body,
+    /// with JSON bodies canonicalised), so a re-serialised body is not a change.
+    pub fn digest(
+        method: &str,
+        url: &str,
+        content_type: Option<String>,
+        body: &[u8],
+    ) -> JsResult<Vec<u8>> {
+        let spec = idem_core::FingerprintSpec {
+            max_body: usize::MAX,
+            ..idem_core::FingerprintSpec::default()
+        };
+        let parts = idem_core::RequestParts {
+            method,
+            target: url,
+            content_type: content_type.as_deref(),
+            headers: &[],
+            body,
+        };
+        // A body labelled JSON that does not parse is hashed as bytes.
+        let fp = spec.fingerprint(&parts).or_else(|_| {
+            idem_core::FingerprintSpec {
+                json: idem_core::JsonMode::Never,
+                ..spec.clone()
+            }
+            .fingerprint(&parts)
+        });
+        fp.map(|f| f.digest.to_vec())
+            .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::fingerprint(&e))))
+    }
+
+    /// A new UUID v4 key from 128 random bits (four u32 values).
+    #[wasm_bindgen(js_name = keyV4)]
+    pub fn key_v4(a: u32, b: u32, c: u32, d: u32) -> String {
+        idem_core::uuid_v4_key([
+            interop::u64_from_halves(a, b),
+            interop::u64_from_halves(c, d),
+        ])
+    }
+
+    /// A new UUID v7 key from the time and 80 random bits (the first 10 bytes of `random`).
+    #[wasm_bindgen(js_name = keyV7)]
+    pub fn key_v7(now: f64, random: &[u8]) -> JsResult<String> {
+        let bytes: [u8; 10] = random
+            .get(..10)
+            .and_then(|r| r.try_into().ok())
+            .ok_or_else(|| js(ErrorParts::options("keyV7 needs 10 random bytes")))?;
+        Ok(interop::uuid_v7_key(interop::millis(now), bytes))
+    }
+
+    /// The key.
+    #[wasm_bindgen(getter)]
+    pub fn key(&self) -> String {
+        String::from(self.entry.key())
+    }
+
+    /// `created`, `sent`, `waiting`, `answered`, `processed`, `failed` or `undetermined`.
+    #[wasm_bindgen(getter)]
+    pub fn state(&self) -> String {
+        String::from(interop::state_name(&self.entry.state()))
+    }
+
+    /// The outcome of an entry that is over (`completed`, `rejected`, `failed`,
+    /// `undetermined`), or `undefined` while it is not.
+    #[wasm_bindgen(getter)]
+    pub fn outcome(&self) -> Option<String> {
+        interop::entry_outcome(&self.entry.state()).map(String::from)
+    }
+
+    /// Sends so far.
+    #[wasm_bindgen(getter)]
+    pub fn attempts(&self) -> u32 {
+        self.entry.attempts()
+    }
+
+    /// When the entry next wants to be sent, or `undefined`.
+    #[wasm_bindgen(js_name = nextSend)]
+    pub fn next_send(&self, now: f64) -> Option<f64> {
+        self.entry
+            .next_send(interop::millis(now))
+            .map(interop::to_ms)
+    }
+
+    /// The status of the last response, if any.
+    #[wasm_bindgen(getter, js_name = lastStatus)]
+    pub fn last_status(&self) -> Option<u16> {
+        self.entry.last_status()
+    }
+
+    /// Records a send of the payload with this digest; throws a `RangeError`
+    /// (`IDEM-CLIENT-1` when the payload changed, `IDEM-CLIENT-7` when not sendable now).
+    pub fn send(&mut self, now: f64, payload: &[u8]) -> JsResult<u32> {
+        let digest = digest32(payload)?;
+        self.entry
+            .send(interop::millis(now), &digest)
+            .map_err(|e| js(interop::client_error(&e)))
+    }
+
+    /// Reports a response: status, `Retry-After` seconds, the problem `type` (if the body
+    /// was `application/problem+json`), and whether the host marked it as not processed.
+    #[wasm_bindgen(js_name = onResponse)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_response(
+        &mut self,
+        now: f64,
+        random_hi: u32,
+        random_lo: u32,
+        status: u16,
+        retry_after_secs: Option<f64>,
+        problem_type: Option<String>,
+        not_processed: bool,
+    ) -> JsResult<Next> {
+        let answer = if not_processed {
+            idem_core::KeyAnswer::NotProcessed
+        } else {
+            problem_type.as_deref().map_or(
+                idem_core::KeyAnswer::Unspecified,
+                idem_core::KeyAnswer::from_problem_type,
+            )
+        };
+        let response = idem_core::ClientResponse {
+            status,
+            retry_after_secs: retry_after_secs
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| s as u64),
+            answer,
+        };
+        self.result(now, random_hi, random_lo, Ok(&response))
+    }
+
+    /// Reports a send that got no response: `lost` when the request may have reached the
+    /// server (a reset, a timeout), otherwise nothing left the client.
+    #[wasm_bindgen(js_name = onNetworkError)]
+    pub fn on_network_error(
+        &mut self,
+        now: f64,
+        random_hi: u32,
+        random_lo: u32,
+        lost: bool,
+    ) -> JsResult<Next> {
+        let e = if lost {
+            idem_core::NetworkError::Lost
+        } else {
+            idem_core::NetworkError::NotSent
+        };
+        self.result(now, random_hi, random_lo, Err(e))
+    }
+
+    fn result(
+        &mut self,
+        now: f64,
+        hi: u32,
+        lo: u32,
+        result: Result<&idem_core::ClientResponse, idem_core::NetworkError>,
+    ) -> JsResult<Next> {
+        let next = self
+            .entry
+            .on_result(
+                &self.policy,
+                interop::millis(now),
+                interop::u64_from_halves(hi, lo),
+                result,
+            )
+            .map_err(|e| js(interop::client_error(&e)))?;
+        Ok(Next { next })
+    }
+
+    /// Records that the application acted on the final response.
+    #[wasm_bindgen(js_name = markProcessed)]
+    pub fn mark_processed(&mut self) -> JsResult<()> {
+        self.entry
+            .mark_processed()
+            .map_err(|e| js(interop::client_error(&e)))
+    }
+}
+
+/// The retry policy from the `retry` options object (`undefined` for the defaults).
+fn retry_policy(retry: &JsValue) -> Result<idem_core::RetryPolicy, ErrorParts> {
+    if !given(retry) {
+        return interop::retry_policy(&interop::RetryOptions::default());
+    }
+    if !retry.is_object() {
+        return Err(ErrorParts::options("options.retry must be an object"));
+    }
+    interop::retry_policy(&interop::RetryOptions {
+        base: number(retry, "base")
+            .map_err(|_| ErrorParts::options("retry.base must be a number"))?,
+        cap: number(retry, "cap").map_err(|_| ErrorParts::options("retry.cap must be a number"))?,
+        max_attempts: number(retry, "maxAttempts")
+            .map_err(|_| ErrorParts::options("retry.maxAttempts must be a number"))?,
+        deadline: number(retry, "deadline")
+            .map_err(|_| ErrorParts::options("retry.deadline must be a number"))?,
+    })
+}
+
+fn digest32(bytes: &[u8]) -> JsResult<[u8; 32]> {
+    bytes
+        .try_into()
+        .map_err(|_| js(ErrorParts::options("a payload digest has 32 bytes")))
+}
+
+/// One client's numbering for counter keys (idem-core's `CounterSequence`): the next number
+/// for each new logical request, and the low-water mark to send. Numbers cross as decimal
+/// text: they may not fit a JavaScript number.
+#[wasm_bindgen]
+pub struct CounterSequence {
+    inner: idem_core::CounterSequence,
+}
+
+#[wasm_bindgen]
+impl CounterSequence {
+    /// The numbering of `client` in session `epoch` (decimal text), `bits` wide, from
+    /// `firstSeq` (decimal text). Throws a `RangeError` (`IDEM-CTR-1`).
+    #[wasm_bindgen(constructor)]
+    pub fn new(client: &str, epoch: &str, bits: u8, first_seq: &str) -> JsResult<CounterSequence> {
+        let epoch = interop::decimal("epoch", epoch).map_err(js)?;
+        let first = interop::decimal("firstSeq", first_seq).map_err(js)?;
+        idem_core::CounterSequence::new(client, epoch, bits, first)
+            .map(|inner| CounterSequence { inner })
+            .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::session(&e))))
+    }
+
+    /// The client id.
+    #[wasm_bindgen(getter)]
+    pub fn client(&self) -> String {
+        String::from(self.inner.client())
+    }
+
+    /// The session epoch, decimal.
+    #[wasm_bindgen(getter)]
+    pub fn epoch(&self) -> String {
+        self.inner.epoch().to_string()
+    }
+
+    /// The number for a new logical request, decimal.
+    pub fn take(&mut self) -> String {
+        self.inner.take().to_string()
+    }
+
+    /// The key of number `seq`: `client:epoch:seq`.
+    pub fn key(&self, seq: &str) -> JsResult<String> {
+        Ok(self.inner.key(interop::decimal("seq", seq).map_err(js)?))
+    }
+
+    /// The low-water mark to send, decimal.
+    #[wasm_bindgen(js_name = lowWater)]
+    pub fn low_water(&self) -> String {
+        self.inner.low_water().to_string()
+    }
+
+    /// The answer for `seq` arrived (or it was given up for good).
+    pub fn done(&mut self, seq: &str) -> JsResult<()> {
+        self.inner.done(interop::decimal("seq", seq).map_err(js)?);
+        Ok(())
+    }
+
+    /// The state, to persist after every change.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(&self.inner).unwrap_or_default()
+    }
+
+    /// A persisted state. Throws a `RangeError` (`IDEM-JS-2`) for bytes that are not one.
+    #[wasm_bindgen(js_name = fromBytes)]
+    pub fn from_bytes(bytes: &[u8]) -> JsResult<CounterSequence> {
+        postcard::from_bytes(bytes)
+            .map(|inner| CounterSequence { inner })
+            .map_err(|_| js(ErrorParts::wire("counter sequence")))
+    }
+}
