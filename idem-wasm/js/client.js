@@ -1,8 +1,9 @@
 // The client side: `idempotentFetch(input, init, options)`. The retry decisions are the
 // core's outbox entry (idem-core's client state machine, compiled to WebAssembly): this file
 // sends, reports each result, waits as told, and persists the entry between sends.
-import { CounterSequence, Outbox, lowWaterHeader } from "./idem_wasm.js";
-import { random32, rangeError, sleep } from "./util.js";
+import { random32, sleep } from "./common.js";
+import { rangeError } from "./errors.js";
+import { CounterSequence, Outbox, lowWaterHeader } from "./idem_client.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);

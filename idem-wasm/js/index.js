@@ -5,4 +5,3 @@ export { Idempotency, Inbox, idempotencyOf, withIdempotency } from "./server.js"
 export { MemoryStore, expire } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
-export { idempotentFetch } from "./client.js";

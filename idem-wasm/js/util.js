@@ -1,21 +1,6 @@
 // Small helpers shared by the server, the stores and the client.
 import { WriteFlag, wasmMemory } from "./idem_wasm.js";
 
-/** A random u32 from a pool refilled with crypto.getRandomValues.
- *
- * The pool is filled on first use, never at module load: Cloudflare Workers refuse to
- * generate random values outside a request handler. */
-let pool = null;
-let next = 0;
-export function random32() {
-  if (pool === null || next >= pool.length) {
-    pool ??= new Uint32Array(256);
-    crypto.getRandomValues(pool);
-    next = 0;
-  }
-  return pool[next++];
-}
-
 /** A header list (Headers, an array of pairs, or a record) as a flat [name, value, …] list
  * with lowercase names. Set-Cookie values stay separate. */
 export function flatHeaders(headers) {
@@ -141,20 +126,7 @@ export const takeWrite = (engine, slot) => writtenWrite(engine, engine.takeWrite
 export const opWrite = (engine, op) => writtenWrite(engine, engine.opWrite(op));
 
 export { rangeError } from "./errors.js";
-
-/** Resolves after `ms` milliseconds, or at once when the signal aborts. */
-export function sleep(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
+export { random32, sleep } from "./common.js";
 
 const textEncoder = new TextEncoder();
 

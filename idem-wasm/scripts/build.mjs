@@ -1,7 +1,10 @@
-// Builds the npm package into dist/:
+// Builds the npm package into dist/. Two modules: the server's (`idem`: the engine, the
+// stores' record helpers) and the client's (`idem/client`: `idempotentFetch`), so that a
+// browser loads none of the engine and a server none of the outbox. For each:
 //
-//   1. cargo builds idem-wasm for wasm32-unknown-unknown, optimised for size (the settings
-//      are passed as CARGO_PROFILE_RELEASE_* so that they apply to this build only);
+//   1. cargo builds idem-wasm for wasm32-unknown-unknown with that side's feature, optimised
+//      for size (the settings are passed as CARGO_PROFILE_RELEASE_* so that they apply to
+//      this build only);
 //   2. the wasm-bindgen CLI (the version pinned in Cargo.toml) writes the `web` glue, which
 //      every entry shares: Node, Deno, Bun, workerd and edge-light initialise it
 //      synchronously (each gets the module its own way), browsers and bundlers with
@@ -9,8 +12,10 @@
 //   3. wasm-opt from the `binaryen` npm package shrinks the module (Debian's binaryen 108
 //      produces modules that fail to load; do not put it first on PATH);
 //   4. esbuild bundles and minifies the glue with the JavaScript API: one ESM module shared
-//      by the ESM entries (and exported as `idem/manual`), and the CommonJS entry;
-//   5. the sizes are printed: the module raw, gzip and brotli, and the packed package.
+//      by the ESM entries (for the server, also exported as `idem/manual`), and the CommonJS
+//      entry. The client's sources are the server's entries and bundles with the module's
+//      name and the API's file changed;
+//   5. the sizes are printed: each module raw, gzip and brotli, and the packed package.
 //
 // Usage: node scripts/build.mjs [--quiet]
 //
@@ -28,6 +33,12 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** The ESM entries of `idem` itself, one per runtime (the package's `exports` conditions),
  * copied as they are: each instantiates the module its own way and re-exports the API. */
 const ENTRIES = ["node.js", "workerd.js", "edge-light.js", "deno.js", "bun.js", "web.js"];
+/** The two modules: the crate feature each is built with, the name of its glue and module
+ * (`<name>.js`, `<name>_bg.wasm`), the file of its API, and the prefix of its entries. */
+const SIDES = [
+  { feature: "server", name: "idem_wasm", api: "./index.js", prefix: "" },
+  { feature: "client", name: "idem_client", api: "./client.js", prefix: "client-" },
+];
 /** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
 const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express"];
 const dist = join(root, "dist");
@@ -65,75 +76,114 @@ const registry = join(cargoHome, "registry", "src");
 const prefixes = [resolve(root, "..") + "/"];
 if (existsSync(registry)) for (const d of readdirSync(registry)) prefixes.push(join(registry, d) + "/");
 const rustflags = [process.env.RUSTFLAGS ?? "", ...prefixes.map((p) => `--remap-path-prefix=${p}=`)].join(" ").trim();
-run(cargo, ["build", "--quiet", "-p", "idem-wasm", "--target", "wasm32-unknown-unknown", "--release", ...speed], {
-  env: { ...process.env, ...sizeProfile, RUSTFLAGS: rustflags },
-});
 const meta = JSON.parse(
   execFileSync(cargo, ["metadata", "--format-version", "1", "--no-deps"], { cwd: root, encoding: "utf8" }),
 );
 const built = join(meta.target_directory, "wasm32-unknown-unknown", "release", "idem_wasm.wasm");
-
-// 2. The glue.
 const bindgenOut = join(meta.target_directory, "idem-wasm-bindgen");
 rmSync(bindgenOut, { recursive: true, force: true });
-// `cargo xtask` passes the path of the CLI it installed; otherwise it is looked up on PATH.
-const profiling = Boolean(process.env.IDEM_NO_MINIFY);
-run(process.env.WASM_BINDGEN || "wasm-bindgen", [
-  "--target",
-  "web",
-  "--no-typescript",
-  ...(profiling ? [] : ["--remove-name-section"]),
-  "--remove-producers-section",
-  "--out-dir",
-  bindgenOut,
-  built,
-]);
-
-// 3. The optimiser.
 rmSync(dist, { recursive: true, force: true });
 mkdirSync(dist, { recursive: true });
+// `cargo xtask` passes the path of the CLI it installed; otherwise it is looked up on PATH.
+const profiling = Boolean(process.env.IDEM_NO_MINIFY);
 const wasmOpt = join(root, "node_modules", ".bin", "wasm-opt");
-run(wasmOpt, [
-  "-Oz",
-  "--converge",
-  "--enable-bulk-memory",
-  "--enable-nontrapping-float-to-int",
-  "--enable-sign-ext",
-  "--enable-reference-types",
-  "--enable-multivalue",
-  "--enable-mutable-globals",
-  ...(profiling ? ["--debuginfo"] : ["--strip-debug"]),
-  "--strip-producers",
-  join(bindgenOut, "idem_wasm_bg.wasm"),
-  "-o",
-  join(dist, "idem_wasm_bg.wasm"),
-]);
+for (const side of SIDES) {
+  run(
+    cargo,
+    [
+      "build",
+      "--quiet",
+      "-p",
+      "idem-wasm",
+      "--no-default-features",
+      "--features",
+      side.feature,
+      "--target",
+      "wasm32-unknown-unknown",
+      "--release",
+      ...speed,
+    ],
+    { env: { ...process.env, ...sizeProfile, RUSTFLAGS: rustflags } },
+  );
+
+  // 2. The glue.
+  run(process.env.WASM_BINDGEN || "wasm-bindgen", [
+    "--target",
+    "web",
+    "--no-typescript",
+    ...(profiling ? [] : ["--remove-name-section"]),
+    "--remove-producers-section",
+    "--out-name",
+    side.name,
+    "--out-dir",
+    bindgenOut,
+    built,
+  ]);
+
+  // 3. The optimiser.
+  run(wasmOpt, [
+    "-Oz",
+    "--converge",
+    "--enable-bulk-memory",
+    "--enable-nontrapping-float-to-int",
+    "--enable-sign-ext",
+    "--enable-reference-types",
+    "--enable-multivalue",
+    "--enable-mutable-globals",
+    ...(profiling ? ["--debuginfo"] : ["--strip-debug"]),
+    "--strip-producers",
+    join(bindgenOut, `${side.name}_bg.wasm`),
+    "-o",
+    join(dist, `${side.name}_bg.wasm`),
+  ]);
+}
 
 // 4. The JavaScript: the glue and the API sources side by side, bundled and minified into
-//    one ESM module (dist/idem_wasm.js, shared by the ESM entries) and one CommonJS bundle
-//    (dist/node.cjs); the ESM entries are copied as they are.
+//    one ESM module per side (dist/idem_wasm.js and dist/idem_client.js, shared by that
+//    side's ESM entries) and one CommonJS bundle (dist/node.cjs, dist/client.cjs); the ESM
+//    entries are copied as they are, and for the client with the module's name changed.
 const stage = join(meta.target_directory, "idem-wasm-stage");
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
-copyFileSync(join(bindgenOut, "idem_wasm.js"), join(stage, "idem_wasm.js"));
+for (const side of SIDES) copyFileSync(join(bindgenOut, `${side.name}.js`), join(stage, `${side.name}.js`));
 for (const f of readdirSync(join(root, "js"))) {
   if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(stage, f));
 }
+/** A server source as the client's: its module and its API swapped for the client's. */
+const forSide = (side, text) => text.replaceAll("idem_wasm", side.name).replaceAll('"./index.js"', `"${side.api}"`);
 const esbuild = join(root, "node_modules", ".bin", "esbuild");
 const bundle = ["--bundle", ...(profiling ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning"];
-run(esbuild, [join(stage, "bundle.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_wasm.js")}`]);
-run(esbuild, [
-  join(stage, "node-cjs.js"),
-  ...bundle,
-  "--format=cjs",
-  "--platform=node",
-  "--target=node18",
-  "--log-override:empty-import-meta=silent",
-  `--outfile=${join(dist, "node.cjs")}`,
-]);
-for (const f of ENTRIES) copyFileSync(join(root, "js", f), join(dist, f));
-copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.ts"));
-copyFileSync(join(root, "types", "index.d.ts"), join(dist, "index.d.cts"));
+for (const side of SIDES) {
+  for (const f of ["bundle.js", "node-cjs.js"]) {
+    writeFileSync(join(stage, `${side.prefix}${f}`), forSide(side, readFileSync(join(root, "js", f), "utf8")));
+  }
+  run(esbuild, [
+    join(stage, `${side.prefix}bundle.js`),
+    ...bundle,
+    "--format=esm",
+    "--target=es2022",
+    `--outfile=${join(dist, `${side.name}.js`)}`,
+  ]);
+  run(esbuild, [
+    join(stage, `${side.prefix}node-cjs.js`),
+    ...bundle,
+    "--format=cjs",
+    "--platform=node",
+    "--target=node18",
+    "--log-override:empty-import-meta=silent",
+    `--outfile=${join(dist, side.prefix === "" ? "node.cjs" : "client.cjs")}`,
+  ]);
+  for (const f of ENTRIES) {
+    writeFileSync(join(dist, `${side.prefix}${f}`), forSide(side, readFileSync(join(root, "js", f), "utf8")));
+  }
+}
+for (const [types, to] of [
+  ["index", "index"],
+  ["client", "client"],
+]) {
+  copyFileSync(join(root, "types", `${types}.d.ts`), join(dist, `${to}.d.ts`));
+  copyFileSync(join(root, "types", `${types}.d.ts`), join(dist, `${to}.d.cts`));
+}
 // `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated);
 // only its types are a file of their own.
 copyFileSync(join(root, "types", "manual.d.ts"), join(dist, "manual.d.ts"));
@@ -153,7 +203,6 @@ for (const entry of EXTRA_ENTRIES) {
 }
 
 // 5. Sizes.
-const wasm = readFileSync(join(dist, "idem_wasm_bg.wasm"));
 const gz = (b) => gzipSync(b, { level: 9 }).length;
 const br = (b) => brotliCompressSync(b, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }).length;
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
@@ -168,15 +217,13 @@ for (const f of shipped) {
   gzip += gz(b);
   brotli += br(b);
 }
-const sizes = {
-  wasm: { raw: wasm.length, gzip: gz(wasm), brotli: br(wasm) },
-  package: { files: shipped.length, raw, gzip, brotli },
-};
+const sizes = { package: { files: shipped.length, raw, gzip, brotli } };
+for (const side of SIDES) {
+  const wasm = readFileSync(join(dist, `${side.name}_bg.wasm`));
+  sizes[side.feature] = { raw: wasm.length, gzip: gz(wasm), brotli: br(wasm) };
+}
 writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
-console.log(
-  `idem_wasm_bg.wasm: ${sizes.wasm.raw} B raw (${kib(sizes.wasm.raw)}), ${sizes.wasm.gzip} B gzip (${kib(sizes.wasm.gzip)}), ${sizes.wasm.brotli} B brotli (${kib(sizes.wasm.brotli)})`,
-);
-console.log(
-  `package (${shipped.length} files, each compressed): ${raw} B raw (${kib(raw)}), ${gzip} B gzip (${kib(gzip)}), ${brotli} B brotli (${kib(brotli)})`,
-);
+const line = (s) => `${s.raw} B raw (${kib(s.raw)}), ${s.gzip} B gzip (${kib(s.gzip)}), ${s.brotli} B brotli (${kib(s.brotli)})`;
+for (const side of SIDES) console.log(`${side.name}_bg.wasm (${side.feature}): ${line(sizes[side.feature])}`);
+console.log(`package (${shipped.length} files, each compressed): ${line(sizes.package)}`);

@@ -31,13 +31,19 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
 
+#[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "server")]
 pub mod headroom;
+#[cfg(feature = "server")]
 pub mod host;
 pub mod interop;
+#[cfg(feature = "server")]
 mod server;
 
+#[cfg(feature = "client")]
 pub use client::*;
+#[cfg(feature = "server")]
 pub use server::*;
 
 use alloc::string::String;

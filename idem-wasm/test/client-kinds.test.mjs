@@ -9,7 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { Idempotency, MemoryStore, idempotentFetch, withIdempotency } from "idem";
+import { Idempotency, MemoryStore, withIdempotency } from "idem";
+import { idempotentFetch } from "idem/client";
 import { serve } from "./helpers.mjs";
 
 function server(kind) {
@@ -83,7 +84,7 @@ test("counter keys continue across a restart from the persistence hook, with the
 // JSON file. Prints the outcomes.
 const CLIENT = `
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
-import { idempotentFetch } from "idem";
+import { idempotentFetch } from "idem/client";
 const file = process.env.STATE;
 const read = () => (existsSync(file) ? JSON.parse(readFileSync(file, "utf8")) : {});
 const persist = {

@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { describe, test } from "node:test";
-import { MemoryStore, idempotentFetch, withIdempotency } from "idem";
+import { MemoryStore, withIdempotency } from "idem";
+import { idempotentFetch } from "idem/client";
 import { serve } from "./helpers.mjs";
 
 const FAST = { base: 5, cap: 40, maxAttempts: 8, deadline: 10_000 };

@@ -3,7 +3,8 @@
 // refusals of concurrent requests, leases against key retention, and resumed client entries.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { Idempotency, MemoryStore, idempotencyOf, idempotentFetch, withIdempotency } from "idem";
+import { Idempotency, MemoryStore, idempotencyOf, withIdempotency } from "idem";
+import { idempotentFetch } from "idem/client";
 import { deferred, manualClock, serve, tick } from "./helpers.mjs";
 
 function post(body, key = '"k"', headers = {}) {

@@ -49,19 +49,40 @@ console.log(JSON.stringify({
   mismatch: { status: mismatch.status, contentType: mismatch.headers.get("content-type"), type: problem.type },
 }));
 `;
+// One request through the client entry (\`idem/client\`, its own module), sent to the same
+// handler by \`idempotentFetch\`'s \`fetch\` option. \`clientEntry\` is set before.
+const CLIENT = `
+const sent = await idempotentFetch("http://127.0.0.1/orders", {
+  method: "POST",
+  headers: { "content-type": "application/json" },
+  body: '{"amount":700}',
+}, { fetch: (input, init) => handler(new Request(input, init)) });
+console.log(JSON.stringify({
+  clientEntry,
+  runs,
+  client: { outcome: sent.outcome, status: sent.status, attempts: sent.attempts, key: sent.key, body: await sent.response.text() },
+}));
+`;
 const RUNTIME = `const runtime = globalThis.Deno ? "deno " + Deno.version.deno : globalThis.Bun ? "bun " + Bun.version : "node " + process.versions.node;`;
 
 const PROGRAMS = {
   "esm.mjs": `import { MemoryStore, withIdempotency } from "idem";
+import { idempotentFetch } from "idem/client";
 ${RUNTIME}
 // A bundled copy has no node_modules to resolve from.
 let entry = null;
-try { entry = import.meta.resolve("idem"); } catch {}
-${REQUESTS}`,
+let clientEntry = null;
+try {
+  entry = import.meta.resolve("idem");
+  clientEntry = import.meta.resolve("idem/client");
+} catch {}
+${REQUESTS}${CLIENT}`,
   "cjs.cjs": `const { MemoryStore, withIdempotency } = require("idem");
+const { idempotentFetch } = require("idem/client");
 ${RUNTIME}
 const entry = require.resolve("idem");
-(async () => {${REQUESTS}})();`,
+const clientEntry = require.resolve("idem/client");
+(async () => {${REQUESTS}${CLIENT}})();`,
   // idem/manual: nothing is instantiated until the program calls initSync with a module it
   // compiled itself.
   "manual.mjs": `import { readFileSync } from "node:fs";
@@ -134,7 +155,10 @@ export async function load(url, context, next) {
   // The types each kind of TypeScript consumer gets through the exports map.
   "types/esm.mts": `import { MemoryStore, withIdempotency } from "idem";
 import init, { initSync, withIdempotency as manualWithIdempotency } from "idem/manual";
+import { idempotentFetch, type IdempotentFetchResult } from "idem/client";
 const store: MemoryStore = new MemoryStore();
+const sent: Promise<IdempotentFetchResult> = idempotentFetch("https://api.example/orders", { method: "POST" }, { keyVersion: 7 });
+void sent;
 const handler: (request: Request) => Promise<Response> = withIdempotency(() => new Response(null), { store, principal: "none" });
 initSync({ module: new Uint8Array(8) });
 void init;
@@ -142,6 +166,9 @@ void manualWithIdempotency;
 void handler;
 `,
   "types/cjs.cts": `import idem = require("idem");
+import client = require("idem/client");
+const sent: Promise<client.IdempotentFetchResult> = client.idempotentFetch("https://api.example/orders");
+void sent;
 const store: idem.MemoryStore = new idem.MemoryStore();
 const handler: (request: Request) => Promise<Response> = idem.withIdempotency(() => new Response(null), { store, principal: "none" });
 void handler;
@@ -187,6 +214,17 @@ function assertAnswers(out) {
   assert.match(out.mismatch.type, /key-reuse-mismatch/);
 }
 
+/** The client's request: sent once with a generated key, and run by the handler (its second
+ * run, after the server's fresh request). */
+function assertClient(out) {
+  assert.equal(out.runs, 2, "the client's request ran the handler once");
+  assert.equal(out.client.outcome, "completed");
+  assert.equal(out.client.status, 201);
+  assert.equal(out.client.attempts, 1);
+  assert.match(out.client.key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.deepEqual(JSON.parse(out.client.body), { id: 2, order: { amount: 700 } });
+}
+
 const distFile = (name) => new RegExp(`/node_modules/idem/dist/${name.replace(".", "\\.")}$`);
 
 describe("the packed tarball in Node, Deno and Bun, through the exports map", () => {
@@ -214,48 +252,61 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   test("Node, ESM: the node + import entry, dist/node.js", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(process.execPath, ["esm.mjs"], { cwd: app });
+    const [out, sent] = runJson(process.execPath, ["esm.mjs"], { cwd: app });
     assert.match(out.runtime, /^node /);
     assert.match(out.entry, distFile("node.js"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client-node.js"));
+    assertClient(sent);
   });
 
   test("Node, CommonJS: the node + require entry, dist/node.cjs", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(process.execPath, ["cjs.cjs"], { cwd: app });
+    const [out, sent] = runJson(process.execPath, ["cjs.cjs"], { cwd: app });
     assert.match(out.entry, distFile("node.cjs"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client.cjs"));
+    assertClient(sent);
   });
 
   test("Deno (deno run -A): the deno entry, dist/deno.js", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(bin("deno"), ["run", "-A", "esm.mjs"], { cwd: app, env: denoEnv() });
+    const [out, sent] = runJson(bin("deno"), ["run", "-A", "esm.mjs"], { cwd: app, env: denoEnv() });
     assert.match(out.runtime, /^deno 2\./);
     assert.match(out.entry, distFile("deno.js"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client-deno.js"));
+    assertClient(sent);
   });
 
   test("Deno without any permission: the module is imported, not read from disk", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(bin("deno"), ["run", "--no-prompt", "esm.mjs"], { cwd: app, env: denoEnv() });
+    const [out, sent] = runJson(bin("deno"), ["run", "--no-prompt", "esm.mjs"], { cwd: app, env: denoEnv() });
     assert.match(out.entry, distFile("deno.js"));
     assertAnswers(out);
+    assertClient(sent);
   });
 
   test("Deno, CommonJS: require() takes node + require, dist/node.cjs (it reads the file)", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(bin("deno"), ["run", "-A", "cjs.cjs"], { cwd: app, env: denoEnv() });
+    const [out, sent] = runJson(bin("deno"), ["run", "-A", "cjs.cjs"], { cwd: app, env: denoEnv() });
     assert.match(out.entry, distFile("node.cjs"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client.cjs"));
+    assertClient(sent);
   });
 
   test("Bun, ESM: the bun entry, dist/bun.js", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(bin("bun"), ["esm.mjs"], { cwd: app, env: bunEnv() });
+    const [out, sent] = runJson(bin("bun"), ["esm.mjs"], { cwd: app, env: bunEnv() });
     assert.match(out.runtime, /^bun 1\./);
     assert.match(out.entry, distFile("bun.js"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client-bun.js"));
+    assertClient(sent);
   });
 
   test("Bun, CommonJS: require() gets the same bun entry", { timeout: TIMEOUT }, () => {
-    const [out] = runJson(bin("bun"), ["cjs.cjs"], { cwd: app, env: bunEnv() });
+    const [out, sent] = runJson(bin("bun"), ["cjs.cjs"], { cwd: app, env: bunEnv() });
     assert.match(out.entry, distFile("bun.js"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client-bun.js"));
+    assertClient(sent);
   });
 
   test("Bun, bundled: bun build carries the module beside the bundle", { timeout: TIMEOUT }, () => {
@@ -268,10 +319,12 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     });
     assert.match(readFileSync(join(out, "esm.js"), "utf8"), /node_modules\/idem\/dist\/bun\.js/);
     assert.ok(readdirSync(out).some((f) => /^idem_wasm_bg.*\.wasm$/.test(f)), "the module is copied next to the bundle");
+    assert.ok(readdirSync(out).some((f) => /^idem_client_bg.*\.wasm$/.test(f)), "and the client's");
     // Run from elsewhere, with no node_modules in reach.
-    const [answers] = runJson(bin("bun"), [join(out, "esm.js")], { cwd: dir, env: bunEnv() });
+    const [answers, sent] = runJson(bin("bun"), [join(out, "esm.js")], { cwd: dir, env: bunEnv() });
     assert.equal(answers.entry, null);
     assertAnswers(answers);
+    assertClient(sent);
   });
 
   test("Bun, compiled: bun build --compile embeds the module in the executable", { timeout: TIMEOUT }, () => {
@@ -282,15 +335,18 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
       stdio: "ignore",
       timeout: TIMEOUT,
     });
-    const [answers] = runJson(exe, [], { cwd: dir, env: bunEnv() });
+    const [answers, sent] = runJson(exe, [], { cwd: dir, env: bunEnv() });
     assertAnswers(answers);
+    assertClient(sent);
   });
 
   test("edge-light (simulated in Node): a module compiled ahead, no compilation at run time", { timeout: TIMEOUT }, () => {
     const edge = ["--import", "./edge/preload.mjs", "--conditions=edge-light"];
-    const [out] = runJson(process.execPath, [...edge, "esm.mjs"], { cwd: app });
+    const [out, sent] = runJson(process.execPath, [...edge, "esm.mjs"], { cwd: app });
     assert.match(out.entry, distFile("edge-light.js"));
     assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("client-edge-light.js"));
+    assertClient(sent);
     // The control: under the same rules, the entry that edge-light runtimes would otherwise
     // get (`default`, dist/web.js) cannot start, and neither can the Node entry.
     for (const file of ["web.js", "node.js"]) {
@@ -319,7 +375,7 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     }
   });
 
-  test("TypeScript consumers: ESM gets index.d.ts and manual.d.ts, CommonJS index.d.cts", { timeout: TIMEOUT }, () => {
+  test("TypeScript consumers: ESM gets index.d.ts, client.d.ts and manual.d.ts, CommonJS the .d.cts", { timeout: TIMEOUT }, () => {
     let explained;
     try {
       explained = execFileSync(bin("tsc"), ["-p", "types/tsconfig.json", "--explainFiles"], {
@@ -334,5 +390,7 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     assert.match(explained, loaded("index.d.ts"));
     assert.match(explained, loaded("index.d.cts"));
     assert.match(explained, loaded("manual.d.ts"));
+    assert.match(explained, loaded("client.d.ts"));
+    assert.match(explained, loaded("client.d.cts"));
   });
 });

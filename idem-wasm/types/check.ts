@@ -8,13 +8,13 @@ import {
   IdempotencyShard,
   MemoryStore,
   StoreFullError,
-  idempotentFetch,
   idempotencyOf,
   withIdempotency,
   type IdempotencyEvent,
   type IdempotencyStore,
   type StoreWrite,
 } from "./index.js";
+import { idempotentFetch } from "./client.js";
 import initAsync, * as manual from "./manual.js";
 
 const store = new MemoryStore({ maxEntries: 10, maxBytes: 1 << 20 });

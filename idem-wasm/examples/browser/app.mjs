@@ -6,7 +6,7 @@
 //
 // Retries: ?maxAttempts=N&base=MS&cap=MS&deadline=MS in the page's URL (defaults: 6 sends,
 // 200 ms first backoff, 2 s at most, 60 s in all).
-import { idempotentFetch } from "idem";
+import { idempotentFetch } from "idem/client";
 
 const ENTRY = "idem-entry:"; // idempotentFetch's saved entries, by order id
 const ORDER = "order:"; // the page's orders: { body, state, key?, result? }

@@ -1,12 +1,13 @@
-// The order demo's server: the page (index.html, app.mjs), the idem package's web entry for
-// the browser, and a protected `POST /orders` with a count oracle and a switch that drops
+// The order demo's server: the page (index.html, app.mjs), the idem package's client entry
+// for the browser, and a protected `POST /orders` with a count oracle and a switch that drops
 // or delays its answers.
 //
 //   node server.mjs            listens on 127.0.0.1 on a port the OS chooses (PORT=8080 to
 //                              pick one) and prints its URL first; LEASE_MS sets the lease
 //
 //   GET  /                     the order form (index.html, app.mjs)
-//   GET  /idem/*               the package's web entry: web.js, idem_wasm.js, the .wasm
+//   GET  /idem/*               the package's client entry for browsers: client-web.js,
+//                              idem_client.js, the client's .wasm
 //   POST /orders               creates an order, once per Idempotency-Key (withIdempotency)
 //   GET  /count                {"count": N, "byKey": {key: runs}}: the handler's runs
 //   GET  /log                  every POST /orders received: its key, and what came of it
@@ -22,13 +23,13 @@ import { MemoryStore, idempotencyOf, withIdempotency } from "../../dist/node.js"
 const HERE = dirname(fileURLToPath(import.meta.url));
 const DIST = join(HERE, "../../dist");
 
-/** Files served, by path: the page, and the web entry with what it loads. */
+/** Files served, by path: the page, and the client's web entry with what it loads. */
 const FILES = {
   "/": [join(HERE, "index.html"), "text/html; charset=utf-8"],
   "/app.mjs": [join(HERE, "app.mjs"), "text/javascript; charset=utf-8"],
-  "/idem/web.js": [join(DIST, "web.js"), "text/javascript; charset=utf-8"],
-  "/idem/idem_wasm.js": [join(DIST, "idem_wasm.js"), "text/javascript; charset=utf-8"],
-  "/idem/idem_wasm_bg.wasm": [join(DIST, "idem_wasm_bg.wasm"), "application/wasm"],
+  "/idem/client-web.js": [join(DIST, "client-web.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_client.js": [join(DIST, "idem_client.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_client_bg.wasm": [join(DIST, "idem_client_bg.wasm"), "application/wasm"],
 };
 
 const PROBLEM = "urn:idem-example:problem:";

@@ -1,0 +1,31 @@
+// Helpers that need no WebAssembly, shared by the server and the client entries (the client
+// bundle must not pull in the server's glue).
+
+/** A random u32 from a pool refilled with crypto.getRandomValues.
+ *
+ * The pool is filled on first use, never at module load: Cloudflare Workers refuse to
+ * generate random values outside a request handler. */
+let pool = null;
+let next = 0;
+export function random32() {
+  if (pool === null || next >= pool.length) {
+    pool ??= new Uint32Array(256);
+    crypto.getRandomValues(pool);
+    next = 0;
+  }
+  return pool[next++];
+}
+
+/** Resolves after `ms` milliseconds, or at once when the signal aborts. */
+export function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

@@ -1,0 +1,54 @@
+// Hand-written types of `idem/client`: `idempotentFetch`, on the client's own WebAssembly
+// module. `npm run typecheck` compiles types/check.ts against this file.
+
+/** Whole milliseconds. */
+type Millis = number;
+
+/** Where pending client entries are kept between sends (localStorage, a file, a table). */
+export interface OutboxPersistence {
+  load(id: string): Promise<Uint8Array | null | undefined> | Uint8Array | null | undefined;
+  save(id: string, entry: Uint8Array): Promise<void> | void;
+  delete(id: string): Promise<void> | void;
+}
+
+export interface IdempotentFetchOptions {
+  /** Use this key instead of generating one. */
+  key?: string;
+  /** The generated key's UUID version (default 4). */
+  keyVersion?: 4 | 7;
+  /** How the key is written: an RFC 8941 sf-string (`"…"`, default) or bare. */
+  keyFormat?: "sf-string" | "bare";
+  /** The kind of key generated: a UUID (default), the client's timestamp (`[clientId:]ms`,
+   * taken once, sent bare) or the next number of a counter session (`client:epoch:seq`,
+   * sent bare, with `Idempotency-Low-Water`). */
+  keyKind?: "uuid" | "unix-time" | "counter";
+  /** `keyKind: "unix-time"`: this client's id in the key. */
+  clientId?: string;
+  /** `keyKind: "counter"`: the session the server opened (its epoch as decimal text), the
+   * counters' width (default 32) and first number (default 0). The numbering is kept in
+   * `persist` under `idem-counter:<client>`, so a restarted client continues it and never
+   * reuses a number the server may still hold. */
+  counter?: { client: string; epoch: string | bigint; bits?: number; firstSeq?: number | bigint | string };
+  /** Backoff with full jitter: first ceiling `base` (default 200 ms), at most `cap`
+   * (20 s), at most `maxAttempts` sends (10), within `deadline` of the first send (10 min). */
+  retry?: { base?: Millis; cap?: Millis; maxAttempts?: number; deadline?: Millis };
+  /** Saves the entry before every send; with `id`, a restart resumes with the same key. */
+  persist?: OutboxPersistence;
+  /** The logical request's id under which `persist` keeps its entry. */
+  id?: string;
+  signal?: AbortSignal;
+  fetch?: typeof fetch;
+  now?: () => number;
+}
+
+export type IdempotentFetchResult =
+  | { outcome: "completed" | "rejected"; key: string; attempts: number; status: number; response?: Response }
+  | { outcome: "failed" | "undetermined"; key: string; attempts: number; status?: number; reason?: "deadline" | "budget" | "key-forgotten" };
+
+/** `fetch` with an Idempotency-Key kept across retries, driven by the core's client state
+ * machine. `undetermined` means some attempt may have been processed. */
+export function idempotentFetch(
+  input: RequestInfo | URL,
+  init?: RequestInit,
+  options?: IdempotentFetchOptions,
+): Promise<IdempotentFetchResult>;
