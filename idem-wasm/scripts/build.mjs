@@ -184,9 +184,10 @@ for (const [types, to] of [
   copyFileSync(join(root, "types", `${types}.d.ts`), join(dist, `${to}.d.ts`));
   copyFileSync(join(root, "types", `${types}.d.ts`), join(dist, `${to}.d.cts`));
 }
-// `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated);
-// only its types are a file of their own.
+// `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated),
+// and `idem/client/manual` dist/idem_client.js; only their types are files of their own.
 copyFileSync(join(root, "types", "manual.d.ts"), join(dist, "manual.d.ts"));
+copyFileSync(join(root, "types", "client-manual.d.ts"), join(dist, "client-manual.d.ts"));
 // The entries beside the main one (stores, adapters, the store tests), ESM and CommonJS. Each
 // imports the main entry as "idem", so that they share its one instance of the module, and
 // leaves its client library (ioredis, pg, hono, express) to the application. The Lua script

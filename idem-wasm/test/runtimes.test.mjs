@@ -103,6 +103,24 @@ ${RUNTIME}
 const entry = require.resolve("idem/manual");
 initSync({ module: new WebAssembly.Module(readFileSync("node_modules/idem/dist/idem_wasm_bg.wasm")) });
 (async () => {${REQUESTS}})();`,
+  // idem/client/manual: the client's module is not instantiated until the program calls
+  // initSync (the server's entry, loaded as usual, does not instantiate it either).
+  "client-manual.mjs": `import { readFileSync } from "node:fs";
+import { MemoryStore, withIdempotency } from "idem";
+import * as client from "idem/client/manual";
+${RUNTIME}
+const entry = import.meta.resolve("idem");
+const clientEntry = import.meta.resolve("idem/client/manual");
+let beforeInit = "sent";
+try {
+  await client.idempotentFetch("http://127.0.0.1/orders", { method: "POST" }, { fetch: async () => new Response(null, { status: 201 }) });
+} catch (e) {
+  beforeInit = e.constructor.name;
+}
+client.initSync({ module: new WebAssembly.Module(readFileSync("node_modules/idem/dist/idem_client_bg.wasm")) });
+const { idempotentFetch } = client;
+console.log(JSON.stringify({ beforeInit }));
+${REQUESTS}${CLIENT}`,
   // Loads one file and reports whether it initialised (for the edge-light control).
   "load.mjs": `try {
   await import(process.argv[2]);
@@ -156,7 +174,9 @@ export async function load(url, context, next) {
   "types/esm.mts": `import { MemoryStore, withIdempotency } from "idem";
 import init, { initSync, withIdempotency as manualWithIdempotency } from "idem/manual";
 import { idempotentFetch, type IdempotentFetchResult } from "idem/client";
+import { initSync as initClient } from "idem/client/manual";
 const store: MemoryStore = new MemoryStore();
+void initClient;
 const sent: Promise<IdempotentFetchResult> = idempotentFetch("https://api.example/orders", { method: "POST" }, { keyVersion: 7 });
 void sent;
 const handler: (request: Request) => Promise<Response> = withIdempotency(() => new Response(null), { store, principal: "none" });
@@ -375,6 +395,14 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     }
   });
 
+  test("idem/client/manual: the client's module instantiated by the host", { timeout: TIMEOUT }, () => {
+    const [before, out, sent] = runJson(process.execPath, ["client-manual.mjs"], { cwd: app });
+    assert.equal(before.beforeInit, "TypeError", "the client needs its module: it was not instantiated on import");
+    assertAnswers(out);
+    assert.match(sent.clientEntry, distFile("idem_client.js"));
+    assertClient(sent);
+  });
+
   test("TypeScript consumers: ESM gets index.d.ts, client.d.ts and manual.d.ts, CommonJS the .d.cts", { timeout: TIMEOUT }, () => {
     let explained;
     try {
@@ -392,5 +420,6 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     assert.match(explained, loaded("manual.d.ts"));
     assert.match(explained, loaded("client.d.ts"));
     assert.match(explained, loaded("client.d.cts"));
+    assert.match(explained, loaded("client-manual.d.ts"));
   });
 });

@@ -14,7 +14,8 @@ import {
   type IdempotencyStore,
   type StoreWrite,
 } from "./index.js";
-import { idempotentFetch } from "./client.js";
+import { idempotentFetch, type IdempotentFetchResult } from "./client.js";
+import initClient, * as clientManual from "./client-manual.js";
 import initAsync, * as manual from "./manual.js";
 
 const store = new MemoryStore({ maxEntries: 10, maxBytes: 1 << 20 });
@@ -187,4 +188,12 @@ void (async () => {
   await initAsync({ module_or_path: fetch("https://example.com/idem_wasm_bg.wasm") });
   const sameStore: MemoryStore = new manual.MemoryStore();
   void manual.withIdempotency(() => new Response(null, { status: 204 }), { store: sameStore, principal: "none" });
+})();
+
+// idem/client/manual: the client's API, with the host's own initialisation.
+void (async () => {
+  clientManual.initSync({ module: await WebAssembly.compile(new Uint8Array(8)) });
+  await initClient({ module_or_path: new URL("https://example.com/idem_client_bg.wasm") });
+  const sent: IdempotentFetchResult = await clientManual.idempotentFetch("https://api.example/orders", { method: "POST" });
+  void sent;
 })();
