@@ -60,11 +60,23 @@ const MAX_DEPTH: usize = 127;
 
 /// Canonicalises `body` into `out`; fills `fields` with per-member digests when the body is
 /// an object.
+#[cfg(test)]
 pub(crate) fn canonicalise(
     body: &[u8],
     patterns: &[Vec<String>],
     out: &mut Vec<u8>,
     fields: &mut FieldDigests,
+) -> Result<()> {
+    canonicalise_into(body, patterns, out, Some(fields))
+}
+
+/// Canonicalises `body` into `out`; with `fields`, fills them with per-member digests when
+/// the body is an object.
+pub(crate) fn canonicalise_into(
+    body: &[u8],
+    patterns: &[Vec<String>],
+    out: &mut Vec<u8>,
+    fields: Option<&mut FieldDigests>,
 ) -> Result<()> {
     let mut c = Canon {
         s: Scan { b: body, i: 0 },
@@ -82,7 +94,7 @@ pub(crate) fn canonicalise(
         patterns: patterns.iter().map(Vec::as_slice).collect(),
     };
     let roots = 0..c.patterns.len();
-    c.value(0, roots, Some(fields))?;
+    c.value(0, roots, fields)?;
     c.s.end()?;
     c.out.flush();
     Ok(())

@@ -303,6 +303,22 @@ impl std::error::Error for FingerprintError {}
 impl FingerprintSpec {
     /// Computes the fingerprint of a request.
     pub fn fingerprint(&self, req: &RequestParts<'_>) -> Result<Fingerprint, FingerprintError> {
+        let mut fields = FieldDigests::default();
+        let digest = self.hash(req, Some(&mut fields))?;
+        Ok(Fingerprint { digest, fields })
+    }
+
+    /// The digest of [`FingerprintSpec::fingerprint`] alone, without the field digests (for a
+    /// client's payload digest, which never names fields).
+    pub fn digest(&self, req: &RequestParts<'_>) -> Result<[u8; 32], FingerprintError> {
+        self.hash(req, None)
+    }
+
+    fn hash(
+        &self,
+        req: &RequestParts<'_>,
+        fields: Option<&mut FieldDigests>,
+    ) -> Result<[u8; 32], FingerprintError> {
         if req.body.len() > self.max_body {
             return Err(FingerprintError::BodyTooLarge {
                 len: req.body.len(),
@@ -330,11 +346,10 @@ impl FingerprintSpec {
             JsonMode::Always => true,
             JsonMode::Auto => req.content_type.is_some_and(is_json_media_type),
         };
-        let mut fields = FieldDigests::default();
         if json {
             let patterns = crate::canon::parse_patterns(&self.exclude);
             let mut canon = Vec::with_capacity(req.body.len());
-            crate::canon::canonicalise(req.body, &patterns, &mut canon, &mut fields).map_err(
+            crate::canon::canonicalise_into(req.body, &patterns, &mut canon, fields).map_err(
                 |e| {
                     let (line, column) = e.position(req.body);
                     FingerprintError::InvalidJson { line, column }
@@ -346,10 +361,7 @@ impl FingerprintSpec {
             h.update(b"B");
             put(&mut h, req.body);
         }
-        Ok(Fingerprint {
-            digest: h.finalize().into(),
-            fields,
-        })
+        Ok(h.finalize().into())
     }
 }
 
@@ -372,6 +384,46 @@ fn is_json_media_type(ct: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_digest_alone_is_the_fingerprints_digest() {
+        let spec = FingerprintSpec {
+            exclude: alloc::vec![String::from("/ts")],
+            ..FingerprintSpec::default()
+        };
+        let request = |content_type, body| RequestParts {
+            method: "POST",
+            target: "/orders",
+            content_type,
+            headers: &[],
+            body,
+        };
+        let json = Some("application/json");
+        for req in [
+            request(
+                json,
+                br#"{"b":[1,2.50],"a":{"y":true,"x":"\u00e9"},"ts":9}"#,
+            ),
+            request(json, b"[1, 2]"),
+            request(None, b"\x00 raw bytes"),
+        ] {
+            let fingerprint = spec.fingerprint(&req).unwrap();
+            assert_eq!(spec.digest(&req).unwrap(), fingerprint.digest);
+        }
+        let fields = spec
+            .fingerprint(&request(json, br#"{"b":1,"a":2}"#))
+            .unwrap();
+        assert_eq!(
+            fields.fields.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let broken = request(json, br#"{"a":"#);
+        assert_eq!(
+            spec.digest(&broken),
+            spec.fingerprint(&broken).map(|f| f.digest)
+        );
+        assert!(spec.digest(&broken).is_err());
+    }
 
     /// How field digests were stored before they shared one buffer: records written then
     /// must still decode, and records written now must decode where they are read as that.

@@ -112,14 +112,15 @@ impl Outbox {
             body,
         };
         // A body labelled JSON that does not parse is hashed as bytes.
-        let fp = spec.fingerprint(&parts).or_else(|_| {
+        let digest = spec.digest(&parts).or_else(|_| {
             idem_core::FingerprintSpec {
                 json: idem_core::JsonMode::Never,
                 ..spec.clone()
             }
-            .fingerprint(&parts)
+            .digest(&parts)
         });
-        fp.map(|f| f.digest.to_vec())
+        digest
+            .map(|d| d.to_vec())
             .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::fingerprint(&e))))
     }
 
