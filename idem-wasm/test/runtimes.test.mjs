@@ -121,6 +121,15 @@ client.initSync({ module: new WebAssembly.Module(readFileSync("node_modules/idem
 const { idempotentFetch } = client;
 console.log(JSON.stringify({ beforeInit }));
 ${REQUESTS}${CLIENT}`,
+  // The same from CommonJS, where the runtime can require an ES module.
+  "client-manual.cjs": `const { readFileSync } = require("node:fs");
+const { MemoryStore, withIdempotency } = require("idem");
+const { initSync, idempotentFetch } = require("idem/client/manual");
+${RUNTIME}
+const entry = require.resolve("idem");
+const clientEntry = require.resolve("idem/client/manual");
+initSync({ module: new WebAssembly.Module(readFileSync("node_modules/idem/dist/idem_client_bg.wasm")) });
+(async () => {${REQUESTS}${CLIENT}})();`,
   // Loads one file and reports whether it initialised (for the edge-light control).
   "load.mjs": `try {
   await import(process.argv[2]);
@@ -401,6 +410,19 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     assertAnswers(out);
     assert.match(sent.clientEntry, distFile("idem_client.js"));
     assertClient(sent);
+  });
+
+  test("idem/client/manual from require(): Node, Deno and Bun load the ES module", { timeout: TIMEOUT }, () => {
+    for (const [cmd, args, env] of [
+      [process.execPath, ["client-manual.cjs"], process.env],
+      [bin("deno"), ["run", "-A", "client-manual.cjs"], denoEnv()],
+      [bin("bun"), ["client-manual.cjs"], bunEnv()],
+    ]) {
+      const [out, sent] = runJson(cmd, args, { cwd: app, env });
+      assertAnswers(out);
+      assert.match(sent.clientEntry, distFile("idem_client.js"), out.runtime);
+      assertClient(sent);
+    }
   });
 
   test("TypeScript consumers: ESM gets index.d.ts, client.d.ts and manual.d.ts, CommonJS the .d.cts", { timeout: TIMEOUT }, () => {
