@@ -58,21 +58,9 @@ type Result<T> = core::result::Result<T, JsonError>;
 /// Containers nest at most this deep (serde_json's limit, so the same bodies are refused).
 const MAX_DEPTH: usize = 127;
 
-/// Canonicalises `body` into `out`; fills `fields` with per-member digests when the body is
-/// an object.
-#[cfg(test)]
-pub(crate) fn canonicalise(
-    body: &[u8],
-    patterns: &[Vec<String>],
-    out: &mut Vec<u8>,
-    fields: &mut FieldDigests,
-) -> Result<()> {
-    canonicalise_into(body, patterns, out, Some(fields))
-}
-
 /// Canonicalises `body` into `out`; with `fields`, fills them with per-member digests when
 /// the body is an object.
-pub(crate) fn canonicalise_into(
+pub(crate) fn canonicalise(
     body: &[u8],
     patterns: &[Vec<String>],
     out: &mut Vec<u8>,
@@ -761,6 +749,12 @@ impl Out<'_, '_> {
         }
     }
 
+    /// Appends a string the body holds without escapes at `raw`, with its quotes.
+    #[inline]
+    fn quoted(&mut self, raw: Range<usize>) {
+        self.copy(raw.start - 1..raw.end + 1);
+    }
+
     /// The whole output, for bytes that are not the body's.
     #[inline]
     fn bytes(&mut self) -> &mut Vec<u8> {
@@ -828,8 +822,7 @@ impl Canon<'_, '_, '_> {
     #[inline]
     fn string(&mut self) -> Result<()> {
         match self.s.string(&mut self.text)? {
-            // With its quotes.
-            Text::Raw(raw) => self.out.copy(raw.start - 1..raw.end + 1),
+            Text::Raw(raw) => self.out.quoted(raw),
             Text::Unescaped => write_bytes(self.out.bytes(), &self.text),
         }
         Ok(())
@@ -982,8 +975,7 @@ impl Canon<'_, '_, '_> {
                 }
                 let at = self.out.len();
                 match &key {
-                    // With its quotes.
-                    Key::Body(raw) => self.out.copy(raw.start - 1..raw.end + 1),
+                    Key::Body(raw) => self.out.quoted(raw.clone()),
                     Key::Unescaped(r) => write_bytes(self.out.bytes(), &self.keys[r.clone()]),
                 }
                 self.out.copy(colon..colon + 1);

@@ -349,12 +349,10 @@ impl FingerprintSpec {
         if json {
             let patterns = crate::canon::parse_patterns(&self.exclude);
             let mut canon = Vec::with_capacity(req.body.len());
-            crate::canon::canonicalise_into(req.body, &patterns, &mut canon, fields).map_err(
-                |e| {
-                    let (line, column) = e.position(req.body);
-                    FingerprintError::InvalidJson { line, column }
-                },
-            )?;
+            crate::canon::canonicalise(req.body, &patterns, &mut canon, fields).map_err(|e| {
+                let (line, column) = e.position(req.body);
+                FingerprintError::InvalidJson { line, column }
+            })?;
             h.update(b"J");
             put(&mut h, &canon);
         } else {
