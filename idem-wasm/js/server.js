@@ -17,7 +17,8 @@ import {
   securityMask,
 } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
-import { bytesNow, flatHeaders, listText, opWrite, random32, rangeError, sleep, takeReply, takeWrite } from "./util.js";
+import { random32, sleep } from "./common.js";
+import { bytesNow, flatHeaders, listText, opWrite, rangeError, takeReply, takeWrite } from "./util.js";
 
 /** The options this file reads itself; the engine options are read by the module. */
 const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];

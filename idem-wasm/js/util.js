@@ -1,4 +1,5 @@
-// Small helpers shared by the server, the stores and the client.
+// Small helpers shared by the server and the stores (those the client needs too are in
+// common.js, which needs no WebAssembly).
 import { WriteFlag, wasmMemory } from "./idem_wasm.js";
 
 /** A header list (Headers, an array of pairs, or a record) as a flat [name, value, …] list
@@ -126,7 +127,6 @@ export const takeWrite = (engine, slot) => writtenWrite(engine, engine.takeWrite
 export const opWrite = (engine, op) => writtenWrite(engine, engine.opWrite(op));
 
 export { rangeError } from "./errors.js";
-export { random32, sleep } from "./common.js";
 
 const textEncoder = new TextEncoder();
 

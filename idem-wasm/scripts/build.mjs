@@ -34,10 +34,11 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
  * copied as they are: each instantiates the module its own way and re-exports the API. */
 const ENTRIES = ["node.js", "workerd.js", "edge-light.js", "deno.js", "bun.js", "web.js"];
 /** The two modules: the crate feature each is built with, the name of its glue and module
- * (`<name>.js`, `<name>_bg.wasm`), the file of its API, and the prefix of its entries. */
+ * (`<name>.js`, `<name>_bg.wasm`), the file of its API, the prefix of its entries, and the
+ * name of its types (`<types>.d.ts`) and of its CommonJS bundle. */
 const SIDES = [
-  { feature: "server", name: "idem_wasm", api: "./index.js", prefix: "" },
-  { feature: "client", name: "idem_client", api: "./client.js", prefix: "client-" },
+  { feature: "server", name: "idem_wasm", api: "./index.js", prefix: "", types: "index", cjs: "node.cjs" },
+  { feature: "client", name: "idem_client", api: "./client.js", prefix: "client-", types: "client", cjs: "client.cjs" },
 ];
 /** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
 const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express"];
@@ -171,18 +172,13 @@ for (const side of SIDES) {
     "--platform=node",
     "--target=node18",
     "--log-override:empty-import-meta=silent",
-    `--outfile=${join(dist, side.prefix === "" ? "node.cjs" : "client.cjs")}`,
+    `--outfile=${join(dist, side.cjs)}`,
   ]);
   for (const f of ENTRIES) {
     writeFileSync(join(dist, `${side.prefix}${f}`), forSide(side, readFileSync(join(root, "js", f), "utf8")));
   }
-}
-for (const [types, to] of [
-  ["index", "index"],
-  ["client", "client"],
-]) {
-  copyFileSync(join(root, "types", `${types}.d.ts`), join(dist, `${to}.d.ts`));
-  copyFileSync(join(root, "types", `${types}.d.ts`), join(dist, `${to}.d.cts`));
+  copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.ts`));
+  copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.cts`));
 }
 // `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated),
 // and `idem/client/manual` dist/idem_client.js; only their types are files of their own.
