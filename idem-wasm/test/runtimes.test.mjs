@@ -392,15 +392,19 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     assertAnswers(out);
   });
 
-  test("idem/manual from require(): Node, Deno and Bun load the ES module", { timeout: TIMEOUT }, () => {
-    for (const [cmd, args, env] of [
-      [process.execPath, ["manual.cjs"], process.env],
-      [bin("deno"), ["run", "-A", "manual.cjs"], denoEnv()],
-      [bin("bun"), ["manual.cjs"], bunEnv()],
+  test("idem/manual and idem/client/manual from require(): Node, Deno and Bun load the ES modules", { timeout: TIMEOUT }, () => {
+    for (const [cmd, run, env] of [
+      [process.execPath, [], process.env],
+      [bin("deno"), ["run", "-A"], denoEnv()],
+      [bin("bun"), [], bunEnv()],
     ]) {
-      const [out] = runJson(cmd, args, { cwd: app, env });
+      const [out] = runJson(cmd, [...run, "manual.cjs"], { cwd: app, env });
       assert.match(out.entry, distFile("idem_wasm.js"), out.runtime);
       assertAnswers(out);
+      const [served, sent] = runJson(cmd, [...run, "client-manual.cjs"], { cwd: app, env });
+      assertAnswers(served);
+      assert.match(sent.clientEntry, distFile("idem_client.js"), served.runtime);
+      assertClient(sent);
     }
   });
 
@@ -410,19 +414,6 @@ describe("the packed tarball in Node, Deno and Bun, through the exports map", ()
     assertAnswers(out);
     assert.match(sent.clientEntry, distFile("idem_client.js"));
     assertClient(sent);
-  });
-
-  test("idem/client/manual from require(): Node, Deno and Bun load the ES module", { timeout: TIMEOUT }, () => {
-    for (const [cmd, args, env] of [
-      [process.execPath, ["client-manual.cjs"], process.env],
-      [bin("deno"), ["run", "-A", "client-manual.cjs"], denoEnv()],
-      [bin("bun"), ["client-manual.cjs"], bunEnv()],
-    ]) {
-      const [out, sent] = runJson(cmd, args, { cwd: app, env });
-      assertAnswers(out);
-      assert.match(sent.clientEntry, distFile("idem_client.js"), out.runtime);
-      assertClient(sent);
-    }
   });
 
   test("TypeScript consumers: ESM gets index.d.ts, client.d.ts and manual.d.ts, CommonJS the .d.cts", { timeout: TIMEOUT }, () => {
