@@ -1174,6 +1174,19 @@ impl<'a> Request<'a> {
         now: UnixMillis,
         waiters: &mut Waiters,
     ) -> Result<Step, S::Error> {
+        self.drive_then(store, now, waiters, |step| step)
+    }
+
+    /// [`Request::drive`], handing the step it stops at to `then` where it stands (the
+    /// drivers that only need the state it leaves pass `drop`, and no step is moved).
+    #[inline]
+    fn drive_then<S: Store + ?Sized, T>(
+        &mut self,
+        store: &mut S,
+        now: UnixMillis,
+        waiters: &mut Waiters,
+        then: impl FnOnce(Step) -> T,
+    ) -> Result<T, S::Error> {
         loop {
             let result = match self.poll(now, waiters) {
                 Step::Claim | Step::Load => store
@@ -1182,7 +1195,7 @@ impl<'a> Request<'a> {
                 Step::Apply(write) => store
                     .apply(now, write)
                     .map(|a| self.handle_applied(now, a, waiters)),
-                other => return Ok(other),
+                other => return Ok(then(other)),
             };
             if let Err(e) = result {
                 self.handle_store_error(S::failure(&e), waiters);
@@ -1690,41 +1703,71 @@ impl<'a> Request<'a> {
 
     /// Runs the claim over `store` with no waiting, as [`Store::claim`] answers it.
     pub(crate) fn claim_on<S: Store + ?Sized>(
-        mut self,
+        &mut self,
         store: &mut S,
         now: UnixMillis,
     ) -> Result<Claimed, S::Error> {
-        let mut waiters = Waiters::default();
         // Without waiting, driving ends at Run (claimed) or Reply (decided).
-        let _ = self.drive(store, now, &mut waiters)?;
-        Ok(self.into_claimed())
+        self.drive_then(store, now, &mut Waiters::default(), drop)?;
+        Ok(self.take_claimed())
+    }
+
+    /// [`Request::claim_on`] for a record lease, as [`Store::claim`] answers it.
+    pub(crate) fn claim_record_on<S: Store + ?Sized>(
+        &mut self,
+        store: &mut S,
+        now: UnixMillis,
+    ) -> Result<Claim, S::Error> {
+        self.drive_then(store, now, &mut Waiters::default(), drop)?;
+        Ok(match self.take_answer() {
+            Some(d) => Claim::Done(d),
+            None => self.take_claimed().into(),
+        })
+    }
+
+    /// The decision of a request answered without a lease, moved out alone: the state
+    /// around it is large.
+    fn take_answer(&mut self) -> Option<Decision> {
+        match &mut self.state {
+            State::Answered(Answer::Decision(d)) => {
+                Some(core::mem::replace(d, Decision::CONTENDED))
+            }
+            _ => None,
+        }
     }
 
     /// [`Request::claimed`], moving the lease or decision out.
-    pub fn into_claimed(self) -> Claimed {
-        match self.state {
+    pub fn into_claimed(mut self) -> Claimed {
+        self.take_claimed()
+    }
+
+    /// [`Request::claimed`], moving the lease or decision out and leaving the request
+    /// finished, without moving the request itself.
+    fn take_claimed(&mut self) -> Claimed {
+        if let Some(d) = self.take_answer() {
+            return Claimed::Done(d);
+        }
+        match core::mem::replace(&mut self.state, State::Finished(Finish::FencedOut)) {
             State::Holding(h) => Claimed::Execute {
                 hold: h.hold.into_hold(),
                 recovered: h.recovered,
             },
-            State::Answered(Answer::Decision(d)) => Claimed::Done(d),
             _ => Claimed::Done(Decision::CONTENDED),
         }
     }
 
     /// Records `outcome` over `store` for a request already holding its lease.
     pub(crate) fn finish_on<S: Store + ?Sized>(
-        mut self,
+        &mut self,
         store: &mut S,
         now: UnixMillis,
         outcome: Outcome,
     ) -> Result<Finish, S::Error> {
-        let mut waiters = Waiters::default();
         self.handle_outcome(outcome);
-        match self.drive(store, now, &mut waiters)? {
-            Step::Done(finish) => Ok(finish),
-            _ => Ok(Finish::FencedOut),
-        }
+        self.drive_then(store, now, &mut Waiters::default(), |step| match step {
+            Step::Done(finish) => finish,
+            _ => Finish::FencedOut,
+        })
     }
 }
 

@@ -78,9 +78,7 @@ pub trait Store {
         now: UnixMillis,
         attempt: &Attempt<'_>,
     ) -> Result<Claim, Self::Error> {
-        Ok(Request::for_attempt(engine, attempt)
-            .claim_on(self, now)?
-            .into())
+        Request::for_attempt(engine, attempt).claim_record_on(self, now)
     }
 
     /// Records the outcome of the handler that ran under `lease` (the request machine's

@@ -186,9 +186,7 @@ impl TimeKeys {
         fingerprint: &Fingerprint,
         nonce: u64,
     ) -> Result<Claim, S::Error> {
-        Ok(Request::for_time(self, scope, key, fingerprint, nonce)
-            .claim_on(store, now)?
-            .into())
+        Request::for_time(self, scope, key, fingerprint, nonce).claim_record_on(store, now)
     }
 }
 

@@ -210,8 +210,6 @@ impl Tokens {
         fingerprint: &Fingerprint,
         nonce: u64,
     ) -> Result<Claim, S::Error> {
-        Ok(Request::for_token(self, scope, token, fingerprint, nonce)
-            .claim_on(store, now)?
-            .into())
+        Request::for_token(self, scope, token, fingerprint, nonce).claim_record_on(store, now)
     }
 }
