@@ -96,6 +96,21 @@ export function takeReply(engine, slot) {
   return readReply(memoryView(), at, at + length);
 }
 
+/** The context of the handler running in a slot (`Engine.context`), read in place:
+ * `{ key, recovered, fence, leaseExpires }`. */
+export function takeContext(engine, slot) {
+  const length = engine.context(slot);
+  const at = engine.outPtr();
+  const bytes = memoryView();
+  const numbers = new DataView(bytes.buffer, at, 17);
+  return {
+    key: utf8(bytes, at + 17, at + length),
+    recovered: bytes[at + 16] === 1,
+    fence: numbers.getFloat64(0, true),
+    leaseExpires: numbers.getFloat64(8, true),
+  };
+}
+
 /** Write bytes at `at` to `to` (src/interop.rs): the write a store applies, `{ expect,
  * value, version, deadline, expires, storesResponse, inFlight }` (the value a copy). */
 export function readWrite(bytes, at = 0, to = bytes.length) {

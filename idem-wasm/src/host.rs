@@ -458,6 +458,16 @@ impl Host {
         out
     }
 
+    /// The running handler's context and key as context bytes (see [`interop`]), where
+    /// [`Host::reply`] writes, so that JavaScript reads them in one call.
+    pub fn context_out(&mut self, t: u32) -> Result<&[u8], ErrorParts> {
+        let Host { slots, out, .. } = self;
+        let req = &numbered(slots, t)?.req;
+        let context = req.context().ok_or_else(no_slot)?;
+        interop::encode_context_into(out, &context, &req.key().key);
+        Ok(out)
+    }
+
     /// `write` as write bytes (see [`interop`]), where [`Host::reply`] writes, so that
     /// JavaScript reads them in place.
     pub fn write_out(&mut self, write: &StoreWrite) -> &[u8] {

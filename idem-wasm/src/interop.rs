@@ -10,7 +10,7 @@
 //! Every code that crosses is defined here or in idem-core, once: the steps of the request
 //! machine, the handler's outcome and the heartbeat states are `#[wasm_bindgen]` enums the
 //! JavaScript side imports by name; the engine options are read from the options object by
-//! the names in [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`]. Three byte layouts
+//! the names in [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`]. Four byte layouts
 //! remain, for speed, and `test/boundary.test.mjs` checks both sides against each other:
 //!
 //! * **List text**: a list of strings as one string, each item written as its length in
@@ -22,6 +22,9 @@
 //!   deadline, `f64` expiry, `u32` byte length of the head, the head (list text: the version,
 //!   then the expected version when [`WriteFlag::Expect`] is set), then the record bytes when
 //!   [`WriteFlag::Value`] is set. Numbers are little-endian.
+//! * **Context bytes** (what a running handler is told): `f64` fencing number, `f64` end of
+//!   the lease (milliseconds since the epoch), a `u8` that is 1 when the handler takes over
+//!   from an attempt whose lease expired, then the key (UTF-8). Numbers are little-endian.
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -758,6 +761,16 @@ pub fn encode_reply_into<'h>(
     out.extend_from_slice(&u32::from(status).to_le_bytes());
     push_head(out, headers.flat_map(|(n, v)| [n, v]));
     out.extend_from_slice(body);
+}
+
+/// Context bytes (see the module docs) of a handler running under `context` with `key`,
+/// into a buffer that is cleared first.
+pub fn encode_context_into(out: &mut Vec<u8>, context: &idem_core::Context, key: &str) {
+    out.clear();
+    out.extend_from_slice(&(context.fence as f64).to_le_bytes());
+    out.extend_from_slice(&to_ms(context.lease_expires).to_le_bytes());
+    out.push(u8::from(context.recovered));
+    out.extend_from_slice(key.as_bytes());
 }
 
 /// A head of reply or write bytes: its byte length as a `u32`, then `items` as list text.

@@ -465,9 +465,14 @@ impl Engine {
             .map_or(-1, i32::from))
     }
 
-    /// Whether the running handler takes over from an attempt whose lease expired.
-    pub fn recovered(&self, slot: u32) -> JsResult<bool> {
-        self.host.context(slot).map(|c| c.recovered).map_err(js)
+    /// Writes the running handler's context bytes (see [`interop`]: fencing number, end of
+    /// the lease, whether it recovers, the key) at `outPtr()`; returns their length: one call where the
+    /// getters cost one each.
+    pub fn context(&mut self, slot: u32) -> JsResult<u32> {
+        self.host
+            .context_out(slot)
+            .map(|b| b.len() as u32)
+            .map_err(js)
     }
 
     /// The lease's fencing number: it grows on every takeover.

@@ -58,12 +58,8 @@ test("event names cross as indices into the core's list, with their security fla
   assert.deepEqual(flagged.sort(), ["fenced-out", "forged", "mismatch", "stale", "tombstone-hit"]);
 });
 
-test("write bytes decode what the module wrote: each flag alone, versions, deletes, large records", async () => {
-  // Every flag is its own bit, so that each can be told from the others.
-  const flags = Object.keys(glue.WriteFlag).filter((k) => Number.isNaN(Number(k)));
-  assert.deepEqual(flags.sort(), ["Expect", "InFlight", "StoresResponse", "Value"]);
-  assert.equal(flags.reduce((all, f) => all | glue.WriteFlag[f], 0), 15);
-  // A store that keeps every write it is given, through a request's whole life.
+/** A store that keeps every write it is given, through a request's whole life. */
+function recordingStore() {
   const writes = [];
   const records = new Map();
   const store = {
@@ -79,6 +75,15 @@ test("write bytes decode what the module wrote: each flag alone, versions, delet
       return true;
     },
   };
+  return { store, writes, records };
+}
+
+test("write bytes decode what the module wrote: each flag alone, versions, deletes, large records", async () => {
+  // Every flag is its own bit, so that each can be told from the others.
+  const flags = Object.keys(glue.WriteFlag).filter((k) => Number.isNaN(Number(k)));
+  assert.deepEqual(flags.sort(), ["Expect", "InFlight", "StoresResponse", "Value"]);
+  assert.equal(flags.reduce((all, f) => all | glue.WriteFlag[f], 0), 15);
+  const { store, writes, records } = recordingStore();
   const idem = new Idempotency({ store, principal: "none" });
   const body = new Uint8Array(200_000).map((_, i) => (i * 7) % 256);
   const before = Date.now();
@@ -101,6 +106,36 @@ test("write bytes decode what the module wrote: each flag alone, versions, delet
   const gone = expire(completion.expires + 1, value);
   assert.deepEqual({ ...gone, expect: null }, { expect: null, value: null, version: "", deadline: 0, expires: 0, storesResponse: false, inFlight: false });
   assert.equal(expire(before, value), undefined, "nothing due yet");
+});
+
+test("context bytes give the handler its parsed key, fence, lease end and takeover", async () => {
+  const { store, writes } = recordingStore();
+  let now = 1_700_000_000_000;
+  const idem = new Idempotency({ store, principal: "none", keyKind: "uuid", lease: 1000, now: () => now });
+  const req = { method: "POST", target: "/c", key: '"0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9"', body: new Uint8Array() };
+  const contexts = [];
+  let release;
+  const gate = new Promise((resolve) => (release = resolve));
+  const first = idem.handle(req, async (context) => {
+    contexts.push({ ...context });
+    await gate;
+    return { status: 201 };
+  });
+  while (contexts.length < 1) await new Promise((resolve) => setImmediate(resolve));
+  const key = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+  assert.deepEqual(contexts[0], { key, recovered: false, fence: 1, leaseExpires: now + 1000, extend: contexts[0].extend });
+  assert.equal(writes.length, 1, "one claim");
+  // Past the lease, a retry takes over: a new fence, a new lease, and `recovered`.
+  now += 1001;
+  const second = await idem.handle(req, (context) => {
+    contexts.push({ ...context });
+    return { status: 201 };
+  });
+  assert.equal(second.status, 201);
+  assert.deepEqual(contexts[1], { key, recovered: true, fence: 2, leaseExpires: now + 1000, extend: contexts[1].extend });
+  assert.equal(writes.length, 3, "the takeover's claim and its completion");
+  release();
+  await first;
 });
 
 test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty and large bodies", async () => {
