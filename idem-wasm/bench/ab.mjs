@@ -4,7 +4,7 @@
 // same keys with a changed body; a 90-byte JSON body encoded inside the timed loop) on a
 // store of its own, and the builds take turns for R rounds (default 11), the first one
 // alternating, so that a machine that slows down slows both. Prints the median µs per
-// request of each build and their ratio.
+// request of each build, and the median of the rounds' own B/A ratios with their middle half.
 //
 // A build of another commit: `git worktree add /tmp/before <commit>`, link this
 // node_modules into its idem-wasm, `npm run build` there, and pass its dist.
@@ -48,9 +48,18 @@ for (let r = 0; r < ROUNDS; r++) {
     samples[which].push(await round(new Idempotency({ store: new MemoryStore(), principal: "none" })));
   }
 }
-const median = (xs) => [...xs].sort((x, y) => x - y)[xs.length >> 1];
+const sorted = (xs) => [...xs].sort((x, y) => x - y);
+const median = (xs) => sorted(xs)[xs.length >> 1];
+// B/A is the median of each round's own ratio: the two builds of a round ran back to back, so
+// a machine that slows down between rounds moves both sides of a ratio, not one median.
+// The middle half of the rounds' ratios is printed beside it: a change inside that range is
+// not shown by this run.
 console.log(`µs per request, median of ${ROUNDS} rounds of ${N}; A = ${a}, B = ${b}`);
 for (const phase of phases) {
   const [ma, mb] = samples.map((s) => median(s.map((x) => x[phase])));
-  console.log(`${phase.padEnd(9)} A ${ma.toFixed(2).padStart(7)}  B ${mb.toFixed(2).padStart(7)}  B/A ${(mb / ma).toFixed(3)}`);
+  const ratios = sorted(samples[1].map((x, r) => x[phase] / samples[0][r][phase]));
+  const q = (f) => ratios[Math.floor(f * (ratios.length - 1))].toFixed(3);
+  console.log(
+    `${phase.padEnd(9)} A ${ma.toFixed(2).padStart(7)}  B ${mb.toFixed(2).padStart(7)}  B/A ${median(ratios).toFixed(3)} [${q(0.25)}–${q(0.75)}]`,
+  );
 }
