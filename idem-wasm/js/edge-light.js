@@ -7,6 +7,6 @@ import { initSync } from "./idem_wasm.js";
 
 initSync({ module: wasm });
 
-// The API: every name of the bundle imported above, and initSync, which returns at once once
-// the module is instantiated.
+// The API: every name of the bundle imported above, and initSync, which does nothing when the
+// module is already instantiated.
 export * from "./idem_wasm.js";

@@ -4,6 +4,6 @@ import { initSync } from "./idem_wasm.js";
 
 initSync({ module: readFileSync(new URL("./idem_wasm_bg.wasm", import.meta.url)) });
 
-// The API: every name of the bundle imported above, and initSync, which returns at once once
-// the module is instantiated.
+// The API: every name of the bundle imported above, and initSync, which does nothing when the
+// module is already instantiated.
 export * from "./idem_wasm.js";

@@ -466,8 +466,8 @@ impl Engine {
     }
 
     /// Writes the running handler's context bytes (see [`interop`]: fencing number, end of
-    /// the lease, whether it recovers, the key) at `outPtr()`; returns their length: one call where the
-    /// getters cost one each.
+    /// the lease, whether it recovers, the key) at `outPtr()` and returns their length: one
+    /// call where a getter for each would cost four.
     pub fn context(&mut self, slot: u32) -> JsResult<u32> {
         self.host
             .context_out(slot)
