@@ -99,7 +99,7 @@ export function takeContext(engine, slot) {
   const length = engine.context(slot);
   const at = engine.outPtr();
   const bytes = memoryView();
-  const numbers = new DataView(bytes.buffer, at, 17);
+  const numbers = new DataView(bytes.buffer, bytes.byteOffset + at, 17);
   return {
     key: utf8(bytes, at + 17, at + length),
     recovered: bytes[at + 16] === 1,
