@@ -1712,13 +1712,19 @@ impl<'a> Request<'a> {
         Ok(self.take_claimed())
     }
 
-    /// [`Request::claim_on`] for a record lease, as [`Store::claim`] answers it.
+    /// [`Request::claim_on`] for a record lease, as [`Store::claim`] answers it. `absent`:
+    /// the caller has just read the key and found no record, which the claim starts from.
     pub(crate) fn claim_record_on<S: Store + ?Sized>(
         &mut self,
         store: &mut S,
         now: UnixMillis,
+        absent: bool,
     ) -> Result<Claim, S::Error> {
-        self.drive_then(store, now, &mut Waiters::default(), drop)?;
+        let mut waiters = Waiters::default();
+        if absent && matches!(self.poll(now, &mut waiters), Step::Claim | Step::Load) {
+            self.handle_record(now, None, &mut waiters);
+        }
+        self.drive_then(store, now, &mut waiters, drop)?;
         Ok(match self.take_answer() {
             Some(d) => Claim::Done(d),
             None => self.take_claimed().into(),
