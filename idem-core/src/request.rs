@@ -1712,6 +1712,33 @@ impl<'a> Request<'a> {
         Ok(self.take_claimed())
     }
 
+    /// [`Store::claim`]: the claim of `attempt` under `engine`'s rules, with no waiting.
+    ///
+    /// A record whose decision is a replay, a mismatch or a refusal ends the claim at its
+    /// first read:
+    /// [`Request::decided`] answers those decisions as they are, with nothing to write or
+    /// wait for. That claim is taken here from the read and [`Engine::decide`], without
+    /// building the machine. A key with no record starts the machine from the read already
+    /// made; any other record (in flight, expired) goes through the machine, which reads it
+    /// again.
+    pub(crate) fn claim_attempt<S: Store + ?Sized>(
+        store: &mut S,
+        engine: &Engine,
+        now: UnixMillis,
+        attempt: &Attempt<'_>,
+    ) -> Result<Claim, S::Error> {
+        let absent = match store.read(attempt.key)? {
+            None => true,
+            Some(record) => match engine.decide(now, attempt, Some(&record)) {
+                d @ (Decision::Replay(_) | Decision::Mismatch { .. } | Decision::Rejected(_)) => {
+                    return Ok(Claim::Done(d))
+                }
+                _ => false,
+            },
+        };
+        Request::for_attempt(engine, attempt).claim_record_on(store, now, absent)
+    }
+
     /// [`Request::claim_on`] for a record lease, as [`Store::claim`] answers it. `absent`:
     /// the caller has just read the key and found no record, which the claim starts from.
     pub(crate) fn claim_record_on<S: Store + ?Sized>(
@@ -1932,8 +1959,71 @@ impl<'a> Request<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::Events;
-    use crate::Event;
+    use super::{Events, Request};
+    use crate::{
+        Attempt, Claim, Config, Decision, Engine, Event, Fingerprint, MemoryStore, Outcome,
+        RecordKey, Scope, Store, StoredResponse, UnixMillis,
+    };
+    use core::time::Duration;
+
+    /// `Store::claim` answers a replay, a mismatch or a refusal from its read
+    /// (`claim_attempt`): the same claim as the whole machine's from the same record, in
+    /// flight, completed, and past its response's expiry.
+    #[test]
+    fn a_claim_answered_by_its_read_is_the_machines_claim() {
+        let engine = Engine::default();
+        let now = UnixMillis(1_700_000_000_000);
+        let key = RecordKey::new(Scope::new("tenant", "POST", "/orders"), "k-1");
+        let (same, other) = (
+            Fingerprint::from_digest([1; 32]),
+            Fingerprint::from_digest([2; 32]),
+        );
+        let attempt = |fingerprint, nonce| Attempt {
+            key: &key,
+            fingerprint,
+            nonce,
+        };
+        let mut store = MemoryStore::default();
+        let Claim::Execute { lease, .. } = store.claim(&engine, now, &attempt(&same, 1)).unwrap()
+        else {
+            panic!("a new key executes");
+        };
+        let mut answers = std::vec::Vec::new();
+        let mut check = |store: &mut MemoryStore, at: UnixMillis| {
+            for (fingerprint, nonce) in [(&same, 2), (&other, 3)] {
+                let by_read = store
+                    .claim(&engine, at, &attempt(fingerprint, nonce))
+                    .unwrap();
+                let by_machine = Request::for_attempt(&engine, &attempt(fingerprint, nonce))
+                    .claim_record_on(store, at, false)
+                    .unwrap();
+                assert_eq!(by_read, by_machine);
+                answers.push(by_read);
+            }
+        };
+        check(&mut store, now);
+        let response = StoredResponse {
+            status: 201,
+            headers: std::vec::Vec::new(),
+            body: b"{}".to_vec(),
+        };
+        let _ = store
+            .finish(&engine, now, &lease, Outcome::Final(response))
+            .unwrap();
+        check(&mut store, now);
+        let later = Config::default().response_ttl + Duration::from_secs(1);
+        check(&mut store, now.saturating_add(later));
+        // Each kind of answer the shortcut takes came up: in flight, the same payload waits
+        // and another is a mismatch; completed, a replay; past the response's expiry, a
+        // refusal.
+        assert!(matches!(
+            answers[0],
+            Claim::Done(Decision::InProgress { .. })
+        ));
+        assert!(matches!(answers[1], Claim::Done(Decision::Mismatch { .. })));
+        assert!(matches!(answers[2], Claim::Done(Decision::Replay(_))));
+        assert!(matches!(answers[4], Claim::Done(Decision::Rejected(_))));
+    }
 
     #[test]
     fn events_keep_the_latest_when_nobody_reads_them() {

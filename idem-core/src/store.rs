@@ -78,18 +78,7 @@ pub trait Store {
         now: UnixMillis,
         attempt: &Attempt<'_>,
     ) -> Result<Claim, Self::Error> {
-        // A record that answers the attempt by itself (a replay, a refusal) is the machine's
-        // whole claim: its first read, the engine's decision, and that decision as the
-        // answer. It is taken here without the machine. Without a record, the machine starts
-        // from this read; with any other, it reads again.
-        let absent = match self.read(attempt.key)? {
-            None => true,
-            Some(record) => match engine.decide(now, attempt, Some(&record)) {
-                d @ (Decision::Replay(_) | Decision::Rejected(_)) => return Ok(Claim::Done(d)),
-                _ => false,
-            },
-        };
-        Request::for_attempt(engine, attempt).claim_record_on(self, now, absent)
+        Request::claim_attempt(self, engine, now, attempt)
     }
 
     /// Records the outcome of the handler that ran under `lease` (the request machine's
