@@ -381,6 +381,28 @@ fn steady(c: &mut Criterion) {
     g.finish();
     // Every write expired as many records as it added.
     assert!(store.stats().entries <= MILLION as usize + 1);
+    drop(store);
+
+    // The floor at the same steady state: the std HashMap of the growing floor above, a
+    // million keys, each new key's insert paired with the removal of the oldest key (its
+    // string built again, as the insert's is).
+    let flat = |n: u64| {
+        let k = key(n);
+        format!("{}{}", k.scope.as_str(), k.key)
+    };
+    let mut map: std::collections::HashMap<String, [u8; 32]> =
+        (0..MILLION).map(|j| (flat(j), [3; 32])).collect();
+    let mut n = MILLION;
+    let mut g = c.benchmark_group("floor: std HashMap<String, [u8; 32]> (1M keys, steady state)");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("insert of a new key, the oldest removed", |b| {
+        b.iter(|| {
+            let old = map.remove(&flat(n - MILLION));
+            n += 1;
+            black_box((map.insert(flat(n - 1), [3; 32]), old))
+        })
+    });
+    g.finish();
 }
 
 criterion_group! {
