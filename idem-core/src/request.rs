@@ -1715,12 +1715,11 @@ impl<'a> Request<'a> {
     /// [`Store::claim`]: the claim of `attempt` under `engine`'s rules, with no waiting.
     ///
     /// A record whose decision is a replay, a mismatch or a refusal ends the claim at its
-    /// first read:
-    /// [`Request::decided`] answers those decisions as they are, with nothing to write or
-    /// wait for. That claim is taken here from the read and [`Engine::decide`], without
-    /// building the machine. A key with no record starts the machine from the read already
-    /// made; any other record (in flight, expired) goes through the machine, which reads it
-    /// again.
+    /// first read: [`Request::decided`] answers those decisions as they are, with nothing
+    /// to write or wait for. That claim is taken here from the read and
+    /// [`Engine::decide`], without building the machine. A key with no record starts the
+    /// machine from the read already made; any other record (in flight, expired) goes
+    /// through the machine, which reads it again.
     pub(crate) fn claim_attempt<S: Store + ?Sized>(
         store: &mut S,
         engine: &Engine,
@@ -2013,9 +2012,9 @@ mod tests {
         check(&mut store, now);
         let later = Config::default().response_ttl + Duration::from_secs(1);
         check(&mut store, now.saturating_add(later));
-        // Each kind of answer the shortcut takes came up: in flight, the same payload waits
-        // and another is a mismatch; completed, a replay; past the response's expiry, a
-        // refusal.
+        // In flight, the same payload waits (the machine answers) and another is a mismatch;
+        // completed, a replay; past the response's expiry, a refusal: each kind of answer
+        // the shortcut takes came up.
         assert!(matches!(
             answers[0],
             Claim::Done(Decision::InProgress { .. })
