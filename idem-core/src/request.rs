@@ -1269,6 +1269,14 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// [`Request::handle_record`] for a driver that has read the record and decided on it
+    /// itself, by the same rules (`Engine::decide` for the attempt).
+    fn handle_decision(&mut self, now: UnixMillis, decision: Decision, waiters: &mut Waiters) {
+        if let State::Reading { lost, wait } = self.state {
+            self.decided(now, Decided::Decision(decision), lost, wait, waiters);
+        }
+    }
+
     /// What a store that claims for the host answered (for [`Step::Claim`]).
     pub fn handle_claimed(&mut self, now: UnixMillis, claimed: Claimed, waiters: &mut Waiters) {
         let State::Reading { lost, wait } = self.state else {
@@ -1714,47 +1722,50 @@ impl<'a> Request<'a> {
 
     /// [`Store::claim`]: the claim of `attempt` under `engine`'s rules, with no waiting.
     ///
-    /// A record whose decision is a replay, a mismatch or a refusal ends the claim at its
-    /// first read: [`Request::decided`] answers those decisions as they are, with nothing
-    /// to write or wait for. That claim is taken here from the read and
-    /// [`Engine::decide`], without building the machine. A key with no record starts the
-    /// machine from the read already made; any other record (in flight, expired) goes
-    /// through the machine, which reads it again.
+    /// The machine's claim starts with a read and [`Engine::decide`] on it; that first step
+    /// is made here. A replay, a mismatch or a refusal is then the whole answer
+    /// ([`Request::decided`] answers those decisions as they are, with nothing to write or
+    /// wait for), so no machine is built for them. Any other decision is handed to the
+    /// machine as if it had read and decided itself, and it goes on from there.
     pub(crate) fn claim_attempt<S: Store + ?Sized>(
         store: &mut S,
         engine: &Engine,
         now: UnixMillis,
         attempt: &Attempt<'_>,
     ) -> Result<Claim, S::Error> {
-        let absent = match store.read(attempt.key)? {
-            None => true,
-            Some(record) => match engine.decide(now, attempt, Some(&record)) {
-                d @ (Decision::Replay(_) | Decision::Mismatch { .. } | Decision::Rejected(_)) => {
-                    return Ok(Claim::Done(d))
-                }
-                _ => false,
-            },
-        };
-        Request::for_attempt(engine, attempt).claim_record_on(store, now, absent)
+        let decision = engine.decide(now, attempt, store.read(attempt.key)?.as_deref());
+        if matches!(
+            decision,
+            Decision::Replay(_) | Decision::Mismatch { .. } | Decision::Rejected(_)
+        ) {
+            return Ok(Claim::Done(decision));
+        }
+        let mut request = Request::for_attempt(engine, attempt);
+        let mut waiters = Waiters::default();
+        // Under a record's rules nothing is decided before the read: the first step is it.
+        if matches!(request.poll(now, &mut waiters), Step::Claim) {
+            request.handle_decision(now, decision, &mut waiters);
+        }
+        request.drive_then(store, now, &mut waiters, drop)?;
+        Ok(request.take_claim())
     }
 
-    /// [`Request::claim_on`] for a record lease, as [`Store::claim`] answers it. `absent`:
-    /// the caller has just read the key and found no record, which the claim starts from.
+    /// [`Request::claim_on`] for a record lease, as [`Store::claim`] answers it.
     pub(crate) fn claim_record_on<S: Store + ?Sized>(
         &mut self,
         store: &mut S,
         now: UnixMillis,
-        absent: bool,
     ) -> Result<Claim, S::Error> {
-        let mut waiters = Waiters::default();
-        if absent && matches!(self.poll(now, &mut waiters), Step::Claim | Step::Load) {
-            self.handle_record(now, None, &mut waiters);
-        }
-        self.drive_then(store, now, &mut waiters, drop)?;
-        Ok(match self.take_answer() {
+        self.drive_then(store, now, &mut Waiters::default(), drop)?;
+        Ok(self.take_claim())
+    }
+
+    /// What a claim driven to its end answers: the decision, or the lease.
+    fn take_claim(&mut self) -> Claim {
+        match self.take_answer() {
             Some(d) => Claim::Done(d),
             None => self.take_claimed().into(),
-        })
+        }
     }
 
     /// The decision of a request answered without a lease, moved out alone: the state
@@ -1994,7 +2005,7 @@ mod tests {
                     .claim(&engine, at, &attempt(fingerprint, nonce))
                     .unwrap();
                 let by_machine = Request::for_attempt(&engine, &attempt(fingerprint, nonce))
-                    .claim_record_on(store, at, false)
+                    .claim_record_on(store, at)
                     .unwrap();
                 assert_eq!(by_read, by_machine);
                 answers.push(by_read);

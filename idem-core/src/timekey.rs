@@ -186,7 +186,7 @@ impl TimeKeys {
         fingerprint: &Fingerprint,
         nonce: u64,
     ) -> Result<Claim, S::Error> {
-        Request::for_time(self, scope, key, fingerprint, nonce).claim_record_on(store, now, false)
+        Request::for_time(self, scope, key, fingerprint, nonce).claim_record_on(store, now)
     }
 }
 

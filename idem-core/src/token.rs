@@ -210,7 +210,6 @@ impl Tokens {
         fingerprint: &Fingerprint,
         nonce: u64,
     ) -> Result<Claim, S::Error> {
-        Request::for_token(self, scope, token, fingerprint, nonce)
-            .claim_record_on(store, now, false)
+        Request::for_token(self, scope, token, fingerprint, nonce).claim_record_on(store, now)
     }
 }
