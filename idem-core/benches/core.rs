@@ -17,6 +17,11 @@ fn key(i: u64) -> RecordKey {
     )
 }
 
+/// A key as the floors' std HashMap holds it: scope and key as one string.
+fn flat(k: &RecordKey) -> String {
+    format!("{}{}", k.scope.as_str(), k.key)
+}
+
 fn response() -> StoredResponse {
     StoredResponse {
         status: 201,
@@ -244,7 +249,6 @@ fn store(c: &mut Criterion) {
 
     // The floor, in the same run: a std HashMap of the same million keys (scope and key as
     // one string) to a 32-byte digest, its lookup and its insert of a new key.
-    let flat = |k: &RecordKey| format!("{}{}", k.scope.as_str(), k.key);
     let mut map: std::collections::HashMap<String, [u8; 32]> =
         (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
     let flat_keys: Vec<String> = keys.iter().map(flat).collect();
@@ -386,20 +390,16 @@ fn steady(c: &mut Criterion) {
     // The floor at the same steady state: the std HashMap of the growing floor above, a
     // million keys, each new key's insert paired with the removal of the oldest key (its
     // string built again, as the insert's is).
-    let flat = |n: u64| {
-        let k = key(n);
-        format!("{}{}", k.scope.as_str(), k.key)
-    };
     let mut map: std::collections::HashMap<String, [u8; 32]> =
-        (0..MILLION).map(|j| (flat(j), [3; 32])).collect();
+        (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
     let mut n = MILLION;
     let mut g = c.benchmark_group("floor: std HashMap<String, [u8; 32]> (1M keys, steady state)");
     g.throughput(Throughput::Elements(1));
     g.bench_function("insert of a new key, the oldest removed", |b| {
         b.iter(|| {
-            let old = map.remove(&flat(n - MILLION));
+            let old = map.remove(&flat(&key(n - MILLION)));
             n += 1;
-            black_box((map.insert(flat(n - 1), [3; 32]), old))
+            black_box((map.insert(flat(&key(n - 1)), [3; 32]), old))
         })
     });
     g.finish();
