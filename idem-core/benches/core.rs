@@ -1,7 +1,9 @@
 //! Criterion benchmarks for idem-core: `cargo bench -p idem-core --bench core`.
 //!
 //! Besides the timings, the run prints the MemoryStore's resident bytes per retained key,
-//! measured from the process's resident set size around building a 1,000,000-key store.
+//! measured from the process's resident set size around building a 1,000,000-key store, and
+//! the cost of a new key while a store grows from a million keys to two, beside a std
+//! HashMap growing alike.
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use idem_core::*;
 use std::hint::black_box;
@@ -343,6 +345,39 @@ fn memory_report() {
     drop(store);
 }
 
+/// The growing store, in a shape both sides share: a million keys, then a million new keys
+/// timed as one run, so that the store and the std HashMap floor each cross the same table
+/// doublings (where criterion's growing rows time a number of keys of their own choosing,
+/// and a doubling falls inside one side's samples and not the other's). Printed per key,
+/// each side run twice, the two taking turns.
+fn growth_report() {
+    let engine = Engine::default();
+    let fp = Fingerprint::from_digest([3; 32]);
+    let per_key = |start: std::time::Instant| start.elapsed().as_secs_f64() * 1e6 / MILLION as f64;
+    for _ in 0..2 {
+        let mut store = filled_store(&engine, MILLION);
+        let start = std::time::Instant::now();
+        for n in MILLION..2 * MILLION {
+            black_box(new_key(&mut store, &engine, NOW, n, &fp));
+        }
+        let store_us = per_key(start);
+        drop(store);
+
+        let mut map: std::collections::HashMap<String, [u8; 32]> =
+            (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
+        let start = std::time::Instant::now();
+        for n in MILLION..2 * MILLION {
+            black_box(map.insert(flat(&key(n)), [3; 32]));
+        }
+        let map_us = per_key(start);
+        drop(map);
+        println!(
+            "growing from 1M to 2M keys, per new key: memory store claim + finish {store_us:.2} µs, std HashMap insert {map_us:.2} µs ({:.2}x)",
+            store_us / map_us
+        );
+    }
+}
+
 /// A store at its steady state, as a server that has run longer than its retention: a
 /// million records, one written per millisecond, whose responses and keys expire a million
 /// milliseconds after their write. Each new key's write therefore also expires the oldest
@@ -413,6 +448,7 @@ criterion_group! {
 
 fn main() {
     memory_report();
+    growth_report();
     benches();
     Criterion::default().configure_from_args().final_summary();
 }
