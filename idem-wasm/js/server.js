@@ -623,9 +623,16 @@ function targetOf(href) {
 }
 
 function toResponse(reply) {
-  const headers = new Headers();
-  for (let i = 0; i < reply.headers.length; i += 2) headers.append(reply.headers[i], reply.headers[i + 1]);
-  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, { status: reply.status, headers });
+  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, { status: reply.status, headers: pairsOf(reply.headers) });
+}
+
+/** A flat `[name, value, …]` list as the `[name, value]` pairs a Response takes: the
+ * runtime copies them once, where a Headers object built first is checked and copied
+ * twice. */
+function pairsOf(flat) {
+  const pairs = [];
+  for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i], flat[i + 1]]);
+  return pairs;
 }
 
 /**
