@@ -77,7 +77,6 @@ pub(crate) fn canonicalise(
         // allocation and a copy). Bodies whose objects are in order never use the scratch.
         members: Vec::with_capacity(32),
         keys: Vec::new(),
-        text: Vec::new(),
         scratch: Vec::new(),
         patterns: patterns.iter().map(Vec::as_slice).collect(),
     };
@@ -176,6 +175,7 @@ impl<'a> Scan<'a> {
             Some(b'\\') => {}
             _ => return self.fail(),
         }
+        let text = text.room(self.b.len());
         text.clear();
         text.extend_from_slice(&self.b[start..self.i]);
         loop {
@@ -704,6 +704,26 @@ fn prefix_of(key: &[u8]) -> u64 {
     }
 }
 
+/// A scratch buffer that makes room for a whole body the first time it is used, instead of
+/// growing by doubling from nothing: its uses are parts of the body or of its output.
+trait Room {
+    fn room(&mut self, len: usize) -> &mut Self;
+}
+
+impl Room for Vec<u8> {
+    #[inline]
+    fn room(&mut self, len: usize) -> &mut Self {
+        if self.capacity() == 0 {
+            self.reserve(len);
+        }
+        self
+    }
+}
+
+/// Objects of at most this many members are put in order by a permutation of their
+/// numbers (see [`Canon::finish_object`]).
+const SMALL_OBJECT: usize = 16;
+
 /// Where a member's (unescaped) key is: in the body, or in the keys buffer.
 #[derive(Clone)]
 enum Key {
@@ -770,9 +790,9 @@ struct Canon<'a, 'o, 'p> {
     members: Vec<Member>,
     /// Unescaped keys of those members.
     keys: Vec<u8>,
-    /// The current string, unescaped.
-    text: Vec<u8>,
-    /// An object's values while they are put in order; the containers of a skipped value.
+    /// One buffer for three uses that never overlap: the current string, unescaped; an
+    /// object's members while they are put in order; the containers of a skipped value. Its
+    /// first use makes room for the body's length, so that it grows once at most.
     scratch: Vec<u8>,
     /// Exclusion patterns: the roots, then what remains of each that matches the path so far,
     /// one range per level.
@@ -821,9 +841,9 @@ impl Canon<'_, '_, '_> {
     /// A string, written canonically: as it stands when it has no escapes.
     #[inline]
     fn string(&mut self) -> Result<()> {
-        match self.s.string(&mut self.text)? {
+        match self.s.string(&mut self.scratch)? {
             Text::Raw(raw) => self.out.quoted(raw),
-            Text::Unescaped => write_bytes(self.out.bytes(), &self.text),
+            Text::Unescaped => write_bytes(self.out.bytes(), &self.scratch),
         }
         Ok(())
     }
@@ -950,11 +970,11 @@ impl Canon<'_, '_, '_> {
             if self.s.peek() != Some(b'"') {
                 return self.s.fail();
             }
-            let key = match self.s.string(&mut self.text)? {
+            let key = match self.s.string(&mut self.scratch)? {
                 Text::Raw(raw) => Key::Body(raw),
                 Text::Unescaped => {
                     let at = self.keys.len();
-                    self.keys.extend_from_slice(&self.text);
+                    self.keys.extend_from_slice(&self.scratch);
                     Key::Unescaped(at..self.keys.len())
                 }
             };
@@ -1051,17 +1071,45 @@ impl Canon<'_, '_, '_> {
                 }
             }
         } else {
-            // Stable, so that of equal names the last one is last.
-            members.sort_by(|a, b| order(body, keys, a, b));
+            // The order of a small object is found as a permutation, by an insertion sort of
+            // member numbers (moving a byte, not a member); a larger one's members are
+            // sorted. Both are stable, so that of equal names the last one is last.
+            let mut perm = [0u8; SMALL_OBJECT];
+            let small = members.len() <= SMALL_OBJECT;
+            if small {
+                for i in 0..members.len() {
+                    let mut j = i;
+                    while j > 0
+                        && order(body, keys, &members[perm[j - 1] as usize], &members[i]).is_gt()
+                    {
+                        perm[j] = perm[j - 1];
+                        j -= 1;
+                    }
+                    perm[j] = i as u8;
+                }
+            } else {
+                members.sort_by(|a, b| order(body, keys, a, b));
+            }
+            let members = &*members;
+            let nth = |k: usize| {
+                if small {
+                    &members[perm[k] as usize]
+                } else {
+                    &members[k]
+                }
+            };
+            let scratch = scratch.room(body.len());
             scratch.clear();
             scratch.extend_from_slice(&out[start..]);
             out.truncate(start);
             let mut wrote = false;
-            for (i, m) in members.iter().enumerate() {
-                if members
-                    .get(i + 1)
-                    .is_some_and(|next| order(body, keys, next, m).is_eq())
-                {
+            for i in 0..members.len() {
+                let m = nth(i);
+                // Equal names are neighbours now: of those, the last one is written.
+                if i + 1 < members.len() && {
+                    let next = nth(i + 1);
+                    next.prefix == m.prefix && name(next) == name(m)
+                } {
                     continue;
                 }
                 if wrote {

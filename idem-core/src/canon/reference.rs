@@ -221,7 +221,7 @@ impl<'de> Visitor<'de> for KeySeed {
 /// whitespace, escapes, number forms (long, signed, exponents, out of range), duplicate
 /// names, deep nesting; and now and then one byte broken.
 mod race {
-    use super::super::{canonicalise, parse_patterns};
+    use super::super::{canonicalise, parse_patterns, SMALL_OBJECT};
     use crate::fingerprint::FieldDigests;
     use alloc::format;
     use alloc::string::{String, ToString};
@@ -486,11 +486,15 @@ mod race {
             // Escaped, the same name as "abcdefgh": a duplicate.
             "\\u0061bcdefgh",
         ];
-        for shift in 0..names.len() {
-            let members: Vec<String> = (0..names.len())
-                .map(|i| format!("\"{}\":{i}", names[(i + shift) % names.len()]))
-                .collect();
-            assert!(agrees(&format!("{{{}}}", members.join(","))));
+        // Small objects are put in order by a permutation, larger ones by sorting their
+        // members (SMALL_OBJECT): counts on both sides of the line, with names repeated.
+        for count in [names.len(), SMALL_OBJECT, SMALL_OBJECT + 1, 2 * names.len()] {
+            for shift in 0..names.len() {
+                let members: Vec<String> = (0..count)
+                    .map(|i| format!("\"{}\":{i}", names[(i + shift) % names.len()]))
+                    .collect();
+                assert!(agrees(&format!("{{{}}}", members.join(","))), "{count} members");
+            }
         }
         // Already in order, or not, with keys that tie on their prefix: an object in order
         // stays as it was written, one out of order is put in order.
