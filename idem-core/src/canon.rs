@@ -157,23 +157,32 @@ impl<'a> Scan<'a> {
     }
 
     /// A string whose opening quote is the current byte, unescaped and checked to be UTF-8
-    /// with paired surrogates. An escaped string is unescaped into `text`.
+    /// with paired surrogates. An escaped string is unescaped into `text`. The common case,
+    /// a string without escapes, is inlined where strings are read (not in WebAssembly, whose
+    /// module is built for size: there the compiler decides, as for the calls below).
+    #[cfg_attr(not(target_arch = "wasm32"), inline(always))]
     fn string(&mut self, text: &mut Vec<u8>) -> Result<Text> {
         self.i += 1;
         let start = self.i;
         let (end, ascii) = special(self.b, self.i);
         self.i = end;
-        match self.peek() {
-            Some(b'"') => {
-                let raw = start..self.i;
-                if !ascii && core::str::from_utf8(&self.b[raw.clone()]).is_err() {
-                    return self.fail();
-                }
-                self.i += 1;
-                return Ok(Text::Raw(raw));
+        if self.peek() == Some(b'"') {
+            let raw = start..self.i;
+            if !ascii && core::str::from_utf8(&self.b[raw.clone()]).is_err() {
+                return self.fail();
             }
-            Some(b'\\') => {}
-            _ => return self.fail(),
+            self.i += 1;
+            return Ok(Text::Raw(raw));
+        }
+        self.escaped(start, text)
+    }
+
+    /// The rest of a string from its first escape (or where it stops being a string), at
+    /// the current byte; `start` is where its text began.
+    #[inline(never)]
+    fn escaped(&mut self, start: usize, text: &mut Vec<u8>) -> Result<Text> {
+        if self.peek() != Some(b'\\') {
+            return self.fail();
         }
         let text = text.room(self.b.len());
         text.clear();
@@ -807,6 +816,10 @@ fn key_bytes<'k>(body: &'k [u8], keys: &'k [u8], key: &Key) -> &'k [u8] {
 }
 
 impl Canon<'_, '_, '_> {
+    /// One value, written canonically. Inlined where values are read, so that a string, a
+    /// number or a literal costs no call; objects and arrays are the calls (outside
+    /// WebAssembly, see [`Scan::string`]).
+    #[cfg_attr(not(target_arch = "wasm32"), inline(always))]
     fn value(
         &mut self,
         depth: usize,
@@ -893,6 +906,7 @@ impl Canon<'_, '_, '_> {
         (start..self.patterns.len(), excluded)
     }
 
+    #[cfg_attr(not(target_arch = "wasm32"), inline(never))]
     fn array(&mut self, depth: usize, patterns: Range<usize>) -> Result<()> {
         if depth > MAX_DEPTH {
             return self.s.fail();
@@ -943,6 +957,7 @@ impl Canon<'_, '_, '_> {
         }
     }
 
+    #[cfg_attr(not(target_arch = "wasm32"), inline(never))]
     fn object(
         &mut self,
         depth: usize,
