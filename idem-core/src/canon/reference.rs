@@ -493,7 +493,10 @@ mod race {
                 let members: Vec<String> = (0..count)
                     .map(|i| format!("\"{}\":{i}", names[(i + shift) % names.len()]))
                     .collect();
-                assert!(agrees(&format!("{{{}}}", members.join(","))), "{count} members");
+                assert!(
+                    agrees(&format!("{{{}}}", members.join(","))),
+                    "{count} members"
+                );
             }
         }
         // Already in order, or not, with keys that tie on their prefix: an object in order
