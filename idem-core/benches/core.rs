@@ -24,6 +24,11 @@ fn flat(k: &RecordKey) -> String {
     format!("{}{}", k.scope.as_str(), k.key)
 }
 
+/// The floors' std HashMap holding the first `n` keys, each to a 32-byte digest.
+fn filled_map(n: u64) -> std::collections::HashMap<String, [u8; 32]> {
+    (0..n).map(|j| (flat(&key(j)), [3; 32])).collect()
+}
+
 fn response() -> StoredResponse {
     StoredResponse {
         status: 201,
@@ -251,8 +256,7 @@ fn store(c: &mut Criterion) {
 
     // The floor, in the same run: a std HashMap of the same million keys (scope and key as
     // one string) to a 32-byte digest, its lookup and its insert of a new key.
-    let mut map: std::collections::HashMap<String, [u8; 32]> =
-        (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
+    let mut map = filled_map(MILLION);
     let flat_keys: Vec<String> = keys.iter().map(flat).collect();
     let mut g = c.benchmark_group("floor: std HashMap<String, [u8; 32]> (1M keys)");
     g.throughput(Throughput::Elements(1));
@@ -363,8 +367,7 @@ fn growth_report() {
         let store_us = per_key(start);
         drop(store);
 
-        let mut map: std::collections::HashMap<String, [u8; 32]> =
-            (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
+        let mut map = filled_map(MILLION);
         let start = std::time::Instant::now();
         for n in MILLION..2 * MILLION {
             black_box(map.insert(flat(&key(n)), [3; 32]));
@@ -425,8 +428,7 @@ fn steady(c: &mut Criterion) {
     // The floor at the same steady state: the std HashMap of the growing floor above, a
     // million keys, each new key's insert paired with the removal of the oldest key (its
     // string built again, as the insert's is).
-    let mut map: std::collections::HashMap<String, [u8; 32]> =
-        (0..MILLION).map(|j| (flat(&key(j)), [3; 32])).collect();
+    let mut map = filled_map(MILLION);
     let mut n = MILLION;
     let mut g = c.benchmark_group("floor: std HashMap<String, [u8; 32]> (1M keys, steady state)");
     g.throughput(Throughput::Elements(1));

@@ -74,7 +74,8 @@ pub(crate) fn canonicalise(
             run: 0..0,
         },
         // Room for the members of a few nested objects up front (each growth is an
-        // allocation and a copy). Bodies whose objects are in order never use the scratch.
+        // allocation and a copy). Bodies without escapes whose objects are in order never use
+        // the scratch.
         members: Vec::with_capacity(32),
         keys: Vec::new(),
         scratch: Vec::new(),
@@ -184,7 +185,7 @@ impl<'a> Scan<'a> {
         if self.peek() != Some(b'\\') {
             return self.fail();
         }
-        let text = text.room(self.b.len());
+        let text = room(text, self.b.len());
         text.clear();
         text.extend_from_slice(&self.b[start..self.i]);
         loop {
@@ -713,20 +714,15 @@ fn prefix_of(key: &[u8]) -> u64 {
     }
 }
 
-/// A scratch buffer that makes room for a whole body the first time it is used, instead of
-/// growing by doubling from nothing: its uses are parts of the body or of its output.
-trait Room {
-    fn room(&mut self, len: usize) -> &mut Self;
-}
-
-impl Room for Vec<u8> {
-    #[inline]
-    fn room(&mut self, len: usize) -> &mut Self {
-        if self.capacity() == 0 {
-            self.reserve(len);
-        }
-        self
+/// The scratch buffer, with room for a whole body of `len` bytes made on its first use,
+/// instead of growing by doubling from nothing: its uses are parts of the body or of its
+/// output.
+#[inline]
+fn room(scratch: &mut Vec<u8>, len: usize) -> &mut Vec<u8> {
+    if scratch.capacity() == 0 {
+        scratch.reserve(len);
     }
+    scratch
 }
 
 /// Objects of at most this many members are put in order by a permutation of their
@@ -1113,7 +1109,7 @@ impl Canon<'_, '_, '_> {
                     &members[k]
                 }
             };
-            let scratch = scratch.room(body.len());
+            let scratch = room(scratch, body.len());
             scratch.clear();
             scratch.extend_from_slice(&out[start..]);
             out.truncate(start);
