@@ -51,6 +51,7 @@ extern crate std;
 
 mod canon;
 mod codec;
+mod deadlines;
 mod engine;
 mod event;
 mod fingerprint;

@@ -1,5 +1,6 @@
 //! The reference store: a hash map with a deadline index.
 
+use crate::deadlines::{Deadlines, Due};
 use crate::key::{RecordKey, Scope};
 use crate::record::{Expiry, Precondition, Record, Write, WriteOp};
 use crate::reply::StoreFailure;
@@ -7,9 +8,7 @@ use crate::store::{Applied, Store};
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;
 use alloc::boxed::Box;
-use alloc::collections::BinaryHeap;
 use alloc::vec::Vec;
-use core::cmp::Reverse;
 use core::fmt;
 use core::hash::BuildHasher;
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -147,10 +146,11 @@ struct Interned {
 ///
 /// * **Layout.** Records live in slots of one vector; a hash table of slot numbers finds
 ///   them by scope and key, and each scope is stored once however many keys use it.
-/// * **Expiry** is driven by a deadline heap ordered by [`Record::next_deadline`]: a sweep
+/// * **Expiry** is driven by an index of [`Record::next_deadline`]s in a few ordered queues: a sweep
 ///   touches only the records that are due, so its cost is proportional to what expires, not
-///   to what is stored. A deadline that moves later keeps its place and is moved when it
-///   comes up, so most writes cost the heap nothing. Every write first sweeps up to 32 due
+///   to what is stored, and adding or taking a deadline costs the same however many records
+///   there are. A deadline that moves later keeps its place and is moved when it comes up,
+///   so most writes cost the index nothing. Every write first sweeps up to 32 due
 ///   records; [`MemoryStore::sweep`] sweeps everything due.
 /// * **When full** (`IDEM-STORE-3`), a write that would add a record sweeps everything due
 ///   and, if the store is still at its limit, fails with [`MemoryStoreError::Full`]: the claim
@@ -168,8 +168,8 @@ pub struct MemoryStore {
     /// Scope numbers, by the hash of the scope.
     scope_index: HashTable<u32>,
     free_scopes: Vec<u32>,
-    /// (deadline, slot, generation): at least one per record, at or before its deadline.
-    deadlines: BinaryHeap<Reverse<(UnixMillis, u32, u32)>>,
+    /// At least one per record, at or before its deadline.
+    deadlines: Deadlines,
     limits: MemoryStoreLimits,
     stats: MemoryStoreStats,
 }
@@ -190,7 +190,7 @@ impl fmt::Debug for MemoryStore {
 }
 
 /// Bytes counted per record beyond its key and [`Record::size`]: the slot, the index and
-/// the deadline heap.
+/// the deadline index.
 const ENTRY_OVERHEAD: usize = 64;
 
 impl MemoryStore {
@@ -206,7 +206,7 @@ impl MemoryStore {
             scopes: Vec::new(),
             scope_index: HashTable::new(),
             free_scopes: Vec::new(),
-            deadlines: BinaryHeap::new(),
+            deadlines: Deadlines::default(),
             limits,
             stats: MemoryStoreStats::default(),
         }
@@ -228,7 +228,7 @@ impl MemoryStore {
 
     /// The earliest deadline of any record: when [`MemoryStore::sweep`] next has work.
     pub fn next_deadline(&self) -> Option<UnixMillis> {
-        self.deadlines.peek().map(|Reverse((d, _, _))| *d)
+        self.deadlines.peek().map(|due| due.at)
     }
 
     /// Applies expiry to every record that is due at `now`; returns how many changed.
@@ -356,7 +356,11 @@ impl MemoryStore {
                 }
                 _ => 0,
             });
-        self.deadlines.push(Reverse((deadline, slot, generation)));
+        self.deadlines.push(Due {
+            at: deadline,
+            slot,
+            generation,
+        });
         self.stats.bytes += size as usize;
     }
 
@@ -381,30 +385,34 @@ impl MemoryStore {
         self.free.push(slot);
     }
 
-    /// A record's deadline moved from `before`: a later one keeps its place in the heap (it
-    /// is moved when it comes up), an earlier one is added.
+    /// A record's deadline moved from `before`: a later one keeps its place in the index
+    /// (it is moved when it comes up), an earlier one is added.
     fn reschedule(&mut self, slot: u32, before: UnixMillis) {
         let Some(e) = self.entry(slot) else {
             return;
         };
         let (deadline, generation) = (e.record.next_deadline(), e.generation);
         if deadline < before {
-            self.deadlines.push(Reverse((deadline, slot, generation)));
+            self.deadlines.push(Due {
+                at: deadline,
+                slot,
+                generation,
+            });
         }
     }
 
-    /// Drops heap entries that no longer name a record's deadline and moves the ones that
-    /// came up early, until the top is a real deadline (so that `next_deadline` is exact).
+    /// Drops deadlines that no longer name a record's deadline and moves the ones that came
+    /// up early, until the earliest is a real deadline (so that `next_deadline` is exact).
     fn settle(&mut self) {
-        while let Some(&Reverse((d, slot, generation))) = self.deadlines.peek() {
+        while let Some(due) = self.deadlines.peek() {
             match self
-                .entry(slot)
+                .entry(due.slot)
                 .map(|e| (e.generation, e.record.next_deadline()))
             {
-                Some((g, deadline)) if g == generation && deadline == d => return,
-                Some((g, later)) if g == generation && later > d => {
+                Some((g, deadline)) if g == due.generation && deadline == due.at => return,
+                Some((g, later)) if g == due.generation && later > due.at => {
                     self.deadlines.pop();
-                    self.deadlines.push(Reverse((later, slot, generation)));
+                    self.deadlines.push(Due { at: later, ..due });
                 }
                 _ => {
                     self.deadlines.pop();
@@ -417,10 +425,10 @@ impl MemoryStore {
         let mut done = 0;
         while done < budget {
             self.settle();
-            let Some(&Reverse((deadline, slot, _))) = self.deadlines.peek() else {
+            let Some(Due { at, slot, .. }) = self.deadlines.peek() else {
                 break;
             };
-            if deadline > now {
+            if at > now {
                 break;
             }
             self.deadlines.pop();
@@ -437,13 +445,19 @@ impl MemoryStore {
                     let before = e.size(&self.scopes, &e.record);
                     let size = e.size(&self.scopes, &t);
                     self.stats.bytes = self.stats.bytes - before as usize + size as usize;
-                    self.deadlines
-                        .push(Reverse((t.next_deadline(), slot, e.generation)));
+                    self.deadlines.push(Due {
+                        at: t.next_deadline(),
+                        slot,
+                        generation: e.generation,
+                    });
                     e.record = t;
                 }
                 Expiry::Keep(_) => {
-                    self.deadlines
-                        .push(Reverse((e.record.next_deadline(), slot, e.generation)));
+                    self.deadlines.push(Due {
+                        at: e.record.next_deadline(),
+                        slot,
+                        generation: e.generation,
+                    });
                     continue;
                 }
             }
