@@ -37,8 +37,6 @@ pub(crate) struct Deadlines {
     runs: Vec<VecDeque<Due>>,
     /// Deadlines that came in no queue's order.
     heap: BinaryHeap<Reverse<Due>>,
-    /// The buffer of the last queue that emptied, for the next one opened.
-    spare: VecDeque<Due>,
 }
 
 /// Where the earliest deadline is.
@@ -61,11 +59,7 @@ impl Deadlines {
         }
         match best {
             Some((i, _)) => self.runs[i].push_back(due),
-            None if self.runs.len() < RUNS => {
-                let mut run = core::mem::take(&mut self.spare);
-                run.push_back(due);
-                self.runs.push(run);
-            }
+            None if self.runs.len() < RUNS => self.runs.push(VecDeque::from([due])),
             None => self.heap.push(Reverse(due)),
         }
     }
@@ -97,7 +91,7 @@ impl Deadlines {
             Front::Run(i) => {
                 self.runs[i].pop_front();
                 if self.runs[i].is_empty() {
-                    self.spare = self.runs.swap_remove(i);
+                    self.runs.swap_remove(i);
                 }
             }
         }
@@ -143,9 +137,8 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(out, sorted);
         assert_eq!(out.len(), 2_020);
-        // Emptied queues are gone; the last one's buffer waits for the next.
+        // Emptied queues are gone.
         assert!(d.runs.is_empty() && d.heap.is_empty());
-        assert!(d.spare.capacity() > 0);
         d.push(due(7, 3));
         assert_eq!(d.peek(), Some(due(7, 3)));
     }
