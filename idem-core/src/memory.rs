@@ -582,6 +582,95 @@ mod tests {
         assert_eq!(store.apply(UnixMillis(0), write), Ok(Applied::Applied));
     }
 
+    mod expiry_against_a_model {
+        use super::*;
+        use alloc::collections::BTreeMap;
+        use proptest::prelude::*;
+
+        /// Response lifetimes of as many policies as the deadline index has queues and more,
+        /// so that some deadlines fall back to its heap; each key outlives its response by
+        /// half as much again.
+        const TTLS: [u64; 12] = [7, 13, 50, 64, 100, 128, 255, 256, 300, 1_000, 4_096, 10_000];
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            /// Writes key `k` under policy `p`: a new record, or a new version of one.
+            Put(u8, usize),
+            /// Time passes.
+            Wait(u64),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                3 => (0u8..24, 0..TTLS.len()).prop_map(|(k, p)| Op::Put(k, p)),
+                2 => (0u64..600).prop_map(Op::Wait),
+            ]
+        }
+
+        /// What the store should hold for a key: version, whether only the tombstone is
+        /// left, the response's and the key's expiry.
+        #[derive(Clone, Copy, Debug)]
+        struct M {
+            version: u64,
+            tombstone: bool,
+            response: u64,
+            key: u64,
+        }
+
+        proptest! {
+            /// Records written under many policies, rewritten with deadlines that move both
+            /// ways: after every sweep the store holds exactly what is not yet due, with its
+            /// responses dropped on time, and its next deadline is the earliest one.
+            #[test]
+            fn sweeps_expire_exactly_what_is_due(ops in proptest::collection::vec(op(), 1..200)) {
+                let mut store = MemoryStore::default();
+                let mut model: BTreeMap<u8, M> = BTreeMap::new();
+                let mut now = 1_000u64;
+                for op in ops {
+                    match op {
+                        Op::Wait(ms) => now += ms,
+                        Op::Put(k, p) => {
+                            let rk = key("s", &format!("k{k}"));
+                            let (pre, version) = match model.get(&k) {
+                                Some(m) => (Precondition::Version(m.version), m.version + 1),
+                                None => (Precondition::Absent, 1),
+                            };
+                            let (response, key_expires) = (now + TTLS[p], now + TTLS[p] * 3 / 2);
+                            let write = Write {
+                                key: rk,
+                                precondition: pre,
+                                op: WriteOp::Put(completed(version, response, key_expires)),
+                            };
+                            prop_assert_eq!(store.apply(UnixMillis(now), write), Ok(Applied::Applied));
+                            model.insert(k, M { version, tombstone: false, response, key: key_expires });
+                        }
+                    }
+                    store.sweep(UnixMillis(now));
+                    model.retain(|_, m| m.key > now);
+                    for m in model.values_mut() {
+                        if !m.tombstone && m.response <= now {
+                            m.tombstone = true;
+                            m.version += 1;
+                        }
+                    }
+                    prop_assert_eq!(store.stats().entries, model.len());
+                    for (k, m) in &model {
+                        let got = store.get(&key("s", &format!("k{k}")));
+                        prop_assert!(got.is_some(), "k{} is gone at {}", k, now);
+                        let got = got.unwrap();
+                        prop_assert_eq!(got.version, m.version);
+                        prop_assert_eq!(matches!(got.state, RecordState::Tombstone), m.tombstone);
+                    }
+                    let earliest = model
+                        .values()
+                        .map(|m| if m.tombstone { m.key } else { m.response.min(m.key) })
+                        .min();
+                    prop_assert_eq!(store.next_deadline(), earliest.map(UnixMillis));
+                }
+            }
+        }
+    }
+
     #[test]
     fn keys_inside_the_slot_and_on_the_heap_are_told_apart_by_every_byte() {
         let mut store = MemoryStore::default();
