@@ -148,8 +148,8 @@ struct Interned {
 ///   them by scope and key, and each scope is stored once however many keys use it.
 /// * **Expiry** is driven by an index of [`Record::next_deadline`]s in a few ordered queues: a sweep
 ///   touches only the records that are due, so its cost is proportional to what expires, not
-///   to what is stored, and adding or taking a deadline costs the same however many records
-///   there are. A deadline that moves later keeps its place and is moved when it comes up,
+///   to what is stored, and for a store of a few policies adding or taking a deadline costs
+///   the same however many records there are. A deadline that moves later keeps its place and is moved when it comes up,
 ///   so most writes cost the index nothing. Every write first sweeps up to 32 due
 ///   records; [`MemoryStore::sweep`] sweeps everything due.
 /// * **When full** (`IDEM-STORE-3`), a write that would add a record sweeps everything due
@@ -587,9 +587,9 @@ mod tests {
         use alloc::collections::BTreeMap;
         use proptest::prelude::*;
 
-        /// Response lifetimes of as many policies as the deadline index has queues and more,
-        /// so that some deadlines fall back to its heap; each key outlives its response by
-        /// half as much again.
+        /// Response lifetimes of twelve policies: with their tombstones, three times as many
+        /// streams of deadlines as the index has queues, so that many fall back to its heap.
+        /// Each key outlives its response by half as much again.
         const TTLS: [u64; 12] = [7, 13, 50, 64, 100, 128, 255, 256, 300, 1_000, 4_096, 10_000];
 
         #[derive(Clone, Debug)]
