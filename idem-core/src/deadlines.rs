@@ -2,14 +2,15 @@
 //! ordered queues, so that for the usual store adding or taking one does not cost more as
 //! records accumulate.
 //!
-//! A store's deadlines arrive in a few streams that each only grow: each policy's responses
-//! expire at their write time plus its response time-to-live, and its tombstones at their
-//! write time plus its key time-to-live. Each stream takes a queue, in which a deadline is
+//! A store's deadlines arrive in a few streams that each only grow: under one policy, a
+//! claim's key expires at its write time plus the key's time-to-live, a response at its
+//! write time plus the response's, and a tombstone when its claim's key does (written
+//! later, so a stream of its own). Each stream takes a queue, in which a deadline is
 //! appended at the back and taken from the front, and the earliest deadline is the earliest
 //! of the queues' fronts. A deadline goes into the queue whose last deadline is the latest
 //! one not after it (deadlines of the same millisecond share a queue, whatever their order);
 //! one earlier than every queue's last opens a queue, up to [`RUNS`] of them, and beyond
-//! that waits in a binary heap. So a store with up to three or four policies pays a push
+//! that waits in a binary heap. So a store with two or three policies pays a push
 //! and a pop on a ring buffer, plus a look at each queue's end, per deadline, where one heap
 //! over every record walked twenty levels of 16 MiB at a million records. Deadlines that
 //! fit no queue, from more streams or in no order, cost what a heap costs.

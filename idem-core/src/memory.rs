@@ -148,7 +148,7 @@ struct Interned {
 ///   them by scope and key, and each scope is stored once however many keys use it.
 /// * **Expiry** is driven by an index of [`Record::next_deadline`]s in a few ordered queues: a sweep
 ///   touches only the records that are due, so its cost is proportional to what expires, not
-///   to what is stored, and for a store of a few policies adding or taking a deadline costs
+///   to what is stored, and for a store of two or three policies adding or taking a deadline costs
 ///   the same however many records there are. A deadline that moves later keeps its place and is moved when it comes up,
 ///   so most writes cost the index nothing. Every write first sweeps up to 32 due
 ///   records; [`MemoryStore::sweep`] sweeps everything due.
@@ -587,8 +587,8 @@ mod tests {
         use alloc::collections::BTreeMap;
         use proptest::prelude::*;
 
-        /// Response lifetimes of twelve policies: with their tombstones, three times as many
-        /// streams of deadlines as the index has queues, so that many fall back to its heap.
+        /// Response lifetimes of twelve policies: with their tombstones, many more streams of
+        /// deadlines than the index has queues, so that many fall back to its heap.
         /// Each key outlives its response by half as much again.
         const TTLS: [u64; 12] = [7, 13, 50, 64, 100, 128, 255, 256, 300, 1_000, 4_096, 10_000];
 
