@@ -169,7 +169,8 @@ mod tests {
         prop_oneof![
             // Streams that only grow, as a store's are (often by nothing: one millisecond);
             // and deadlines in no order.
-            4 => (0usize..3, prop_oneof![Just(0u64), 0u64..50]).prop_map(|(s, step)| Op::Stream(s, step)),
+            4 => (0usize..3, prop_oneof![Just(0u64), 0u64..50])
+                .prop_map(|(s, step)| Op::Stream(s, step)),
             2 => (0u64..5_000).prop_map(Op::Push),
             1 => (0u64..(1 << 40)).prop_map(Op::Push),
             1 => Just(Op::Push(u64::MAX)),

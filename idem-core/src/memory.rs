@@ -146,12 +146,13 @@ struct Interned {
 ///
 /// * **Layout.** Records live in slots of one vector; a hash table of slot numbers finds
 ///   them by scope and key, and each scope is stored once however many keys use it.
-/// * **Expiry** is driven by an index of [`Record::next_deadline`]s in a few ordered queues: a sweep
-///   touches only the records that are due, so its cost is proportional to what expires, not
-///   to what is stored, and for a store of two or three policies adding or taking a deadline costs
-///   the same however many records there are. A deadline that moves later keeps its place and is moved when it comes up,
-///   so most writes cost the index nothing. Every write first sweeps up to 32 due
-///   records; [`MemoryStore::sweep`] sweeps everything due.
+/// * **Expiry** is driven by an index of [`Record::next_deadline`]s in a few ordered queues:
+///   a sweep touches only the records that are due, so its cost is proportional to what
+///   expires, not to what is stored, and for a store of two or three policies adding or
+///   taking a deadline costs the same however many records there are. A deadline that moves
+///   later keeps its place and is moved when it comes up, so most writes cost the index
+///   nothing. Every write first sweeps up to 32 due records; [`MemoryStore::sweep`] sweeps
+///   everything due.
 /// * **When full** (`IDEM-STORE-3`), a write that would add a record sweeps everything due
 ///   and, if the store is still at its limit, fails with [`MemoryStoreError::Full`]: the claim
 ///   is refused (HTTP 503) and nothing runs. Writes to existing records (completions,
@@ -402,14 +403,17 @@ impl MemoryStore {
     }
 
     /// Drops deadlines that no longer name a record's deadline and moves the ones that came
-    /// up early, until the earliest is a real deadline (so that `next_deadline` is exact).
-    fn settle(&mut self) {
+    /// up early, until the earliest is a real deadline (so that `next_deadline` is exact);
+    /// returns that one.
+    fn settle(&mut self) -> Option<Due> {
         while let Some(due) = self.deadlines.peek() {
             match self
                 .entry(due.slot)
                 .map(|e| (e.generation, e.record.next_deadline()))
             {
-                Some((g, deadline)) if g == due.generation && deadline == due.at => return,
+                Some((g, deadline)) if g == due.generation && deadline == due.at => {
+                    return Some(due)
+                }
                 Some((g, later)) if g == due.generation && later > due.at => {
                     self.deadlines.pop();
                     self.deadlines.push(Due { at: later, ..due });
@@ -419,16 +423,14 @@ impl MemoryStore {
                 }
             }
         }
+        None
     }
 
+    /// Expires up to `budget` due records; the index is settled when it returns.
     fn sweep_at_most(&mut self, now: UnixMillis, budget: usize) -> usize {
         let mut done = 0;
-        while done < budget {
-            self.settle();
-            let Some(Due { at, slot, .. }) = self.deadlines.peek() else {
-                break;
-            };
-            if at > now {
+        while let Some(Due { at, slot, .. }) = self.settle() {
+            if at > now || done == budget {
                 break;
             }
             self.deadlines.pop();
@@ -464,7 +466,6 @@ impl MemoryStore {
             self.stats.expired += 1;
             done += 1;
         }
-        self.settle();
         done
     }
 
@@ -618,9 +619,10 @@ mod tests {
         }
 
         proptest! {
-            /// Records written under many policies, rewritten with deadlines that move both
-            /// ways: after every sweep the store holds exactly what is not yet due, with its
-            /// responses dropped on time, and its next deadline is the earliest one.
+            /// `IDEM-TTL-4`, with `IDEM-TTL-2` and `IDEM-TTL-3`'s tombstones: records written
+            /// under many policies, rewritten with deadlines that move both ways. After every
+            /// sweep the store holds exactly what is not yet due, with its responses dropped on
+            /// time, and its next deadline is the earliest one.
             #[test]
             fn sweeps_expire_exactly_what_is_due(ops in proptest::collection::vec(op(), 1..200)) {
                 let mut store = MemoryStore::default();
@@ -641,8 +643,10 @@ mod tests {
                                 precondition: pre,
                                 op: WriteOp::Put(completed(version, response, key_expires)),
                             };
-                            prop_assert_eq!(store.apply(UnixMillis(now), write), Ok(Applied::Applied));
-                            model.insert(k, M { version, tombstone: false, response, key: key_expires });
+                            let applied = store.apply(UnixMillis(now), write);
+                            prop_assert_eq!(applied, Ok(Applied::Applied));
+                            let m = M { version, tombstone: false, response, key: key_expires };
+                            model.insert(k, m);
                         }
                     }
                     store.sweep(UnixMillis(now));
