@@ -194,6 +194,9 @@ impl fmt::Debug for MemoryStore {
 /// the deadline index.
 const ENTRY_OVERHEAD: usize = 64;
 
+/// Due records a write expires before it is applied.
+const SWEEP_PER_WRITE: usize = 32;
+
 impl MemoryStore {
     /// An empty store with these limits.
     pub fn new(mut limits: MemoryStoreLimits) -> MemoryStore {
@@ -498,7 +501,7 @@ impl Store for MemoryStore {
     }
 
     fn apply(&mut self, now: UnixMillis, write: Write) -> Result<Applied, MemoryStoreError> {
-        self.sweep_at_most(now, 32);
+        self.sweep_at_most(now, SWEEP_PER_WRITE);
         let hash = self.key_hash(&write.key);
         let slot = self.find_hashed(&write.key, hash);
         let current = slot.and_then(|s| self.entry(s)).map(|e| e.record.version);
@@ -586,6 +589,8 @@ mod tests {
     mod expiry_against_a_model {
         use super::*;
         use alloc::collections::BTreeMap;
+        use alloc::vec;
+        use alloc::vec::Vec;
         use proptest::prelude::*;
 
         /// Response lifetimes of twelve policies: with their tombstones, many more streams of
@@ -650,13 +655,10 @@ mod tests {
                         }
                     }
                     store.sweep(UnixMillis(now));
-                    model.retain(|_, m| m.key > now);
-                    for m in model.values_mut() {
-                        if !m.tombstone && m.response <= now {
-                            m.tombstone = true;
-                            m.version += 1;
-                        }
-                    }
+                    model = model
+                        .into_iter()
+                        .filter_map(|(k, m)| expired(m, now).map(|m| (k, m)))
+                        .collect();
                     prop_assert_eq!(store.stats().entries, model.len());
                     for (k, m) in &model {
                         let got = store.get(&key("s", &format!("k{k}")));
@@ -665,13 +667,172 @@ mod tests {
                         prop_assert_eq!(got.version, m.version);
                         prop_assert_eq!(matches!(got.state, RecordState::Tombstone), m.tombstone);
                     }
-                    let earliest = model
-                        .values()
-                        .map(|m| if m.tombstone { m.key } else { m.response.min(m.key) })
-                        .min();
+                    let earliest = model.values().map(|&m| due_at(m)).min();
                     prop_assert_eq!(store.next_deadline(), earliest.map(UnixMillis));
                 }
             }
+        }
+
+        /// What `m` becomes when expiry is applied at `now`: nothing once its key expired, a
+        /// tombstone (one version on) once its response expired.
+        fn expired(m: M, now: u64) -> Option<M> {
+            if m.key <= now {
+                None
+            } else if !m.tombstone && m.response <= now {
+                Some(M {
+                    version: m.version + 1,
+                    tombstone: true,
+                    ..m
+                })
+            } else {
+                Some(m)
+            }
+        }
+
+        /// When `m` is next due.
+        fn due_at(m: M) -> u64 {
+            if m.tombstone {
+                m.key
+            } else {
+                m.response.min(m.key)
+            }
+        }
+
+        /// How the store holds key `k` now, in the model's terms.
+        fn observed(store: &MemoryStore, k: u8, m: M) -> Option<M> {
+            store.get(&key("s", &format!("k{k}"))).map(|r| M {
+                version: r.version,
+                tombstone: matches!(r.state, RecordState::Tombstone),
+                ..m
+            })
+        }
+
+        #[derive(Clone, Debug)]
+        enum Step {
+            /// Writes key `k` under policy `p` against the version the store holds.
+            Put(u8, usize),
+            /// Time passes.
+            Wait(u64),
+            /// A full sweep.
+            Sweep,
+        }
+
+        /// Steps, with bursts of writes under one policy at one time (so that more records
+        /// fall due together than one write's sweep expires).
+        fn steps() -> impl Strategy<Value = Vec<Step>> {
+            let one = prop_oneof![
+                6 => (0u8..KEYS, 0..TTLS.len()).prop_map(|(k, p)| vec![Step::Put(k, p)]),
+                2 => (0u8..KEYS, 1u8..KEYS, 0..TTLS.len())
+                    .prop_map(|(k, n, p)| (0..n).map(|i| Step::Put((k + i) % KEYS, p)).collect()),
+                3 => (0u64..300).prop_map(|ms| vec![Step::Wait(ms)]),
+                1 => Just(vec![Step::Sweep]),
+            ];
+            proptest::collection::vec(one, 1..80).prop_map(|v| v.concat())
+        }
+
+        /// Keys of the budgeted test: more than one write's sweep expires.
+        const KEYS: u8 = 72;
+
+        /// The deadline index while records that are due wait for a sweep (`IDEM-TTL-4`):
+        /// `apply` expires at most `SWEEP_PER_WRITE` due records before its write, earliest
+        /// first, and writes land on records that are due but not yet expired. After every
+        /// step each record is as written or as expiry left it, nothing due is left behind
+        /// while a sweep had budget to spare, and the next deadline is the earliest of the
+        /// records the store holds.
+        #[test]
+        fn budgeted_sweeps_leave_the_index_exact() {
+            proptest!(|(steps in steps())| {
+                let mut store = MemoryStore::default();
+                // Each key's record as the store was last seen to hold it.
+                let mut model: BTreeMap<u8, M> = BTreeMap::new();
+                let mut now = 1_000u64;
+                for step in steps {
+                    let before = model.clone();
+                    let mut written = None;
+                    match step {
+                        Step::Wait(ms) => now += ms,
+                        Step::Sweep => {
+                            store.sweep(UnixMillis(now));
+                        }
+                        Step::Put(k, p) => {
+                            let (pre, version) = match model.get(&k) {
+                                Some(m) => (Precondition::Version(m.version), m.version + 2),
+                                None => (Precondition::Absent, 1),
+                            };
+                            let (response, key_expires) = (now + TTLS[p], now + TTLS[p] * 3 / 2);
+                            let write = Write {
+                                key: key("s", &format!("k{k}")),
+                                precondition: pre,
+                                op: WriteOp::Put(completed(version, response, key_expires)),
+                            };
+                            match store.apply(UnixMillis(now), write) {
+                                Ok(Applied::Applied) => {
+                                    let m = M {
+                                        version,
+                                        tombstone: false,
+                                        response,
+                                        key: key_expires,
+                                    };
+                                    written = Some((k, m));
+                                }
+                                // Only the sweep before the write may have moved the record
+                                // on, and only if it was due.
+                                Ok(Applied::Conflict) => {
+                                    let due = due_at(model[&k]) <= now;
+                                    prop_assert!(due, "k{} conflicted, not due", k);
+                                }
+                                other => prop_assert!(false, "k{}: {:?}", k, other),
+                            }
+                        }
+                    }
+                    let (mut swept, mut left) = (0, 0);
+                    // The latest deadline expired and the earliest left due.
+                    let (mut latest_swept, mut earliest_left) = (0, u64::MAX);
+                    let mut next = BTreeMap::new();
+                    for (&k, &m) in &before {
+                        if written.is_some_and(|(w, _)| w == k) {
+                            continue;
+                        }
+                        let seen = observed(&store, k, m);
+                        let due = expired(m, now);
+                        let as_left = seen.map(|s| (s.version, s.tombstone))
+                            == Some((m.version, m.tombstone));
+                        let as_expired = seen.map(|s| (s.version, s.tombstone))
+                            == due.map(|d| (d.version, d.tombstone));
+                        if as_expired && !as_left {
+                            swept += 1;
+                            latest_swept = latest_swept.max(due_at(m));
+                        } else if as_left && !as_expired {
+                            left += 1;
+                            earliest_left = earliest_left.min(due_at(m));
+                        } else {
+                            let both = as_left && as_expired;
+                            prop_assert!(both, "k{}: {:?}, not {:?} or {:?}", k, seen, m, due);
+                        }
+                        if let Some(s) = seen {
+                            next.insert(k, s);
+                        }
+                    }
+                    if let Some((k, m)) = written {
+                        next.insert(k, m);
+                    }
+                    match step {
+                        Step::Wait(_) => prop_assert_eq!(swept, 0),
+                        Step::Sweep => prop_assert_eq!(left, 0),
+                        Step::Put(..) => {
+                            let budget = SWEEP_PER_WRITE;
+                            prop_assert!(swept <= budget, "{} expired by one write", swept);
+                            let spared = left > 0 && swept < budget;
+                            prop_assert!(!spared, "{} due left, {} expired", left, swept);
+                            prop_assert!(latest_swept <= earliest_left, "expired out of order");
+                        }
+                    }
+                    model = next;
+                    prop_assert_eq!(store.stats().entries, model.len());
+                    let earliest = model.values().map(|&m| due_at(m)).min();
+                    prop_assert_eq!(store.next_deadline(), earliest.map(UnixMillis));
+                }
+            });
         }
     }
 
