@@ -160,8 +160,11 @@ mod tests {
     enum Op {
         /// A deadline `step` after the last of stream `stream` (0 to 2).
         Stream(usize, u64),
+        /// A deadline at this time.
         Push(u64),
+        /// The earliest taken out.
         Pop,
+        /// Nothing: only the front is looked at, as after every step.
         Peek,
     }
 
@@ -203,23 +206,18 @@ mod tests {
                     d.push(due);
                     *model.entry(due).or_default() += 1;
                 }
-                let earliest = model.keys().next().map(|x| x.at);
-                match op {
-                    Op::Stream(..) | Op::Push(_) => {}
-                    Op::Pop => {
-                        let got = d.pop();
-                        prop_assert_eq!(got.map(|x| x.at), earliest);
-                        if let Some(got) = got {
-                            let left = model.get_mut(&got);
-                            prop_assert!(left.is_some(), "{:?} was never pushed", got);
-                            let left = left.unwrap();
-                            *left -= 1;
-                            if *left == 0 {
-                                model.remove(&got);
-                            }
+                if let Op::Pop = op {
+                    let got = d.pop();
+                    prop_assert_eq!(got.map(|x| x.at), model.keys().next().map(|x| x.at));
+                    if let Some(got) = got {
+                        let left = model.get_mut(&got);
+                        prop_assert!(left.is_some(), "{:?} was never pushed", got);
+                        let left = left.unwrap();
+                        *left -= 1;
+                        if *left == 0 {
+                            model.remove(&got);
                         }
                     }
-                    Op::Peek => {}
                 }
                 let front = d.peek();
                 prop_assert_eq!(front.map(|x| x.at), model.keys().next().map(|x| x.at));

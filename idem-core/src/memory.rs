@@ -756,7 +756,7 @@ mod tests {
                         }
                         Step::Put(k, p) => {
                             let (pre, version) = match model.get(&k) {
-                                Some(m) => (Precondition::Version(m.version), m.version + 2),
+                                Some(m) => (Precondition::Version(m.version), m.version + 1),
                                 None => (Precondition::Absent, 1),
                             };
                             let (response, key_expires) = (now + TTLS[p], now + TTLS[p] * 3 / 2);
