@@ -1,7 +1,7 @@
 //! Wrapping counter keys (`IDEM-CTR-1` to `IDEM-CTR-13`): per client, an epoch and a
 //! sequence number of N bits, as in Raft client sessions and Kafka's idempotent producer.
 
-use crate::engine::{Config, Engine, Outcome, RejectReason, UnknownOutcomePolicy};
+use crate::engine::{Config, Engine, Outcome, RejectReason, UnknownOutcomePolicy, RETRY_SOON_SECS};
 use crate::event::Event;
 use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
@@ -643,9 +643,9 @@ impl Counters {
         if let Some(blocker) = session.first_unsettled_between(low, new_low) {
             let retry_after_secs = match blocker.state {
                 SlotState::InFlight { lease_expires } => {
-                    now.until(lease_expires).div_ceil(1000).max(1)
+                    self.engine.retry_after(now, lease_expires)
                 }
-                _ => 1,
+                _ => RETRY_SOON_SECS,
             };
             return Rejected(RejectReason::WindowFull { retry_after_secs });
         }
@@ -673,7 +673,7 @@ impl Counters {
             }
             SlotState::InFlight { lease_expires } if now < *lease_expires => {
                 CounterDecision::InProgress {
-                    retry_after_secs: now.until(*lease_expires).div_ceil(1000).max(1),
+                    retry_after_secs: self.engine.retry_after(now, *lease_expires),
                 }
             }
             SlotState::InFlight { .. } => {
@@ -981,7 +981,7 @@ impl Counters {
                     recovered,
                 } => CounterClaim::Execute { lease, recovered },
                 Claimed::Execute { .. } => CounterClaim::Done(CounterDecision::InProgress {
-                    retry_after_secs: 1,
+                    retry_after_secs: RETRY_SOON_SECS,
                 }),
                 Claimed::Done(Decision::Replay(r)) => {
                     CounterClaim::Done(CounterDecision::Replay(r))

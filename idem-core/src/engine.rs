@@ -42,7 +42,21 @@ pub struct Config {
     pub lease: Duration,
     /// What an unknown outcome does (`IDEM-OUT-3`). Default [`UnknownOutcomePolicy::Reexecute`].
     pub unknown_outcome: UnknownOutcomePolicy,
+    /// The longest `Retry-After` an in-progress answer carries (`IDEM-CONC-3`): the time
+    /// left of the lease, but never more than this, so that a client whose retry deadline is
+    /// shorter than a lease comes back while the first attempt finishes. Default
+    /// [`DEFAULT_MAX_RETRY_AFTER`].
+    pub max_retry_after: Duration,
 }
+
+/// The `Retry-After`, in seconds, of an answer whose cause passes in a moment: a key or a
+/// counter session fought over by many requests, a store that failed before anything ran, a
+/// counter gap or a held outcome the client may ask about again.
+pub const RETRY_SOON_SECS: u64 = 1;
+
+/// The default of [`Config::max_retry_after`]: a few seconds, so that a retry comes back
+/// while a typical handler finishes, however long its lease.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 impl Default for Config {
     fn default() -> Self {
@@ -51,7 +65,20 @@ impl Default for Config {
             key_ttl: Duration::from_secs(7 * 24 * 3600),
             lease: Duration::from_secs(60),
             unknown_outcome: UnknownOutcomePolicy::Reexecute,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         }
+    }
+}
+
+impl Config {
+    /// The `Retry-After` of a request whose key is held by a lease ending at
+    /// `lease_expires` (`IDEM-CONC-3`): the whole seconds left, at least
+    /// [`RETRY_SOON_SECS`] and at most [`Config::max_retry_after`].
+    pub fn retry_after(&self, now: UnixMillis, lease_expires: UnixMillis) -> u64 {
+        let cap = self.max_retry_after.as_secs().max(RETRY_SOON_SECS);
+        now.until(lease_expires)
+            .div_ceil(1000)
+            .clamp(RETRY_SOON_SECS, cap)
     }
 }
 
@@ -209,7 +236,9 @@ impl RejectReason {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             RejectReason::WindowFull { retry_after_secs } => Some(*retry_after_secs),
-            RejectReason::SequenceGap { .. } | RejectReason::OutcomeUnknown => Some(1),
+            RejectReason::SequenceGap { .. } | RejectReason::OutcomeUnknown => {
+                Some(RETRY_SOON_SECS)
+            }
             _ => None,
         }
     }
@@ -303,7 +332,7 @@ impl Decision {
     /// The answer when a key's record keeps changing under the claim loop
     /// ([`crate::MAX_LOST_RACES`] lost races in a row): another attempt is busy with it.
     pub const CONTENDED: Decision = Decision::InProgress {
-        retry_after_secs: 1,
+        retry_after_secs: RETRY_SOON_SECS,
     };
 
     /// The event a host should log or count for this decision (`IDEM-EVT-1`).
@@ -412,6 +441,7 @@ impl Engine {
             ("response_ttl", config.response_ttl),
             ("key_ttl", config.key_ttl),
             ("lease", config.lease),
+            ("max_retry_after", config.max_retry_after),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::ZeroDuration(name));
@@ -472,7 +502,7 @@ impl Engine {
         match &record.state {
             RecordState::InFlight { lease_expires } if now < *lease_expires => {
                 Decision::InProgress {
-                    retry_after_secs: now.until(*lease_expires).div_ceil(1000).max(1),
+                    retry_after_secs: self.config.retry_after(now, *lease_expires),
                 }
             }
             RecordState::InFlight { .. } => self.claim(now, attempt, precondition, Some(record)),

@@ -79,7 +79,7 @@ pub use codec::{
 };
 pub use engine::{
     Attempt, CompleteError, Config, ConfigError, Decision, Engine, Lease, Outcome, RejectReason,
-    UnknownOutcomePolicy,
+    UnknownOutcomePolicy, DEFAULT_MAX_RETRY_AFTER, RETRY_SOON_SECS,
 };
 pub use event::Event;
 pub use fingerprint::{

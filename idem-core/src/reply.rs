@@ -2,7 +2,7 @@
 //! stored responses and `application/problem+json` refusals (RFC 9457), with their status,
 //! headers (`Idempotent-Replayed`, `Retry-After`, `Content-Type`) and body.
 
-use crate::engine::{Decision, RejectReason};
+use crate::engine::{Decision, RejectReason, RETRY_SOON_SECS};
 use crate::fingerprint::FingerprintError;
 use crate::key::KeyError;
 use crate::kind::KindKeyError;
@@ -103,7 +103,7 @@ impl Refusal {
             },
             CounterError::Contended => Refusal {
                 requirement: "IDEM-CTR-12",
-                retry_after: Some(1),
+                retry_after: Some(RETRY_SOON_SECS),
                 ..Refusal::new(Problem::IN_PROGRESS, e.to_string())
             },
             _ => Refusal::new(Problem::STORE_UNAVAILABLE, e.to_string()),
@@ -135,7 +135,7 @@ impl Refusal {
             ),
         };
         Refusal {
-            retry_after: Some(1),
+            retry_after: Some(RETRY_SOON_SECS),
             ..Refusal::new(problem, detail)
         }
     }

@@ -82,6 +82,8 @@ fn short() -> Config {
         key_ttl: Duration::from_secs(100),
         lease: Duration::from_secs(5),
         unknown_outcome: UnknownOutcomePolicy::Reexecute,
+        // Above the lease: a duplicate is told the time left of it.
+        max_retry_after: Duration::from_secs(60),
     }
 }
 

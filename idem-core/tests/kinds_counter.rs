@@ -406,6 +406,8 @@ fn inside_the_window_a_match_is_a_retry_and_a_mismatch_a_collision() {
         4,
         Config {
             lease: Duration::from_secs(10),
+            // Above the lease: a duplicate is told the time left of it.
+            max_retry_after: Duration::from_secs(60),
             ..Config::default()
         },
     );
@@ -539,8 +541,10 @@ fn the_window_never_slides_over_a_slot_in_flight() {
     };
     assert_eq!(
         d,
+        // 40 s of the blocking slot's lease are left; the client is told to come back
+        // within the default bound (IDEM-CONC-4).
         CounterDecision::Rejected(RejectReason::WindowFull {
-            retry_after_secs: 40
+            retry_after_secs: 2
         })
     );
     assert_eq!(d.problem(), Some(Problem::COUNTER_WINDOW_FULL));
@@ -608,6 +612,8 @@ fn fenced_completions_and_heartbeats_change_nothing() {
         4,
         Config {
             lease: Duration::from_secs(10),
+            // Above the lease: a duplicate is told the time left of it.
+            max_retry_after: Duration::from_secs(60),
             ..Config::default()
         },
     );

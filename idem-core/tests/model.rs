@@ -11,6 +11,8 @@ use std::time::Duration;
 const RESPONSE_TTL: u64 = 10_000;
 const KEY_TTL: u64 = 30_000;
 const LEASE: u64 = 3_000;
+/// Below the lease, so that both sides of the Retry-After bound are reached (IDEM-CONC-4).
+const MAX_RETRY_AFTER: u64 = 2_000;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -128,7 +130,12 @@ impl Model {
             },
             Some(m) if m.payload() != payload => Expect::Mismatch,
             Some(M::InFlight { lease_expires, .. }) if now < *lease_expires => {
-                Expect::InProgress((lease_expires - now).div_ceil(1000).max(1))
+                // IDEM-CONC-4: the time left, capped.
+                Expect::InProgress(
+                    (lease_expires - now)
+                        .div_ceil(1000)
+                        .clamp(1, MAX_RETRY_AFTER / 1000),
+                )
             }
             Some(M::InFlight { fence, .. }) => Expect::Execute {
                 recovered: true,
@@ -196,6 +203,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         key_ttl: Duration::from_millis(KEY_TTL),
         lease: Duration::from_millis(LEASE),
         unknown_outcome: UnknownOutcomePolicy::Reexecute,
+        max_retry_after: Duration::from_millis(MAX_RETRY_AFTER),
     })
     .unwrap();
     let mut store = MemoryStore::default();

@@ -21,6 +21,8 @@ fn config() -> Config {
         key_ttl: Duration::from_secs(30),
         lease: Duration::from_secs(5),
         unknown_outcome: UnknownOutcomePolicy::Reexecute,
+        // Above the lease: a duplicate is told the time left of it.
+        max_retry_after: Duration::from_secs(60),
     }
 }
 
@@ -382,6 +384,41 @@ fn a_completion_after_a_takeover_is_fenced_out() {
         Step::Run(_)
     ));
     assert_eq!(z2.heartbeat(at(6_001)), Err(Heartbeat::Expired));
+}
+
+#[test]
+fn an_in_flight_duplicate_is_told_to_come_back_within_the_bound() {
+    // IDEM-CONC-3 IDEM-CONC-4: the time left of the lease, never more than the bound.
+    let mut store = MemoryStore::default();
+    for (lease, bound, expected) in [(60, 2, "2"), (60, 5, "5"), (3, 60, "3"), (60, 0, "1")] {
+        let policy = Policy::new(
+            Engine::new(Config {
+                lease: Duration::from_secs(lease),
+                max_retry_after: Duration::from_millis(bound * 1000 + 1),
+                ..Config::default()
+            })
+            .unwrap(),
+        );
+        let key = format!("bound-{lease}-{bound}");
+        let mut first = request(&policy, &key, "{}", 1);
+        assert!(matches!(drive(&mut first, &mut store, T0), Step::Run(_)));
+        let mut dup = request(&policy, &key, "{}", 2);
+        assert_eq!(drive(&mut dup, &mut store, at(10)), Step::Reply);
+        let reply = dup.reply().unwrap();
+        assert!(
+            reply.headers().any(|h| h == ("retry-after", expected)),
+            "lease {lease} s, bound {bound} s: {:?}",
+            reply.header_pairs()
+        );
+    }
+    let zero = Engine::new(Config {
+        max_retry_after: Duration::ZERO,
+        ..Config::default()
+    });
+    assert_eq!(
+        zero.unwrap_err(),
+        ConfigError::ZeroDuration("max_retry_after")
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ fn engine() -> Engine {
         key_ttl: Duration::from_secs(30),
         lease: Duration::from_secs(5),
         unknown_outcome: UnknownOutcomePolicy::Reexecute,
+        max_retry_after: DEFAULT_MAX_RETRY_AFTER,
     })
     .unwrap()
 }

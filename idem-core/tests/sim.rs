@@ -473,6 +473,7 @@ fn config() -> Config {
         key_ttl: Duration::from_secs(300),
         lease: Duration::from_secs(5),
         unknown_outcome: UnknownOutcomePolicy::Reexecute,
+        max_retry_after: DEFAULT_MAX_RETRY_AFTER,
     }
 }
 
@@ -523,6 +524,7 @@ fn long_handlers_with_heartbeats_keep_their_keys() {
                 key_ttl: Duration::from_secs(10),
                 lease: Duration::from_secs(5),
                 unknown_outcome: UnknownOutcomePolicy::Reexecute,
+                max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             },
             6,
             2,

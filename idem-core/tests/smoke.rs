@@ -29,7 +29,8 @@ fn claim_complete_replay_mismatch() {
     assert_eq!(
         store.claim(&engine, now, &attempt).unwrap(),
         Claim::Done(Decision::InProgress {
-            retry_after_secs: 60
+            // The default bound on the time left of a 60 s lease (IDEM-CONC-4).
+            retry_after_secs: 2
         })
     );
     let resp = StoredResponse {

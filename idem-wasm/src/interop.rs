@@ -222,6 +222,7 @@ pub const ENGINE_OPTIONS: &[&str] = &[
     "responseTtl",
     "keyTtl",
     "lease",
+    "maxRetryAfter",
     "unknownOutcome",
     "keyKind",
     "fingerprint",
@@ -257,6 +258,8 @@ pub struct EngineOptions {
     pub key_ttl: Option<f64>,
     /// `lease`, ms.
     pub lease: Option<f64>,
+    /// `maxRetryAfter`, ms: the longest `Retry-After` of an in-progress answer.
+    pub max_retry_after: Option<f64>,
     /// `unknownOutcome`: `reexecute`, `store` or `hold`.
     pub unknown_outcome: Option<String>,
     /// `keyKind`: `opaque`, `opaque-strict`, `uuid`, `uuid-v4`, `uuid-v7`, `unix-time`,
@@ -351,6 +354,7 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
         key_ttl: duration("keyTtl", o.key_ttl, defaults.key_ttl)?,
         lease: duration("lease", o.lease, defaults.lease)?,
         unknown_outcome,
+        max_retry_after: duration("maxRetryAfter", o.max_retry_after, defaults.max_retry_after)?,
     };
     let engine = idem_core::Engine::new(config).map_err(|e| ErrorParts::config(&e))?;
     let kind = choice(

@@ -125,6 +125,7 @@ fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
         response_ttl: number(o, "responseTtl")?,
         key_ttl: number(o, "keyTtl")?,
         lease: number(o, "lease")?,
+        max_retry_after: number(o, "maxRetryAfter")?,
         unknown_outcome: text(o, "unknownOutcome")?,
         key_kind: text(o, "keyKind")?,
         time_keys,

@@ -136,6 +136,9 @@ export interface IdempotencyOptions<R = Request> {
   keyTtl?: Millis;
   /** How long a claim lasts before another attempt may take over (default 60 s). */
   lease?: Millis;
+  /** The longest Retry-After of an in-progress answer: the time left of the lease, capped
+   * here (default 2 s, IDEM-CONC-4). */
+  maxRetryAfter?: Millis;
   unknownOutcome?: UnknownOutcomePolicy;
   /** A duplicate of a request in flight: 409 with Retry-After (`reject`, default), or wait
    * up to `wait` ms for the first result, polling every `poll` ms (default 25). */
