@@ -298,14 +298,9 @@ impl ServerConfig {
         };
         // A hundred years stands in for "never".
         let forever = Duration::from_secs(100 * 365 * 24 * 3600);
-        // (`LostLease` acts on the store: see `faults::FaultyStore`.)
+        // (`LostLease` and `ForgetEarly` act on the store: see `faults::FaultyStore`.)
         match self.fault {
             Some(Fault::Store5xx) => c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store,
-            Some(Fault::ForgetEarly) => {
-                c.response_ttl = (self.response_ttl / 10).max(Duration::from_millis(1));
-                c.key_ttl = c.response_ttl;
-                c.lease = c.lease.min(c.key_ttl);
-            }
             Some(Fault::NoTombstone) => c.key_ttl = c.response_ttl,
             Some(Fault::NeverExpire) => c.key_ttl = forever,
             _ => {}
@@ -463,7 +458,11 @@ impl Server {
         let router = match app.config.fault {
             None => router(&app, &policies, &Arc::clone(&app.store)),
             Some(fault) => {
-                let store = faults::FaultyStore::new(Arc::clone(&app.store), fault);
+                let store = faults::FaultyStore::new(
+                    Arc::clone(&app.store),
+                    fault,
+                    app.config.response_ttl,
+                );
                 router(&app, &policies, &store)
             }
         };

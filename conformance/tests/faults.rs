@@ -232,7 +232,9 @@ const EXPECT: &[Expect] = &[
         fault: Fault::Store5xx,
         caught_by: &["errors/2"],
         unsafe_: &[],
-        related: &[],
+        // A handler that dies has an unknown outcome with no response, which this policy
+        // holds instead of leaving it to the lease.
+        related: &["lease/1"],
     },
     Expect {
         kind: KeyKind::Opaque,

@@ -124,7 +124,7 @@ impl KeyAnswer {
             return KeyAnswer::Unspecified;
         };
         match slug {
-            "in-progress" | "outcome-unknown" => KeyAnswer::KeyBusy,
+            "in-progress" | "outcome-unknown" | "superseded" => KeyAnswer::KeyBusy,
             "key-expired" | "key-stale" | "unknown-client" | "stale-epoch" | "unknown-epoch"
             | "token-unknown" | "token-expired" => KeyAnswer::Forgotten,
             "missing-key"

@@ -195,6 +195,15 @@ impl Problem {
         "The token was not issued by this server",
         "IDEM-TOKEN-3"
     );
+    /// An attempt whose lease another attempt took over, answered when no outcome of the
+    /// key is recorded yet: its own handler's answer was not recorded and may describe
+    /// work that was rolled back (`IDEM-LEASE-5`).
+    pub const SUPERSEDED: Problem = problem!(
+        409,
+        "superseded",
+        "This attempt was superseded by another attempt with the same Idempotency-Key",
+        "IDEM-LEASE-5"
+    );
     /// An authentic token that the store does not hold.
     pub const TOKEN_UNKNOWN: Problem =
         problem!(400, "token-unknown", "The token is unknown", "IDEM-TOKEN-4");

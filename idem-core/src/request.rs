@@ -645,6 +645,11 @@ pub struct Context {
     pub fence: u64,
     /// When the lease ends unless a heartbeat extends it.
     pub lease_expires: UnixMillis,
+    /// This attempt's identity: the random value the host made its request with, the same
+    /// in [`Completing::attempt`]. A store that keeps something for one attempt (a
+    /// handler's transaction) keys it by this, never by the fence alone: a key released and
+    /// claimed again starts over at fence 1.
+    pub attempt: u64,
 }
 
 /// Where a request's heartbeats stand (`IDEM-LEASE-3`).
@@ -686,7 +691,8 @@ pub enum Step {
     /// Send [`Request::reply`]: the request is over without running the handler.
     Reply,
     /// The handler's outcome is recorded (or could not be, as this says): send the handler's
-    /// response. The request is over.
+    /// response, except after [`Finish::FencedOut`]: then send [`Request::reply`], the
+    /// key's outcome as a retry would find it (`IDEM-LEASE-5`). The request is over.
     Done(Finish),
 }
 
@@ -788,6 +794,9 @@ enum State<'a> {
     Answered(Answer),
     /// The handler's outcome is recorded, or could not be.
     Finished(Finish),
+    /// The handler ran, but its lease was taken over and its outcome refused: its caller
+    /// gets this answer instead of the handler's (`IDEM-LEASE-5`).
+    Superseded(Answer),
 }
 
 /// The events a request has yielded and the host has not read yet.
@@ -844,7 +853,8 @@ impl Events {
 /// * [`Step::Idle`]: an input is due (the handler's outcome, or the result of a step handed
 ///   out);
 /// * [`Step::Reply`]: send [`reply`](Request::reply); [`Step::Done`]: send the handler's own
-///   response.
+///   response, or [`reply`](Request::reply) when the lease was taken over
+///   ([`Finish::FencedOut`], `IDEM-LEASE-5`).
 ///
 /// The methods fall into families, as in quinn-proto's `Connection`: getters ([`key`],
 /// [`context`], [`heartbeat_state`]), inputs (`handle_*`, [`heartbeat`]) and outputs
@@ -1005,6 +1015,7 @@ impl<'a> Request<'a> {
                 recovered: h.recovered,
                 fence: h.hold.fence(),
                 lease_expires: h.hold.expires(),
+                attempt: self.nonce,
             }),
             _ => None,
         }
@@ -1047,7 +1058,8 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// The answer to send when [`poll`](Request::poll) says [`Step::Reply`].
+    /// The answer to send when [`poll`](Request::poll) says [`Step::Reply`], or
+    /// [`Step::Done`] with [`Finish::FencedOut`].
     pub fn reply(&self) -> Option<Reply> {
         match &self.state {
             // A counter's collision and staleness cite the counter rules, not the time
@@ -1062,8 +1074,12 @@ impl<'a> Request<'a> {
                 };
                 Some(refusal.reply())
             }
-            State::Answered(Answer::Decision(d)) => Reply::of_decision(d),
-            State::Answered(Answer::Refusal(r)) => Some(r.reply()),
+            State::Answered(Answer::Decision(d)) | State::Superseded(Answer::Decision(d)) => {
+                Reply::of_decision(d)
+            }
+            State::Answered(Answer::Refusal(r)) | State::Superseded(Answer::Refusal(r)) => {
+                Some(r.reply())
+            }
             _ => None,
         }
     }
@@ -1089,6 +1105,7 @@ impl<'a> Request<'a> {
                 Op::Completing(finish) => Some(Completing {
                     finish: finish.clone(),
                     fence: h.hold.fence(),
+                    attempt: self.nonce,
                 }),
                 _ => None,
             },
@@ -1137,6 +1154,7 @@ impl<'a> Request<'a> {
                             recovered: h.recovered,
                             fence: h.hold.fence(),
                             lease_expires: h.hold.expires(),
+                            attempt: self.nonce,
                         });
                     }
                     match &mut h.op {
@@ -1159,6 +1177,7 @@ impl<'a> Request<'a> {
                 State::Reading { .. } | State::Applying { .. } => return Step::Idle,
                 State::Answered(_) => return Step::Reply,
                 State::Finished(f) => return Step::Done(f.clone()),
+                State::Superseded(_) => return Step::Done(Finish::FencedOut),
             }
         }
     }
@@ -1227,7 +1246,7 @@ impl<'a> Request<'a> {
                 match purpose {
                     Purpose::Complete => self.complete_counter(now, record),
                     Purpose::Extend => self.extend_counter(now, record),
-                    Purpose::Conflict { heartbeat } => self.after_conflict(record, heartbeat),
+                    Purpose::Conflict { heartbeat } => self.after_conflict(now, record, heartbeat),
                 }
             }
             _ => {}
@@ -1238,7 +1257,7 @@ impl<'a> Request<'a> {
     /// still this lease's (same incarnation, same fencing number, in flight), a write of this
     /// lease moved it on and its answer was lost; carry on from it. Otherwise the lease was
     /// taken over.
-    fn after_conflict(&mut self, record: Option<&Record>, heartbeat: bool) {
+    fn after_conflict(&mut self, now: UnixMillis, record: Option<&Record>, heartbeat: bool) {
         let State::Holding(h) = &mut self.state else {
             return;
         };
@@ -1265,7 +1284,7 @@ impl<'a> Request<'a> {
                     h.heartbeat = Heartbeat::Extended(expires);
                 }
             }
-            None => self.fenced_out(heartbeat),
+            None => self.fenced_out(now, heartbeat, record),
         }
     }
 
@@ -1352,7 +1371,7 @@ impl<'a> Request<'a> {
                         let heartbeat = matches!(op, Op::Extending(_));
                         h.rounds += 1;
                         if h.rounds >= MAX_COMPLETION_ROUNDS {
-                            self.fenced_out(heartbeat);
+                            self.fenced_out(now, heartbeat, None);
                         } else if matches!(h.hold, Held::Slot(_)) {
                             // Another request of the client wrote the session: read it
                             // again and redo the write against it.
@@ -1636,7 +1655,7 @@ impl<'a> Request<'a> {
             Err(CounterError::InvalidStatus(s)) => {
                 self.finish(Finish::Invalid(CompleteError::InvalidStatus(s)))
             }
-            Err(_) => self.finish(Finish::FencedOut),
+            Err(_) => self.fenced_out(now, false, record),
         }
     }
 
@@ -1680,11 +1699,14 @@ impl<'a> Request<'a> {
                 self.write = Some(write);
             }
             Err(CounterError::LeaseExpired) => h.heartbeat = Heartbeat::Expired,
-            Err(_) => self.fenced_out(true),
+            Err(_) => self.fenced_out(now, true, record),
         }
     }
 
-    fn fenced_out(&mut self, heartbeat: bool) {
+    /// The lease was taken over (`record`: the record as last read, if it was). A
+    /// heartbeat before the outcome only says so; a completion ends the request with the
+    /// answer its caller gets instead of the handler's.
+    fn fenced_out(&mut self, now: UnixMillis, heartbeat: bool, record: Option<&Record>) {
         self.events.push(Event::FencedOut);
         if let State::Holding(h) = &mut self.state {
             if heartbeat && h.outcome.is_none() {
@@ -1692,7 +1714,29 @@ impl<'a> Request<'a> {
                 return;
             }
         }
-        self.state = State::Finished(Finish::FencedOut);
+        self.state = State::Superseded(self.superseded(now, record));
+    }
+
+    /// What the caller of an attempt whose lease was taken over is told (`IDEM-LEASE-5`): the
+    /// key's outcome as a retry would find it in `record` (the response stored by the
+    /// attempt that completed, replayed; the attempt still in flight; the response expired;
+    /// the outcome held), or `superseded` when no outcome is recorded. Never the handler's
+    /// own answer: it was not recorded, and it may describe work that was rolled back.
+    fn superseded(&self, now: UnixMillis, record: Option<&Record>) -> Answer {
+        match self.decide(now, record) {
+            Decided::Decision(
+                d @ (Decision::Replay(_)
+                | Decision::InProgress { .. }
+                | Decision::Rejected(RejectReason::KeyExpired | RejectReason::OutcomeUnknown)),
+            ) => Answer::Decision(d),
+            _ => Answer::Refusal(Refusal {
+                retry_after: Some(crate::engine::RETRY_SOON_SECS),
+                ..Refusal::new(
+                    Problem::SUPERSEDED,
+                    "another attempt with this key took over while this one ran; its outcome was not recorded; retry with the same key",
+                )
+            }),
+        }
     }
 
     fn finish(&mut self, finish: Finish) {

@@ -102,9 +102,11 @@ pub struct Completing {
     /// What applying the write means: [`Finish::Stored`] when it stores the handler's
     /// response.
     pub finish: Finish,
-    /// The fence of the attempt's lease (as its handler's context gives it): each attempt at
-    /// a key, and each takeover, has its own.
+    /// The fence of the attempt's lease (as its handler's context gives it).
     pub fence: u64,
+    /// The attempt's identity ([`Context::attempt`](crate::Context::attempt)): every attempt
+    /// at every key has its own, also after a key was released and claimed again at fence 1.
+    pub attempt: u64,
 }
 
 /// The store contract for network and database stores, with the same rules as [`Store`]
@@ -132,7 +134,12 @@ pub trait AsyncStore {
 
     /// Applies the handler's completion `write`, as [`AsyncStore::apply`] does.
     /// `completion` says what applying it means, as the engine decided it
-    /// ([`Request::completing`](crate::Request::completing)), and whose attempt it is. A store
+    /// ([`Request::completing`](crate::Request::completing)), and whose attempt it is. A
+    /// completion that loses its race (a [`Applied::Conflict`]) may be made again by the same
+    /// attempt, against the record as it then reads: a store keeps what it holds for the
+    /// attempt (its transaction) open until the attempt's completion commits or the attempt
+    /// ends ([`AsyncStore::end_attempt`]), so that a response is never stored without the
+    /// rows it describes. A store
     /// that commits the handler's own writes with its completion commits them only with
     /// [`Finish::Stored`], and only the writes of that attempt: a release, an outcome held as
     /// unknown, or a completion that is fenced out commits none of them (`IDEM-STORE-7`). By
@@ -150,6 +157,17 @@ pub trait AsyncStore {
     /// What a failure of this store means for the answer (unavailable by default).
     fn failure(_error: &Self::Error) -> StoreFailure {
         StoreFailure::Unavailable
+    }
+
+    /// The request of the attempt at `key` with identity `attempt`
+    /// ([`Context::attempt`](crate::Context::attempt)) is over, however it
+    /// ended: recorded, fenced out, refused, failed, or dropped half-way (a panic, a task
+    /// that was aborted). A store that holds something for the attempt, a handler's open
+    /// transaction above all, lets go of it now: rolled back, unless its completion already
+    /// committed it. A host calls it exactly when the request ends, also from a destructor,
+    /// so it must not block or wait. By default, nothing.
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
+        let _ = (key, attempt);
     }
 }
 
@@ -184,6 +202,10 @@ impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
 
     fn failure(error: &Self::Error) -> StoreFailure {
         T::failure(error)
+    }
+
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
+        (**self).end_attempt(key, attempt);
     }
 }
 
@@ -229,7 +251,9 @@ pub enum Finish {
     Released,
     /// The unknown outcome was recorded under the configured policy.
     OutcomeUnknown,
-    /// The lease had been taken over; nothing was written (`IDEM-LEASE-2`).
+    /// The lease had been taken over; nothing was written (`IDEM-LEASE-2`). A request
+    /// machine that ends so has the answer its caller gets instead of the handler's
+    /// ([`Request::reply`](crate::Request::reply), `IDEM-LEASE-5`).
     FencedOut,
     /// The outcome was refused (an invalid status); nothing was written.
     Invalid(CompleteError),

@@ -387,6 +387,59 @@ fn a_completion_after_a_takeover_is_fenced_out() {
 }
 
 #[test]
+fn a_superseded_attempt_answers_with_the_keys_outcome() {
+    // IDEM-LEASE-5: the caller of an attempt whose lease was taken over is told what a retry
+    // would be told, never the handler's own answer.
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let superseded = |key: &str, successor: Option<Outcome>| {
+        let mut store = MemoryStore::default();
+        let mut zombie = request(&policy, key, "{}", 1);
+        assert!(matches!(drive(&mut zombie, &mut store, T0), Step::Run(_)));
+        let mut second = request(&policy, key, "{}", 2);
+        assert!(matches!(
+            drive(&mut second, &mut store, at(5_000)),
+            Step::Run(_)
+        ));
+        if let Some(outcome) = successor {
+            second.handle_outcome(outcome);
+            assert!(matches!(
+                drive(&mut second, &mut store, at(5_001)),
+                Step::Done(_)
+            ));
+        }
+        zombie.handle_outcome(Outcome::Final(ok("zombie")));
+        assert_eq!(
+            drive(&mut zombie, &mut store, at(5_002)),
+            Step::Done(Finish::FencedOut)
+        );
+        zombie
+            .reply()
+            .expect("the answer that replaces the handler's")
+    };
+    // The successor stored its response: it is replayed.
+    let replay = superseded("done", Some(Outcome::Final(ok("second"))));
+    assert!(replay.is_replay());
+    assert_eq!((replay.status(), replay.body()), (201, &b"second"[..]));
+    // The successor still runs: 409 in-progress, with the time left of its lease.
+    let busy = superseded("busy", None);
+    assert_eq!(busy.problem_type(), Some("urn:idem:problem:in-progress"));
+    assert!(busy.headers().any(|h| h == ("retry-after", "5")));
+    // The successor released the key: nothing is recorded, 409 superseded.
+    let released = superseded("released", Some(Outcome::Retryable));
+    assert_eq!(released.status(), 409);
+    assert_eq!(released.problem_type(), Some("urn:idem:problem:superseded"));
+    assert_eq!(released.requirement(), Some("IDEM-LEASE-5"));
+    assert!(released.headers().any(|h| h == ("retry-after", "1")));
+    // A request that completed normally has no such answer.
+    let mut fine = request(&policy, "fine", "{}", 5);
+    assert!(matches!(drive(&mut fine, &mut store, T0), Step::Run(_)));
+    fine.handle_outcome(Outcome::Final(ok("fine")));
+    assert_eq!(drive(&mut fine, &mut store, T0), Step::Done(Finish::Stored));
+    assert_eq!(fine.reply(), None);
+}
+
+#[test]
 fn an_in_flight_duplicate_is_told_to_come_back_within_the_bound() {
     // IDEM-CONC-3 IDEM-CONC-4: the time left of the lease, never more than the bound.
     let mut store = MemoryStore::default();

@@ -4,7 +4,8 @@
 
 use crate::{EventFn, FilterFn, LeaseError, Principal, RouteFn};
 use idem_core::{
-    AsyncStore, Event, Heartbeat, Outcome, Policy, RecordKey, Request, Step, UnixMillis, Waiters,
+    AsyncStore, Event, Finish, Heartbeat, Outcome, Policy, RecordKey, Reply, Request, Step,
+    StoreFailure, UnixMillis, Waiters,
 };
 use std::fmt;
 use std::future::Future;
@@ -58,43 +59,86 @@ pub(crate) fn nonce() -> u64 {
 
 /// Performs the machine's store steps until it asks for something else: run, wait, reply,
 /// done, or an input it is waiting for (idle).
+///
+/// Cancel-safe: a caller that drops this future while a store call is out (a handler that
+/// wraps a heartbeat in a timeout, races it in `select!`, or aborts the task that sends it)
+/// leaves the machine told that the call failed, so that it never waits for an answer that
+/// cannot come. Whether or not the store made the write, the machine then goes on safely: a
+/// completion that finds the record moved on by its own lease completes from there.
 pub(crate) async fn advance<St>(shared: &Shared<St>, request: &mut Request<'static>) -> Step
 where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
+    let mut out = Outstanding {
+        shared,
+        request,
+        armed: false,
+    };
     loop {
         let now = UnixMillis::now();
-        let step = request.poll(now, &mut shared.waiters());
-        shared.emit(request);
+        let step = out.request.poll(now, &mut shared.waiters());
+        shared.emit(out.request);
         match step {
             Step::Claim | Step::Load => {
-                let key = request.key().clone();
-                match shared.store.load(&key).await {
-                    Ok(record) => request.handle_record(
+                let key = out.request.key().clone();
+                out.armed = true;
+                let record = shared.store.load(&key).await;
+                out.armed = false;
+                match record {
+                    Ok(record) => out.request.handle_record(
                         UnixMillis::now(),
                         record.as_ref(),
                         &mut shared.waiters(),
                     ),
-                    Err(e) => failed::<St>(shared, request, &e),
+                    Err(e) => failed::<St>(shared, out.request, &e),
                 }
             }
-            Step::Apply(write) => match match request.completing() {
-                // The engine's word on what the completion means reaches the store, which
-                // commits a handler's own writes only with a stored response.
-                Some(completion) => shared.store.apply_completion(now, write, completion).await,
-                None => shared.store.apply(now, write).await,
-            } {
-                Ok(applied) => {
-                    request.handle_applied(UnixMillis::now(), applied, &mut shared.waiters())
+            Step::Apply(write) => {
+                let completion = out.request.completing();
+                out.armed = true;
+                let applied = match completion {
+                    // The engine's word on what the completion means reaches the store, which
+                    // commits a handler's own writes only with a stored response.
+                    Some(completion) => shared.store.apply_completion(now, write, completion).await,
+                    None => shared.store.apply(now, write).await,
+                };
+                out.armed = false;
+                match applied {
+                    Ok(applied) => out.request.handle_applied(
+                        UnixMillis::now(),
+                        applied,
+                        &mut shared.waiters(),
+                    ),
+                    Err(e) => failed::<St>(shared, out.request, &e),
                 }
-                Err(e) => failed::<St>(shared, request, &e),
-            },
+            }
             other => return other,
         }
     }
 }
 
+/// The machine while [`advance`] drives it: if the future is dropped with a store call out
+/// (`armed`), the machine learns that the call failed.
+struct Outstanding<'a, St> {
+    shared: &'a Shared<St>,
+    request: &'a mut Request<'static>,
+    armed: bool,
+}
+
+impl<St> Drop for Outstanding<'_, St> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::warn!(
+                key = %self.request.key().key,
+                "idempotency: a store call was abandoned; its answer is taken as a failure"
+            );
+            self.request
+                .handle_store_error(StoreFailure::Unavailable, &mut self.shared.waiters());
+            self.shared.emit(self.request);
+        }
+    }
+}
 fn failed<St>(shared: &Shared<St>, request: &mut Request<'static>, error: &St::Error)
 where
     St: AsyncStore,
@@ -110,10 +154,15 @@ pub(crate) trait Beat: Send + Sync {
 }
 
 /// A request whose handler runs: the machine, shared by the heartbeats and the completion,
-/// one at a time, in the order the machine orders them.
-pub(crate) struct Running<St> {
+/// one at a time, in the order the machine orders them. However the request ends (its
+/// outcome recorded, or the request dropped half-way by a panic or an aborted task), the
+/// store is told that the attempt is over ([`AsyncStore::end_attempt`]), so that nothing it
+/// holds for the attempt (a handler's transaction) outlives it.
+pub(crate) struct Running<St: AsyncStore> {
     shared: Arc<Shared<St>>,
     machine: tokio::sync::Mutex<Option<Request<'static>>>,
+    /// The record and the attempt's identity, as the store knows them.
+    attempt: (RecordKey, u64),
 }
 
 impl<St> Running<St>
@@ -121,21 +170,50 @@ where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
-    pub(crate) fn new(shared: Arc<Shared<St>>, machine: Request<'static>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared<St>>, machine: Request<'static>, attempt: u64) -> Self {
         Running {
+            attempt: (machine.key().clone(), attempt),
             shared,
             machine: tokio::sync::Mutex::new(Some(machine)),
         }
     }
 
-    /// Records the handler's outcome (`IDEM-OUT-5`) and ends the request.
-    pub(crate) async fn finish(&self, outcome: Outcome) {
+    /// Records the handler's outcome (`IDEM-OUT-5`) and ends the request. Returns the answer
+    /// to send instead of the handler's when its lease was taken over (`IDEM-LEASE-5`).
+    pub(crate) async fn finish(&self, outcome: Outcome) -> Option<Reply> {
         let mut guard = self.machine.lock().await;
-        let Some(mut machine) = guard.take() else {
-            return;
-        };
+        let machine = guard.as_mut()?;
         machine.handle_outcome(outcome);
-        let _done = advance(&self.shared, &mut machine).await;
+        let answer = match advance(&self.shared, machine).await {
+            Step::Done(Finish::FencedOut) => machine.reply(),
+            Step::Done(_) => None,
+            // The machine asked for something else with the outcome in hand: nothing was
+            // recorded. The lease is left to expire, as after a failed write.
+            other => {
+                tracing::error!(
+                    step = ?other,
+                    key = %self.attempt.0.key,
+                    "idempotency: the outcome was not recorded"
+                );
+                None
+            }
+        };
+        *guard = None;
+        self.shared
+            .store
+            .end_attempt(&self.attempt.0, self.attempt.1);
+        answer
+    }
+}
+
+impl<St: AsyncStore> Drop for Running<St> {
+    fn drop(&mut self) {
+        // Dropped before `finish` ran to its end: the attempt is over all the same.
+        if self.machine.get_mut().is_some() {
+            self.shared
+                .store
+                .end_attempt(&self.attempt.0, self.attempt.1);
+        }
     }
 }
 
@@ -153,6 +231,8 @@ where
             let state = match machine.heartbeat(UnixMillis::now()) {
                 Err(refused) => refused,
                 Ok(()) => {
+                    // Cancel-safe: dropped half-way, the machine records the heartbeat as
+                    // failed (see `advance`).
                     let _ = advance(&self.shared, machine).await;
                     machine.heartbeat_state()
                 }

@@ -47,6 +47,7 @@ pub mod store_tests;
 
 use bytes::Bytes;
 use drive::{advance, nonce, Running, Shared};
+use futures_util::FutureExt;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
@@ -57,6 +58,7 @@ use idem_core::{
 };
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -104,6 +106,7 @@ pub struct IdempotencyContext {
     recovered: bool,
     fence: u64,
     lease_expires: UnixMillis,
+    attempt: u64,
     heartbeat: Arc<dyn drive::Beat>,
 }
 
@@ -144,6 +147,12 @@ impl IdempotencyContext {
     /// When the lease ends unless a heartbeat extends it.
     pub fn lease_expires(&self) -> UnixMillis {
         self.lease_expires
+    }
+
+    /// This attempt's identity, unique across every attempt at every key (for a store that
+    /// keeps something for the attempt, such as `PostgresStore::transaction`).
+    pub fn attempt(&self) -> u64 {
+        self.attempt
     }
 
     /// A heartbeat (`IDEM-LEASE-3`): extends the lease by one lease period, and the key's
@@ -556,7 +565,7 @@ where
         }
     };
     let record = machine.key().clone();
-    let running = Arc::new(Running::new(Arc::clone(&shared), machine));
+    let running = Arc::new(Running::new(Arc::clone(&shared), machine, context.attempt));
     let mut request = Request::from_parts(parts, Either::Left(Full::new(body)));
     request.extensions_mut().insert(IdempotencyContext {
         key: record.key.clone(),
@@ -564,25 +573,44 @@ where
         recovered: context.recovered,
         fence: context.fence,
         lease_expires: context.lease_expires,
+        attempt: context.attempt,
         heartbeat: Arc::clone(&running) as Arc<dyn drive::Beat>,
     });
-    let answered = match inner.call(request).await {
-        Ok(answered) => answered,
-        Err(e) => {
-            // A handler that failed: its outcome is unknown (IDEM-OUT-3).
-            running.finish(Outcome::Unknown(None)).await;
+    // A handler that panics has an unknown outcome (IDEM-OUT-3), recorded before the panic
+    // goes on, so that its lease ends (under the default policy) and whatever the store holds
+    // for it (a transaction) is let go.
+    let answered = match AssertUnwindSafe(inner.call(request)).catch_unwind().await {
+        Ok(Ok(answered)) => answered,
+        Ok(Err(e)) => {
+            // A handler that failed: its outcome is unknown (IDEM-OUT-3). Its error goes on.
+            let _ = running.finish(Outcome::Unknown(None)).await;
             return Err(e);
+        }
+        Err(panic) => {
+            let _ = running.finish(Outcome::Unknown(None)).await;
+            std::panic::resume_unwind(panic);
         }
     };
     let (head, body) = answered.into_parts();
     // `ok()`: the body's error is not kept across the awaits below (it need not be Send).
-    let collected = body.collect().await.ok();
+    let collected = match AssertUnwindSafe(async { body.collect().await.ok() })
+        .catch_unwind()
+        .await
+    {
+        Ok(collected) => collected,
+        Err(panic) => {
+            let _ = running.finish(Outcome::Unknown(None)).await;
+            std::panic::resume_unwind(panic);
+        }
+    };
     let bytes = match collected {
         Some(collected) => collected.to_bytes(),
         None => {
             // The response failed half-way: what the client would have seen is unknown.
-            running.finish(Outcome::Unknown(None)).await;
-            return Ok(internal("the response body failed"));
+            return Ok(match running.finish(Outcome::Unknown(None)).await {
+                Some(reply) => reply_response(&reply),
+                None => internal("the response body failed"),
+            });
         }
     };
     let stored = StoredResponse {
@@ -600,8 +628,11 @@ where
         body: bytes.to_vec(),
     };
     // The outcome is written before the response leaves (IDEM-OUT-5); the response is sent
-    // whatever the write came to.
-    running.finish(Outcome::classify(stored)).await;
+    // whatever the write came to, unless another attempt took the lease over: then its
+    // caller gets the key's outcome instead (IDEM-LEASE-5).
+    if let Some(reply) = running.finish(Outcome::classify(stored)).await {
+        return Ok(reply_response(&reply));
+    }
     Ok(Response::from_parts(head, Either::Left(Full::new(bytes))))
 }
 

@@ -68,8 +68,10 @@ pub struct PostgresStore {
     open: Mutex<HashMap<Attempt, Object>>,
 }
 
-/// One attempt at a key: its storage key and its lease's fence. An attempt that took over a
-/// key has a transaction of its own, apart from the one it displaced.
+/// One attempt at a key: its storage key and the attempt's identity
+/// ([`IdempotencyContext::attempt`]). An attempt that took over a key has a transaction of its
+/// own, apart from the one it displaced, and so has an attempt at a key released and claimed
+/// again (which starts over at fence 1).
 type Attempt = (String, u64);
 
 impl fmt::Debug for PostgresStore {
@@ -158,9 +160,11 @@ impl PostgresStore {
     /// Opens a transaction on a connection of the pool for the request whose context is
     /// `context`. Run the handler's own statements on [`Transaction::client`], then call
     /// [`Transaction::commit_with_completion`]: the transaction then commits together with
-    /// the request's completion (the stored response), or not at all: a handler that fails,
-    /// a response that is not kept, or a completion under a lease that another attempt took
-    /// over commits nothing (`IDEM-STORE-7`). A `Transaction` dropped before that rolls back.
+    /// the request's completion (the stored response), or not at all: a handler that fails
+    /// or panics, a response that is not kept, or a completion under a lease that another
+    /// attempt took over commits nothing (`IDEM-STORE-7`), and a stored response never
+    /// commits without the transaction. A `Transaction` dropped before that rolls back, and
+    /// so does one handed over whose request ends without a stored response.
     pub async fn transaction(
         &self,
         context: &IdempotencyContext,
@@ -169,7 +173,7 @@ impl PostgresStore {
         client.batch_execute("BEGIN").await?;
         Ok(Transaction {
             store: self,
-            attempt: (context.record_key().storage_key(), context.fence()),
+            attempt: (context.record_key().storage_key(), context.attempt()),
             client: Some(client),
         })
     }
@@ -327,39 +331,56 @@ impl AsyncStore for PostgresStore {
     ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
         // The completion takes over its own attempt's open transaction, if it left one: never
         // another attempt's (the one that took over, or the one it displaced).
-        let open = self
-            .open()
-            .remove(&(write.key.storage_key(), completion.fence));
+        let attempt = (write.key.storage_key(), completion.attempt);
+        let open = self.open().remove(&attempt);
         let pool = self.pool.clone();
         async move {
             let Some(client) = open else {
                 let client = pool.get().await?;
                 return write_at(&client, &write).await;
             };
-            // Only a stored response commits the handler's rows, in one commit with it (or
-            // neither, when the completion is fenced out). Anything else rolls them back and
-            // is written alone: a release, or an outcome held as unknown.
-            let stored = completion.finish == Finish::Stored;
-            let applied = if stored {
-                write_at(&client, &write).await
-            } else {
-                Ok(Applied::Conflict)
-            };
-            let end = if matches!(applied, Ok(Applied::Applied)) {
-                "COMMIT"
-            } else {
-                "ROLLBACK"
-            };
-            if let Err(e) = client.batch_execute(end).await {
-                // Its state is unknown: closed, never pooled.
-                drop(Object::take(client));
-                return Err(e.into());
+            // Anything but a stored response rolls the handler's rows back and is written
+            // alone: a release, or an outcome held as unknown.
+            if completion.finish != Finish::Stored {
+                if let Err(e) = client.batch_execute("ROLLBACK").await {
+                    // Its state is unknown: closed, never pooled.
+                    drop(Object::take(client));
+                    return Err(e.into());
+                }
+                return write_at(&client, &write).await;
             }
-            if stored {
-                applied
-            } else {
-                write_at(&client, &write).await
+            // A stored response commits the handler's rows, in one commit with it.
+            match write_at(&client, &write).await {
+                Ok(Applied::Applied) => match client.batch_execute("COMMIT").await {
+                    Ok(()) => Ok(Applied::Applied),
+                    Err(e) => {
+                        drop(Object::take(client));
+                        Err(e.into())
+                    }
+                },
+                // The record moved on: a write of this lease whose answer was lost (a
+                // heartbeat), after which the machine completes again from the record as it
+                // reads, or a takeover by another attempt. Either way the transaction stays
+                // open for this attempt: its next completion commits it, and the end of the
+                // attempt rolls it back (`end_attempt`). It is never given up here, or the
+                // next completion would store the response without its rows.
+                Ok(Applied::Conflict) => {
+                    self.open().insert(attempt, client);
+                    Ok(Applied::Conflict)
+                }
+                Err(e) => {
+                    drop(Object::take(client));
+                    Err(e)
+                }
             }
+        }
+    }
+
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
+        // A transaction handed over that no stored response committed: closed, never
+        // pooled, which rolls it back and lets go of its row locks.
+        if let Some(client) = self.open().remove(&(key.storage_key(), attempt)) {
+            drop(Object::take(client));
         }
     }
 }

@@ -258,3 +258,195 @@ async fn the_order_and_its_record_commit_together_or_not_at_all() {
     assert_eq!(only.to_string(), winner);
     assert_eq!(send(service, "f").await, (201, winner));
 }
+
+/// The Postgres store, with the answer to the first heartbeat lost after Postgres committed
+/// it (the connection dropped after the commit), as the layer sees it: an error.
+struct LostHeartbeatAnswer {
+    inner: Arc<PostgresStore>,
+    in_flight_writes: std::sync::atomic::AtomicUsize,
+}
+
+impl idem_core::AsyncStore for LostHeartbeatAnswer {
+    type Error = String;
+
+    fn load(
+        &self,
+        key: &idem_core::RecordKey,
+    ) -> impl std::future::Future<Output = Result<Option<idem_core::Record>, String>> + Send {
+        let load = self.inner.load(key);
+        async move { load.await.map_err(|e| e.to_string()) }
+    }
+
+    fn apply(
+        &self,
+        now: idem_core::UnixMillis,
+        write: idem_core::Write,
+    ) -> impl std::future::Future<Output = Result<idem_core::Applied, String>> + Send {
+        use idem_core::{RecordState, WriteOp};
+        let in_flight = matches!(
+            &write.op,
+            WriteOp::Put(r) if matches!(r.state, RecordState::InFlight { .. })
+        );
+        // The first write of a record in flight is the claim, the second the heartbeat.
+        let lose = in_flight
+            && self
+                .in_flight_writes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                == 1;
+        let apply = self.inner.apply(now, write);
+        async move {
+            let applied = apply.await.map_err(|e| e.to_string())?;
+            if lose {
+                assert_eq!(applied, idem_core::Applied::Applied);
+                return Err("the connection dropped after the commit".to_owned());
+            }
+            Ok(applied)
+        }
+    }
+
+    fn apply_completion(
+        &self,
+        now: idem_core::UnixMillis,
+        write: idem_core::Write,
+        completion: idem_core::Completing,
+    ) -> impl std::future::Future<Output = Result<idem_core::Applied, String>> + Send {
+        let apply = self.inner.apply_completion(now, write, completion);
+        async move { apply.await.map_err(|e| e.to_string()) }
+    }
+
+    fn end_attempt(&self, key: &idem_core::RecordKey, attempt: u64) {
+        self.inner.end_attempt(key, attempt);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_response_is_never_stored_without_its_rows() {
+    // IDEM-STORE-7: a heartbeat committed whose answer was lost moves the record on under
+    // the completion; the completion, made again from the record as it reads, still commits
+    // the handler's rows with it. And a handler that panics after handing its transaction
+    // over leaves no connection idle in transaction: the retry runs and commits.
+    let server = common::postgres();
+    let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
+    store.migrate().await.expect("the migration");
+    let client = store.pool().get().await.expect("a connection");
+    client
+        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
+        .await
+        .unwrap();
+    let count = |key: &'static str| {
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    let idle_in_transaction = || {
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+
+    let losing = Arc::new(LostHeartbeatAnswer {
+        inner: Arc::clone(&store),
+        in_flight_writes: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let layer = IdempotencyLayer::builder(Arc::clone(&losing))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let pg = Arc::clone(&store);
+    let service = layer.layer(tower::service_fn(move |request: Request<Body>| {
+        let store = Arc::clone(&pg);
+        async move {
+            let ctx = request
+                .extensions()
+                .get::<IdempotencyContext>()
+                .cloned()
+                .expect("a context");
+            let tx = store.transaction(&ctx).await.expect("a transaction");
+            let row = tx
+                .client()
+                .query_one(
+                    "INSERT INTO orders (idem_key) VALUES ($1) RETURNING id",
+                    &[&ctx.key()],
+                )
+                .await
+                .expect("the insert");
+            let id: i64 = row.get(0);
+            assert_eq!(ctx.extend().await, Err(idem_tower::LeaseError::StoreFailed));
+            tx.commit_with_completion();
+            let mut r = Response::new(Full::new(Bytes::from(id.to_string())));
+            *r.status_mut() = StatusCode::CREATED;
+            Ok::<_, Infallible>(r)
+        }
+    }));
+    let (status, id) = send(service.clone(), "lost").await;
+    assert_eq!(status, 201);
+    assert_eq!(
+        count("lost").await,
+        1,
+        "the response was stored without the order it describes"
+    );
+    assert_eq!(send(service, "lost").await, (201, id));
+    assert_eq!(idle_in_transaction().await, 0);
+
+    let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let pg = Arc::clone(&store);
+    let panicking = layer.layer(tower::service_fn(move |request: Request<Body>| {
+        let store = Arc::clone(&pg);
+        async move {
+            let ctx = request
+                .extensions()
+                .get::<IdempotencyContext>()
+                .cloned()
+                .expect("a context");
+            let tx = store.transaction(&ctx).await.expect("a transaction");
+            tx.client()
+                .execute("INSERT INTO orders (idem_key) VALUES ($1)", &[&ctx.key()])
+                .await
+                .expect("the insert");
+            tx.commit_with_completion();
+            if ctx.fence() > 0 {
+                panic!("the handler failed after handing its transaction over");
+            }
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+        }
+    }));
+    let outcome = tokio::spawn(panicking.oneshot(post("panic"))).await;
+    assert!(outcome.is_err_and(|e| e.is_panic()));
+    assert_eq!(
+        idle_in_transaction().await,
+        0,
+        "a transaction was left open"
+    );
+    assert_eq!(count("panic").await, 0);
+    // The outcome was recorded as unknown (the lease ended at once): the retry runs now,
+    // without waiting behind the panicked attempt's row locks.
+    let retry = tokio::time::timeout(
+        Duration::from_secs(5),
+        send(
+            layer.layer(orders(Arc::clone(&store), After::Answer)),
+            "panic",
+        ),
+    )
+    .await
+    .expect("the retry did not hang");
+    assert_eq!(retry.0, 201);
+    assert_eq!(count("panic").await, 1);
+}

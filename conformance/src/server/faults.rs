@@ -38,19 +38,54 @@ pub(super) fn fingerprint(fault: Option<Fault>, mut spec: FingerprintSpec) -> Fi
 pub(super) struct FaultyStore<S> {
     inner: S,
     fault: Fault,
+    /// The response retention the server advertises.
+    response_ttl: std::time::Duration,
 }
 
+/// How often a write of a fault that ignores the stored version tries again when the record
+/// changed between its read and its write (a sweep, a racing request).
+const LAST_WRITE_ROUNDS: usize = 8;
+
 impl<S> FaultyStore<S> {
-    pub(super) fn new(inner: S, fault: Fault) -> Self {
-        FaultyStore { inner, fault }
+    pub(super) fn new(inner: S, fault: Fault, response_ttl: std::time::Duration) -> Self {
+        FaultyStore {
+            inner,
+            fault,
+            response_ttl,
+        }
+    }
+
+    /// Whether the layer is shown no record where `record` is stored.
+    fn hidden(&self, record: &Record) -> bool {
+        match (self.fault, &record.state) {
+            // No lock: a key in flight is not seen, so duplicates run.
+            (Fault::NoLock, RecordState::InFlight { .. }) => true,
+            // Forgotten early: a response, and its key with it, are gone after a tenth of the
+            // advertised retention.
+            (
+                Fault::ForgetEarly,
+                RecordState::Completed {
+                    response_expires, ..
+                },
+            ) => {
+                let completed = response_expires
+                    .0
+                    .saturating_sub(self.response_ttl.as_millis() as u64);
+                let forgotten = completed + (self.response_ttl.as_millis() as u64 / 10).max(1);
+                UnixMillis::now().0 >= forgotten
+            }
+            (Fault::ForgetEarly, RecordState::Tombstone) => true,
+            _ => false,
+        }
     }
 
     /// A record as the layer reads it.
     fn seen(&self, key: &RecordKey, mut record: Record) -> Option<Record> {
+        if self.hidden(&record) {
+            return None;
+        }
         let in_flight = matches!(record.state, RecordState::InFlight { .. });
         match self.fault {
-            // No lock: a key in flight is not seen, so duplicates run.
-            Fault::NoLock if in_flight => return None,
             // Lost lease (or never released): a lease, once taken, never ends.
             Fault::LostLease | Fault::NeverRelease if in_flight => {
                 record.state = RecordState::InFlight {
@@ -90,10 +125,17 @@ where
     }
 
     async fn apply(&self, now: UnixMillis, write: Write) -> Result<Applied, S::Error> {
-        match self.faulted(write).await? {
-            Some(write) => self.inner.apply(now, write).await,
-            None => Ok(Applied::Applied),
+        for _ in 0..LAST_WRITE_ROUNDS {
+            let Some(faulted) = self.faulted(write.clone()).await? else {
+                return Ok(Applied::Applied);
+            };
+            let retry = faulted.precondition != write.precondition;
+            match self.inner.apply(now, faulted).await? {
+                Applied::Conflict if retry => continue,
+                applied => return Ok(applied),
+            }
         }
+        Ok(Applied::Conflict)
     }
 
     async fn apply_completion(
@@ -102,10 +144,25 @@ where
         write: Write,
         completion: Completing,
     ) -> Result<Applied, S::Error> {
-        match self.faulted(write).await? {
-            Some(write) => self.inner.apply_completion(now, write, completion).await,
-            None => Ok(Applied::Applied),
+        for _ in 0..LAST_WRITE_ROUNDS {
+            let Some(faulted) = self.faulted(write.clone()).await? else {
+                return Ok(Applied::Applied);
+            };
+            let retry = faulted.precondition != write.precondition;
+            match self
+                .inner
+                .apply_completion(now, faulted, completion.clone())
+                .await?
+            {
+                Applied::Conflict if retry => continue,
+                applied => return Ok(applied),
+            }
         }
+        Ok(Applied::Conflict)
+    }
+
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
+        self.inner.end_attempt(key, attempt);
     }
 
     fn failure(error: &S::Error) -> StoreFailure {
@@ -133,6 +190,12 @@ where
                     Some(r) => Precondition::Version(r.version),
                     None => Precondition::Absent,
                 };
+            }
+            // Forgotten early: a write over a record the layer was not shown replaces it.
+            (Fault::ForgetEarly, _) if write.precondition == Precondition::Absent => {
+                if let Some(r) = stored().await?.filter(|r| self.hidden(r)) {
+                    write.precondition = Precondition::Version(r.version);
+                }
             }
             // Never released: a failed attempt's release is dropped.
             (Fault::NeverRelease, WriteOp::Delete) => {
