@@ -2,12 +2,51 @@
 //! JavaScript stores of the npm package read the same files (`idem-core/stores/`) when it is
 //! built.
 
+use crate::record::{Record, RecordState};
+use crate::time::UnixMillis;
+
 /// The Redis (or Valkey) compare-and-set of one record, as one Lua script
-/// (`IDEM-STORE-1`, `IDEM-STORE-6`): `KEYS[1]` the record's key; `ARGV` the expected version
-/// (empty: no record may exist), the new version (empty: delete), the record's bytes, and
-/// until when it must be kept (ms). Returns 1 when the write was made, 0 otherwise. A record
-/// is a hash: `v` its version as decimal text, `r` its bytes.
+/// (`IDEM-STORE-1`, `IDEM-STORE-6`, `IDEM-STORE-9`): `KEYS[1]` the record's key, `KEYS[2]` its
+/// response's ([`REDIS_RESPONSE_SUFFIX`]); `ARGV` the expected version (empty: no record may
+/// exist), the new version (empty: delete), the record's bytes (without its response when
+/// it is kept apart), until when it must be kept (ms), and, for a response kept apart
+/// ([`response_apart`]), the whole record and when the response expires (ms). Returns 1 when
+/// the write was made, 0 otherwise. A record is a hash: `v` its version as decimal text, `r`
+/// its bytes.
 pub const REDIS_APPLY: &str = include_str!("../stores/redis-apply.lua");
+
+/// The read of one record written by [`REDIS_APPLY`], as one Lua script: `KEYS` as there.
+/// Returns nil, or the version and the bytes of the record (with its response while that is
+/// kept, as its tombstone after).
+pub const REDIS_LOAD: &str = include_str!("../stores/redis-load.lua");
+
+/// What the Redis key of a record's response adds to the record's own key (`KEYS[2]` of
+/// [`REDIS_APPLY`] and [`REDIS_LOAD`]): the same hash slot, since the record's key ends with
+/// its hash tag.
+pub const REDIS_RESPONSE_SUFFIX: &str = ":response";
+
+/// For a store that drops a response when it expires, apart from its record
+/// (`IDEM-STORE-9`): the record as it stands once its response has expired (its tombstone,
+/// with the same version, so that a compare-and-set on it still holds), and when the
+/// response expires. `None` for a record with no response that expires before the record.
+///
+/// Between the response's expiry and the next write the store then holds the tombstone where
+/// the engine would read the completed record past its response's expiry, and both decide
+/// alike: 410 `key-expired`, never a replay, never an execution.
+pub fn response_apart(record: &Record) -> Option<(Record, UnixMillis)> {
+    match &record.state {
+        RecordState::Completed {
+            response_expires, ..
+        } if *response_expires < record.retained_until() => Some((
+            Record {
+                state: RecordState::Tombstone,
+                ..record.clone()
+            },
+            *response_expires,
+        )),
+        _ => None,
+    }
+}
 
 /// The Postgres table (`schema`, the migration) and the statements on it (`load`, `insert`,
 /// `update`, `delete`, `due`), each after a `-- name:` line. See [`postgres_statement`].
@@ -48,5 +87,47 @@ mod tests {
             .contains("ON CONFLICT (key) DO NOTHING"));
         assert_eq!(postgres_statement("nothing"), None);
         assert!(REDIS_APPLY.contains("PEXPIREAT"));
+        assert!(REDIS_LOAD.contains("HMGET"));
+    }
+
+    #[test]
+    fn a_response_is_kept_apart_until_it_expires() {
+        // IDEM-STORE-9
+        use crate::fingerprint::Fingerprint;
+        use crate::record::StoredResponse;
+        use alloc::sync::Arc;
+        let completed = Record {
+            version: 7,
+            fence: 1,
+            fingerprint: Fingerprint::from_digest([1; 32]),
+            created: UnixMillis(1_000),
+            key_expires: UnixMillis(9_000),
+            state: RecordState::Completed {
+                response: Arc::new(StoredResponse {
+                    status: 201,
+                    headers: alloc::vec![],
+                    body: b"secret".to_vec(),
+                }),
+                response_expires: UnixMillis(5_000),
+            },
+        };
+        let (held, until) = response_apart(&completed).expect("a response kept apart");
+        assert_eq!(until, UnixMillis(5_000));
+        assert_eq!(held.state, RecordState::Tombstone);
+        assert_eq!((held.version, held.key_expires), (7, UnixMillis(9_000)));
+        assert!(!crate::encode_record(&held)
+            .windows(6)
+            .any(|w| w == b"secret"));
+        // A response that lives as long as its record, and records without one, stay whole.
+        let whole = Record {
+            key_expires: UnixMillis(5_000),
+            ..completed.clone()
+        };
+        assert_eq!(response_apart(&whole), None);
+        let tomb = Record {
+            state: RecordState::Tombstone,
+            ..completed
+        };
+        assert_eq!(response_apart(&tomb), None);
     }
 }

@@ -5,8 +5,13 @@
 //! `<prefix>{<storage key>}`, and every write is idem-core's one Lua compare-and-set script
 //! ([`idem_core::stores::REDIS_APPLY`]), which sets the record's time-to-live from its
 //! retention (its key's expiry, or a live lease's end), never from its response's expiry.
-//! A Rust service and a JavaScript one can share one Redis.
+//! A completed record's response is kept apart, under the record's key and `:response`, and
+//! expires with the response: the bytes of a response are gone from Redis when the response
+//! retention ends, while the key and its tombstone stay for the key retention
+//! (`IDEM-STORE-9`). Reads are one script too ([`idem_core::stores::REDIS_LOAD`]). A Rust
+//! service and a JavaScript one can share one Redis.
 
+use idem_core::stores::{response_apart, REDIS_RESPONSE_SUFFIX};
 use idem_core::{
     decode_record, encode_record, Applied, AsyncStore, Precondition, Record, RecordKey, UnixMillis,
     Write, WriteOp,
@@ -22,7 +27,8 @@ use std::future::Future;
 pub struct RedisStore {
     conn: ConnectionManager,
     prefix: String,
-    script: Script,
+    apply: Script,
+    load: Script,
 }
 
 impl fmt::Debug for RedisStore {
@@ -72,7 +78,8 @@ impl RedisStore {
         RedisStore {
             conn,
             prefix: "idem:".to_owned(),
-            script: Script::new(idem_core::stores::REDIS_APPLY),
+            apply: Script::new(idem_core::stores::REDIS_APPLY),
+            load: Script::new(idem_core::stores::REDIS_LOAD),
         }
     }
 
@@ -86,6 +93,14 @@ impl RedisStore {
     pub fn redis_key(&self, key: &RecordKey) -> String {
         format!("{}{{{}}}", self.prefix, key.storage_key())
     }
+
+    /// The Redis key of a record's response, kept apart while it lasts: the record's key and
+    /// `:response` (the same hash slot).
+    pub fn response_key(&self, key: &RecordKey) -> String {
+        let mut k = self.redis_key(key);
+        k.push_str(REDIS_RESPONSE_SUFFIX);
+        k
+    }
 }
 
 impl AsyncStore for RedisStore {
@@ -96,15 +111,12 @@ impl AsyncStore for RedisStore {
         key: &RecordKey,
     ) -> impl Future<Output = Result<Option<Record>, RedisStoreError>> + Send {
         let mut conn = self.conn.clone();
-        let key = self.redis_key(key);
+        let mut invocation = self.load.key(self.redis_key(key));
+        invocation.key(self.response_key(key));
         async move {
-            let value: Option<Vec<u8>> = redis::cmd("HGET")
-                .arg(&key)
-                .arg("r")
-                .query_async(&mut conn)
-                .await?;
-            value
-                .map(|bytes| decode_record(&bytes).map_err(RedisStoreError::Record))
+            let found: Option<(Vec<u8>, Vec<u8>)> = invocation.invoke_async(&mut conn).await?;
+            found
+                .map(|(_, bytes)| decode_record(&bytes).map_err(RedisStoreError::Record))
                 .transpose()
         }
     }
@@ -115,17 +127,34 @@ impl AsyncStore for RedisStore {
         write: Write,
     ) -> impl Future<Output = Result<Applied, RedisStoreError>> + Send {
         let mut conn = self.conn.clone();
-        let mut invocation = self.script.key(self.redis_key(&write.key));
+        let mut invocation = self.apply.key(self.redis_key(&write.key));
+        invocation.key(self.response_key(&write.key));
         match write.precondition {
             Precondition::Absent => invocation.arg(""),
             Precondition::Version(v) => invocation.arg(v.to_string()),
         };
         match &write.op {
-            WriteOp::Put(record) => invocation
-                .arg(record.version.to_string())
-                .arg(encode_record(record))
-                .arg(record.retained_until().0),
-            WriteOp::Delete => invocation.arg("").arg("").arg(0),
+            WriteOp::Put(record) => {
+                let whole = encode_record(record);
+                invocation.arg(record.version.to_string());
+                match response_apart(record) {
+                    // The record as it stands once its response expires is kept for the
+                    // key's retention; the whole record expires with the response.
+                    Some((held, until)) => invocation
+                        .arg(encode_record(&held))
+                        .arg(record.retained_until().0)
+                        .arg(whole)
+                        .arg(until.0),
+                    None => invocation
+                        .arg(whole)
+                        .arg(record.retained_until().0)
+                        .arg("")
+                        .arg(0),
+                };
+            }
+            WriteOp::Delete => {
+                invocation.arg("").arg("").arg(0).arg("").arg(0);
+            }
         };
         async move {
             let done: i64 = invocation.invoke_async(&mut conn).await?;

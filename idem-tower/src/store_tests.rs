@@ -1,5 +1,5 @@
 //! The rules every store must keep (`IDEM-STORE-1`, `IDEM-STORE-3`, `IDEM-STORE-4`,
-//! `IDEM-STORE-5`, `IDEM-STORE-6`, `IDEM-TTL-1`..`4`, `IDEM-LEASE-4`), as async checks to run
+//! `IDEM-STORE-5`, `IDEM-STORE-6`, `IDEM-STORE-9`, `IDEM-TTL-1`..`4`, `IDEM-LEASE-4`), as async checks to run
 //! against a store: the same rules as the JavaScript `idem/store-tests`. Each check panics
 //! with what it saw when the store breaks a rule.
 //!
@@ -454,7 +454,8 @@ where
 }
 
 /// The response replays until it expires, then 410 while the key lives, then the key is new;
-/// the record is kept until its key expires (`IDEM-TTL-1`..`4`, `IDEM-STORE-6`).
+/// the record is kept until its key expires, and a store with a time-to-live of its own has
+/// dropped the response by then (`IDEM-TTL-1`..`4`, `IDEM-STORE-6`, `IDEM-STORE-9`).
 pub async fn expiry<St, F, Fut>(open: &F, options: &Options)
 where
     St: AsyncStore + Send + Sync + 'static,
@@ -492,10 +493,15 @@ where
         "a retry after the response expired must get 410"
     );
     if options.shared {
-        assert!(
-            load(&*observer, &record_key).await.is_some(),
-            "the record outlives its response"
-        );
+        let record = load(&*observer, &record_key)
+            .await
+            .expect("the record outlives its response");
+        if options.self_expiring {
+            assert!(
+                !matches!(record.state, idem_core::RecordState::Completed { .. }),
+                "IDEM-STORE-9: a store that deletes on a time-to-live of its own drops the response when it expires, not with the key"
+            );
+        }
     }
     assert_eq!(orders.runs(), 1);
     tokio::time::sleep(Duration::from_millis(key_ttl + 300).saturating_sub(start.elapsed())).await;

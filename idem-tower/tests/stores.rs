@@ -98,3 +98,86 @@ async fn redis_records_are_hash_tagged_hashes_with_the_keys_retention_as_ttl() {
     // The claim's retention is the key's: 7 days by default, far beyond a lease or a response.
     assert!(ttl > 6 * 86_400_000, "pttl {ttl}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_holds_no_response_bytes_once_the_response_expired() {
+    // IDEM-STORE-9: after the response retention, the response's bytes are gone from Redis
+    // (not kept until the key's retention ends), while the key still answers 410.
+    use bytes::Bytes;
+    use http::Request;
+    use http_body_util::{BodyExt, Full};
+    use idem_core::{Config, Engine, Policy};
+    use idem_tower::IdempotencyLayer;
+    use std::time::Duration;
+    use tower::{Layer, ServiceExt};
+    let server = common::redis();
+    let store = RedisStore::connect(&server.url).await.expect("redis");
+    let engine = Engine::new(Config {
+        response_ttl: Duration::from_millis(400),
+        key_ttl: Duration::from_secs(3600),
+        ..Config::default()
+    })
+    .expect("valid times");
+    let layer = IdempotencyLayer::builder(store)
+        .policy(Policy::new(engine))
+        .single_tenant()
+        .build()
+        .unwrap();
+    const SECRET: &str = "card ending 4242, Jane Doe, 1 Main St";
+    let service = layer.layer(tower::service_fn(|_: Request<_>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
+            SECRET.as_bytes(),
+        ))))
+    }));
+    let post = || {
+        Request::post("/orders")
+            .header("idempotency-key", "\"k\"")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let client = redis::Client::open(server.url.as_str()).expect("a client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let dump = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("*")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let mut all = Vec::new();
+            for key in &keys {
+                let fields: Vec<Vec<u8>> = redis::cmd("HGETALL")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                all.extend(fields.into_iter().flatten());
+            }
+            (keys.len(), String::from_utf8_lossy(&all).into_owned())
+        }
+    };
+    let first = service.clone().oneshot(post()).await.unwrap();
+    assert_eq!(first.status(), 200);
+    let replay = service.clone().oneshot(post()).await.unwrap();
+    assert_eq!(
+        replay.into_body().collect().await.unwrap().to_bytes(),
+        SECRET
+    );
+    assert!(
+        dump(&mut conn).await.1.contains(SECRET),
+        "kept while it is replayed"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (keys, contents) = dump(&mut conn).await;
+    assert!(
+        !contents.contains(SECRET),
+        "the response's bytes are still in Redis after its retention ended"
+    );
+    assert_eq!(keys, 1, "the key's record stays");
+    let late = service.oneshot(post()).await.unwrap();
+    assert_eq!(late.status(), 410, "a late retry is refused, not run again");
+}
