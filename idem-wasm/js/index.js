@@ -2,6 +2,6 @@
 // and dist/node.cjs (CommonJS); the entries initialise the WebAssembly module and re-export
 // these names.
 export { Idempotency, Inbox, idempotencyOf, withIdempotency } from "./server.js";
-export { MemoryStore, expire } from "./stores.js";
+export { MemoryStore, expire, redisResponseKey, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";

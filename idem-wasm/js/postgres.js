@@ -44,8 +44,8 @@ const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
  */
 export class PostgresStore {
   #pool;
-  /** Attempt (storage key and fence) → the handler's open transaction, waiting for its
-   * completion. An attempt that took over has a transaction of its own. */
+  /** Attempt → the handler's open transaction, waiting for its completion. An attempt that
+   * took over has a transaction of its own. */
   #open = new Map();
 
   constructor(pool) {
@@ -73,13 +73,37 @@ export class PostgresStore {
   }
 
   async apply(key, write, _now, info) {
-    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.fence);
+    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.attempt);
     const open = attempt === undefined ? undefined : this.#open.get(attempt);
     if (open !== undefined) {
       this.#open.delete(attempt);
-      return this.#complete(open, key, write, info.outcome);
+      // A transaction still running when its request answered is not part of the answer:
+      // it rolls back when it is done.
+      if (open.ready) return this.#complete(open, attempt, key, write, info.outcome);
     }
     return this.#write(this.#pool, key, write);
+  }
+
+  /** The attempt's request is over: a transaction it handed over that no stored response
+   * committed is rolled back, and its connection goes back to the pool (IDEM-STORE-7). */
+  async end(key, attempt) {
+    const id = attemptOf(key, attempt);
+    const open = this.#open.get(id);
+    if (open === undefined) return;
+    this.#open.delete(id);
+    if (open.ready) await this.#close(open.client, "ROLLBACK");
+  }
+
+  /** Ends a transaction with `statement`, then gives its connection back, or (when that
+   * failed, its state unknown) discards it. */
+  async #close(client, statement) {
+    try {
+      await client.query(statement);
+    } catch (err) {
+      client.release(err);
+      throw err;
+    }
+    client.release();
   }
 
   /** The compare-and-set, on `db` (the pool, or a transaction's client). */
@@ -104,33 +128,33 @@ export class PostgresStore {
   }
 
   /** A handler's completion with its transaction open: an answer whose response is stored
-   * (`write.storesResponse`, the engine's word) commits with the handler's rows, or neither
-   * does (fenced out). Anything else rolls the handler's rows back and is written alone: a
-   * handler that threw, a release (such as a 5xx left for a retry), an outcome held as
-   * unknown (IDEM-STORE-7). */
-  async #complete(open, key, write, outcome) {
+   * (`write.storesResponse`, the engine's word) commits with the handler's rows. Anything
+   * else rolls the handler's rows back and is written alone: a handler that threw, a release
+   * (such as a 5xx left for a retry), an outcome held as unknown (IDEM-STORE-7). A stored
+   * response whose write loses its race leaves the transaction open for this attempt: its
+   * next completion (made from the record as it then reads, after a write of its own whose
+   * answer was lost) commits it, and the end of the attempt rolls it back. A response is
+   * never stored without the rows it describes. */
+  async #complete(open, attempt, key, write, outcome) {
     const { client } = open;
-    let release = true;
+    if (!(write.storesResponse && outcome === "answered")) {
+      await this.#close(client, "ROLLBACK");
+      return this.#write(this.#pool, key, write);
+    }
+    let applied;
     try {
-      if (write.storesResponse && outcome === "answered") {
-        let applied = false;
-        try {
-          applied = await this.#write(client, key, write);
-        } finally {
-          await client.query(applied ? "COMMIT" : "ROLLBACK");
-        }
-        return applied;
-      }
-      await client.query("ROLLBACK");
-      return await this.#write(this.#pool, key, write);
+      applied = await this.#write(client, key, write);
     } catch (err) {
       // A connection that failed mid-transaction is not given back to the pool.
       client.release(err);
-      release = false;
       throw err;
-    } finally {
-      if (release) client.release();
     }
+    if (!applied) {
+      this.#open.set(attempt, open);
+      return false;
+    }
+    await this.#close(client, "COMMIT");
+    return true;
   }
 
   /**
@@ -145,15 +169,22 @@ export class PostgresStore {
     const attempt = attemptOfContext(context);
     if (this.#open.has(attempt)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
     if (typeof this.#pool.connect !== "function") throw rangeError("IDEM-JS-1", "transaction needs a pool (with connect())");
-    const client = await this.#pool.connect();
+    // The attempt's place is taken before anything is awaited, so that a second call of the
+    // same request is refused instead of leaking a connection; it is handed over (`ready`)
+    // once `fn` is done.
+    const open = { client: null, ready: false };
+    this.#open.set(attempt, open);
     try {
-      await client.query("BEGIN");
-      const result = await fn(client);
-      this.#open.set(attempt, { client });
+      open.client = await this.#pool.connect();
+      await open.client.query("BEGIN");
+      const result = await fn(open.client);
+      // The request's completion or end came while `fn` ran: nothing of it commits.
+      if (this.#open.get(attempt) !== open) throw rangeError("IDEM-LEASE-3", "the request was over before its transaction was done");
+      open.ready = true;
       return result;
     } catch (err) {
-      await client.query("ROLLBACK").catch(() => {});
-      client.release();
+      if (this.#open.get(attempt) === open) this.#open.delete(attempt);
+      if (open.client !== null) await this.#close(open.client, "ROLLBACK").catch(() => {});
       throw err;
     }
   }

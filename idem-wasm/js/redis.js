@@ -5,17 +5,18 @@
 // a cluster. Writes are one Lua script (idem-core/stores/redis-apply.lua, shared with the
 // Rust store), so the version check and the write are one step. The record's time-to-live
 // is its key's expiry (or its live lease's end), from `write.expires`: never the response's,
-// which would make the key new again and let a retry run twice (IDEM-TTL-3). A response
-// past its expiry stays in the hash until then; the engine answers 410 from it.
+// which would make the key new again and let a retry run twice (IDEM-TTL-3). A completed
+// record's response is kept apart, under the record's key and `:response`, and expires with
+// the response (IDEM-STORE-9): its bytes are gone from Redis when the response retention
+// ends, while the key's tombstone stays. Reads are one script too (redis-load.lua).
+import { redisResponseKey, responseApart } from "idem";
 import APPLY from "../../idem-core/stores/redis-apply.lua";
+import LOAD from "../../idem-core/stores/redis-load.lua";
 import { rangeError } from "./errors.js";
 
 const SCRIPT = "idemApply";
+const READ = "idemLoad";
 
-/**
- * A store on Redis or Valkey through an ioredis client (a `Redis`, or a `Cluster`). The
- * client is the caller's: it is neither connected nor closed here.
- */
 export class RedisStore {
   #redis;
   #prefix;
@@ -31,8 +32,9 @@ export class RedisStore {
     if (typeof prefix !== "string") throw rangeError("IDEM-JS-1", "options.prefix must be a string");
     this.#redis = redis;
     this.#prefix = prefix;
-    // ioredis sends the script by its SHA-1 and loads it on the server when missing.
-    if (typeof redis[SCRIPT] !== "function") redis.defineCommand(SCRIPT, { numberOfKeys: 1, lua: APPLY });
+    // ioredis sends the scripts by their SHA-1 and loads them on the server when missing.
+    if (typeof redis[SCRIPT] !== "function") redis.defineCommand(SCRIPT, { numberOfKeys: 2, lua: APPLY });
+    if (typeof redis[READ] !== "function") redis.defineCommand(READ, { numberOfKeys: 2, lua: LOAD });
   }
 
   /** The Redis key of a storage key. */
@@ -41,20 +43,32 @@ export class RedisStore {
   }
 
   async load(key) {
-    const [version, value] = await this.#redis.hmgetBuffer(this.redisKey(key), "v", "r");
-    if (version === null || value === null) return null;
+    const redisKey = this.redisKey(key);
+    const found = await this.#redis[`${READ}Buffer`](redisKey, redisResponseKey(redisKey));
+    if (found === null) return null;
+    const [version, value] = found;
     return { version: version.toString("latin1"), value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
   }
 
   async apply(key, write, _now) {
+    const redisKey = this.redisKey(key);
     const put = write.value !== null;
+    // A completed record whose response expires before it (`deadline` < `expires`): the
+    // record without its response is kept for the key's retention, the whole record until
+    // the response expires.
+    const held = put && write.deadline < write.expires ? responseApart(write.value) : undefined;
     const done = await this.#redis[SCRIPT](
-      this.redisKey(key),
+      redisKey,
+      redisResponseKey(redisKey),
       write.expect ?? "",
       put ? write.version : "",
-      put ? Buffer.from(write.value.buffer, write.value.byteOffset, write.value.byteLength) : "",
+      put ? buffer(held ?? write.value) : "",
       put ? String(Math.ceil(write.expires)) : "0",
+      held !== undefined ? buffer(write.value) : "",
+      held !== undefined ? String(Math.ceil(write.deadline)) : "0",
     );
     return done === 1;
   }
 }
+
+const buffer = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);

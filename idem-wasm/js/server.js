@@ -283,8 +283,9 @@ export class Idempotency {
         throw err;
       }
       // The memory store answers at once; other stores answer with a promise.
-      const stored = context.finish(Ran.Answered, out.status, headers, body);
-      if (typeof stored !== "boolean") await stored;
+      let instead = context.finish(Ran.Answered, out.status, headers, body);
+      if (instead instanceof Promise) instead = await instead;
+      if (instead !== null) return plainReply(instead);
       return { status: out.status, headers, body, replayed: false, executed: true };
     });
   }
@@ -441,9 +442,23 @@ export class Idempotency {
       }
     } finally {
       request.ended = true;
+      // A store that keeps something for an attempt (a handler's transaction) lets go of it
+      // when the attempt's request is over, however it ended (IDEM-STORE-7).
+      const store = this.#store;
+      const key = request.attempt !== undefined && typeof store.end === "function" ? engine.storageKey(slot) : null;
+      const close = () => {
+        engine.end(slot);
+        if (key !== null) {
+          try {
+            Promise.resolve(store.end(key, request.attempt)).catch(() => {});
+          } catch {
+            // A store's failure to let go is its own; the answer stands.
+          }
+        }
+      };
       // A heartbeat or completion still on its way ends the slot when it is done.
-      if (request.busy === null) engine.end(slot);
-      else request.busy.finally(() => engine.end(slot));
+      if (request.busy === null) close();
+      else request.busy.finally(close);
     }
   }
 
@@ -479,7 +494,7 @@ export class Idempotency {
           // The completion says so, and whose it is: a store that commits it in the
           // handler's own transaction (PostgresStore#transaction) tells it from a heartbeat,
           // and one attempt's transaction from another's.
-          const info = request.outcome === undefined ? undefined : { outcome: request.outcome, fence: engine.fence(slot) };
+          const info = request.outcome === undefined ? undefined : { outcome: request.outcome, fence: engine.fence(slot), attempt: request.attempt };
           const applied = await store.apply(engine.storageKey(slot), write, this.#now(), info);
           engine.applied(slot, this.#now(), applied === true);
         } else if (step === Step.Claim && typeof store.claim === "function") {
@@ -498,14 +513,23 @@ export class Idempotency {
   }
 
   /** Records the handler's outcome (IDEM-OUT-5: before the response leaves). With the
-   * memory store it is done at once and returns whether it was stored; otherwise a promise
-   * of that. The response is sent either way. */
+   * memory store it is done at once; otherwise it returns a promise. Its result is null
+   * when the handler's answer goes out, or the engine's reply to send instead when another
+   * attempt took the lease over (IDEM-LEASE-5: the key's outcome, never this attempt's). */
   #finish(request, ran, status, headers, body) {
     const engine = this.#engine;
     request.outcome = ran === Ran.Answered ? "answered" : "threw";
     engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
-    if (this.#records !== null) return this.#driveIn(request.slot) === Step.Done;
-    return this.#advance(request).then((step) => step === Step.Done);
+    if (this.#records !== null) return this.#instead(request, this.#driveIn(request.slot));
+    return this.#advance(request).then((step) => this.#instead(request, step));
+  }
+
+  /** After the outcome: the reply that replaces the handler's answer, or null. */
+  #instead(request, step) {
+    if (step !== Step.Done) return null;
+    const reply = takeReply(this.#engine, request.slot);
+    if (reply !== null) reply.replayed = isReplay(reply.headers);
+    return reply;
   }
 
   /** Every store step in the memory store, at once. */
@@ -543,11 +567,12 @@ class RunContext {
   #finish;
   constructor(engine, request, finish, extend) {
     // One call for the four, not one each.
-    const { key, recovered, fence, leaseExpires } = takeContext(engine, request.slot);
+    const { key, recovered, fence, leaseExpires, attempt } = takeContext(engine, request.slot);
     this.key = key;
     this.recovered = recovered;
     this.fence = fence;
     this.leaseExpires = leaseExpires;
+    request.attempt = attempt;
     // Its own property, so that `const { extend } = context` works.
     this.extend = () => extend(this);
     this.#engine = engine;
@@ -564,6 +589,12 @@ class RunContext {
   get storageKey() {
     if (this.#request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
     return this.#engine.storageKey(this.#request.slot);
+  }
+
+  /** This attempt's identity (16 hex digits), unique across every attempt at every key: what
+   * a store keys something it keeps for the attempt by (PostgresStore#transaction). */
+  get attempt() {
+    return this.#request.attempt;
   }
 
   /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
@@ -705,8 +736,9 @@ export function withIdempotency(handler, options) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
       }
-      const stored = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
-      if (typeof stored !== "boolean") await stored;
+      let instead = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
+      if (instead instanceof Promise) instead = await instead;
+      if (instead !== null) return answer(instead);
       // A body that was read to store it is given to the caller again, in a new response.
       return bytes === null || built !== undefined
         ? response

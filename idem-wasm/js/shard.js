@@ -458,8 +458,7 @@ export class DurableObjectLocalStore {
   #storage;
   #prefix;
   #shard;
-  /** Attempt (storage key and fence) → the handler's transaction, waiting for its
-   * completion. */
+  /** Attempt → the handler's transaction, waiting for its completion. */
   #open = new Map();
 
   /** The largest response kept (IDEM-STORE-5): the record, with the handler's writes, still
@@ -491,15 +490,33 @@ export class DurableObjectLocalStore {
     return this.#shard.load(key);
   }
 
-  apply(key, write, now, info) {
-    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.fence);
+  async apply(key, write, now, info) {
+    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.attempt);
     const open = attempt === undefined ? undefined : this.#open.get(attempt);
-    if (open === undefined) return this.#shard.apply(key, write, now);
-    this.#open.delete(attempt);
+    // A transaction still running when its request answered is not part of the answer.
+    if (open === undefined || !open.ready) {
+      if (open !== undefined) this.#open.delete(attempt);
+      return this.#shard.apply(key, write, now);
+    }
     // Only an answer whose response is stored commits the handler's writes, in the same
     // atomic write (IDEM-STORE-7); anything else leaves them unwritten.
     const commits = write.storesResponse && info.outcome === "answered";
-    return this.#shard.apply(key, write, now, commits ? open.writes() : undefined);
+    if (!commits) {
+      this.#open.delete(attempt);
+      return this.#shard.apply(key, write, now);
+    }
+    const applied = await this.#shard.apply(key, write, now, open.writes());
+    // A completion that lost its race keeps the writes for this attempt's next completion
+    // (made from the record as it reads after a write of its own whose answer was lost); the
+    // end of the attempt drops them. Never given up here, or the next completion would
+    // store the response without them.
+    if (applied) this.#open.delete(attempt);
+    return applied;
+  }
+
+  /** The attempt's request is over: writes it left uncommitted are dropped. */
+  end(key, attempt) {
+    this.#open.delete(attemptOf(key, attempt));
   }
 
   /** Expires what is due; call it from the object's `alarm()`. */
@@ -518,15 +535,26 @@ export class DurableObjectLocalStore {
   async transaction(context, fn) {
     const attempt = attemptOfContext(context);
     if (this.#open.has(attempt)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
+    // The attempt's place is taken before `fn` runs, so that a second call of the same
+    // request is refused instead of replacing the first one's writes.
     const tx = new ObjectTransaction(this.#storage, this.#prefix);
-    const result = await fn(tx);
     this.#open.set(attempt, tx);
-    return result;
+    try {
+      const result = await fn(tx);
+      if (this.#open.get(attempt) !== tx) throw rangeError("IDEM-LEASE-3", "the request was over before its transaction was done");
+      tx.ready = true;
+      return result;
+    } catch (err) {
+      if (this.#open.get(attempt) === tx) this.#open.delete(attempt);
+      throw err;
+    }
   }
 }
 
 /** A handler's writes, held until the completion that stores its response. */
 class ObjectTransaction {
+  /** Whether `fn` is done and the writes wait for the completion. */
+  ready = false;
   #storage;
   #prefix;
   /** Key → value, or undefined for a delete. */

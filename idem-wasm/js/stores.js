@@ -9,7 +9,7 @@
 //
 // A write puts `write.value` with `write.version`, or deletes the record when `value` is
 // null. `write.deadline` says when the record next changes on its own (IDEM-TTL-4).
-import { Records, expire as expireRecord } from "./idem_wasm.js";
+import { Records, expire as expireRecord, redisResponseSuffix, responseApart as responseApartOf } from "./idem_wasm.js";
 import { StoreFullError, rangeError, readWrite } from "./util.js";
 
 /** The records of a MemoryStore (inside the WebAssembly module), or null for other stores:
@@ -96,3 +96,18 @@ export function expire(now, value) {
   const bytes = expireRecord(now, value);
   return bytes === undefined ? undefined : readWrite(bytes);
 }
+
+/**
+ * For stores of your own that delete on a time-to-live: the record `value` as it stands once
+ * its response has expired (its tombstone, the same version), or undefined when it holds no
+ * response that expires before it. Keep the response apart, expiring at the write's
+ * `deadline`, and this for the record's whole `expires` (IDEM-STORE-9), as RedisStore does.
+ */
+export function responseApart(value) {
+  return responseApartOf(value);
+}
+
+/** What the Redis key of a record's response adds to the record's key (idem-core's; the
+ * Rust RedisStore uses the same). */
+export const redisResponseKey = (recordKey) => recordKey + (suffix ??= redisResponseSuffix());
+let suffix;

@@ -86,26 +86,34 @@ function memoryView() {
   return view;
 }
 
-/** The reply an engine just wrote into the module's memory (`Engine.reply`), read in place. */
+/** The reply an engine just wrote into the module's memory (`Engine.reply`), read in place;
+ * null when the slot has none. */
 export function takeReply(engine, slot) {
   const length = engine.reply(slot);
+  if (length === 0) return null;
   const at = engine.outPtr();
   return readReply(memoryView(), at, at + length);
 }
 
 /** The context of the handler running in a slot (`Engine.context`), read in place:
- * `{ key, recovered, fence, leaseExpires }`. */
+ * `{ key, recovered, fence, leaseExpires, attempt }`. */
 export function takeContext(engine, slot) {
   const length = engine.context(slot);
   const at = engine.outPtr();
   const bytes = memoryView();
-  const numbers = new DataView(bytes.buffer, bytes.byteOffset + at, 17);
+  const numbers = new DataView(bytes.buffer, bytes.byteOffset + at, 25);
   return {
-    key: utf8(bytes, at + 17, at + length),
-    recovered: bytes[at + 16] === 1,
+    key: utf8(bytes, at + 25, at + length),
+    recovered: bytes[at + 24] === 1,
     fence: numbers.getFloat64(0, true),
     leaseExpires: numbers.getFloat64(8, true),
+    // 64 bits as 16 hex digits: an identity to key by, never a number to compute with.
+    attempt: hex32(numbers.getUint32(20, true)) + hex32(numbers.getUint32(16, true)),
   };
+}
+
+function hex32(n) {
+  return n.toString(16).padStart(8, "0");
 }
 
 /** Write bytes at `at` to `to` (src/interop.rs): the write a store applies, `{ expect,

@@ -23,8 +23,9 @@
 //!   then the expected version when [`WriteFlag::Expect`] is set), then the record bytes when
 //!   [`WriteFlag::Value`] is set. Numbers are little-endian.
 //! * **Context bytes** (what a running handler is told): `f64` fencing number, `f64` end of
-//!   the lease (milliseconds since the epoch), a `u8` that is 1 when the handler takes over
-//!   from an attempt whose lease expired, then the key (UTF-8). Numbers are little-endian.
+//!   the lease (milliseconds since the epoch), `u64` the attempt's identity
+//!   ([`idem_core::Context::attempt`]), a `u8` that is 1 when the handler takes over from an
+//!   attempt whose lease expired, then the key (UTF-8). Numbers are little-endian.
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -773,6 +774,7 @@ pub fn encode_context_into(out: &mut Vec<u8>, context: &idem_core::Context, key:
     out.clear();
     out.extend_from_slice(&(context.fence as f64).to_le_bytes());
     out.extend_from_slice(&to_ms(context.lease_expires).to_le_bytes());
+    out.extend_from_slice(&context.attempt.to_le_bytes());
     out.push(u8::from(context.recovered));
     out.extend_from_slice(key.as_bytes());
 }

@@ -640,6 +640,25 @@ pub fn expire(now: f64, value: &[u8]) -> JsResult<Option<Vec<u8>>> {
         }))
 }
 
+/// For a store that drops a record's response when the response expires, apart from the
+/// record (`IDEM-STORE-9`): the bytes of the record as it stands once its response has
+/// expired (its tombstone, the same version), or `undefined` when the record holds no
+/// response that expires before it. Throws a `RangeError` (`IDEM-REC-1`) for bytes that are
+/// not a record.
+#[wasm_bindgen(js_name = responseApart)]
+pub fn response_apart(value: &[u8]) -> JsResult<Option<Vec<u8>>> {
+    let record =
+        idem_core::decode_record(value).map_err(|e| js(interop::ErrorParts::record(&e)))?;
+    Ok(idem_core::stores::response_apart(&record).map(|(held, _)| idem_core::encode_record(&held)))
+}
+
+/// What the Redis key of a record's response adds to the record's key
+/// ([`idem_core::stores::REDIS_RESPONSE_SUFFIX`]).
+#[wasm_bindgen(js_name = redisResponseSuffix)]
+pub fn redis_response_suffix() -> String {
+    String::from(idem_core::stores::REDIS_RESPONSE_SUFFIX)
+}
+
 /// The module's memory, where `Engine.reply` leaves its bytes.
 #[wasm_bindgen(js_name = wasmMemory)]
 pub fn wasm_memory() -> JsValue {

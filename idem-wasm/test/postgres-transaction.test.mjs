@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { idempotencyOf, withIdempotency } from "idem";
+import { Idempotency, idempotencyOf, withIdempotency } from "idem";
 import { PostgresStore } from "idem/postgres";
 import pg from "pg";
 import { ORDERS_SCHEMA, ordersHandler } from "../examples/postgres-orders/orders.mjs";
@@ -145,7 +145,11 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     const takeover = await handler(post(key, 900, "cus_f"));
     assert.equal(takeover.status, 201);
     const won = await takeover.json();
-    await (await zombie).arrayBuffer();
+    // IDEM-LEASE-5: the displaced attempt completed while the winner still ran, and says
+    // so (409 in-progress), never answering with its own order, which rolled back.
+    const lost = await zombie;
+    assert.equal(lost.status, 409);
+    assert.equal((await lost.json()).type, "urn:idem:problem:in-progress");
     const rows = await orders("cus_f");
     assert.equal(rows.length, 1, `orders: ${JSON.stringify(rows)}`);
     assert.equal(Number(rows[0].id), won.id);
@@ -175,7 +179,11 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     assert.equal(takeover.status, 201);
     const won = await takeover.json();
     release();
-    await zombie;
+    // IDEM-LEASE-5: the attempt that lost its lease answers with the winner's stored
+    // response, never with its own (whose order rolled back).
+    const lost = await zombie;
+    assert.equal(lost.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(await lost.json(), won);
     const rows = await orders("cus_c");
     assert.equal(rows.length, 1, `orders: ${JSON.stringify(rows)}`);
     assert.equal(Number(rows[0].id), won.id);
@@ -183,5 +191,100 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     assert.equal(retry.headers.get("idempotent-replayed"), "true");
     assert.deepEqual(await retry.json(), won);
     assert.equal(pool.totalCount - pool.idleCount, 0);
+  });
+
+  /** Resolves once every connection of the pool is back, or rejects after `ms`. */
+  const allBack = async (ms = 2_000) => {
+    const until = Date.now() + ms;
+    while (pool.totalCount - pool.idleCount !== 0) {
+      if (Date.now() > until) assert.fail(`${pool.totalCount - pool.idleCount} connection(s) still out`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+
+  test("a heartbeat committed whose answer was lost: the response is still stored with its order, never without it (IDEM-STORE-7)", async () => {
+    // The store as the host sees it when the connection drops after Postgres committed the
+    // heartbeat: the write happened, its answer is an error.
+    const losing = {
+      load: (key) => store.load(key),
+      end: (key, attempt) => store.end(key, attempt),
+      async apply(key, write, now, info) {
+        const heartbeat = write.inFlight && write.expect !== null && info === undefined;
+        const applied = await store.apply(key, write, now, info);
+        if (heartbeat) throw new Error("connection terminated after the commit");
+        return applied;
+      },
+    };
+    const handler = withIdempotency(
+      async (request) => {
+        const { amount } = await request.json();
+        const context = idempotencyOf(request);
+        const id = await store.transaction(context, async (client) => {
+          const { rows } = await client.query("INSERT INTO orders (customer, amount) VALUES ($1, $2) RETURNING id", ["cus_g", amount]);
+          return Number(rows[0].id);
+        });
+        await assert.rejects(context.extend(), { code: "IDEM-STORE-4" });
+        return Response.json({ id }, { status: 201 });
+      },
+      { store: losing, principal: (request) => request.headers.get("x-customer") },
+    );
+    const key = randomUUID();
+    const first = await handler(post(key, 800, "cus_g"));
+    assert.equal(first.status, 201);
+    const body = await first.json();
+    const rows = await orders("cus_g");
+    assert.equal(rows.length, 1, "the response was stored without the order it describes");
+    assert.equal(Number(rows[0].id), body.id);
+    const retry = await handler(post(key, 800, "cus_g"));
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.deepEqual(await retry.json(), body);
+    await allBack();
+  });
+
+  test("a transaction handed over whose completion is refused (a status past 599) is rolled back, and the retry does not hang on its locks", async () => {
+    const idem = new Idempotency({ store, principal: "none", lease: 300 });
+    const run = async (status) =>
+      idem.handle(
+        { method: "POST", target: "/orders", key: '"refused-status"', body: new TextEncoder().encode("{}") },
+        async (context) => {
+          await store.transaction(context, async (client) => {
+            // A row lock the next attempt needs.
+            await client.query("INSERT INTO orders (id, customer, amount) VALUES (424242, 'cus_h', 1)");
+          });
+          return { status };
+        },
+      );
+    await assert.rejects(run(600), { code: "IDEM-OUT-1" });
+    await allBack();
+    assert.equal((await orders("cus_h")).length, 0);
+    await new Promise((resolve) => setTimeout(resolve, 350));
+    const retry = await Promise.race([run(201), new Promise((_, reject) => setTimeout(() => reject(new Error("the retry hung")), 5_000))]);
+    assert.equal(retry.status, 201);
+    assert.equal((await orders("cus_h")).length, 1);
+    await allBack();
+  });
+
+  test("two transactions for one request at once: the second is refused and no connection leaks", async () => {
+    const idem = new Idempotency({ store, principal: "none" });
+    let outcomes;
+    const reply = await idem.handle(
+      { method: "POST", target: "/orders", key: `"${randomUUID()}"`, body: new TextEncoder().encode("{}") },
+      async (context) => {
+        const insert = async (client) => {
+          await new Promise((resolve) => setTimeout(resolve, 20));
+          await client.query("INSERT INTO orders (customer, amount) VALUES ('cus_i', 1)");
+        };
+        outcomes = await Promise.allSettled([store.transaction(context, insert), store.transaction(context, insert)]);
+        return { status: 201 };
+      },
+    );
+    assert.equal(reply.status, 201);
+    assert.deepEqual(
+      outcomes.map((o) => o.status),
+      ["fulfilled", "rejected"],
+    );
+    assert.equal(outcomes[1].reason.code, "IDEM-JS-1");
+    assert.equal((await orders("cus_i")).length, 1);
+    await allBack();
   });
 });

@@ -431,12 +431,73 @@ describe("leases", () => {
     assert.equal(contexts[1].recovered, true);
     assert.equal(contexts[1].fence, 2);
     first.resolve();
-    // The zombie still gets its own response, but its result is not stored.
-    assert.equal(await (await zombie).text(), "run 1");
+    // The zombie's result is not stored, and its caller gets the key's outcome: the stored
+    // response of the attempt that took over, replayed, never "run 1" (IDEM-LEASE-5).
+    const lost = await zombie;
+    assert.equal(await lost.text(), "run 2");
+    assert.equal(lost.headers.get("idempotent-replayed"), "true");
     assert.ok(events.includes("fenced-out"));
     const replay = await handler(post({ a: 1 }));
     assert.equal(await replay.text(), "run 2");
     assert.equal(replay.headers.get("idempotent-replayed"), "true");
+  });
+
+  test("a zombie whose successor still runs is told 409 in-progress; one whose successor released the key, 409 superseded (IDEM-LEASE-5)", async () => {
+    const clock = manualClock();
+    const gates = [deferred(), deferred()];
+    let executions = 0;
+    const handler = withIdempotency(
+      async (request) => {
+        const n = ++executions;
+        const { status } = await request.json();
+        await gates[n - 1]?.promise;
+        return new Response(`run ${n}`, { status: n === 1 ? 201 : status });
+      },
+      { principal: "none", store: new MemoryStore(), lease: 1000, now: clock },
+    );
+    for (const [status, type] of [
+      [201, "urn:idem:problem:in-progress"],
+      [429, "urn:idem:problem:superseded"],
+    ]) {
+      executions = 0;
+      gates.splice(0, 2, deferred(), deferred());
+      const key = `"zombie-${status}"`;
+      const zombie = handler(post({ status }, key));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      clock.advance(1001);
+      const successor = handler(post({ status }, key));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      if (status === 429) {
+        gates[1].resolve();
+        assert.equal((await successor).status, 429);
+      }
+      gates[0].resolve();
+      const lost = await zombie;
+      assert.equal(lost.status, 409);
+      const p = await problem(lost);
+      assert.equal(p.type, type);
+      assert.ok(Number(lost.headers.get("retry-after")) >= 1);
+      gates[1].resolve();
+      await successor;
+    }
+  });
+
+  test("a duplicate in flight is told to come back within the Retry-After bound, not when the whole lease ends (IDEM-CONC-3, IDEM-CONC-4)", async () => {
+    for (const [idem, expected] of [
+      [{}, "2"],
+      [{ maxRetryAfter: 5000 }, "5"],
+      [{ lease: 3000, maxRetryAfter: 60_000 }, "3"],
+    ]) {
+      const gate = deferred();
+      const { handler } = orders({ gate: () => gate.promise, idem });
+      const first = handler(post({ sku: "x" }, '"retry-after"'));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      const dup = await handler(post({ sku: "x" }, '"retry-after"'));
+      assert.equal(dup.status, 409);
+      assert.equal(dup.headers.get("retry-after"), expected, JSON.stringify(idem));
+      gate.resolve();
+      assert.equal((await first).status, 201);
+    }
   });
 
   test("a heartbeat extends the lease; after a takeover it is refused (IDEM-LEASE-3)", async () => {
@@ -542,7 +603,9 @@ describe("the same semantics through an asynchronous store", () => {
       clock.set(zombie.leaseExpires - 1);
       await assert.rejects(zombie.extend(), (e) => e instanceof RangeError && e.code === "IDEM-LEASE-2");
       gates[0].resolve();
-      assert.equal((await first).status, 201, "the zombie's response is still sent");
+      // The zombie's caller is told what a retry would be: the successor still runs
+      // (IDEM-LEASE-5).
+      assert.equal((await first).status, 409, "the zombie is answered with the key's outcome");
       clock.advance(2000);
       gates[1].resolve();
       assert.equal(await (await second).text(), "run 1");

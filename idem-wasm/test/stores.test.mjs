@@ -6,7 +6,7 @@
 // same tests under workerd, in examples/worker.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { MemoryStore } from "idem";
+import { MemoryStore, withIdempotency } from "idem";
 import { RedisStore } from "idem/redis";
 import { PostgresStore } from "idem/postgres";
 import { storeTests } from "idem/store-tests";
@@ -51,10 +51,40 @@ describe("RedisStore", () => {
     assert.equal(store.redisKey("k"), "app:{k}");
     const now = Date.now();
     const value = new Uint8Array([1, 2, 3]);
-    assert.equal(await store.apply("k", { expect: null, value, version: "5", deadline: now + 1_000, expires: now + 60_000 }, now), true);
+    assert.equal(await store.apply("k", { expect: null, value, version: "5", deadline: now + 60_000, expires: now + 60_000 }, now), true);
     assert.deepEqual(await redis.hgetall("app:{k}"), { v: "5", r: "\u0001\u0002\u0003" });
     const ttl = await redis.pttl("app:{k}");
     assert.ok(ttl > 58_000 && ttl <= 60_000, `pttl ${ttl}: from expires, not from the deadline`);
+  });
+
+  test("RedisStore: once a response's retention ends its bytes are gone from Redis, while the key still answers 410 (IDEM-STORE-9)", async () => {
+    const redis = client(server.url);
+    const store = new RedisStore(redis, { prefix: "secret:" });
+    const SECRET = "card ending 4242, Jane Doe, 1 Main St";
+    const handler = withIdempotency(async () => new Response(SECRET, { status: 201 }), {
+      store,
+      principal: "none",
+      responseTtl: 400,
+      keyTtl: 3_600_000,
+    });
+    const post = () => new Request("http://x.test/orders", { method: "POST", headers: { "idempotency-key": '"k"' }, body: "{}" });
+    const dump = async () => {
+      const keys = await redis.keys("secret:*");
+      let contents = "";
+      for (const key of keys) for (const value of Object.values(await redis.hgetall(key))) contents += value;
+      return { keys: keys.length, contents };
+    };
+    assert.equal((await handler(post())).status, 201);
+    assert.equal(await (await handler(post())).text(), SECRET);
+    assert.ok((await dump()).contents.includes(SECRET), "kept while it is replayed");
+    const record = (await redis.keys("secret:*")).find((k) => !k.endsWith(":response"));
+    const ttl = await redis.pttl(record);
+    assert.ok(ttl > 3_500_000, `the record's time-to-live is the key's: ${ttl}`);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    const after = await dump();
+    assert.ok(!after.contents.includes(SECRET), "the response's bytes are still in Redis after its retention ended");
+    assert.equal(after.keys, 1, "the key's record stays");
+    assert.equal((await handler(post())).status, 410, "a late retry is refused, not run again");
   });
 });
 

@@ -69,6 +69,16 @@ export interface StoreWrite {
  * undefined when nothing is due. Set `expect` to the stored version before applying it. */
 export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
 
+/** For a store that deletes on a time-to-live: the record as it stands once its response has
+ * expired (its tombstone, the same version), or undefined when it holds no response that
+ * expires before it. Keep the response apart until the write's `deadline` and this until its
+ * `expires` (IDEM-STORE-9). */
+export function responseApart(value: Uint8Array): Uint8Array | undefined;
+
+/** The Redis key of a record's response, kept apart while it lasts, from the record's Redis
+ * key (the same hash slot). */
+export function redisResponseKey(recordKey: string): string;
+
 /** The store contract (IDEM-STORE-1). `apply` resolves to false, changing nothing, when the
  * precondition fails. A store that cannot take a new key throws `StoreFullError`. Expiry is
  * the record's to say: never delete a record before its key expires, and never one in
@@ -76,8 +86,13 @@ export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
 export interface IdempotencyStore {
   load(key: string): Promise<StoredRecord | null> | StoredRecord | null;
   /** `info` is set on the write that records the handler's outcome: how the handler ended,
-   * and the fence of the attempt's lease (each attempt at a key has its own). */
-  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number }): Promise<boolean> | boolean;
+   * the fence of the attempt's lease, and the attempt's identity (every attempt at every key
+   * has its own). A completion that loses its race may be made again by the same attempt. */
+  apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number; attempt: string }): Promise<boolean> | boolean;
+  /** Called once the request of attempt `attempt` at `key` is over, however it ended: a store
+   * that keeps something for the attempt (a handler's transaction) lets go of it, rolled back
+   * unless its completion committed it (IDEM-STORE-7). */
+  end?(key: string, attempt: string): void | Promise<void>;
   /** Engine-side claim, for stores that claim next to their data (Durable Objects): the
    * request's ticket in, what was claimed out. */
   claim?(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
@@ -170,6 +185,9 @@ export interface IdempotencyContext {
   readonly leaseExpires: number;
   /** The key of the request's record in the store (for `PostgresStore#transaction`). */
   readonly storageKey: string;
+  /** This attempt's identity (16 hex digits), unique across every attempt at every key:
+   * what a store keys something it keeps for the attempt by. */
+  readonly attempt: string;
   /** A heartbeat: extends the lease by one lease period; rejects if it was taken over. */
   extend(): Promise<void>;
   /** `new Response(body, init)` that `withIdempotency` stores from the bytes given, without
