@@ -35,6 +35,32 @@ async function problemType(response) {
   }
 }
 
+/** The options of a Request that `fetch` reads from its init, besides method, headers, body
+ * and signal (which every attempt sets itself). */
+const REQUEST_FIELDS = ["cache", "credentials", "integrity", "keepalive", "mode", "priority", "redirect", "referrer", "referrerPolicy"];
+
+/** The options every attempt is sent with: all of `init` (standard or the runtime's own:
+ * workerd's `cf`, undici's `dispatcher` …) over those an input Request was made with. Only
+ * the Request's fields that differ from a plain request's are taken, so that a runtime
+ * never meets an option the caller did not set. */
+function fetchOptions(input, template, init) {
+  const options = {};
+  if (input instanceof Request) {
+    const plain = new Request(template.url);
+    for (const name of REQUEST_FIELDS) {
+      if (template[name] !== plain[name]) options[name] = template[name];
+    }
+    // A navigation's mode is the browser's to set: as a Request made from it, same-origin.
+    if (options.mode === "navigate") options.mode = "same-origin";
+  }
+  return Object.assign(options, init);
+}
+
+/** The reason `signal` gives for its abort, as `fetch` rejects with it. */
+function abortReason(signal) {
+  return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
+}
+
 function newKey(version, now) {
   // Random values are drawn here, inside the call, never at module load.
   if (version === 7) return Outbox.keyV7(now, crypto.getRandomValues(new Uint8Array(10)));
@@ -102,6 +128,7 @@ function checkOptions(options) {
     throw rangeError("IDEM-JS-1", 'keyKind "counter" needs options.counter: { client, epoch (decimal text), bits?, firstSeq? } from the session');
   }
   if (options.clientId !== undefined && typeof options.clientId !== "string") throw rangeError("IDEM-JS-1", "options.clientId must be a string");
+  if (options.signal !== undefined) throw rangeError("IDEM-JS-1", "options.signal is not an option: pass the AbortSignal in init, as to fetch (init.signal)");
 }
 
 /**
@@ -112,7 +139,9 @@ function checkOptions(options) {
  * jitter, never sooner than `Retry-After`, within `retry.deadline` and `retry.maxAttempts`.
  * A changed payload for the same logical request is refused (IDEM-CLIENT-1). With
  * `persist` and `id`, the entry is saved before every send, so a restart resumes with the
- * same key.
+ * same key. Every attempt is sent with all of `init`'s options (and an input Request's);
+ * when `init.signal` (or the input Request's signal) aborts, nothing more is sent and the
+ * call rejects at once with the signal's reason, the persisted entry kept (IDEM-JS-8).
  *
  * Resolves to `{ outcome, key, attempts, response?, status?, reason? }` where `outcome` is
  * `completed` (2xx/3xx), `rejected` (a deterministic 4xx), `failed` (given up, and nothing
@@ -125,8 +154,12 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   const doFetch = options.fetch ?? globalThis.fetch;
   // The retry options are read (and checked) by the module.
   const retry = options.retry;
+  // fetch's own signal: init's, else the input Request's (an explicit null is none).
+  const signal = (init.signal !== undefined ? init.signal : input instanceof Request ? input.signal : undefined) ?? undefined;
+  if (signal?.aborted) throw abortReason(signal);
 
   const template = new Request(input, init);
+  const sendOptions = fetchOptions(input, template, init);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
   const method = template.method;
   const url = template.url;
@@ -188,10 +221,10 @@ export async function idempotentFetch(input, init = {}, options = {}) {
         next.free();
       }
       // Timers may fire a little early against the clock: wait until the backoff has ended.
-      for (let due = entry.nextSend(now()); due !== undefined && due > now() && !options.signal?.aborted; ) {
-        await sleep(due - now() + 1, options.signal);
+      for (let due = entry.nextSend(now()); due !== undefined && due > now() && !signal?.aborted; ) {
+        await sleep(due - now() + 1, signal);
       }
-      if (options.signal?.aborted) throw options.signal.reason ?? new Error("aborted");
+      if (signal?.aborted) throw abortReason(signal);
       entry.send(now(), digest);
       await save();
       const headers = new Headers(template.headers);
@@ -201,26 +234,24 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       }
       let response;
       try {
-        response = await doFetch(url, {
-          method,
-          headers,
-          body,
-          redirect: init.redirect,
-          signal: options.signal,
-        });
+        response = await doFetch(url, { ...sendOptions, method, headers, body, signal });
       } catch (err) {
-        if (options.signal?.aborted) throw err;
+        // Aborted while in flight: the entry stays as sent (its effect unknown) for a resume.
+        if (signal?.aborted) throw err;
         next = entry.onNetworkError(now(), random32(), random32(), networkErrorWasLost(err));
         await save();
         continue;
       }
+      const problem = await problemType(response);
+      // Aborted while the answer was read: it is not reported, and the entry stays as sent.
+      if (signal?.aborted) throw abortReason(signal);
       next = entry.onResponse(
         now(),
         random32(),
         random32(),
         response.status,
         retryAfterSeconds(response.headers.get("retry-after"), now()),
-        await problemType(response),
+        problem,
         false,
       );
       await save();

@@ -8,6 +8,7 @@
 // Mount it before body parsers: it reads the raw body (up to the engine's limit, 413
 // beyond) for the fingerprint, and leaves it as `req.rawBody`, with `req.body` parsed from
 // JSON when the content type says JSON (so that express.json() after it has nothing to do).
+// A body that something mounted before it has already read is refused (IDEM-JS-6).
 import { Idempotency } from "idem";
 import { rangeError } from "./errors.js";
 
@@ -17,7 +18,8 @@ const EMPTY = new Uint8Array(0);
  * Express middleware. `options` are `withIdempotency`'s (a store and a principal are
  * required; `principal` is called with the Express request), plus `skip(req)`, a predicate
  * for requests to let through unguarded. Refusals are problem+json, or the Response that
- * `options.problem(problem, reply)` returns.
+ * `options.problem(problem, reply)` returns. Every error (of the store, the principal, the
+ * problem hook, a body read before) goes to Express's error handling.
  */
 export function idempotency(options) {
   if (options === null || typeof options !== "object") throw rangeError("IDEM-JS-1", "idempotency(options) needs { store, principal }");
@@ -28,15 +30,21 @@ export function idempotency(options) {
     principal: typeof principal === "function" ? (input) => principal(input.req) : principal,
   });
   return function idempotencyMiddleware(req, res, next) {
-    serve(idem, skip, req, res, next).catch(next);
+    const held = { capture: null };
+    serve(idem, skip, req, res, next, held).catch((err) => {
+      // The app's own writes reach the response again, for its error handler.
+      held.capture?.release();
+      next(err);
+    });
   };
 }
 
-async function serve(idem, skip, req, res, next) {
+async function serve(idem, skip, req, res, next, held) {
   if (skip !== undefined && (await skip(req))) return next();
   const headers = { get: (name) => req.get(name) ?? null };
   const key = idem.keyOf(req.get(idem.keyHeader) ?? null, headers);
   if (!idem.protects(req.method, key !== null)) return next();
+  if (bodyTaken(req)) throw bodyTakenError();
   const length = req.get("content-length");
   const tooLarge = length === undefined ? undefined : idem.refuseBody(Number(length));
   if (tooLarge !== undefined) return send(res, await idem.serve(tooLarge, (reply) => reply), idem);
@@ -68,12 +76,33 @@ async function serve(idem, skip, req, res, next) {
     },
     (context) => {
       req.idempotency = context;
-      const captured = capture(res);
+      held.capture = capture(res);
       next();
-      return captured;
+      return held.capture.answer;
     },
   );
-  send(res, reply, idem);
+  held.capture?.release();
+  return send(res, reply, idem);
+}
+
+/** Whether something before this middleware has read the body, or is reading it: a body
+ * parser mounted first (body-parser 1 marks `_body`; any reader leaves the stream read,
+ * ended or flowing). The fingerprint would then be taken of nothing, and a reused key with
+ * another payload replayed instead of refused. */
+function bodyTaken(req) {
+  return req._body === true || req.readableDidRead === true || req.readableEnded === true || req.readableFlowing === true;
+}
+
+function bodyTakenError() {
+  const err = new Error(
+    "idem/express: the request body was already read by a middleware mounted before idempotency() " +
+      "(a body parser such as express.json, urlencoded, text or raw), so it cannot be fingerprinted. " +
+      "Mount idempotency() first: it leaves the raw body as req.rawBody, and req.body parsed when it is JSON.",
+  );
+  err.code = "IDEM-JS-6";
+  err.status = 500;
+  err.expose = false;
+  return err;
 }
 
 /** Reads the request body while the engine allows its size: the bytes, or (the rest left
@@ -96,62 +125,96 @@ async function readBody(req, idem) {
   return new Uint8Array(all.buffer, all.byteOffset, all.byteLength);
 }
 
-/** Holds back what the app writes to `res` and resolves to it as `{ status, headers, body }`
- * once it ends; nothing reaches the socket until the outcome is stored. */
+/** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
+ * at the first end, and nothing reaches the socket until the outcome is stored. What is
+ * written after that first end (a route that answers and then calls `next()` or throws
+ * lets a 404 or error handler, or Express's final handler, write too) goes nowhere: the
+ * first answer is the answer. `release()` gives `res` its own methods back, without the
+ * headers set since. */
 function capture(res) {
-  return new Promise((resolve) => {
-    const chunks = [];
-    const original = { write: res.write, end: res.end, writeHead: res.writeHead };
-    const bytes = (chunk, encoding) =>
-      typeof chunk === "string" ? Buffer.from(chunk, typeof encoding === "string" ? encoding : "utf8") : Buffer.from(chunk);
-    res.writeHead = function writeHead(status, reason, headers) {
-      res.statusCode = status;
-      const list = typeof reason === "object" && reason !== null ? reason : headers;
-      if (Array.isArray(list)) {
-        for (let i = 0; i < list.length; i += 2) res.setHeader(list[i], list[i + 1]);
-      } else if (list) {
-        for (const [name, value] of Object.entries(list)) res.setHeader(name, value);
-      }
-      return res;
-    };
-    res.write = function write(chunk, encoding, callback) {
-      if (chunk != null) chunks.push(bytes(chunk, encoding));
-      const cb = typeof encoding === "function" ? encoding : callback;
-      if (cb) queueMicrotask(cb);
-      return true;
-    };
-    res.end = function end(chunk, encoding, callback) {
-      if (chunk != null && typeof chunk !== "function") chunks.push(bytes(chunk, encoding));
-      Object.assign(res, original);
-      const headers = [];
-      for (const [name, value] of Object.entries(res.getHeaders())) {
-        for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-      }
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
-      const body = Buffer.concat(chunks);
-      resolve({ status: res.statusCode, headers, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
-      const cb = [chunk, encoding, callback].find((f) => typeof f === "function");
-      if (cb) queueMicrotask(cb);
-      return res;
-    };
+  const original = { write: res.write, end: res.end, writeHead: res.writeHead };
+  const chunks = [];
+  let ended = false;
+  let statusMessage;
+  let resolve;
+  const answer = new Promise((r) => {
+    resolve = r;
   });
+  const bytes = (chunk, encoding) =>
+    typeof chunk === "string" ? Buffer.from(chunk, typeof encoding === "string" ? encoding : "utf8") : Buffer.from(chunk);
+  const later = (...args) => {
+    const cb = args.find((f) => typeof f === "function");
+    if (cb) queueMicrotask(cb);
+  };
+  res.writeHead = function writeHead(status, reason, headers) {
+    if (ended) return res;
+    res.statusCode = status;
+    const list = typeof reason === "object" && reason !== null ? reason : headers;
+    if (Array.isArray(list)) {
+      for (let i = 0; i < list.length; i += 2) res.setHeader(list[i], list[i + 1]);
+    } else if (list) {
+      for (const [name, value] of Object.entries(list)) res.setHeader(name, value);
+    }
+    return res;
+  };
+  res.write = function write(chunk, encoding, callback) {
+    if (!ended && chunk != null) chunks.push(bytes(chunk, encoding));
+    later(encoding, callback);
+    return true;
+  };
+  res.end = function end(chunk, encoding, callback) {
+    later(chunk, encoding, callback);
+    if (ended) return res;
+    ended = true;
+    if (chunk != null && typeof chunk !== "function") chunks.push(bytes(chunk, encoding));
+    const headers = [];
+    for (const [name, value] of Object.entries(res.getHeaders())) {
+      for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
+    }
+    statusMessage = res.statusMessage;
+    clearHeaders(res);
+    const body = Buffer.concat(chunks);
+    resolve({ status: res.statusCode, headers, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
+    return res;
+  };
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    Object.assign(res, original);
+    if (ended) {
+      clearHeaders(res);
+      res.statusMessage = statusMessage;
+    }
+  };
+  return { answer, release };
 }
 
-/** Sends the engine's reply (the stored answer, a replay or a refusal). */
+function clearHeaders(res) {
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+}
+
+/** Sends the engine's reply (the stored answer, a replay or a refusal). Its headers replace
+ * those of the same names already set (by middleware before this one); the rest stay. */
 async function send(res, reply, idem) {
   // The engine's refusals go through the problem hook; replays and the app's answers never do.
   const mapped = idem.mappedRefusal(reply);
   if (mapped !== undefined) {
     reply = { status: mapped.status, headers: [...mapped.headers].flat(), body: new Uint8Array(await mapped.arrayBuffer()) };
   }
-  res.statusCode = reply.status;
+  const fields = new Map();
   for (let i = 0; i < reply.headers.length; i += 2) {
-    const name = reply.headers[i];
-    // Express's own length and encoding are recomputed from the body.
+    const name = reply.headers[i].toLowerCase();
+    // The length is set from the body below; the framing is the connection's.
     if (name === "content-length" || name === "transfer-encoding") continue;
-    const existing = res.getHeader(name);
-    if (existing === undefined) res.setHeader(name, reply.headers[i + 1]);
-    else res.setHeader(name, [].concat(existing, reply.headers[i + 1]));
+    const values = fields.get(name);
+    if (values === undefined) fields.set(name, [reply.headers[i + 1]]);
+    else values.push(reply.headers[i + 1]);
   }
+  res.statusCode = reply.status;
+  for (const [name, values] of fields) res.setHeader(name, values.length === 1 ? values[0] : values);
+  // Set, not left to Node: once a content-length was removed (the capture clears the
+  // headers), Node would send the answer chunked, and its replays would differ from it.
+  if (reply.status >= 200 && reply.status !== 204 && reply.status !== 304) res.setHeader("content-length", reply.body.byteLength);
   res.end(Buffer.from(reply.body.buffer, reply.body.byteOffset, reply.body.byteLength));
 }

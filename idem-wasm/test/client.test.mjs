@@ -145,11 +145,10 @@ describe("idempotentFetch", () => {
       const crash = new AbortController();
       let firstKey;
       await assert.rejects(
-        idempotentFetch(`${server.url}/orders`, order(), {
+        idempotentFetch(`${server.url}/orders`, { ...order(), signal: crash.signal }, {
           retry: FAST,
           id: "order-7",
           persist,
-          signal: crash.signal,
           fetch: async (url, init) => {
             firstKey = init.headers.get("idempotency-key");
             const response = await fetch(url, init); // it reaches the server and runs
@@ -191,5 +190,7 @@ describe("idempotentFetch", () => {
     await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", {}, { keyVersion: 5 }), (e) => e.code === "IDEM-JS-1");
     await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", {}, { retry: { base: 0 } }), (e) => e.code === "IDEM-JS-1");
     await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", {}, { persist: {} }), (e) => e.code === "IDEM-JS-1");
+    // The signal is fetch's own, in init (IDEM-JS-8): one given beside it would not be the one obeyed.
+    await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", {}, { signal: AbortSignal.abort() }), (e) => e.code === "IDEM-JS-1");
   });
 });

@@ -88,7 +88,7 @@ const saved = new Map<string, Uint8Array>();
 void (async () => {
   const result = await idempotentFetch(
     "https://api.example/orders",
-    { method: "POST", body: "{}", headers: { "content-type": "application/json" } },
+    { method: "POST", body: "{}", headers: { "content-type": "application/json" }, credentials: "include", signal: AbortSignal.timeout(10_000) },
     {
       keyVersion: 7,
       retry: { base: 100, cap: 5_000, maxAttempts: 5, deadline: 60_000 },
@@ -96,6 +96,9 @@ void (async () => {
       persist: { load: (id) => saved.get(id), save: (id, b) => void saved.set(id, b), delete: (id) => void saved.delete(id) },
     },
   );
+  // The signal is init's, as for fetch.
+  // @ts-expect-error
+  await idempotentFetch("https://api.example/orders", { method: "POST" }, { signal: AbortSignal.timeout(10_000) });
   if (result.outcome === "completed") {
     const status: number = result.status;
     void status;

@@ -36,7 +36,11 @@ export interface IdempotentFetchOptions {
   persist?: OutboxPersistence;
   /** The logical request's id under which `persist` keeps its entry. */
   id?: string;
-  signal?: AbortSignal;
+  /** Not an option: the signal is `init.signal` (or the input Request's), as for `fetch`.
+   * Given here, the call is refused (`IDEM-JS-1`). */
+  signal?: never;
+  /** The `fetch` each attempt goes through (default: the global one), called with the URL
+   * and every option of `init` (and of an input Request). */
   fetch?: typeof fetch;
   now?: () => number;
 }
@@ -46,7 +50,12 @@ export type IdempotentFetchResult =
   | { outcome: "failed" | "undetermined"; key: string; attempts: number; status?: number; reason?: "deadline" | "budget" | "key-forgotten" };
 
 /** `fetch` with an Idempotency-Key kept across retries, driven by the core's client state
- * machine. `undetermined` means some attempt may have been processed. */
+ * machine. `undetermined` means some attempt may have been processed. Every attempt is sent
+ * with all of `init`'s options (`credentials`, `mode`, `keepalive`, the runtime's own …) and
+ * an input Request's. When `init.signal` (or the input Request's signal) aborts, nothing
+ * more is sent and the promise rejects at once with the signal's reason (an `AbortError`
+ * unless given another); an entry in `persist` is kept, so that the same `id` resumes with
+ * the same key. */
 export function idempotentFetch(
   input: RequestInfo | URL,
   init?: RequestInit,

@@ -2,8 +2,9 @@
 import type { IdempotencyContext, IdempotencyOptions } from "idem";
 
 /** Express middleware with Idempotency-Key semantics. Mount it before body parsers: it
- * sets `req.rawBody`, `req.body` (JSON) and `req.idempotency`. `principal` gets the
- * Express request. */
+ * sets `req.rawBody`, `req.body` (JSON) and `req.idempotency`; a body already read by a
+ * middleware before it is an error with code `IDEM-JS-6`. Every error goes to `next(err)`.
+ * `principal` gets the Express request. */
 export function idempotency<Req = any, Res = any>(
   options: Omit<IdempotencyOptions, "principal" | "route"> & {
     principal: ((req: Req) => string | number | Promise<string | number>) | "none";
