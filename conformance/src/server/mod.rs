@@ -34,7 +34,13 @@
 //! mistake (the engine's times, the fingerprint, the principal). The layer itself has no
 //! fault hooks, so the suite shows that the case aimed at each defect fails.
 
+mod config;
 mod faults;
+mod listen;
+
+pub use config::{ServerConfig, StartError};
+
+use listen::accept_loop;
 
 use crate::store::RefStore;
 use axum::body::Body;
@@ -45,12 +51,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use idem_core::{
-    Applied, AsyncStore, Config, CounterConfig, Engine, FingerprintSpec, KeyKind,
-    MemoryStoreLimits, OpenStep, Policy, Problem, Refusal, Scope, StoreFailure, TimeKeyConfig,
-    TokenSecret, UnixMillis,
+    Applied, AsyncStore, Engine, FingerprintSpec, KeyKind, OpenStep, Policy, Problem, Refusal,
+    Scope, StoreFailure, TokenSecret, UnixMillis,
 };
 use idem_tower::{render, IdempotencyContext, IdempotencyLayer};
 use std::fmt;
@@ -58,7 +61,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 /// The path of the demo endpoint.
 pub const ORDERS_PATH: &str = "/orders";
@@ -193,159 +196,6 @@ impl fmt::Display for Fault {
         f.write_str(self.name())
     }
 }
-
-/// Settings of the reference server.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// How long a completed response is replayed (advertised; see [`Fault::ForgetEarly`]).
-    pub response_ttl: Duration,
-    /// How long a key is remembered.
-    pub key_ttl: Duration,
-    /// How long an in-flight claim lasts before a retry may take over.
-    pub lease: Duration,
-    /// How long each handler run takes.
-    pub delay: Duration,
-    /// The largest request body accepted (413 beyond).
-    pub max_body: usize,
-    /// Store capacity (503 when full).
-    pub limits: MemoryStoreLimits,
-    /// The deliberate defect, if any.
-    pub fault: Option<Fault>,
-    /// Serve HTTPS with this certificate instead of plain HTTP.
-    pub tls: Option<crate::tls::Identity>,
-    /// Accept only UUID keys (as many APIs do) instead of any opaque key.
-    pub uuid_keys: bool,
-    /// The time keys of [`PAYMENTS_PATH`]: the clock skew and the maximum age
-    /// (`max_age + max_ahead` at most the key retention).
-    pub time_keys: TimeKeyConfig,
-    /// The counters of [`TRANSFERS_PATH`]: bits and window.
-    pub counter: CounterConfig,
-    /// How long a token issued at [`TOKENS_PATH`] stays valid (at most the key retention).
-    pub token_ttl: Duration,
-    /// Where the records live: `None` for memory (one process), or `redis://…` or
-    /// `postgres://…`, which several server processes can share (with the count of
-    /// executions). Faults wrap whichever store it is.
-    pub store: Option<String>,
-}
-
-impl Default for ServerConfig {
-    /// idem-core's default retention and lease, a 100 ms handler, 1 MiB bodies.
-    fn default() -> Self {
-        let engine = Config::default();
-        ServerConfig {
-            response_ttl: engine.response_ttl,
-            key_ttl: engine.key_ttl,
-            lease: engine.lease,
-            delay: Duration::from_millis(100),
-            max_body: 1 << 20,
-            limits: MemoryStoreLimits::default(),
-            fault: None,
-            tls: None,
-            uuid_keys: false,
-            time_keys: TimeKeyConfig {
-                max_ahead: Duration::from_secs(5 * 60),
-                max_age: engine.response_ttl,
-            },
-            counter: CounterConfig::default(),
-            token_ttl: Duration::from_secs(3600),
-            store: None,
-        }
-    }
-}
-
-impl ServerConfig {
-    /// Bounds of the key kinds that fit the retention times: a clock skew of at most 5
-    /// minutes (a quarter of the key retention when that is shorter), time keys accepted for
-    /// the response retention (less the skew where the key retention requires it), tokens
-    /// valid for an hour at most (the key retention when that is shorter).
-    pub fn with_kind_bounds(mut self) -> ServerConfig {
-        let skew = Duration::from_secs(5 * 60).min(self.key_ttl / 4);
-        self.time_keys = TimeKeyConfig {
-            max_ahead: skew,
-            max_age: self.response_ttl.min(self.key_ttl.saturating_sub(skew)),
-        };
-        self.token_ttl = Duration::from_secs(3600).min(self.key_ttl);
-        self
-    }
-
-    /// Short retention and lease (1 s response, 2 s key, 1 s lease) so that the expiry and
-    /// lease cases finish within seconds: the settings of the embedded default run.
-    ///
-    /// The key kinds get matching bounds: a 0.5 s clock skew and 1 s maximum age for time
-    /// keys, 8-bit counters with a window of 4 (so that a run really wraps), 1 s tokens.
-    pub fn fast() -> ServerConfig {
-        ServerConfig {
-            response_ttl: Duration::from_secs(1),
-            key_ttl: Duration::from_secs(2),
-            lease: Duration::from_secs(1),
-            time_keys: TimeKeyConfig {
-                max_ahead: Duration::from_millis(500),
-                max_age: Duration::from_secs(1),
-            },
-            counter: CounterConfig { bits: 8, window: 4 },
-            token_ttl: Duration::from_secs(1),
-            ..ServerConfig::default()
-        }
-    }
-
-    /// The engine configuration actually used, faults included.
-    fn engine_config(&self) -> Config {
-        let mut c = Config {
-            response_ttl: self.response_ttl,
-            key_ttl: self.key_ttl,
-            lease: self.lease,
-            ..Config::default()
-        };
-        // A hundred years stands in for "never".
-        let forever = Duration::from_secs(100 * 365 * 24 * 3600);
-        // (`LostLease` acts on the store: see `faults::FaultyStore`.)
-        match self.fault {
-            Some(Fault::Store5xx) => c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store,
-            Some(Fault::ForgetEarly) => {
-                c.response_ttl = (self.response_ttl / 10).max(Duration::from_millis(1));
-                c.key_ttl = c.response_ttl;
-                c.lease = c.lease.min(c.key_ttl);
-            }
-            Some(Fault::NoTombstone) => c.key_ttl = c.response_ttl,
-            Some(Fault::NeverExpire) => c.key_ttl = forever,
-            _ => {}
-        }
-        c
-    }
-}
-
-/// Why the server could not start.
-#[derive(Debug)]
-pub enum StartError {
-    /// The settings are inconsistent (for example a key retention shorter than the response
-    /// retention).
-    Config(idem_core::ConfigError),
-    /// The address could not be bound.
-    Bind(std::io::Error),
-    /// The key kind cannot be configured.
-    Keys(idem_core::KindConfigError),
-    /// The store cannot be reached.
-    Store(String),
-    /// Settings that do not go together (an unknown store).
-    Settings(String),
-    /// The operating system gave no random bytes for the token secret.
-    Random(getrandom::Error),
-}
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StartError::Config(e) => write!(f, "invalid server settings: {e}"),
-            StartError::Bind(e) => write!(f, "cannot listen: {e}"),
-            StartError::Keys(e) => write!(f, "invalid key kind: {e}"),
-            StartError::Store(e) => write!(f, "store: {e}"),
-            StartError::Settings(e) => write!(f, "{e}"),
-            StartError::Random(e) => write!(f, "no random bytes for the token secret: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// The guarded endpoints, each with the policy of its key kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -567,65 +417,6 @@ where
         // refuse what the server accepts.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(Arc::clone(app))
-}
-
-/// How long a connection may take to send a request's headers (and finish its TLS
-/// handshake).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-async fn serve_connection<S>(router: Router, stream: S)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let _ = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
-        .await;
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
-    router: Router,
-) {
-    // Connections live in this set: when the server is dropped the accept task is aborted,
-    // the set is dropped with it, and every connection task ends.
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        // Out of file descriptors or similar: back off instead of spinning.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let router = router.clone();
-                let acceptor = acceptor.clone();
-                connections.spawn(async move {
-                    match acceptor {
-                        None => serve_connection(router, stream).await,
-                        Some(acceptor) => {
-                            // A client that never finishes its handshake costs one task for
-                            // as long as a client that never sends its headers.
-                            let handshake = tokio::time::timeout(
-                                HEADER_READ_TIMEOUT,
-                                acceptor.accept(stream),
-                            );
-                            if let Ok(Ok(tls)) = handshake.await {
-                                serve_connection(router, tls).await;
-                            }
-                        }
-                    }
-                });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
 }
 
 fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
