@@ -1,14 +1,14 @@
 //! `run [URL]`: its options, how they configure a [`Target`], and the run itself.
 
 use super::{harness, out, seconds, start_error, Failure};
+use crate::embedded::{self, Embedded};
 use crate::report::{self, Color};
-use crate::server::{Fault, Server, ServerConfig};
+use crate::server::{Fault, ServerConfig};
 use crate::suite::{self, KeyKind, KeyStyle, Profile, Target};
 use bytes::Bytes;
 use clap::Args;
 use hyper::header::{HeaderName, HeaderValue};
 use std::io::IsTerminal;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use url::Url;
@@ -64,14 +64,15 @@ pub(super) struct RunArgs {
     /// The key header's name.
     #[arg(long, default_value = "Idempotency-Key")]
     key_header: String,
-    /// How keys are written.
-    #[arg(long, value_enum, default_value_t = KeyStyle::Uuid)]
-    key_style: KeyStyle,
-    /// The kind of key the endpoint takes: opaque (the generic cases), or time, counter or
-    /// token (their own case families). Without a URL, the reference server's endpoint of
-    /// that kind.
-    #[arg(long, value_enum, default_value_t = KeyKind::Opaque)]
-    key_kind: KeyKind,
+    /// How opaque keys are written: uuid (bare UUID v4, the default against a URL),
+    /// sf-string (quoted, the default against the embedded server) or bare.
+    #[arg(long, value_enum)]
+    key_style: Option<KeyStyle>,
+    /// The kind of key the endpoint takes: opaque (the generic cases, the default), or
+    /// time, counter or token (their own case families). Without a URL every family runs
+    /// against the reference server's endpoint of its kind; this keeps only one.
+    #[arg(long, value_enum)]
+    key_kind: Option<KeyKind>,
     /// Time keys: the clock skew the server allows, in seconds (enables time/2).
     #[arg(long, value_name = "SECS")]
     time_skew: Option<f64>,
@@ -291,11 +292,14 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
     t.show_secrets = a.show_secrets;
     t.key_header = HeaderName::from_bytes(a.key_header.as_bytes())
         .map_err(|_| format!("invalid key header name {:?}", a.key_header))?;
-    t.key_style = a.key_style;
-    t.key_kind = a.key_kind;
-    if a.key_kind != KeyKind::Opaque && a.url.is_some() {
-        // Kind keys are not sf-strings.
-        t.key_style = KeyStyle::Bare;
+    if a.url.is_some() {
+        t.key_kind = a.key_kind.unwrap_or_default();
+    }
+    match a.key_style {
+        // Kind keys are not sf-strings: they are sent bare.
+        _ if t.key_kind != KeyKind::Opaque => t.key_style = KeyStyle::Bare,
+        Some(style) => t.key_style = style,
+        None => {}
     }
     if let Some(v) = a.time_skew {
         t.time_skew = Some(seconds("time-skew", v)?);
@@ -419,21 +423,6 @@ fn list() {
     }
 }
 
-/// Starts a reference server with `settings`, kept in `servers`, and its target for
-/// endpoints of `kind`.
-async fn embedded_target(
-    settings: &ServerConfig,
-    servers: &mut Vec<Server>,
-    kind: suite::KeyKind,
-) -> Result<Target, Failure> {
-    let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), settings.clone())
-        .await
-        .map_err(start_error)?;
-    let t = Target::for_reference_kind(&s, settings, kind);
-    servers.push(s);
-    Ok(t)
-}
-
 pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
     let cases = suite::select(&a.cases)?;
     if a.list {
@@ -441,9 +430,8 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     // The embedded servers live until the end of this function.
-    let mut embedded_config = None;
-    let mut servers = Vec::new();
-    let mut target = match &a.url {
+    let mut embedded = None;
+    let lanes = match &a.url {
         Some(url) => {
             if a.fault.is_some() || a.delay_ms.is_some() || a.tls || a.uuid_keys {
                 return Err(
@@ -457,7 +445,10 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
                     "{url}: only http:// and https:// URLs are supported"
                 )));
             }
-            Target::new(url)
+            let mut target = Target::new(url);
+            configure(&mut target, &a)?;
+            // Against a URL every case runs one after the other: the count oracle is shared.
+            vec![suite::Lane { target, cases }]
         }
         None => {
             let mut settings = ServerConfig::fast();
@@ -469,32 +460,27 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
             if let Some(ms) = a.delay_ms {
                 settings.delay = Duration::from_millis(ms);
             }
-            let t = embedded_target(&settings, &mut servers, a.key_kind).await?;
-            embedded_config = Some(settings);
-            t
+            // Every family against the endpoint of its kind; --key-kind keeps one.
+            let cases: Vec<_> = cases
+                .into_iter()
+                .filter(|c| a.key_kind.is_none_or(|k| embedded::kind_of(c) == k))
+                .collect();
+            if cases.is_empty() {
+                return Err("no selected case takes keys of that --key-kind".into());
+            }
+            let started = Embedded::start(&settings, &cases)
+                .await
+                .map_err(start_error)?;
+            let lanes = embedded.insert(started);
+            for lane in &mut lanes.lanes {
+                configure(&mut lane.target, &a)?;
+            }
+            std::mem::take(&mut lanes.lanes)
         }
     };
-    configure(&mut target, &a)?;
-    // Against the embedded server, the cases that wait for its clock run beside the
-    // others, each against a server of its own (and so with a count oracle of its own).
-    let (waiting, others): (Vec<&'static crate::cases::Case>, Vec<_>) = cases
-        .iter()
-        .partition(|c| embedded_config.is_some() && c.waits);
-    let mut lanes = vec![suite::Lane {
-        target: target.clone(),
-        cases: others,
-    }];
-    if let Some(settings) = &embedded_config {
-        for case in waiting {
-            let mut t = embedded_target(settings, &mut servers, a.key_kind).await?;
-            configure(&mut t, &a)?;
-            lanes.push(suite::Lane {
-                target: t,
-                cases: vec![case],
-            });
-        }
-    }
-    let embedded = embedded_config.as_ref().map(|c| c.fault);
+    let target = lanes[0].target.clone();
+    let total: usize = lanes.iter().map(|l| l.cases.len()).sum();
+    let fault = embedded.is_some().then_some(a.fault);
     let color = Color::detect(std::io::stdout().is_terminal());
     let err_color = Color::detect(std::io::stderr().is_terminal());
     let quiet = a.quiet;
@@ -508,23 +494,22 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
     };
     if !quiet {
         eprintln!(
-            "running {} case(s) against {}{}",
-            cases.len(),
+            "running {total} case(s) against {}{}",
             target.url,
-            if embedded_config.is_some() {
-                " (embedded reference server)"
+            if embedded.is_some() {
+                " (embedded reference servers: one per key kind and per case that waits)"
             } else {
                 ""
             }
         );
     }
-    let report = suite::run_lanes(lanes, embedded, &mut progress)
+    let report = suite::run_lanes(lanes, fault, &mut progress)
         .await
         .map_err(|e| match e {
             crate::http::HarnessError::Usage(m) => Failure::Usage(m),
             e => harness(e),
         })?;
-    drop(servers);
+    drop(embedded);
     out(&report::terminal(&report, color));
     if let Some(path) = &a.json {
         std::fs::write(path, report::json(&report))

@@ -132,6 +132,7 @@ pub async fn run_lanes(
     }
     drop(events);
     let mut results: Vec<Option<CaseResult>> = (0..total).map(|_| None).collect();
+    let mut reported = 0;
     while let Some(event) = received.recv().await {
         match event {
             LaneEvent::Started(i, case) => progress(Progress::Started {
@@ -141,12 +142,17 @@ pub async fn run_lanes(
             }),
             LaneEvent::Waiting(case, wait) => progress(Progress::Waiting { case, wait: &wait }),
             LaneEvent::Finished(i, result) => {
-                progress(Progress::Finished {
-                    index: i + 1,
-                    total,
-                    result: &result,
-                });
                 results[i] = Some(*result);
+                // Reported in suite order: a case finished early in one lane waits for
+                // the earlier cases of the others.
+                while let Some(Some(done)) = results.get(reported) {
+                    reported += 1;
+                    progress(Progress::Finished {
+                        index: reported,
+                        total,
+                        result: done,
+                    });
+                }
             }
         }
     }

@@ -234,7 +234,8 @@ pub enum Progress<'a> {
         /// What it waits for, and how long is left at most.
         wait: &'a Waiting,
     },
-    /// It finished.
+    /// It finished. Finished events come in suite order, whichever lane ran the case: a
+    /// case that finished before an earlier one of another lane is reported after it.
     Finished {
         /// 1-based position in this run.
         index: usize,
