@@ -8,7 +8,7 @@
 
 use crate::cases::SECTIONS;
 use crate::http::Exchange;
-use crate::report::exit_meaning;
+use crate::report::outcome;
 use crate::suite::{CaseResult, Report};
 use minijinja::value::Serde;
 use minijinja::{context, Environment, Value};
@@ -46,8 +46,8 @@ pub fn render(report: &Report) -> Result<Vec<(String, String)>, String> {
             t.render(context! {
                 report => Value::from(Serde(report)),
                 sections => Value::from(Serde(sections(report))),
-                worst => worst(report.exit_code),
-                exit_meaning => exit_meaning(report.exit_code),
+                worst => worst(report),
+                exit_meaning => outcome(report),
             })
         })
         .map_err(fail)?;
@@ -89,10 +89,12 @@ fn environment() -> Result<Environment<'static>, String> {
     Ok(env)
 }
 
-/// The verdict that names the whole run, from its exit code.
-fn worst(exit_code: u8) -> &'static str {
-    match exit_code {
+/// The verdict that names the whole run, from its exit code and, for a safety failure, the
+/// worst verdict it saw.
+fn worst(report: &Report) -> &'static str {
+    match report.exit_code {
         0 => "pass",
+        crate::suite::EXIT_UNSAFE if report.summary.leak > 0 => "leak",
         crate::suite::EXIT_UNSAFE => "unsafe",
         crate::suite::EXIT_FAIL => "fail",
         _ => "error",

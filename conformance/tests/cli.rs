@@ -598,3 +598,58 @@ fn a_closed_stdout_is_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(status.code(), Some(0), "{err}");
 }
+
+/// Without any oracle, a server with no lock is unsafe: the concurrent duplicates get
+/// different success answers for one key.
+#[test]
+fn a_server_without_a_lock_is_unsafe_without_an_oracle() {
+    let (_served, lines) = serve(&["--fault", "no-lock"], 1);
+    let url = format!("{}/orders", word_after(&lines[0], "http://"));
+    let o = run(&[
+        "run",
+        &url,
+        "--case",
+        "concurrent/1",
+        "--rounds",
+        "2",
+        "--quiet",
+    ]);
+    assert_eq!(code(&o), 2, "{}", text(&o.stdout));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("UNSAFE")
+            && out.contains("confidence medium")
+            && out.contains("two different success answers"),
+        "{out}"
+    );
+}
+
+/// A disclosure across principals exits 2 under every profile and is named in the
+/// terminal and JUnit reports.
+#[test]
+fn a_leak_exits_2_under_every_profile_and_is_named() {
+    for profile in ["ietf", "stripe", "idem"] {
+        let junit = temp(&format!("leak-{profile}.xml"));
+        let o = run(&[
+            "run",
+            "--fault",
+            "mismatch-across-principals",
+            "--case",
+            "scope",
+            "--profile",
+            profile,
+            "--junit",
+            junit.to_str().expect("utf-8"),
+            "--quiet",
+        ]);
+        assert_eq!(code(&o), 2, "{profile}: {}", text(&o.stdout));
+        let out = text(&o.stdout);
+        assert!(
+            out.contains("LEAK") && out.contains("another payload"),
+            "{profile}: {out}"
+        );
+        let (_, failures, _, _, types) =
+            junit_counts(&std::fs::read_to_string(&junit).expect("JUnit written"));
+        assert_eq!((failures, types), (1, vec!["leak".to_owned()]));
+    }
+}

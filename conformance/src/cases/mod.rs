@@ -205,8 +205,9 @@ pub(crate) enum Check {
     Pass(Confidence, String),
     /// A requirement was missed; the profile's level for it decides the verdict.
     Miss(Miss),
-    /// A request executed more often than once, whatever the profile.
-    Unsafe { expected: String, observed: String },
+    /// A safety failure (a double execution, a disclosure across principals), graded the
+    /// same whatever the profile.
+    Safety(Breach),
     /// Not run, and why.
     Skip(String),
 }
@@ -233,11 +234,101 @@ pub(crate) fn miss(
     })
 }
 
+/// A safety failure a case observed: which, how sure the harness is and why, what was
+/// expected and what happened.
+#[derive(Debug)]
+pub(crate) struct Breach {
+    pub(crate) kind: Safety,
+    pub(crate) confidence: Confidence,
+    pub(crate) why: String,
+    pub(crate) expected: String,
+    pub(crate) observed: String,
+}
+
+/// The two safety failures, each the breach of one requirement that the spec names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Safety {
+    /// A request executed more often than once.
+    Unsafe,
+    /// One principal's record disclosed to another.
+    Leak,
+}
+
+impl Safety {
+    /// The requirement the spec says this breach misses.
+    pub(crate) fn requirement(self) -> &'static str {
+        let kind = match self {
+            Safety::Unsafe => idem_spec::Safety::Unsafe,
+            Safety::Leak => idem_spec::Safety::Leak,
+        };
+        idem_spec::requirements()
+            .iter()
+            .find(|r| r.safety == Some(kind))
+            .map_or("IDEM-EXEC-1", |r| r.id.as_str())
+    }
+
+    /// Its verdict.
+    pub(crate) fn verdict(self) -> crate::suite::Verdict {
+        match self {
+            Safety::Unsafe => crate::suite::Verdict::Unsafe,
+            Safety::Leak => crate::suite::Verdict::Leak,
+        }
+    }
+}
+
+/// A double execution an oracle saw (the count oracle counted it, or the id oracle names two
+/// resources).
 pub(crate) fn unsafe_(expected: impl Into<String>, observed: impl Into<String>) -> Check {
-    Check::Unsafe {
+    Check::Safety(Breach {
+        kind: Safety::Unsafe,
+        confidence: Confidence::High,
+        why: "an oracle saw it: the count URL counted the executions, or the created resources' ids differ".into(),
         expected: expected.into(),
         observed: observed.into(),
-    }
+    })
+}
+
+/// Two different success answers to one key: each is the result of an execution of its
+/// own unless the server renders its replays anew. Medium when neither claims to be a
+/// replay, low when the server marks one as a replay of the other.
+pub(crate) fn two_answers(
+    ctx: &Ctx<'_>,
+    a: &Resp,
+    b: &Resp,
+    expected: impl Into<String>,
+    observed: impl Into<String>,
+) -> Check {
+    let marked = ctx.marked(a) || ctx.marked(b);
+    let (confidence, why) = if marked {
+        (
+            Confidence::Low,
+            "two different success answers to one key, without an oracle; the server marks one as a replay, so it either ran the request twice or does not replay what it stored",
+        )
+    } else {
+        (
+            Confidence::Medium,
+            "two different success answers to one key, neither marked as a replay: without an oracle that is the evidence of two executions (a server that replays what it stored answers the same bytes)",
+        )
+    };
+    Check::Safety(Breach {
+        kind: Safety::Unsafe,
+        confidence,
+        why: why.into(),
+        expected: expected.into(),
+        observed: observed.into(),
+    })
+}
+
+/// One principal's record disclosed to another: certain, since the answer shows it.
+pub(crate) fn leak(expected: impl Into<String>, observed: impl Into<String>) -> Check {
+    Check::Safety(Breach {
+        kind: Safety::Leak,
+        confidence: Confidence::High,
+        why: "the other principal's answer reveals the first principal's record with this key"
+            .into(),
+        expected: expected.into(),
+        observed: observed.into(),
+    })
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.

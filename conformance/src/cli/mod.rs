@@ -1,7 +1,7 @@
 //! The command line: `run [URL]`, `serve`, `bench`.
 //!
-//! Exit codes of `run`: 0 all required cases passed, 1 a case failed, 2 unsafe behaviour
-//! (a double execution) was seen, 3 usage error (a bad option or value, for any
+//! Exit codes of `run`: 0 all required cases passed, 1 a case failed, 2 a safety failure
+//! was seen (a double execution, or a disclosure across principals), 3 usage error (a bad option or value, for any
 //! subcommand), 4 the target could not be reached or judged, or the harness failed.
 //!
 //! Credentials never need to be on the command line: `--header-env NAME=VAR` and

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// Settings of the reference server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// How long a completed response is replayed (advertised; see [`Fault::ForgetEarly`]).
+    /// How long a completed response is replayed (advertised; the `forget-early` fault drops them sooner).
     pub response_ttl: Duration,
     /// How long a key is remembered.
     pub key_ttl: Duration,
@@ -108,19 +108,8 @@ impl ServerConfig {
             lease: self.lease,
             ..Config::default()
         };
-        // A hundred years stands in for "never".
-        let forever = Duration::from_secs(100 * 365 * 24 * 3600);
-        // (`LostLease` acts on the store: see `faults::FaultyStore`.)
-        match self.fault {
-            Some(Fault::Store5xx) => c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store,
-            Some(Fault::ForgetEarly) => {
-                c.response_ttl = (self.response_ttl / 10).max(Duration::from_millis(1));
-                c.key_ttl = c.response_ttl;
-                c.lease = c.lease.min(c.key_ttl);
-            }
-            Some(Fault::NoTombstone) => c.key_ttl = c.response_ttl,
-            Some(Fault::NeverExpire) => c.key_ttl = forever,
-            _ => {}
+        if let Some(fault) = self.fault {
+            fault.engine(&mut c);
         }
         c
     }

@@ -39,6 +39,7 @@ mod faults;
 mod listen;
 
 pub use config::{ServerConfig, StartError};
+pub use faults::{markdown_table as faults_table, Expect, Fault, FaultDef, Want, FAULTS};
 
 use listen::accept_loop;
 
@@ -79,127 +80,9 @@ pub const CHECKOUT_PATH: &str = "/checkout";
 /// Issues a token for [`CHECKOUT_PATH`]: `POST` → `201 {"token", "expiresAt", "ttl"}`.
 pub const TOKENS_PATH: &str = "/idempotency-tokens";
 
-/// One deliberate defect of the reference server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fault {
-    /// No claim before the handler runs: concurrent duplicates (and a retry while the first
-    /// attempt is still running) all execute; results are stored afterwards, last one wins.
-    NoLock,
-    /// The payload is not part of the fingerprint: a changed request replays the old answer.
-    NoFingerprint,
-    /// Final responses are never stored: every retry executes again.
-    NoStore,
-    /// Keys are not scoped by principal: one tenant's key replays another tenant's response.
-    ReplayAcrossPrincipals,
-    /// 5xx responses are stored and replayed instead of letting the retry run.
-    #[value(name = "store-5xx")]
-    #[serde(rename = "store-5xx")]
-    Store5xx,
-    /// In-flight keys never expire: a key whose handler died blocks every retry forever.
-    LostLease,
-    /// Responses are dropped after a tenth of the advertised retention, and the key with them.
-    ForgetEarly,
-    /// Requests without a valid key are executed anyway, without protection: a missing or
-    /// malformed key, and a key of another kind that its rules refuse (stale, from the
-    /// future, an unknown client or epoch, a gap, a forged, unknown or expired token).
-    NoKeyCheck,
-    /// Keys longer than 64 characters are refused although up to 255 are valid.
-    ShortKeys,
-    /// Replays do not carry `Idempotent-Replayed: true`.
-    NoMarker,
-    /// In-progress answers (409) carry no `Retry-After`.
-    NoRetryAfter,
-    /// Deterministic 4xx answers are not stored: a retry of a declined request runs again.
-    ForgetErrors,
-    /// No tombstone: once its response expires the key is new again at once, although the
-    /// advertised key retention has not passed.
-    NoTombstone,
-    /// Keys are never forgotten: after the key retention the key is still refused.
-    NeverExpire,
-    /// The fingerprint covers a value that differs on every request (as a timestamp header
-    /// would): every retry is refused as a payload mismatch (422).
-    VolatileFingerprint,
-    /// Replays leave out the `Location` header; status and body are still replayed.
-    DropLocation,
-    /// An attempt that fails (5xx, 408, 425, 429) leaves its key in flight for good: every
-    /// retry is refused as in progress.
-    NeverRelease,
-    /// Counter keys: a number in the window with another payload (as after a wrap onto a
-    /// retained slot) executes instead of being refused as a collision.
-    CounterNoWrapCheck,
-    /// Counter keys: a number below the low-water mark executes instead of being refused as
-    /// stale.
-    CounterAcceptStale,
-    /// Time keys: timestamps far in the future are accepted (no clock-skew bound).
-    TimeNoSkew,
-    /// Tokens: a consumed token is taken as unused again, so it runs again.
-    TokenReuse,
-}
-
-impl Fault {
-    /// Every fault, in a stable order.
-    pub const ALL: [Fault; 21] = [
-        Fault::NoLock,
-        Fault::NoFingerprint,
-        Fault::NoStore,
-        Fault::ReplayAcrossPrincipals,
-        Fault::Store5xx,
-        Fault::LostLease,
-        Fault::ForgetEarly,
-        Fault::NoKeyCheck,
-        Fault::ShortKeys,
-        Fault::NoMarker,
-        Fault::NoRetryAfter,
-        Fault::ForgetErrors,
-        Fault::NoTombstone,
-        Fault::NeverExpire,
-        Fault::VolatileFingerprint,
-        Fault::DropLocation,
-        Fault::NeverRelease,
-        Fault::CounterNoWrapCheck,
-        Fault::CounterAcceptStale,
-        Fault::TimeNoSkew,
-        Fault::TokenReuse,
-    ];
-
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::NoLock => "no-lock",
-            Fault::NoFingerprint => "no-fingerprint",
-            Fault::NoStore => "no-store",
-            Fault::ReplayAcrossPrincipals => "replay-across-principals",
-            Fault::Store5xx => "store-5xx",
-            Fault::LostLease => "lost-lease",
-            Fault::ForgetEarly => "forget-early",
-            Fault::NoKeyCheck => "no-key-check",
-            Fault::ShortKeys => "short-keys",
-            Fault::NoMarker => "no-marker",
-            Fault::NoRetryAfter => "no-retry-after",
-            Fault::ForgetErrors => "forget-errors",
-            Fault::NoTombstone => "no-tombstone",
-            Fault::NeverExpire => "never-expire",
-            Fault::VolatileFingerprint => "volatile-fingerprint",
-            Fault::DropLocation => "drop-location",
-            Fault::NeverRelease => "never-release",
-            Fault::CounterNoWrapCheck => "counter-no-wrap-check",
-            Fault::CounterAcceptStale => "counter-accept-stale",
-            Fault::TimeNoSkew => "time-no-skew",
-            Fault::TokenReuse => "token-reuse",
-        }
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// The guarded endpoints, each with the policy of its key kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Route {
     Orders,
     Payments,
     Transfers,
@@ -233,6 +116,8 @@ struct App {
     /// The records (and the count of executions).
     store: Arc<RefStore>,
     config: ServerConfig,
+    /// What a stateful fault remembers.
+    faults: faults::Memory,
 }
 
 /// A running reference server. Dropping it stops the server and closes its connections.
@@ -257,13 +142,16 @@ impl Server {
     pub async fn start(addr: SocketAddr, config: ServerConfig) -> Result<Server, StartError> {
         let engine = Engine::new(config.engine_config()).map_err(StartError::Config)?;
         let base = Policy::new(engine.clone())
-            .with_fingerprint(faults::fingerprint(
-                config.fault,
-                FingerprintSpec {
+            .with_fingerprint({
+                let mut spec = FingerprintSpec {
                     max_body: config.max_body,
                     ..FingerprintSpec::default()
-                },
-            ))
+                };
+                if let Some(f) = config.fault.and_then(|f| f.apply().fingerprint) {
+                    f(&mut spec);
+                }
+                spec
+            })
             .with_methods(["POST"]);
         let kind = |kind: KeyKind| base.clone().with_keys(kind).map_err(StartError::Keys);
         let orders = if config.uuid_keys {
@@ -279,9 +167,8 @@ impl Server {
             .max_age
             .min(key_ttl.saturating_sub(time_keys.max_ahead))
             .max(Duration::from_millis(1));
-        if config.fault == Some(Fault::TimeNoSkew) {
-            // As far ahead as the retention allows: no bound a client clock could hit.
-            time_keys.max_ahead = engine.config().key_ttl.saturating_sub(time_keys.max_age);
+        if let Some(f) = config.fault.and_then(|f| f.apply().time_keys) {
+            f(&mut time_keys, key_ttl);
         }
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).map_err(StartError::Random)?;
@@ -308,6 +195,7 @@ impl Server {
             checkout: policies[Route::Checkout as usize].clone(),
             store: Arc::new(store),
             config,
+            faults: faults::Memory::default(),
         });
         crash_quietly();
         let router = match app.config.fault {
@@ -390,8 +278,8 @@ where
     for route in Route::ALL {
         let builder =
             IdempotencyLayer::builder(store.clone()).policy(policies[route as usize].clone());
-        let builder = if app.config.fault == Some(Fault::ReplayAcrossPrincipals) {
-            // The fault is a configuration mistake: keys not scoped by caller.
+        let builder = if app.config.fault.is_some_and(|f| f.apply().unscoped) {
+            // A configuration mistake: keys not scoped by caller.
             builder.single_tenant()
         } else {
             builder.principal(|parts| Some(principal_of(&parts.headers)))
@@ -400,7 +288,7 @@ where
             unreachable!("a principal is set on every branch")
         };
         let mut endpoint = post(place).route_layer(layer);
-        if let Some(fault) = app.config.fault {
+        if let Some(fault) = app.config.fault.filter(|f| f.apply().middleware()) {
             endpoint = endpoint.route_layer(axum::middleware::from_fn_with_state(
                 (Arc::clone(app), route, fault),
                 faults::misbehave,

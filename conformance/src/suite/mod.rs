@@ -173,6 +173,7 @@ pub async fn run_lanes(
             Verdict::NonStrict => summary.non_strict += 1,
             Verdict::Fail => summary.fail += 1,
             Verdict::Unsafe => summary.unsafe_ += 1,
+            Verdict::Leak => summary.leak += 1,
             Verdict::Skip => summary.skip += 1,
             Verdict::Error => summary.error += 1,
         }
@@ -273,10 +274,22 @@ fn grade(
             result.reason = Some(why);
         }
         Ok(Check::Miss(m)) => misses.push(m),
-        Ok(Check::Unsafe { expected, observed }) => {
-            result.verdict = Verdict::Unsafe;
-            result.expected = Some(expected);
-            result.observed = Some(observed);
+        Ok(Check::Safety(breach)) => {
+            // Graded the same under every profile, whatever the level of the case's own
+            // requirement: the spec names the requirement each breach misses.
+            let requirement = breach.kind.requirement();
+            result.verdict = breach.kind.verdict();
+            result.confidence = Some(breach.confidence);
+            result.reason = Some(breach.why);
+            result.expected = Some(breach.expected.clone());
+            result.observed = Some(breach.observed.clone());
+            result.missed.push(Missed {
+                requirement: requirement.to_owned(),
+                level: cases::level(requirement, profile),
+                verdict: result.verdict,
+                expected: breach.expected,
+                observed: breach.observed,
+            });
         }
         Ok(Check::Skip(why)) => {
             result.verdict = Verdict::Skip;

@@ -18,8 +18,13 @@ pub enum Verdict {
     NonStrict,
     /// The server is wrong.
     Fail,
-    /// The server executed a request more often than once: the worst kind of wrong.
+    /// A safety failure, whatever the profile: the server executed a request more often
+    /// than once.
     Unsafe,
+    /// A safety failure, whatever the profile: the server disclosed one principal's record
+    /// to another (a replay of its response, or a conflict or mismatch answer that reveals
+    /// its key).
+    Leak,
     /// Not run: it needs an option that was not given, or does not apply to the profile.
     Skip,
     /// The harness could not tell: unreachable, timeout, unexpected protocol.
@@ -27,8 +32,8 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// How bad it is, for picking the worst of several: unsafe, fail, error, non-strict,
-    /// pass, skip.
+    /// How bad it is, for picking the worst of several: leak, unsafe, fail, error,
+    /// non-strict, pass, skip.
     pub(crate) fn rank(self) -> u8 {
         match self {
             Verdict::Skip => 0,
@@ -37,6 +42,7 @@ impl Verdict {
             Verdict::Error => 3,
             Verdict::Fail => 4,
             Verdict::Unsafe => 5,
+            Verdict::Leak => 6,
         }
     }
 
@@ -59,6 +65,7 @@ impl Verdict {
             Verdict::NonStrict => "non-strict",
             Verdict::Fail => "fail",
             Verdict::Unsafe => "unsafe",
+            Verdict::Leak => "leak",
             Verdict::Skip => "skip",
             Verdict::Error => "error",
         }
@@ -69,11 +76,11 @@ impl Verdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Confidence {
-    /// A side-effect oracle confirmed it.
+    /// A side-effect oracle confirmed it (or, for a leak, the answers themselves show it).
     High,
     /// The responses and the replay marker support it; no oracle saw the side effects.
     Medium,
-    /// Only the responses support it.
+    /// Only the responses support it, and another reading of them remains possible.
     Low,
 }
 
@@ -109,7 +116,7 @@ pub struct CaseResult {
     pub title: String,
     /// The verdict.
     pub verdict: Verdict,
-    /// For passes: how sure, and why.
+    /// For passes, and for the safety verdicts (unsafe, leak): how sure, and why.
     pub confidence: Option<Confidence>,
     /// Why (passes: the outcome seen and the evidence; skips and errors: the reason).
     pub reason: Option<String>,
@@ -143,6 +150,8 @@ pub struct Summary {
     /// Unsafe.
     #[serde(rename = "unsafe")]
     pub unsafe_: usize,
+    /// Disclosures across principals.
+    pub leak: usize,
     /// Skipped.
     pub skip: usize,
     /// Harness errors.
@@ -182,12 +191,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// The exit code: [`EXIT_UNSAFE`] if anything was unsafe, else [`EXIT_FAIL`] if a
+    /// The exit code: [`EXIT_UNSAFE`] if anything was unsafe or leaked, else [`EXIT_FAIL`] if a
     /// case failed, else [`EXIT_HARNESS`] if the harness could not judge a case (connection
     /// or protocol trouble), else 0.
     pub fn compute_exit_code(cases: &[CaseResult]) -> u8 {
         let has = |v: Verdict| cases.iter().any(|c| c.verdict == v);
-        if has(Verdict::Unsafe) {
+        if has(Verdict::Unsafe) || has(Verdict::Leak) {
             EXIT_UNSAFE
         } else if has(Verdict::Fail) {
             EXIT_FAIL
@@ -206,7 +215,8 @@ impl Report {
 
 /// Exit code: a case failed.
 pub const EXIT_FAIL: u8 = 1;
-/// Exit code: a request executed more often than once.
+/// Exit code: a safety failure: a request executed more often than once (unsafe), or a
+/// principal's record disclosed to another (leak).
 pub const EXIT_UNSAFE: u8 = 2;
 /// Exit code: the command line or an option's value is wrong.
 pub const EXIT_USAGE: u8 = 3;
