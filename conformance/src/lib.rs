@@ -10,7 +10,8 @@
 //! * [`embedded`] starts the reference servers of a run without a URL and lays the cases
 //!   out in lanes, one per key kind and one per case that waits for the server's clock.
 //! * [`http`] is the harness's bounded HTTP layer; [`mod@bench`] measures the reference server.
-//! * [`cli`] is the command line (`run`, `serve`, `bench`).
+//! * [`openapi`] turns the operations of an OpenAPI document into targets.
+//! * [`cli`] is the command line (`run`, `openapi`, `serve`, `bench`).
 //!
 //! Every case cites a requirement of `spec/requirements.toml` and takes its level and
 //! sentence from there.
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod embedded;
 pub mod html;
 pub mod http;
+pub mod openapi;
 pub mod report;
 pub mod secrets;
 pub mod server;

@@ -338,19 +338,31 @@ pub fn json(report: &Report) -> String {
 /// wrong (fail, unsafe, leak, and non-strict under `--strict`), `<error>` when the harness could
 /// not tell, `<skipped>` for skips.
 pub fn junit(report: &Report) -> std::io::Result<String> {
+    junit_runs(&[(None, report)], &[])
+}
+
+/// Several runs as one JUnit XML document: each run's sections as `<testsuite>`s named
+/// `idem-conformance.PREFIX.SECTION` (for the operations of an OpenAPI document), and a
+/// `<testsuite>` with one `<skipped>` case for each run that could not be made, with why.
+pub fn junit_runs(
+    runs: &[(Option<&str>, &Report)],
+    skipped_runs: &[(&str, &str)],
+) -> std::io::Result<String> {
     let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
     w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
     let count = |cases: &[&CaseResult], f: &dyn Fn(Verdict) -> bool| {
-        cases.iter().filter(|c| f(c.verdict)).count().to_string()
+        cases.iter().filter(|c| f(c.verdict)).count()
     };
-    let all: Vec<&CaseResult> = report.cases.iter().collect();
-    let failures = count(&all, &|v| {
-        matches!(v, Verdict::Fail | Verdict::Unsafe | Verdict::Leak)
-    });
-    let errors = count(&all, &|v| v == Verdict::Error);
-    let skipped = count(&all, &|v| v == Verdict::Skip);
-    let total = all.len().to_string();
-    let time = format!("{:.3}", report.duration_ms / 1000.0);
+    let failed = |v: Verdict| matches!(v, Verdict::Fail | Verdict::Unsafe | Verdict::Leak);
+    let all: Vec<&CaseResult> = runs.iter().flat_map(|(_, r)| r.cases.iter()).collect();
+    let failures = count(&all, &failed).to_string();
+    let errors = count(&all, &|v| v == Verdict::Error).to_string();
+    let skipped = (count(&all, &|v| v == Verdict::Skip) + skipped_runs.len()).to_string();
+    let total = (all.len() + skipped_runs.len()).to_string();
+    let time = format!(
+        "{:.3}",
+        runs.iter().map(|(_, r)| r.duration_ms).sum::<f64>() / 1000.0
+    );
     w.create_element("testsuites")
         .with_attributes([
             ("name", "idem-conformance"),
@@ -361,39 +373,63 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
             ("time", time.as_str()),
         ])
         .write_inner_content(|w| {
-            for section in SECTIONS {
-                let cases: Vec<&CaseResult> = report
-                    .cases
-                    .iter()
-                    .filter(|c| c.section == section.name)
-                    .collect();
-                if cases.is_empty() {
-                    continue;
+            for (prefix, report) in runs {
+                let scope = prefix.map_or_else(String::new, |p| format!("{p}."));
+                for section in SECTIONS {
+                    let cases: Vec<&CaseResult> = report
+                        .cases
+                        .iter()
+                        .filter(|c| c.section == section.name)
+                        .collect();
+                    if cases.is_empty() {
+                        continue;
+                    }
+                    let tests = cases.len().to_string();
+                    let failures = count(&cases, &failed).to_string();
+                    let errors = count(&cases, &|v| v == Verdict::Error).to_string();
+                    let skipped = count(&cases, &|v| v == Verdict::Skip).to_string();
+                    let time = format!(
+                        "{:.3}",
+                        cases.iter().map(|c| c.duration_ms).sum::<f64>() / 1000.0
+                    );
+                    let name = format!("idem-conformance.{scope}{}", section.name);
+                    w.create_element("testsuite")
+                        .with_attributes([
+                            ("name", name.as_str()),
+                            ("tests", tests.as_str()),
+                            ("failures", failures.as_str()),
+                            ("errors", errors.as_str()),
+                            ("skipped", skipped.as_str()),
+                            ("time", time.as_str()),
+                        ])
+                        .write_inner_content(|w| {
+                            for c in &cases {
+                                testcase(w, c, &scope)?;
+                            }
+                            Ok(())
+                        })?;
                 }
-                let tests = cases.len().to_string();
-                let failures = count(&cases, &|v| {
-                    matches!(v, Verdict::Fail | Verdict::Unsafe | Verdict::Leak)
-                });
-                let errors = count(&cases, &|v| v == Verdict::Error);
-                let skipped = count(&cases, &|v| v == Verdict::Skip);
-                let time = format!(
-                    "{:.3}",
-                    cases.iter().map(|c| c.duration_ms).sum::<f64>() / 1000.0
-                );
-                let name = format!("idem-conformance.{}", section.name);
+            }
+            for (id, why) in skipped_runs {
+                let name = format!("idem-conformance.{id}");
                 w.create_element("testsuite")
                     .with_attributes([
                         ("name", name.as_str()),
-                        ("tests", tests.as_str()),
-                        ("failures", failures.as_str()),
-                        ("errors", errors.as_str()),
-                        ("skipped", skipped.as_str()),
-                        ("time", time.as_str()),
+                        ("tests", "1"),
+                        ("failures", "0"),
+                        ("errors", "0"),
+                        ("skipped", "1"),
+                        ("time", "0.000"),
                     ])
                     .write_inner_content(|w| {
-                        for c in &cases {
-                            testcase(w, c)?;
-                        }
+                        w.create_element("testcase")
+                            .with_attributes([("name", *id), ("classname", name.as_str())])
+                            .write_inner_content(|w| {
+                                w.create_element("skipped")
+                                    .with_attribute(("message", *why))
+                                    .write_empty()?;
+                                Ok(())
+                            })?;
                         Ok(())
                     })?;
             }
@@ -402,9 +438,9 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
     String::from_utf8(w.into_inner()).map_err(std::io::Error::other)
 }
 
-fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult) -> std::io::Result<()> {
+fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult, scope: &str) -> std::io::Result<()> {
     let name = format!("{} {}", c.id, c.title);
-    let classname = format!("idem-conformance.{}", c.section);
+    let classname = format!("idem-conformance.{scope}{}", c.section);
     let time = format!("{:.3}", c.duration_ms / 1000.0);
     let element = w.create_element("testcase").with_attributes([
         ("name", name.as_str()),

@@ -1,4 +1,4 @@
-//! The command line: `run [URL]`, `serve`, `bench`.
+//! The command line: `run [URL]`, `openapi SPEC`, `serve`, `bench`.
 //!
 //! Exit codes of `run`: 0 all required cases passed, 1 a case failed, 2 a safety failure
 //! was seen (a double execution, or a disclosure across principals), 3 usage error (a bad option or value, for any
@@ -12,6 +12,7 @@ use crate::bench::{self, BenchConfig};
 use crate::server::{Fault, Server, ServerConfig};
 use crate::suite::{EXIT_HARNESS, EXIT_USAGE};
 use clap::{Args, Parser, Subcommand};
+use openapi::{openapi, OpenapiArgs};
 use run::{run, RunArgs};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ fn out(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
+mod openapi;
 mod run;
 
 /// Tests whether an HTTP endpoint honours Idempotency-Key: lost responses, replays,
@@ -48,6 +50,9 @@ enum Command {
     /// Run the conformance cases against URL, or against the embedded reference server
     /// when no URL is given.
     Run(Box<RunArgs>),
+    /// Run the conformance cases against every operation of an OpenAPI 3.0 or 3.1 document
+    /// (YAML or JSON) that declares the key header, one after the other, with one report.
+    Openapi(Box<OpenapiArgs>),
     /// Run the reference server alone.
     Serve(ServeArgs),
     /// Measure the reference server's requests per second (fresh keys and replays).
@@ -145,6 +150,7 @@ pub fn main() -> u8 {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run(*args).await,
+            Command::Openapi(args) => openapi(*args).await,
             Command::Serve(args) => serve(args).await,
             Command::Bench(args) => bench(args).await,
         }

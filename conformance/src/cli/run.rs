@@ -19,158 +19,8 @@ pub(super) struct RunArgs {
     /// The endpoint to test (http:// or https://). Without it, the reference server is
     /// started in-process on 127.0.0.1 with short retention times and every case enabled.
     url: Option<String>,
-    /// Trust only the certificate authorities in this PEM file (instead of the system's
-    /// roots) for https:// targets.
-    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
-    cacert: Option<PathBuf>,
-    /// Do not verify the server's certificate (printed in the report header).
-    #[arg(long)]
-    insecure: bool,
-    /// The request method.
-    #[arg(short = 'X', long, default_value = "POST")]
-    method: String,
-    /// The body of a request that succeeds, inline or @FILE.
-    #[arg(long)]
-    body: Option<String>,
-    /// The body's Content-Type ("none" to send none).
-    #[arg(long, default_value = "application/json")]
-    content_type: String,
-    /// An extra header on every request, "Name: value" (repeatable): the credential.
-    /// Redacted in reports.
-    #[arg(short = 'H', long = "header", value_name = "HEADER")]
-    headers: Vec<String>,
-    /// An extra header whose value is read from an environment variable (repeatable), so
-    /// that it appears in no process list or CI log.
-    #[arg(long, value_name = "NAME=VAR")]
-    header_env: Vec<String>,
-    /// Extra headers read from a file of "Name: value" lines (# comments and blank lines
-    /// are skipped).
-    #[arg(long, value_name = "FILE")]
-    header_file: Vec<PathBuf>,
-    /// The header of a second principal, "Name: value" (repeatable); it replaces the
-    /// same-named -H header. Enables scope/1. Redacted in reports.
-    #[arg(long, value_name = "HEADER")]
-    second_credential: Vec<String>,
-    /// A second principal's header whose value is read from an environment variable.
-    #[arg(long, value_name = "NAME=VAR")]
-    second_credential_env: Vec<String>,
-    /// A second principal's headers, read from a file of "Name: value" lines.
-    #[arg(long, value_name = "FILE")]
-    second_credential_file: Vec<PathBuf>,
-    /// Show credentials in the reports (by default every header given by the options above,
-    /// and Authorization, Cookie and API-key headers, are redacted).
-    #[arg(long)]
-    show_secrets: bool,
-    /// The key header's name.
-    #[arg(long, default_value = "Idempotency-Key")]
-    key_header: String,
-    /// How opaque keys are written: uuid (bare UUID v4, the default against a URL),
-    /// sf-string (quoted, the default against the embedded server) or bare.
-    #[arg(long, value_enum)]
-    key_style: Option<KeyStyle>,
-    /// The kind of key the endpoint takes: opaque (the generic cases, the default), or
-    /// time, counter or token (their own case families). Without a URL every family runs
-    /// against the reference server's endpoint of its kind; this keeps only one.
-    #[arg(long, value_enum)]
-    key_kind: Option<KeyKind>,
-    /// Time keys: the clock skew the server allows, in seconds (enables time/2).
-    #[arg(long, value_name = "SECS")]
-    time_skew: Option<f64>,
-    /// Time keys: the oldest timestamp the server accepts, in seconds (enables time/3).
-    #[arg(long, value_name = "SECS")]
-    time_max_age: Option<f64>,
-    /// Counter keys: the URL (or path) that opens a client's session: POST
-    /// {"client", "firstSeq"} answering {"epoch"}.
-    #[arg(long, value_name = "URL")]
-    session_url: Option<String>,
-    /// Counter keys: the sequence number's width in bits (default 32; 12 or less lets
-    /// counter/6 wrap).
-    #[arg(long, value_name = "BITS")]
-    counter_bits: Option<u8>,
-    /// Counter keys: the server's window (enables counter/5).
-    #[arg(long, value_name = "N")]
-    counter_window: Option<u32>,
-    /// Tokens: the URL (or path) that issues one: POST answering {"token"}.
-    #[arg(long, value_name = "URL")]
-    token_url: Option<String>,
-    /// Tokens: how long an issued token is valid, in seconds (enables token/3).
-    #[arg(long, value_name = "SECS")]
-    token_ttl: Option<f64>,
-    /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
-    /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
-    /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
-    /// levels.
-    #[arg(long, default_value = "ietf")]
-    profile: String,
-    /// Keys are optional: skip the missing- and empty-key cases.
-    #[arg(long)]
-    keys_optional: bool,
-    /// The replay marker header, "Name: value", or "none".
-    #[arg(long)]
-    replay_marker: Option<String>,
-    /// A miss of a SHOULD (under the profile) is a failure, not non-strict.
-    #[arg(long)]
-    strict: bool,
-    /// Run only the cases whose ID starts with PREFIX (repeatable), e.g. concurrent or keys/3.
-    #[arg(long = "case", value_name = "PREFIX")]
-    cases: Vec<String>,
-    /// List the cases and exit.
-    #[arg(long)]
-    list: bool,
-    /// Per-request timeout, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
-    /// The largest response body read, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    max_response_bytes: usize,
-    /// Identical requests per concurrency round.
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
-    /// Concurrency rounds.
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
-    /// Side-effect oracle: a URL (or a path on the target) answering the number of
-    /// executions, as a number or JSON {"count": N}.
-    #[arg(long)]
-    count_url: Option<String>,
-    /// Side-effect oracle: a JSON pointer to the created resource's id in a success body,
-    /// e.g. /id.
-    #[arg(long)]
-    id_pointer: Option<String>,
-    /// The server's retention, in seconds: sets --response-ttl and --key-ttl.
-    #[arg(long)]
-    ttl: Option<f64>,
-    /// The server's response retention in seconds (enables expiry/1, with --key-ttl expiry/2).
-    #[arg(long)]
-    response_ttl: Option<f64>,
-    /// The server's key retention in seconds (enables expiry/3).
-    #[arg(long)]
-    key_ttl: Option<f64>,
-    /// The server's lease in seconds (with --crash-body, enables lease/1).
-    #[arg(long)]
-    lease: Option<f64>,
-    /// A body the server answers with a deterministic 4xx, inline or @FILE (enables errors/1).
-    #[arg(long)]
-    decline_body: Option<String>,
-    /// A body the server fails with a 5xx/408/425/429, inline or @FILE (enables errors/2).
-    #[arg(long)]
-    fail_body: Option<String>,
-    /// A body whose first attempt dies without completing, inline or @FILE (enables lease/1).
-    #[arg(long)]
-    crash_body: Option<String>,
-    /// A body that differs from --body, for mismatch/1 (default: --body with a member added).
-    #[arg(long)]
-    mismatch_body: Option<String>,
-    /// Write the JSON report to FILE.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write a JUnit XML report to FILE.
-    #[arg(long, value_name = "FILE")]
-    junit: Option<PathBuf>,
-    /// Write an HTML report into DIR: index.html and one page per case, with every exchange
-    /// and timelines of the raced rounds and the waits (self-contained, no network).
-    #[arg(long, value_name = "DIR")]
-    html: Option<PathBuf>,
+    #[command(flatten)]
+    suite: SuiteArgs,
     /// Embedded server only: start it with this deliberate defect.
     #[arg(long, value_enum)]
     fault: Option<Fault>,
@@ -184,9 +34,166 @@ pub(super) struct RunArgs {
     /// Embedded server only: accept only UUID keys.
     #[arg(long)]
     uuid_keys: bool,
+}
+
+/// The options of a run that any target takes: `run`'s and `openapi`'s.
+#[derive(Debug, Args)]
+pub(super) struct SuiteArgs {
+    /// Trust only the certificate authorities in this PEM file (instead of the system's
+    /// roots) for https:// targets.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub(super) cacert: Option<PathBuf>,
+    /// Do not verify the server's certificate (printed in the report header).
+    #[arg(long)]
+    pub(super) insecure: bool,
+    /// The request method.
+    #[arg(short = 'X', long, default_value = "POST")]
+    pub(super) method: String,
+    /// The body of a request that succeeds, inline or @FILE.
+    #[arg(long)]
+    pub(super) body: Option<String>,
+    /// The body's Content-Type ("none" to send none).
+    #[arg(long, default_value = "application/json")]
+    pub(super) content_type: String,
+    /// An extra header on every request, "Name: value" (repeatable): the credential.
+    /// Redacted in reports.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub(super) headers: Vec<String>,
+    /// An extra header whose value is read from an environment variable (repeatable), so
+    /// that it appears in no process list or CI log.
+    #[arg(long, value_name = "NAME=VAR")]
+    pub(super) header_env: Vec<String>,
+    /// Extra headers read from a file of "Name: value" lines (# comments and blank lines
+    /// are skipped).
+    #[arg(long, value_name = "FILE")]
+    pub(super) header_file: Vec<PathBuf>,
+    /// The header of a second principal, "Name: value" (repeatable); it replaces the
+    /// same-named -H header. Enables scope/1. Redacted in reports.
+    #[arg(long, value_name = "HEADER")]
+    pub(super) second_credential: Vec<String>,
+    /// A second principal's header whose value is read from an environment variable.
+    #[arg(long, value_name = "NAME=VAR")]
+    pub(super) second_credential_env: Vec<String>,
+    /// A second principal's headers, read from a file of "Name: value" lines.
+    #[arg(long, value_name = "FILE")]
+    pub(super) second_credential_file: Vec<PathBuf>,
+    /// Show credentials in the reports (by default every header given by the options above,
+    /// and Authorization, Cookie and API-key headers, are redacted).
+    #[arg(long)]
+    pub(super) show_secrets: bool,
+    /// The key header's name.
+    #[arg(long, default_value = "Idempotency-Key")]
+    pub(super) key_header: String,
+    /// How opaque keys are written: uuid (bare UUID v4, the default against a URL),
+    /// sf-string (quoted, the default against the embedded server) or bare.
+    #[arg(long, value_enum)]
+    pub(super) key_style: Option<KeyStyle>,
+    /// The kind of key the endpoint takes: opaque (the generic cases, the default), or
+    /// time, counter or token (their own case families). Without a URL every family runs
+    /// against the reference server's endpoint of its kind; this keeps only one.
+    #[arg(long, value_enum)]
+    pub(super) key_kind: Option<KeyKind>,
+    /// Time keys: the clock skew the server allows, in seconds (enables time/2).
+    #[arg(long, value_name = "SECS")]
+    pub(super) time_skew: Option<f64>,
+    /// Time keys: the oldest timestamp the server accepts, in seconds (enables time/3).
+    #[arg(long, value_name = "SECS")]
+    pub(super) time_max_age: Option<f64>,
+    /// Counter keys: the URL (or path) that opens a client's session: POST
+    /// {"client", "firstSeq"} answering {"epoch"}.
+    #[arg(long, value_name = "URL")]
+    pub(super) session_url: Option<String>,
+    /// Counter keys: the sequence number's width in bits (default 32; 12 or less lets
+    /// counter/6 wrap).
+    #[arg(long, value_name = "BITS")]
+    pub(super) counter_bits: Option<u8>,
+    /// Counter keys: the server's window (enables counter/5).
+    #[arg(long, value_name = "N")]
+    pub(super) counter_window: Option<u32>,
+    /// Tokens: the URL (or path) that issues one: POST answering {"token"}.
+    #[arg(long, value_name = "URL")]
+    pub(super) token_url: Option<String>,
+    /// Tokens: how long an issued token is valid, in seconds (enables token/3).
+    #[arg(long, value_name = "SECS")]
+    pub(super) token_ttl: Option<f64>,
+    /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
+    /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
+    /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
+    /// levels.
+    #[arg(long, default_value = "ietf")]
+    pub(super) profile: String,
+    /// Keys are optional: skip the missing- and empty-key cases.
+    #[arg(long)]
+    pub(super) keys_optional: bool,
+    /// The replay marker header, "Name: value", or "none".
+    #[arg(long)]
+    pub(super) replay_marker: Option<String>,
+    /// A miss of a SHOULD (under the profile) is a failure, not non-strict.
+    #[arg(long)]
+    pub(super) strict: bool,
+    /// Run only the cases whose ID starts with PREFIX (repeatable), e.g. concurrent or keys/3.
+    #[arg(long = "case", value_name = "PREFIX")]
+    pub(super) cases: Vec<String>,
+    /// List the cases and exit.
+    #[arg(long)]
+    pub(super) list: bool,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub(super) timeout: f64,
+    /// The largest response body read, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub(super) max_response_bytes: usize,
+    /// Identical requests per concurrency round.
+    #[arg(long, default_value_t = 16)]
+    pub(super) concurrency: usize,
+    /// Concurrency rounds.
+    #[arg(long, default_value_t = 5)]
+    pub(super) rounds: usize,
+    /// Side-effect oracle: a URL (or a path on the target) answering the number of
+    /// executions, as a number or JSON {"count": N}.
+    #[arg(long)]
+    pub(super) count_url: Option<String>,
+    /// Side-effect oracle: a JSON pointer to the created resource's id in a success body,
+    /// e.g. /id.
+    #[arg(long)]
+    pub(super) id_pointer: Option<String>,
+    /// The server's retention, in seconds: sets --response-ttl and --key-ttl.
+    #[arg(long)]
+    pub(super) ttl: Option<f64>,
+    /// The server's response retention in seconds (enables expiry/1, with --key-ttl expiry/2).
+    #[arg(long)]
+    pub(super) response_ttl: Option<f64>,
+    /// The server's key retention in seconds (enables expiry/3).
+    #[arg(long)]
+    pub(super) key_ttl: Option<f64>,
+    /// The server's lease in seconds (with --crash-body, enables lease/1).
+    #[arg(long)]
+    pub(super) lease: Option<f64>,
+    /// A body the server answers with a deterministic 4xx, inline or @FILE (enables errors/1).
+    #[arg(long)]
+    pub(super) decline_body: Option<String>,
+    /// A body the server fails with a 5xx/408/425/429, inline or @FILE (enables errors/2).
+    #[arg(long)]
+    pub(super) fail_body: Option<String>,
+    /// A body whose first attempt dies without completing, inline or @FILE (enables lease/1).
+    #[arg(long)]
+    pub(super) crash_body: Option<String>,
+    /// A body that differs from --body, for mismatch/1 (default: --body with a member added).
+    #[arg(long)]
+    pub(super) mismatch_body: Option<String>,
+    /// Write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(super) json: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(super) junit: Option<PathBuf>,
+    /// Write an HTML report into DIR: index.html and one page per case, with every exchange
+    /// and timelines of the raced rounds and the waits (self-contained, no network).
+    #[arg(long, value_name = "DIR")]
+    pub(super) html: Option<PathBuf>,
     /// No progress lines.
     #[arg(short, long)]
-    quiet: bool,
+    pub(super) quiet: bool,
 }
 
 fn header(s: &str) -> Result<(HeaderName, HeaderValue), String> {
@@ -235,7 +242,7 @@ fn header_file(
         .collect()
 }
 
-fn body(name: &str, s: &str) -> Result<Bytes, String> {
+pub(super) fn body(name: &str, s: &str) -> Result<Bytes, String> {
     match s.strip_prefix('@') {
         Some(path) => std::fs::read(path)
             .map(Bytes::from)
@@ -244,7 +251,7 @@ fn body(name: &str, s: &str) -> Result<Bytes, String> {
     }
 }
 /// Applies the options to `t`.
-fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
+pub(super) fn configure(t: &mut Target, a: &SuiteArgs, against_url: bool) -> Result<(), String> {
     if let Some(path) = &a.cacert {
         t.trust = crate::tls::Trust::from_pem_file(path)?;
     }
@@ -292,7 +299,7 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
     t.show_secrets = a.show_secrets;
     t.key_header = HeaderName::from_bytes(a.key_header.as_bytes())
         .map_err(|_| format!("invalid key header name {:?}", a.key_header))?;
-    if a.url.is_some() {
+    if against_url {
         t.key_kind = a.key_kind.unwrap_or_default();
     }
     match a.key_style {
@@ -424,8 +431,9 @@ fn list() {
 }
 
 pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
-    let cases = suite::select(&a.cases)?;
-    if a.list {
+    let s = &a.suite;
+    let cases = suite::select(&s.cases)?;
+    if s.list {
         list();
         return Ok(0);
     }
@@ -446,7 +454,7 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
                 )));
             }
             let mut target = Target::new(url);
-            configure(&mut target, &a)?;
+            configure(&mut target, s, true)?;
             // Against a URL every case runs one after the other: the count oracle is shared.
             vec![suite::Lane { target, cases }]
         }
@@ -463,7 +471,7 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
             // Every family against the endpoint of its kind; --key-kind keeps one.
             let cases: Vec<_> = cases
                 .into_iter()
-                .filter(|c| a.key_kind.is_none_or(|k| embedded::kind_of(c) == k))
+                .filter(|c| s.key_kind.is_none_or(|k| embedded::kind_of(c) == k))
                 .collect();
             if cases.is_empty() {
                 return Err("no selected case takes keys of that --key-kind".into());
@@ -473,7 +481,7 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
                 .map_err(start_error)?;
             let lanes = embedded.insert(started);
             for lane in &mut lanes.lanes {
-                configure(&mut lane.target, &a)?;
+                configure(&mut lane.target, s, false)?;
             }
             std::mem::take(&mut lanes.lanes)
         }
@@ -483,7 +491,7 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
     let fault = embedded.is_some().then_some(a.fault);
     let color = Color::detect(std::io::stdout().is_terminal());
     let err_color = Color::detect(std::io::stderr().is_terminal());
-    let quiet = a.quiet;
+    let quiet = s.quiet;
     let mut progress = move |p: suite::Progress<'_>| {
         if quiet {
             return;
@@ -511,17 +519,23 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
         })?;
     drop(embedded);
     out(&report::terminal(&report, color));
+    write_reports(s, &report)?;
+    Ok(report.exit_code)
+}
+
+/// Writes the JSON, JUnit and HTML reports the options ask for.
+fn write_reports(a: &SuiteArgs, report: &suite::Report) -> Result<(), Failure> {
     if let Some(path) = &a.json {
-        std::fs::write(path, report::json(&report))
+        std::fs::write(path, report::json(report))
             .map_err(|e| harness(format!("--json {}: {e}", path.display())))?;
     }
     if let Some(path) = &a.junit {
-        let xml = report::junit(&report).map_err(|e| harness(format!("JUnit report: {e}")))?;
+        let xml = report::junit(report).map_err(|e| harness(format!("JUnit report: {e}")))?;
         std::fs::write(path, xml)
             .map_err(|e| harness(format!("--junit {}: {e}", path.display())))?;
     }
     if let Some(dir) = &a.html {
-        crate::html::write(&report, dir).map_err(|e| harness(format!("--html {e}")))?;
+        crate::html::write(report, dir).map_err(|e| harness(format!("--html {e}")))?;
     }
-    Ok(report.exit_code)
+    Ok(())
 }

@@ -27,12 +27,12 @@ pub struct ServerConfig {
     pub tls: Option<crate::tls::Identity>,
     /// Accept only UUID keys (as many APIs do) instead of any opaque key.
     pub uuid_keys: bool,
-    /// The time keys of [`PAYMENTS_PATH`]: the clock skew and the maximum age
+    /// The time keys of [`PAYMENTS_PATH`](super::PAYMENTS_PATH): the clock skew and the maximum age
     /// (`max_age + max_ahead` at most the key retention).
     pub time_keys: TimeKeyConfig,
-    /// The counters of [`TRANSFERS_PATH`]: bits and window.
+    /// The counters of [`TRANSFERS_PATH`](super::TRANSFERS_PATH): bits and window.
     pub counter: CounterConfig,
-    /// How long a token issued at [`TOKENS_PATH`] stays valid (at most the key retention).
+    /// How long a token issued at [`TOKENS_PATH`](super::TOKENS_PATH) stays valid (at most the key retention).
     pub token_ttl: Duration,
     /// Where the records live: `None` for memory (one process), or `redis://…` or
     /// `postgres://…`, which several server processes can share (with the count of
