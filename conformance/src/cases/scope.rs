@@ -114,6 +114,7 @@ fn disclosed(
     (b, other): (&Resp, &str),
     what: &str,
 ) -> Option<Check> {
+    let own = format!("principal {other}'s request executes on its own, as if the key were new");
     let shared = |name: &str| a.header(name).is_some_and(|v| b.header(name) == Some(v));
     if b.same_answer(a) || ctx.marked(b) || (b.is_success() && shared("set-cookie")) {
         let cookie = if shared("set-cookie") {
@@ -122,7 +123,7 @@ fn disclosed(
             ""
         };
         return Some(leak(
-            OWN,
+            own,
             format!(
                 "with {owner}'s key and {what}, {other} received {owner}'s stored response{cookie}: {}",
                 b.summary()
@@ -134,7 +135,7 @@ fn disclosed(
     let typed = |id: &str| ty.is_some() && ty.as_deref() == super::spec(id).problem.as_deref();
     if b.status == profile.conflict || typed("IDEM-CONC-1") {
         return Some(leak(
-            OWN,
+            own,
             format!(
                 "with {owner}'s key and {what}, {other} was answered as if its request were in progress: {}; {owner}'s use of the key was disclosed",
                 b.summary()
@@ -143,7 +144,7 @@ fn disclosed(
     }
     if b.status == profile.mismatch || typed("IDEM-FP-1") {
         return Some(leak(
-            OWN,
+            own,
             format!(
                 "with {owner}'s key and {what}, {other} was told the key was used with another payload: {}; {owner}'s record was disclosed",
                 b.summary()
