@@ -8,7 +8,7 @@
 
 use crate::cases::SECTIONS;
 use crate::http::Exchange;
-use crate::report::exit_meaning;
+use crate::report::outcome;
 use crate::suite::{CaseResult, Report};
 use minijinja::value::Serde;
 use minijinja::{context, Environment, Value};
@@ -35,6 +35,64 @@ pub fn write(report: &Report, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes the report of an OpenAPI run into `dir`: `index.html`, a table of the
+/// operations, and each operation's report (its index and case pages) in a folder of its
+/// own.
+pub fn write_operations(c: &crate::openapi::Combined, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let env = environment()?;
+    let rows: Vec<_> = c
+        .operations
+        .iter()
+        .map(|o| {
+            let folder = o.report.as_ref().map(|_| operation_dir(&o.operation.id));
+            context! {
+                operation => Value::from(Serde(&o.operation)),
+                report => o.report.as_ref().map(|r| Value::from(Serde(r))),
+                verdict => o.verdict(),
+                folder => folder,
+            }
+        })
+        .collect();
+    let index = env
+        .get_template("operations.html")
+        .and_then(|t| {
+            t.render(context! {
+                report => Value::from(Serde(c)),
+                rows => rows,
+                worst => match c.exit_code {
+                    0 => "pass",
+                    crate::suite::EXIT_UNSAFE => "unsafe",
+                    crate::suite::EXIT_FAIL => "fail",
+                    _ => "error",
+                },
+                exit_meaning => crate::report::exit_meaning(c.exit_code),
+            })
+        })
+        .map_err(|e| format!("HTML report: {e:#}"))?;
+    let path = dir.join("index.html");
+    std::fs::write(&path, index).map_err(|e| format!("{}: {e}", path.display()))?;
+    for o in &c.operations {
+        if let Some(r) = &o.report {
+            write(r, &dir.join(operation_dir(&o.operation.id)))?;
+        }
+    }
+    Ok(())
+}
+
+/// The folder of an operation's pages (`createOrder`, `POST /orders` → `POST--orders`).
+pub fn operation_dir(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
 /// The pages of the report as `(file name, HTML)`: the index first, then each case's page.
 pub fn render(report: &Report) -> Result<Vec<(String, String)>, String> {
     let env = environment()?;
@@ -46,8 +104,8 @@ pub fn render(report: &Report) -> Result<Vec<(String, String)>, String> {
             t.render(context! {
                 report => Value::from(Serde(report)),
                 sections => Value::from(Serde(sections(report))),
-                worst => worst(report.exit_code),
-                exit_meaning => exit_meaning(report.exit_code),
+                worst => worst(report),
+                exit_meaning => outcome(report),
             })
         })
         .map_err(fail)?;
@@ -82,6 +140,10 @@ fn environment() -> Result<Environment<'static>, String> {
         ("timeline.html", include_str!("../templates/timeline.html")),
         ("index.html", include_str!("../templates/index.html")),
         ("case.html", include_str!("../templates/case.html")),
+        (
+            "operations.html",
+            include_str!("../templates/operations.html"),
+        ),
     ] {
         env.add_template(name, source)
             .map_err(|e| format!("HTML template {name}: {e:#}"))?;
@@ -89,10 +151,12 @@ fn environment() -> Result<Environment<'static>, String> {
     Ok(env)
 }
 
-/// The verdict that names the whole run, from its exit code.
-fn worst(exit_code: u8) -> &'static str {
-    match exit_code {
+/// The verdict that names the whole run, from its exit code and, for a safety failure, the
+/// worst verdict it saw.
+fn worst(report: &Report) -> &'static str {
+    match report.exit_code {
         0 => "pass",
+        crate::suite::EXIT_UNSAFE if report.summary.leak > 0 => "leak",
         crate::suite::EXIT_UNSAFE => "unsafe",
         crate::suite::EXIT_FAIL => "fail",
         _ => "error",

@@ -3,7 +3,8 @@
 use crate::cases::SECTIONS;
 use crate::http::Exchange;
 use crate::suite::{
-    CaseResult, Progress, Report, Verdict, EXIT_FAIL, EXIT_HARNESS, EXIT_UNSAFE, EXIT_USAGE,
+    CaseResult, Confidence, Progress, Report, Verdict, EXIT_FAIL, EXIT_HARNESS, EXIT_UNSAFE,
+    EXIT_USAGE,
 };
 use quick_xml::events::{BytesDecl, BytesText, Event};
 use quick_xml::Writer;
@@ -37,6 +38,7 @@ impl Color {
             Verdict::NonStrict | Verdict::Skip => "33",
             Verdict::Fail => "31",
             Verdict::Unsafe => "1;31",
+            Verdict::Leak => "1;35",
             Verdict::Error => "35",
         };
         format!("\x1b[{code}m{text}\x1b[0m")
@@ -77,7 +79,9 @@ pub fn exit_meaning(code: u8) -> &'static str {
     match code {
         0 => "all required cases passed",
         EXIT_FAIL => "a case failed",
-        EXIT_UNSAFE => "UNSAFE: a request was executed more than once",
+        EXIT_UNSAFE => {
+            "a safety failure: a request executed more than once (UNSAFE), or a principal's record disclosed to another (LEAK)"
+        }
         EXIT_USAGE => "usage error: a bad option or value",
         EXIT_HARNESS => {
             "the harness could not judge some cases (unreachable, TLS, timeouts, unusable answers)"
@@ -195,34 +199,45 @@ pub fn terminal(report: &Report, color: Color) -> String {
     let s = &report.summary;
     let _ = writeln!(
         out,
-        "\n{} cases: {} passed, {} non-strict, {} failed, {} unsafe, {} skipped, {} errors ({:.1} s)",
+        "\n{} cases: {} passed, {} non-strict, {} failed, {} unsafe, {} leaked, {} skipped, {} errors ({:.1} s)",
         report.cases.len(),
         s.pass,
         s.non_strict,
         s.fail,
         s.unsafe_,
+        s.leak,
         s.skip,
         s.error,
         report.duration_ms / 1000.0
     );
-    let _ = writeln!(
-        out,
-        "exit code {}: {}",
-        report.exit_code,
-        exit_meaning(report.exit_code)
-    );
+    let _ = writeln!(out, "exit code {}: {}", report.exit_code, outcome(report));
     out
+}
+
+/// What the exit code of `report` means, naming the safety failures it saw.
+pub fn outcome(report: &Report) -> String {
+    if report.exit_code != EXIT_UNSAFE {
+        return exit_meaning(report.exit_code).to_owned();
+    }
+    let mut seen = Vec::new();
+    if report.summary.unsafe_ > 0 {
+        seen.push("UNSAFE: a request was executed more than once");
+    }
+    if report.summary.leak > 0 {
+        seen.push("LEAK: a principal's record was disclosed to another");
+    }
+    seen.join("; ")
 }
 
 fn case_details(out: &mut String, c: &CaseResult) {
     match c.verdict {
         Verdict::Pass => {
             if let (Some(conf), Some(why)) = (&c.confidence, &c.reason) {
-                let conf = serde_json::to_value(conf)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                let _ = writeln!(out, "             confidence {conf}: {why}");
+                let _ = writeln!(
+                    out,
+                    "             confidence {}: {why}",
+                    confidence_name(*conf)
+                );
             }
             missed_lines(out, c, "             ");
             for n in &c.notes {
@@ -234,7 +249,7 @@ fn case_details(out: &mut String, c: &CaseResult) {
                 let _ = writeln!(out, "             {why}");
             }
         }
-        Verdict::Fail | Verdict::Unsafe | Verdict::NonStrict | Verdict::Error => {
+        Verdict::Fail | Verdict::Unsafe | Verdict::Leak | Verdict::NonStrict | Verdict::Error => {
             let _ = writeln!(
                 out,
                 "      requirement {} ({}): {}",
@@ -242,6 +257,16 @@ fn case_details(out: &mut String, c: &CaseResult) {
                 c.level.as_str(),
                 c.requirement_text
             );
+            if let (Verdict::Unsafe | Verdict::Leak, Some(conf), Some(why)) =
+                (c.verdict, &c.confidence, &c.reason)
+            {
+                let _ = writeln!(
+                    out,
+                    "      {} under every profile, confidence {}: {why}",
+                    c.verdict.name().to_uppercase(),
+                    confidence_name(*conf)
+                );
+            }
             if let Some(m) = c.missed.iter().find(|m| {
                 m.requirement != c.requirement && c.observed.as_deref() == Some(&m.observed)
             }) {
@@ -260,7 +285,7 @@ fn case_details(out: &mut String, c: &CaseResult) {
                 let _ = writeln!(out, "      observed: {o}");
             }
             missed_lines(out, c, "      ");
-            if let Some(r) = &c.reason {
+            if let Some(r) = c.reason.as_ref().filter(|_| c.confidence.is_none()) {
                 let _ = writeln!(out, "      harness:  {r}");
             }
             for n in &c.notes {
@@ -274,6 +299,15 @@ fn case_details(out: &mut String, c: &CaseResult) {
                 exchange_text(out, e);
             }
         }
+    }
+}
+
+/// `high`, `medium` or `low`.
+fn confidence_name(c: Confidence) -> &'static str {
+    match c {
+        Confidence::High => "high",
+        Confidence::Medium => "medium",
+        Confidence::Low => "low",
     }
 }
 
@@ -301,20 +335,34 @@ pub fn json(report: &Report) -> String {
 }
 
 /// The report as JUnit XML: one `<testsuite>` per section, `<failure>` when the server is
-/// wrong (fail, unsafe, and non-strict under `--strict`), `<error>` when the harness could
+/// wrong (fail, unsafe, leak, and non-strict under `--strict`), `<error>` when the harness could
 /// not tell, `<skipped>` for skips.
 pub fn junit(report: &Report) -> std::io::Result<String> {
+    junit_runs(&[(None, report)], &[])
+}
+
+/// Several runs as one JUnit XML document: each run's sections as `<testsuite>`s named
+/// `idem-conformance.PREFIX.SECTION` (for the operations of an OpenAPI document), and a
+/// `<testsuite>` with one `<skipped>` case for each run that could not be made, with why.
+pub fn junit_runs(
+    runs: &[(Option<&str>, &Report)],
+    skipped_runs: &[(&str, &str)],
+) -> std::io::Result<String> {
     let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
     w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
     let count = |cases: &[&CaseResult], f: &dyn Fn(Verdict) -> bool| {
-        cases.iter().filter(|c| f(c.verdict)).count().to_string()
+        cases.iter().filter(|c| f(c.verdict)).count()
     };
-    let all: Vec<&CaseResult> = report.cases.iter().collect();
-    let failures = count(&all, &|v| matches!(v, Verdict::Fail | Verdict::Unsafe));
-    let errors = count(&all, &|v| v == Verdict::Error);
-    let skipped = count(&all, &|v| v == Verdict::Skip);
-    let total = all.len().to_string();
-    let time = format!("{:.3}", report.duration_ms / 1000.0);
+    let failed = |v: Verdict| matches!(v, Verdict::Fail | Verdict::Unsafe | Verdict::Leak);
+    let all: Vec<&CaseResult> = runs.iter().flat_map(|(_, r)| r.cases.iter()).collect();
+    let failures = count(&all, &failed).to_string();
+    let errors = count(&all, &|v| v == Verdict::Error).to_string();
+    let skipped = (count(&all, &|v| v == Verdict::Skip) + skipped_runs.len()).to_string();
+    let total = (all.len() + skipped_runs.len()).to_string();
+    let time = format!(
+        "{:.3}",
+        runs.iter().map(|(_, r)| r.duration_ms).sum::<f64>() / 1000.0
+    );
     w.create_element("testsuites")
         .with_attributes([
             ("name", "idem-conformance"),
@@ -325,37 +373,63 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
             ("time", time.as_str()),
         ])
         .write_inner_content(|w| {
-            for section in SECTIONS {
-                let cases: Vec<&CaseResult> = report
-                    .cases
-                    .iter()
-                    .filter(|c| c.section == section.name)
-                    .collect();
-                if cases.is_empty() {
-                    continue;
+            for (prefix, report) in runs {
+                let scope = prefix.map_or_else(String::new, |p| format!("{p}."));
+                for section in SECTIONS {
+                    let cases: Vec<&CaseResult> = report
+                        .cases
+                        .iter()
+                        .filter(|c| c.section == section.name)
+                        .collect();
+                    if cases.is_empty() {
+                        continue;
+                    }
+                    let tests = cases.len().to_string();
+                    let failures = count(&cases, &failed).to_string();
+                    let errors = count(&cases, &|v| v == Verdict::Error).to_string();
+                    let skipped = count(&cases, &|v| v == Verdict::Skip).to_string();
+                    let time = format!(
+                        "{:.3}",
+                        cases.iter().map(|c| c.duration_ms).sum::<f64>() / 1000.0
+                    );
+                    let name = format!("idem-conformance.{scope}{}", section.name);
+                    w.create_element("testsuite")
+                        .with_attributes([
+                            ("name", name.as_str()),
+                            ("tests", tests.as_str()),
+                            ("failures", failures.as_str()),
+                            ("errors", errors.as_str()),
+                            ("skipped", skipped.as_str()),
+                            ("time", time.as_str()),
+                        ])
+                        .write_inner_content(|w| {
+                            for c in &cases {
+                                testcase(w, c, &scope)?;
+                            }
+                            Ok(())
+                        })?;
                 }
-                let tests = cases.len().to_string();
-                let failures = count(&cases, &|v| matches!(v, Verdict::Fail | Verdict::Unsafe));
-                let errors = count(&cases, &|v| v == Verdict::Error);
-                let skipped = count(&cases, &|v| v == Verdict::Skip);
-                let time = format!(
-                    "{:.3}",
-                    cases.iter().map(|c| c.duration_ms).sum::<f64>() / 1000.0
-                );
-                let name = format!("idem-conformance.{}", section.name);
+            }
+            for (id, why) in skipped_runs {
+                let name = format!("idem-conformance.{id}");
                 w.create_element("testsuite")
                     .with_attributes([
                         ("name", name.as_str()),
-                        ("tests", tests.as_str()),
-                        ("failures", failures.as_str()),
-                        ("errors", errors.as_str()),
-                        ("skipped", skipped.as_str()),
-                        ("time", time.as_str()),
+                        ("tests", "1"),
+                        ("failures", "0"),
+                        ("errors", "0"),
+                        ("skipped", "1"),
+                        ("time", "0.000"),
                     ])
                     .write_inner_content(|w| {
-                        for c in &cases {
-                            testcase(w, c)?;
-                        }
+                        w.create_element("testcase")
+                            .with_attributes([("name", *id), ("classname", name.as_str())])
+                            .write_inner_content(|w| {
+                                w.create_element("skipped")
+                                    .with_attribute(("message", *why))
+                                    .write_empty()?;
+                                Ok(())
+                            })?;
                         Ok(())
                     })?;
             }
@@ -364,9 +438,9 @@ pub fn junit(report: &Report) -> std::io::Result<String> {
     String::from_utf8(w.into_inner()).map_err(std::io::Error::other)
 }
 
-fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult) -> std::io::Result<()> {
+fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult, scope: &str) -> std::io::Result<()> {
     let name = format!("{} {}", c.id, c.title);
-    let classname = format!("idem-conformance.{}", c.section);
+    let classname = format!("idem-conformance.{scope}{}", c.section);
     let time = format!("{:.3}", c.duration_ms / 1000.0);
     let element = w.create_element("testcase").with_attributes([
         ("name", name.as_str()),
@@ -421,10 +495,11 @@ fn testcase(w: &mut Writer<Vec<u8>>, c: &CaseResult) -> std::io::Result<()> {
                 Ok(())
             })?;
         }
-        Verdict::Fail | Verdict::Unsafe | Verdict::Error => {
+        Verdict::Fail | Verdict::Unsafe | Verdict::Leak | Verdict::Error => {
             let (tag, kind) = match c.verdict {
                 Verdict::Error => ("error", "error"),
                 Verdict::Unsafe => ("failure", "unsafe"),
+                Verdict::Leak => ("failure", "leak"),
                 _ => ("failure", "fail"),
             };
             element.write_inner_content(|w| {

@@ -1,10 +1,12 @@
 //! The suite against the reference server: every case passes on the correct server, and
-//! every fault is caught by the case aimed at it while the unrelated cases still pass
-//! (graded by idem's own levels, strictly, where every expectation counts); and the
-//! profiles grade the faults that are idem's choices, not the draft's, as the spec says.
+//! every fault of the registry (`idem_conformance::server::FAULTS`) makes exactly the cases
+//! it names fail, with both oracles and without any (graded by idem's own levels, strictly,
+//! where every expectation counts), while the others pass; and the profiles grade the
+//! faults that are idem's choices, not the draft's, as the spec says.
 
 use idem_conformance::cases;
-use idem_conformance::server::{Fault, Server, ServerConfig};
+use idem_conformance::embedded::Embedded;
+use idem_conformance::server::{Fault, FaultDef, Server, ServerConfig, Want, FAULTS};
 use idem_conformance::suite::{
     self, KeyKind, KeyStyle, Profile, Report, Target, Verdict, EXIT_HARNESS,
 };
@@ -19,26 +21,8 @@ enum Transport {
     Tls,
 }
 
-async fn run_against(
-    config: ServerConfig,
-    transport: Transport,
-    tune: impl FnOnce(&mut Target),
-) -> Report {
-    run_kind(config, transport, KeyKind::Opaque, &[], tune).await
-}
-
-/// Runs the cases whose IDs start with `prefixes` (all when empty).
-async fn run_cases(
-    config: ServerConfig,
-    transport: Transport,
-    prefixes: &[&str],
-    tune: impl FnOnce(&mut Target),
-) -> Report {
-    run_kind(config, transport, KeyKind::Opaque, prefixes, tune).await
-}
-
 /// Runs the cases whose IDs start with `prefixes` (all when empty) against the reference
-/// server's endpoint of `kind`.
+/// server's endpoint of `kind`, one after the other.
 async fn run_kind(
     mut config: ServerConfig,
     transport: Transport,
@@ -65,6 +49,53 @@ async fn run_kind(
     .expect("a run against the reference server ends in bounded time")
     .expect("the harness starts");
     drop(server);
+    report
+}
+
+async fn run_against(
+    config: ServerConfig,
+    transport: Transport,
+    tune: impl FnOnce(&mut Target),
+) -> Report {
+    run_kind(config, transport, KeyKind::Opaque, &[], tune).await
+}
+
+/// Runs the cases whose IDs start with `prefixes` against the `/orders` endpoint.
+async fn run_cases(
+    config: ServerConfig,
+    transport: Transport,
+    prefixes: &[&str],
+    tune: impl FnOnce(&mut Target),
+) -> Report {
+    run_kind(config, transport, KeyKind::Opaque, prefixes, tune).await
+}
+
+/// The whole suite as the embedded run lays it out: every family against the endpoint of
+/// its kind, the waiting cases beside the others, each lane with a server of its own.
+async fn run_suite(
+    mut config: ServerConfig,
+    transport: Transport,
+    tune: impl Fn(&mut Target),
+) -> Report {
+    if let Transport::Tls = transport {
+        config.tls = Some(Identity::generate().expect("a certificate"));
+    }
+    let mut embedded = Embedded::start(&config, cases::all())
+        .await
+        .expect("the reference servers start");
+    for lane in &mut embedded.lanes {
+        lane.target.timeout = Duration::from_secs(5);
+        tune(&mut lane.target);
+    }
+    let lanes = std::mem::take(&mut embedded.lanes);
+    let report = tokio::time::timeout(
+        Duration::from_secs(90),
+        suite::run_lanes(lanes, Some(config.fault), &mut |_| {}),
+    )
+    .await
+    .expect("a run against the reference servers ends in bounded time")
+    .expect("the harness starts");
+    drop(embedded);
     report
 }
 
@@ -95,29 +126,7 @@ async fn the_reference_server_passes_every_case_over_tls() {
 }
 
 async fn passes_every_case(transport: Transport) {
-    for kind in [KeyKind::Time, KeyKind::Counter, KeyKind::Token] {
-        let report = run_kind(ServerConfig::fast(), transport, kind, &[], |t| {
-            t.strict = true;
-            t.profile = Profile::idem();
-        })
-        .await;
-        let family: Vec<_> = report
-            .cases
-            .iter()
-            .filter(|c| Some(c.section.as_str()) == kind.section())
-            .collect();
-        assert!(family.len() >= 3, "{kind:?}");
-        for c in &report.cases {
-            let want = if family.iter().any(|f| f.id == c.id) {
-                Verdict::Pass
-            } else {
-                Verdict::Skip
-            };
-            assert_eq!(c.verdict, want, "{kind:?} {}\n{}", c.id, describe(&report));
-        }
-        assert_eq!(report.exit_code, 0);
-    }
-    let report = run_against(ServerConfig::fast(), transport, |t| {
+    let report = run_suite(ServerConfig::fast(), transport, |t| {
         t.strict = true;
         t.profile = Profile::idem();
     })
@@ -128,10 +137,6 @@ async fn passes_every_case(transport: Transport) {
     );
     assert_eq!(report.cases.len(), cases::all().len());
     for c in &report.cases {
-        if KeyKind::of_section(c.section.as_str()).is_some() {
-            assert_eq!(c.verdict, Verdict::Skip, "{}", c.id);
-            continue;
-        }
         assert_eq!(c.verdict, Verdict::Pass, "{}\n{}", c.id, describe(&report));
         assert!(!c.exchanges.is_empty(), "{} sent nothing", c.id);
     }
@@ -140,7 +145,6 @@ async fn passes_every_case(transport: Transport) {
     assert!(report
         .cases
         .iter()
-        .filter(|c| c.verdict == Verdict::Pass)
         .all(|c| c.confidence == Some(suite::Confidence::High)));
 }
 
@@ -172,332 +176,95 @@ async fn without_oracles_passes_say_how_sure_they_are() {
     }
 }
 
-/// What a fault must do to the verdicts.
-struct Expect {
-    fault: Fault,
-    /// The endpoint it is run against.
-    kind: KeyKind,
-    /// Cases that must fail (or be unsafe).
-    caught_by: &'static [&'static str],
-    /// Of those, the ones that must be unsafe: a double execution is observable.
-    unsafe_: &'static [&'static str],
-    /// Plausibly related cases that may fail, be unsafe or skip as well.
-    related: &'static [&'static str],
+/// Whether `verdict` is what `want` asks for.
+fn meets(verdict: Verdict, want: Want) -> bool {
+    match want {
+        Want::Pass => verdict == Verdict::Pass,
+        Want::Fail => matches!(verdict, Verdict::Fail | Verdict::Unsafe | Verdict::Leak),
+        Want::Unsafe => verdict == Verdict::Unsafe,
+        Want::Leak => verdict == Verdict::Leak,
+        Want::Any => verdict != Verdict::Error,
+        Want::Broken => true,
+    }
 }
 
-const EXPECT: &[Expect] = &[
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoLock,
-        caught_by: &["concurrent/1", "lost-response/1"],
-        unsafe_: &["concurrent/1", "lost-response/1"],
-        related: &["concurrent/2", "lease/1"],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoFingerprint,
-        caught_by: &["mismatch/1"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoStore,
-        caught_by: &[
-            "lost-response/1",
-            "replay/1",
-            "replay/2",
-            "errors/1",
-            "expiry/1",
-        ],
-        unsafe_: &["lost-response/1", "replay/1"],
-        related: &[
-            "replay/3",
-            "mismatch/1",
-            "lease/1",
-            "expiry/2",
-            "concurrent/1",
-            "concurrent/2",
-        ],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::ReplayAcrossPrincipals,
-        caught_by: &["scope/1"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::Store5xx,
-        caught_by: &["errors/2"],
-        unsafe_: &[],
-        // A handler that dies has an unknown outcome with no response, which this policy
-        // holds instead of leaving it to the lease.
-        related: &["lease/1"],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::LostLease,
-        caught_by: &["lease/1"],
-        unsafe_: &[],
-        // A 503 leaves its key to the lease under the default policy: it never ends.
-        related: &["errors/2"],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::ForgetEarly,
-        caught_by: &["expiry/1", "expiry/2"],
-        unsafe_: &["expiry/1"],
-        related: &[
-            "lost-response/1",
-            "replay/1",
-            "replay/2",
-            "replay/3",
-            "mismatch/1",
-            "errors/1",
-            "lease/1",
-            "concurrent/1",
-            "concurrent/2",
-        ],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoKeyCheck,
-        caught_by: &["keys/1", "keys/2", "keys/3", "keys/4", "keys/5"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::ShortKeys,
-        caught_by: &["keys/6"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoMarker,
-        caught_by: &["replay/2"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoRetryAfter,
-        caught_by: &["concurrent/2"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::ForgetErrors,
-        caught_by: &["errors/1"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NoTombstone,
-        caught_by: &["expiry/2"],
-        unsafe_: &[],
-        related: &["lease/1"],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NeverExpire,
-        caught_by: &["expiry/3"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::VolatileFingerprint,
-        caught_by: &[
-            "lost-response/1",
-            "replay/1",
-            "replay/2",
-            "replay/3",
-            "concurrent/1",
-            "mismatch/1",
-            "errors/1",
-            "errors/2",
-            "lease/1",
-            "expiry/1",
-            "expiry/2",
-        ],
-        unsafe_: &[],
-        related: &["concurrent/2"],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::DropLocation,
-        caught_by: &["replay/3"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Opaque,
-        fault: Fault::NeverRelease,
-        caught_by: &["errors/2", "lease/1"],
-        unsafe_: &[],
-        related: &[],
-    },
-    // The generic faults, against the endpoints of the key kinds.
-    Expect {
-        kind: KeyKind::Time,
-        fault: Fault::NoKeyCheck,
-        caught_by: &["time/2", "time/3"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Counter,
-        fault: Fault::NoKeyCheck,
-        caught_by: &["counter/1", "counter/4", "counter/5", "counter/7"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Token,
-        fault: Fault::NoKeyCheck,
-        caught_by: &["token/2", "token/3"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Time,
-        fault: Fault::NoFingerprint,
-        caught_by: &["time/1"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Counter,
-        fault: Fault::NoFingerprint,
-        caught_by: &["counter/3", "counter/6"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Counter,
-        fault: Fault::NoStore,
-        caught_by: &["counter/2"],
-        unsafe_: &["counter/2"],
-        related: &["counter/3", "counter/4", "counter/6", "counter/7"],
-    },
-    Expect {
-        kind: KeyKind::Counter,
-        fault: Fault::CounterNoWrapCheck,
-        caught_by: &["counter/3", "counter/6"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Counter,
-        fault: Fault::CounterAcceptStale,
-        caught_by: &["counter/4"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Time,
-        fault: Fault::TimeNoSkew,
-        caught_by: &["time/2"],
-        unsafe_: &[],
-        related: &[],
-    },
-    Expect {
-        kind: KeyKind::Token,
-        fault: Fault::TokenReuse,
-        caught_by: &["token/1"],
-        unsafe_: &["token/1"],
-        related: &[],
-    },
-];
-
-fn check(e: &Expect, transport: Transport, report: &Report) -> Vec<String> {
+/// How `report`, of a run against `fault` with (`oracle`) or without oracles, differs from
+/// what the registry says.
+fn check(fault: &FaultDef, oracle: bool, transport: Transport, report: &Report) -> Vec<String> {
+    let how = if oracle {
+        "with oracles"
+    } else {
+        "without oracles"
+    };
     let mut problems = Vec::new();
     for c in &report.cases {
-        let id = c.id.as_str();
-        let ok = if e.unsafe_.contains(&id) {
-            c.verdict == Verdict::Unsafe
-        } else if e.caught_by.contains(&id) {
-            matches!(c.verdict, Verdict::Fail | Verdict::Unsafe)
-        } else if e.related.contains(&id) {
-            c.verdict != Verdict::Error
-        } else if KeyKind::of_section(&c.section) != (e.kind != KeyKind::Opaque).then_some(e.kind) {
-            // Another kind's family, or the generic cases against a kind's endpoint.
-            c.verdict == Verdict::Skip
-        } else {
-            c.verdict == Verdict::Pass
-        };
-        if !ok {
+        let want = fault.want(&c.id, oracle);
+        if !meets(c.verdict, want) {
             problems.push(format!(
-                "fault {} ({:?}) over {transport:?}: {id} is {} ({})",
-                e.fault,
-                e.kind,
+                "fault {} {how} over {transport:?}: {} is {}, expected {want:?} ({})",
+                fault.name,
+                c.id,
                 c.verdict.name(),
                 c.observed.as_deref().or(c.reason.as_deref()).unwrap_or("")
             ));
         }
     }
-    let want = if e.caught_by.iter().any(|id| e.unsafe_.contains(id)) {
+    let wants = |w: Want| report.cases.iter().any(|c| fault.want(&c.id, oracle) == w);
+    let exit = if wants(Want::Unsafe) || wants(Want::Leak) {
         2
     } else {
         1
     };
-    if report.exit_code < want || report.exit_code >= 3 {
+    if report.exit_code < exit || report.exit_code >= 3 {
         problems.push(format!(
-            "fault {} ({:?}): exit code {}, expected at least {want}",
-            e.fault, e.kind, report.exit_code
+            "fault {} {how}: exit code {}, expected at least {exit}",
+            fault.name, report.exit_code
         ));
     }
     problems
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_fault_is_caught_by_the_case_aimed_at_it() {
-    every_fault_is_caught(Transport::Plain).await;
+async fn every_fault_is_caught_with_and_without_oracles() {
+    every_fault_is_caught(Transport::Plain, &[true, false]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_is_caught_over_tls() {
-    every_fault_is_caught(Transport::Tls).await;
+    every_fault_is_caught(Transport::Tls, &[true]).await;
 }
 
-async fn every_fault_is_caught(transport: Transport) {
-    for f in Fault::ALL {
-        assert!(
-            EXPECT.iter().any(|e| e.fault == f),
-            "fault {f} has no expectation"
-        );
-    }
-    // The runs go side by side, each against its own server: their waits overlap. The
-    // kinds' cases only run against their endpoints, so a fault that matters to several
-    // kinds has an expectation for each.
+/// Runs the whole suite against every fault, once per oracle setting, all side by side
+/// (each run with servers of its own, so their waits overlap).
+async fn every_fault_is_caught(transport: Transport, oracles: &[bool]) {
     let mut runs = tokio::task::JoinSet::new();
-    for (i, e) in EXPECT.iter().enumerate() {
-        let (fault, kind) = (e.fault, e.kind);
-        runs.spawn(async move {
-            let config = ServerConfig {
-                fault: Some(fault),
-                ..ServerConfig::fast()
-            };
-            let report = run_kind(config, transport, kind, &[], |t| {
-                t.strict = true;
-                t.profile = Profile::idem();
-                t.concurrency = 8;
-                t.rounds = 2;
-            })
-            .await;
-            (i, report)
-        });
+    for (i, def) in FAULTS.iter().enumerate() {
+        for &oracle in oracles {
+            let fault = Fault::named(def.name).expect("a registered fault");
+            runs.spawn(async move {
+                let config = ServerConfig {
+                    fault: Some(fault),
+                    ..ServerConfig::fast()
+                };
+                let report = run_suite(config, transport, |t| {
+                    t.strict = true;
+                    t.profile = Profile::idem();
+                    t.concurrency = 8;
+                    t.rounds = 2;
+                    if !oracle {
+                        t.count_url = None;
+                        t.id_pointer = None;
+                    }
+                })
+                .await;
+                (i, oracle, report)
+            });
+        }
     }
     let mut problems = Vec::new();
     while let Some(done) = runs.join_next().await {
-        let (i, report) = done.expect("a fault run completes");
-        problems.extend(check(&EXPECT[i], transport, &report));
+        let (i, oracle, report) = done.expect("a fault run completes");
+        problems.extend(check(&FAULTS[i], oracle, transport, &report));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
@@ -507,9 +274,33 @@ fn every_case_is_caught_by_some_fault() {
     // No case is a check that cannot fail: each one fails against at least one fault.
     for c in cases::all() {
         assert!(
-            EXPECT.iter().any(|e| e.caught_by.contains(&c.id)),
+            FAULTS
+                .iter()
+                .any(|f| matches!(f.want(c.id, true), Want::Fail | Want::Unsafe | Want::Leak)),
             "no fault makes {} fail",
             c.id
+        );
+    }
+}
+
+#[test]
+fn every_fault_names_real_cases_and_is_caught() {
+    for f in FAULTS {
+        assert!(!f.expect.is_empty(), "{} expects nothing", f.name);
+        for e in f.expect {
+            assert!(
+                cases::all().iter().any(|c| c.id == e.case),
+                "{} names {}, which is no case",
+                f.name,
+                e.case
+            );
+        }
+        assert!(
+            f.expect
+                .iter()
+                .any(|e| matches!(e.oracle, Want::Fail | Want::Unsafe | Want::Leak)),
+            "{} makes no case fail",
+            f.name
         );
     }
 }
@@ -521,9 +312,9 @@ fn verdict(report: &Report, id: &str) -> Verdict {
         .verdict
 }
 
-fn faulty(fault: Fault) -> ServerConfig {
+fn faulty(name: &str) -> ServerConfig {
     ServerConfig {
-        fault: Some(fault),
+        fault: Some(Fault::named(name).expect("a registered fault")),
         ..ServerConfig::fast()
     }
 }
@@ -536,15 +327,10 @@ async fn a_stored_5xx_passes_under_ietf_and_stripe_and_fails_under_idem() {
         (Profile::idem(), Verdict::Fail),
     ] {
         let name = profile.name.clone();
-        let report = run_cases(
-            faulty(Fault::Store5xx),
-            Transport::Plain,
-            &["errors/2"],
-            |t| {
-                t.profile = profile;
-                t.strict = true;
-            },
-        )
+        let report = run_cases(faulty("store-5xx"), Transport::Plain, &["errors/2"], |t| {
+            t.profile = profile;
+            t.strict = true;
+        })
         .await;
         let c = report.case("errors/2").expect("ran");
         assert_eq!(c.verdict, want, "{name}: {}", describe(&report));
@@ -562,7 +348,7 @@ async fn a_stored_5xx_passes_under_ietf_and_stripe_and_fails_under_idem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_retry_after_is_a_should_under_ietf_and_a_must_under_idem() {
     let ietf = run_cases(
-        faulty(Fault::NoRetryAfter),
+        faulty("no-retry-after"),
         Transport::Plain,
         &["concurrent"],
         |t| {
@@ -574,7 +360,7 @@ async fn a_missing_retry_after_is_a_should_under_ietf_and_a_must_under_idem() {
     assert_eq!(verdict(&ietf, "concurrent/2"), Verdict::NonStrict);
     assert_eq!(ietf.exit_code, 0, "a SHOULD miss alone passes the run");
     let idem = run_cases(
-        faulty(Fault::NoRetryAfter),
+        faulty("no-retry-after"),
         Transport::Plain,
         &["concurrent/2"],
         |t| {
@@ -589,7 +375,7 @@ async fn a_missing_retry_after_is_a_should_under_ietf_and_a_must_under_idem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_without_location_passes_status_and_body_and_misses_headers() {
     let report = run_cases(
-        faulty(Fault::DropLocation),
+        faulty("drop-location"),
         Transport::Plain,
         &["replay"],
         |_| {},
@@ -617,7 +403,7 @@ async fn a_replay_without_location_passes_status_and_body_and_misses_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_answered_with_422_fail_rather_than_error() {
     let report = run_cases(
-        faulty(Fault::VolatileFingerprint),
+        faulty("volatile-fingerprint"),
         Transport::Plain,
         &["lost-response/1", "replay/2"],
         |_| {},
@@ -640,7 +426,7 @@ async fn retries_answered_with_422_fail_rather_than_error() {
 async fn a_failed_key_that_is_never_released_is_caught() {
     // A 503 leaves the key in flight: the retry is refused as in progress for good.
     let ietf = run_cases(
-        faulty(Fault::NeverRelease),
+        faulty("never-release"),
         Transport::Plain,
         &["errors/2"],
         |_| {},
@@ -650,7 +436,7 @@ async fn a_failed_key_that_is_never_released_is_caught() {
     assert_eq!(c.verdict, Verdict::NonStrict, "{}", describe(&ietf));
     assert!(c.missed.iter().any(|m| m.requirement == "IDEM-OUT-6"));
     let strict = run_cases(
-        faulty(Fault::NeverRelease),
+        faulty("never-release"),
         Transport::Plain,
         &["errors/2"],
         |t| {
@@ -661,7 +447,7 @@ async fn a_failed_key_that_is_never_released_is_caught() {
     assert_eq!(verdict(&strict, "errors/2"), Verdict::Fail);
     // A 429 must release the key: keeping it is a miss of IDEM-OUT-2.
     let busy = run_cases(
-        faulty(Fault::NeverRelease),
+        faulty("never-release"),
         Transport::Plain,
         &["errors/2"],
         |t| {
@@ -742,4 +528,69 @@ async fn an_unreachable_target_is_a_harness_error() {
         .expect("the harness starts");
     assert_eq!(verdict(&report, "replay/1"), Verdict::Error);
     assert_eq!(report.exit_code, EXIT_HARNESS);
+}
+
+#[test]
+fn the_readme_fault_table_is_the_registry() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("conformance/README.md");
+    let (begin, end) = ("<!-- faults:begin -->\n", "<!-- faults:end -->");
+    let start = readme.find(begin).expect("begin marker") + begin.len();
+    let stop = readme.find(end).expect("end marker");
+    let table = idem_conformance::server::faults_table();
+    if readme[start..stop] != table {
+        if std::env::var_os("IDEM_README_BLESS").is_some() {
+            std::fs::write(
+                &path,
+                format!("{}{table}{}", &readme[..start], &readme[stop..]),
+            )
+            .expect("README written");
+        } else {
+            panic!("conformance/README.md's fault table is not the registry's: run `IDEM_README_BLESS=1 cargo test -p idem-conformance --test faults the_readme`");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_leak_is_a_leak_under_every_profile() {
+    let leaking: Vec<&FaultDef> = FAULTS
+        .iter()
+        .filter(|f| f.expect.iter().any(|e| e.oracle == Want::Leak))
+        .collect();
+    assert!(leaking.len() >= 3, "a fault for each leak scope/1 checks");
+    for def in leaking {
+        for profile in [Profile::ietf(), Profile::stripe(), Profile::idem()] {
+            let name = profile.name.clone();
+            let report = run_cases(faulty(def.name), Transport::Plain, &["scope/1"], |t| {
+                t.profile = profile;
+            })
+            .await;
+            let c = report.case("scope/1").expect("ran");
+            assert_eq!(
+                c.verdict,
+                Verdict::Leak,
+                "{} under {name}: {}",
+                def.name,
+                describe(&report)
+            );
+            assert_eq!(report.exit_code, 2, "{} under {name}", def.name);
+            assert_eq!(report.summary.leak, 1);
+            // The leak is named with what it disclosed, and the requirement the spec says it
+            // breaks.
+            assert!(
+                c.missed
+                    .iter()
+                    .any(|m| m.requirement == "IDEM-SCOPE-1" && m.verdict == Verdict::Leak),
+                "{:?}",
+                c.missed
+            );
+            assert!(
+                c.observed
+                    .as_deref()
+                    .is_some_and(|o| o.contains("disclosed") || o.contains("stored response")),
+                "{:?}",
+                c.observed
+            );
+        }
+    }
 }

@@ -63,6 +63,27 @@ impl Profile {
     }
 }
 
+/// A breach graded as a safety failure under every profile, whatever the requirement's
+/// level: the harness reports it with a verdict of its own, and the run exits 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Safety {
+    /// A request executed more often than once.
+    Unsafe,
+    /// One principal's record disclosed to another.
+    Leak,
+}
+
+impl Safety {
+    /// `unsafe` or `leak`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Safety::Unsafe => "unsafe",
+            Safety::Leak => "leak",
+        }
+    }
+}
+
 /// The levels of an HTTP-observable requirement under the profiles other than `idem`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,8 +115,13 @@ pub struct Requirement {
     pub draft: Option<Level>,
     /// For requirements checked over HTTP: the level under each profile but `idem`.
     pub profiles: Option<ProfileLevels>,
-    /// Why a profile's level differs from the draft's keyword, where it does.
+    /// Why the `ietf` level differs from the draft's keyword, where it does.
     pub why: Option<String>,
+    /// Why the `stripe` level differs from the draft's keyword, where it does: what
+    /// Stripe documents.
+    pub stripe_why: Option<String>,
+    /// Whether a breach of it is a safety failure, graded the same under every profile.
+    pub safety: Option<Safety>,
 }
 
 impl Requirement {
@@ -155,8 +181,15 @@ pub fn render_markdown() -> String {
         };
         let graded = |p: Profile| {
             r.level_in(p).map_or_else(String::new, |l| {
-                let changed = r.why.is_some() && Some(l) != r.draft;
-                format!("{}{}", l.as_str(), if changed { "¹" } else { "" })
+                let (why, mark) = match p {
+                    Profile::Stripe => (&r.stripe_why, "²"),
+                    _ => (&r.why, "¹"),
+                };
+                let changed = why.is_some() && l != r.draft.unwrap_or(Level::Should);
+                let safety = r
+                    .safety
+                    .map_or(String::new(), |s| format!(", {}³", s.as_str()));
+                format!("{}{}{safety}", l.as_str(), if changed { mark } else { "" })
             })
         };
         out.push_str(&format!(
@@ -171,10 +204,22 @@ pub fn render_markdown() -> String {
             problem,
         ));
     }
-    out.push_str("\n¹ The profile's level differs from the draft's keyword:\n\n");
+    out.push_str("\n¹ The ietf profile's level differs from the draft's keyword:\n\n");
     for r in requirements() {
         if let Some(why) = &r.why {
             out.push_str(&format!("- {}: {why}\n", r.id));
+        }
+    }
+    out.push_str("\n² The stripe profile's level differs from the draft's keyword, as Stripe documents its idempotent requests:\n\n");
+    for r in requirements() {
+        if let Some(why) = &r.stripe_why {
+            out.push_str(&format!("- {}: {why}\n", r.id));
+        }
+    }
+    out.push_str("\n³ A safety failure under every profile, whatever the level: the conformance suite reports a breach with a verdict of its own (`unsafe`, `leak`) and exits 2.\n\n");
+    for r in requirements() {
+        if let Some(s) = r.safety {
+            out.push_str(&format!("- {}: {}\n", r.id, s.as_str()));
         }
     }
     out

@@ -1,9 +1,11 @@
 //! `cargo xtask interop`: the conformance suite against independent open-source
 //! Idempotency-Key implementations, each installed from its package registry into its own
 //! folder under `interop/` and started on 127.0.0.1 with a small app whose handler counts
-//! its runs. The verdicts are compared with the table in conformance/README.md, which was
-//! established by reading each library's code and probing it by hand: a verdict that
-//! differs is either a change in the library or a bug of the suite.
+//! its runs, once under each profile (ietf, idem, stripe). The verdicts are compared with
+//! the profile's table in conformance/README.md, which was established by reading each
+//! library's code and probing it by hand: a verdict that differs is either a change in the
+//! library or a bug of the suite. `IDEM_INTEROP_BLESS=1` writes the observed verdicts into
+//! the README's tables instead, for a reviewer to read in the diff.
 //!
 //! Not part of `cargo xtask test`: it needs the registries and takes minutes.
 
@@ -91,40 +93,116 @@ const COMMON: &[&str] = &[
 /// How long an app may take to say where it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Markers around the expected table in conformance/README.md.
-const BEGIN: &str = "<!-- interop:begin -->";
-const END: &str = "<!-- interop:end -->";
+/// The profiles every library is graded under, each with its table in the README.
+const PROFILES: &[&str] = &["ietf", "idem", "stripe"];
+
+/// The markers around `profile`'s expected table in conformance/README.md.
+fn markers(profile: &str) -> (String, String) {
+    (
+        format!("<!-- interop:{profile}:begin -->"),
+        format!("<!-- interop:{profile}:end -->"),
+    )
+}
 
 pub(crate) fn interop(conformance: &Path) -> Result<(), String> {
     let readme_path = workspace_dir("conformance/README.md");
-    let readme = std::fs::read_to_string(&readme_path)
+    let mut readme = std::fs::read_to_string(&readme_path)
         .map_err(|e| format!("{}: {e}", readme_path.display()))?;
-    let expected = expected_table(&readme)?;
+    let bless = std::env::var_os("IDEM_INTEROP_BLESS").is_some();
     let out = workspace_dir("target/interop");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let mut observed: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
     for lib in LIBRARIES {
-        let dir = workspace_dir("interop").join(lib.dir);
-        install(lib, &dir)?;
-        step(&format!("interop: {}", lib.label));
-        let app = App::start(lib, &dir)?;
-        let json = out.join(format!("{}.json", lib.dir));
-        let status = Command::new(conformance)
-            .arg("run")
-            .arg(format!("{}/orders", app.base))
-            .args(COMMON)
-            .arg("--json")
-            .arg(&json)
-            .status()
-            .map_err(|e| format!("{}: {e}", conformance.display()))?;
-        drop(app);
-        // 0, 1 and 2 are verdicts; 3 and 4 mean the run itself went wrong.
-        if !matches!(status.code(), Some(0..=2)) {
-            return Err(format!("the run against {} ended with {status}", lib.label));
-        }
-        observed.insert(lib.label, verdicts(&json)?);
+        install(lib, &workspace_dir("interop").join(lib.dir))?;
     }
-    compare(&expected, &observed)
+    let mut differences = Vec::new();
+    for profile in PROFILES {
+        let mut observed: BTreeMap<&str, Ordered> = BTreeMap::new();
+        for lib in LIBRARIES {
+            let dir = workspace_dir("interop").join(lib.dir);
+            step(&format!("interop: {} under --profile {profile}", lib.label));
+            let app = App::start(lib, &dir)?;
+            let json = out.join(format!("{}-{profile}.json", lib.dir));
+            let status = Command::new(conformance)
+                .arg("run")
+                .arg(format!("{}/orders", app.base))
+                .args(COMMON)
+                .args(["--profile", profile])
+                .arg("--json")
+                .arg(&json)
+                .status()
+                .map_err(|e| format!("{}: {e}", conformance.display()))?;
+            drop(app);
+            // 0, 1 and 2 are verdicts; 3 and 4 mean the run itself went wrong.
+            if !matches!(status.code(), Some(0..=2)) {
+                return Err(format!(
+                    "the run against {} under {profile} ended with {status}",
+                    lib.label
+                ));
+            }
+            observed.insert(lib.label, verdicts(&json)?);
+        }
+        if bless {
+            readme = with_table(&readme, profile, &render_table(&observed))?;
+        } else {
+            let expected = expected_table(&readme, profile)?;
+            differences.extend(compare(profile, &expected, &observed)?);
+        }
+    }
+    if bless {
+        return std::fs::write(&readme_path, readme)
+            .map_err(|e| format!("{}: {e}", readme_path.display()));
+    }
+    if differences.is_empty() {
+        println!("\nevery verdict under every profile matches conformance/README.md");
+        Ok(())
+    } else {
+        Err(format!(
+            "{} verdict(s) differ from conformance/README.md:\n{}",
+            differences.len(),
+            differences.join("\n")
+        ))
+    }
+}
+
+/// The observed verdicts as the README's table: a row per case, a column per library.
+fn render_table(observed: &BTreeMap<&str, Ordered>) -> String {
+    let labels: Vec<&str> = LIBRARIES.iter().map(|l| l.label).collect();
+    let mut out = format!(
+        "| Case | {} |\n|---|{}\n",
+        labels.join(" | "),
+        "---|".repeat(labels.len())
+    );
+    let Some(first) = observed.get(labels[0]) else {
+        return out;
+    };
+    // Suite order, as the JSON report lists the cases.
+    for id in first.keys_in_order() {
+        let cells: Vec<&str> = labels
+            .iter()
+            .map(|l| {
+                observed
+                    .get(l)
+                    .and_then(|c| c.get(id))
+                    .map_or("", String::as_str)
+            })
+            .collect();
+        out.push_str(&format!("| `{id}` | {} |\n", cells.join(" | ")));
+    }
+    out
+}
+
+/// `readme` with `table` between `profile`'s markers.
+fn with_table(readme: &str, profile: &str, table: &str) -> Result<String, String> {
+    let (begin, end) = markers(profile);
+    let start = readme
+        .find(&begin)
+        .ok_or_else(|| format!("conformance/README.md has no {begin}"))?
+        + begin.len();
+    let stop = readme[start..]
+        .find(&end)
+        .ok_or_else(|| format!("conformance/README.md has no {end}"))?
+        + start;
+    Ok(format!("{}\n{table}{}", &readme[..start], &readme[stop..]))
 }
 
 fn install(lib: &Library, dir: &Path) -> Result<(), String> {
@@ -230,32 +308,60 @@ impl Drop for App {
     }
 }
 
-/// The case verdicts of a JSON report, upper-case as the README writes them.
-fn verdicts(json: &PathBuf) -> Result<BTreeMap<String, String>, String> {
+/// The case verdicts of a JSON report, upper-case as the README writes them, in the
+/// report's (suite) order.
+fn verdicts(json: &PathBuf) -> Result<Ordered, String> {
     let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
     let report: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
     let cases = report["cases"]
         .as_array()
         .ok_or_else(|| format!("{}: no cases", json.display()))?;
-    cases
-        .iter()
-        .map(|c| match (c["id"].as_str(), c["verdict"].as_str()) {
-            (Some(id), Some(v)) => Ok((id.to_owned(), v.to_uppercase())),
-            _ => Err(format!("{}: a case without id or verdict", json.display())),
-        })
-        .collect()
+    let mut out = Ordered::default();
+    for c in cases {
+        match (c["id"].as_str(), c["verdict"].as_str()) {
+            (Some(id), Some(v)) => out.insert(id.to_owned(), v.to_uppercase()),
+            _ => return Err(format!("{}: a case without id or verdict", json.display())),
+        }
+    }
+    Ok(out)
 }
 
-/// The README's table: column label → case → verdict (the cell's first word).
-fn expected_table(readme: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
+/// Verdicts by case, remembering the order the cases came in.
+#[derive(Default)]
+struct Ordered {
+    order: Vec<String>,
+    map: BTreeMap<String, String>,
+}
+
+impl Ordered {
+    fn insert(&mut self, id: String, verdict: String) {
+        self.order.push(id.clone());
+        self.map.insert(id, verdict);
+    }
+
+    fn get(&self, id: &str) -> Option<&String> {
+        self.map.get(id)
+    }
+
+    fn keys_in_order(&self) -> impl Iterator<Item = &String> {
+        self.order.iter()
+    }
+}
+
+/// `profile`'s table in the README: column label → case → verdict (the cell's first word).
+fn expected_table(
+    readme: &str,
+    profile: &str,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
+    let (begin, end) = markers(profile);
     let start = readme
-        .find(BEGIN)
-        .ok_or_else(|| format!("conformance/README.md has no {BEGIN}"))?;
+        .find(&begin)
+        .ok_or_else(|| format!("conformance/README.md has no {begin}"))?;
     let end = readme[start..]
-        .find(END)
-        .ok_or_else(|| format!("conformance/README.md has no {END}"))?;
-    let mut rows = readme[start + BEGIN.len()..start + end]
+        .find(&end)
+        .ok_or_else(|| format!("conformance/README.md has no {end}"))?;
+    let mut rows = readme[start + begin.len()..start + end]
         .lines()
         .map(str::trim)
         .filter(|l| l.starts_with('|'))
@@ -284,39 +390,36 @@ fn expected_table(readme: &str) -> Result<BTreeMap<String, BTreeMap<String, Stri
     Ok(table)
 }
 
+/// The differences between `profile`'s expected table and what was observed, printed as
+/// they are found.
 fn compare(
+    profile: &str,
     expected: &BTreeMap<String, BTreeMap<String, String>>,
-    observed: &BTreeMap<&str, BTreeMap<String, String>>,
-) -> Result<(), String> {
+    observed: &BTreeMap<&str, Ordered>,
+) -> Result<Vec<String>, String> {
     let mut differences = Vec::new();
-    step("interop: verdicts (expected → observed where they differ)");
+    step(&format!(
+        "interop: verdicts under {profile} (expected → observed where they differ)"
+    ));
     for (label, cases) in observed {
-        let want = expected
-            .get(*label)
-            .ok_or_else(|| format!("the README's interop table has no column {label:?}"))?;
+        let want = expected.get(*label).ok_or_else(|| {
+            format!("the README's {profile} interop table has no column {label:?}")
+        })?;
         println!("{label}");
-        for (id, verdict) in cases {
+        for id in cases.keys_in_order() {
+            let verdict = &cases.map[id];
             let expected = want.get(id).map_or("(missing)", String::as_str);
             if expected == verdict {
                 println!("  {id:<16} {verdict}");
             } else {
                 println!("  {id:<16} {expected} → {verdict}   DIFFERS");
                 differences.push(format!(
-                    "{label} {id}: expected {expected}, observed {verdict}"
+                    "{profile}: {label} {id}: expected {expected}, observed {verdict}"
                 ));
             }
         }
     }
-    if differences.is_empty() {
-        println!("\nevery verdict matches conformance/README.md");
-        Ok(())
-    } else {
-        Err(format!(
-            "{} verdict(s) differ from conformance/README.md:\n{}",
-            differences.len(),
-            differences.join("\n")
-        ))
-    }
+    Ok(differences)
 }
 
 #[cfg(test)]
@@ -325,34 +428,47 @@ mod tests {
 
     #[test]
     fn the_expected_table_is_read_from_between_the_markers() {
+        let (begin, end) = markers("ietf");
         let readme = format!(
-            "intro\n{BEGIN}\n| Case | lib-a 1.0 | lib-b 2.0 |\n|---|:--:|---|\n| `replay/1` | PASS | FAIL¹ |\n| keys/1 | NON-STRICT (400 expected) | UNSAFE |\n{END}\n| other | table |\n"
+            "intro\n{begin}\n| Case | lib-a 1.0 | lib-b 2.0 |\n|---|:--:|---|\n| `replay/1` | PASS | FAIL¹ |\n| keys/1 | NON-STRICT (400 expected) | UNSAFE |\n{end}\n| other | table |\n"
         );
-        let t = expected_table(&readme).expect("parsed");
+        let t = expected_table(&readme, "ietf").expect("parsed");
         assert_eq!(t["lib-a 1.0"]["replay/1"], "PASS");
         assert_eq!(t["lib-b 2.0"]["replay/1"], "FAIL");
         assert_eq!(t["lib-a 1.0"]["keys/1"], "NON-STRICT");
         assert_eq!(t["lib-b 2.0"]["keys/1"], "UNSAFE");
         assert!(!t.contains_key("table"));
-        assert!(expected_table("no markers").is_err());
+        assert!(expected_table("no markers", "ietf").is_err());
+        assert!(expected_table(&readme, "stripe").is_err());
     }
 
     #[test]
     fn the_readme_has_a_column_for_every_library_and_a_row_for_every_case() {
         let readme = std::fs::read_to_string(workspace_dir("conformance/README.md"))
             .expect("conformance/README.md");
-        let table = expected_table(&readme).expect("the interop table parses");
-        for lib in LIBRARIES {
-            let column = table
-                .get(lib.label)
-                .unwrap_or_else(|| panic!("no column {}", lib.label));
-            assert!(column.len() >= 20, "{}: {} rows", lib.label, column.len());
-            for v in column.values() {
-                assert!(
-                    ["PASS", "NON-STRICT", "FAIL", "UNSAFE", "SKIP", "ERROR"].contains(&v.as_str()),
-                    "{}: {v}",
-                    lib.label
-                );
+        for profile in PROFILES {
+            let table = expected_table(&readme, profile).expect("the interop table parses");
+            for lib in LIBRARIES {
+                let column = table
+                    .get(lib.label)
+                    .unwrap_or_else(|| panic!("{profile}: no column {}", lib.label));
+                assert!(column.len() >= 20, "{}: {} rows", lib.label, column.len());
+                for v in column.values() {
+                    assert!(
+                        [
+                            "PASS",
+                            "NON-STRICT",
+                            "FAIL",
+                            "UNSAFE",
+                            "LEAK",
+                            "SKIP",
+                            "ERROR"
+                        ]
+                        .contains(&v.as_str()),
+                        "{profile} {}: {v}",
+                        lib.label
+                    );
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Concurrent duplicates: identical requests on separate connections, released together.
 
-use super::{fail, runs, unsafe_, Case, Check, Ctx, KeyHeader, Who};
+use super::{fail, runs, two_answers, unsafe_, Case, Check, Ctx, KeyHeader, Who};
 use crate::http::{ms, HarnessError, Prepared, Raced, Resp};
 use crate::suite::Confidence;
 use std::sync::Arc;
@@ -155,9 +155,19 @@ async fn duplicates<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
                         format!("round {round}: both {a} and {b} were created"),
                     ));
                 }
-                return Ok(fail(
-                    "every answer that is not a conflict is the same response (a replay)",
-                    format!("round {round}: {} and {}", first.summary(), other.summary()),
+                // Whatever the draft says of 409: two different successes for one key are
+                // the evidence of two executions.
+                return Ok(two_answers(
+                    ctx,
+                    first,
+                    other,
+                    "every answer that is not a conflict is the same response (a replay of the one execution)",
+                    format!(
+                        "round {round}: two different success answers for one key: {} and {} ({})",
+                        first.summary(),
+                        other.summary(),
+                        status_tally(&answers)
+                    ),
                 ));
             }
         } else {

@@ -96,6 +96,16 @@ async fn unknown_client<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
 
 /// Sends numbers `0..n` of `s` once each, each expected to execute.
 async fn run_numbers(ctx: &Ctx<'_>, s: &Session, n: u64) -> Result<Option<Check>, HarnessError> {
+    answer_numbers(ctx, s, n).await.map(|r| r.err())
+}
+
+/// Sends numbers `0..n` of `s`: their answers, or the check when one does not succeed.
+async fn answer_numbers(
+    ctx: &Ctx<'_>,
+    s: &Session,
+    n: u64,
+) -> Result<Result<Vec<crate::http::Resp>, Check>, HarnessError> {
+    let mut answers = Vec::new();
     for seq in 0..n {
         let r = ctx
             .send(
@@ -104,22 +114,24 @@ async fn run_numbers(ctx: &Ctx<'_>, s: &Session, n: u64) -> Result<Option<Check>
             )
             .await?;
         if !r.is_success() {
-            return Ok(Some(super::miss(
+            return Ok(Err(super::miss(
                 "IDEM-CTR-8",
                 "the next number of an open session executes",
                 format!("number {seq} was answered {}", r.summary()),
             )));
         }
+        answers.push(r);
     }
-    Ok(None)
+    Ok(Ok(answers))
 }
 
 async fn next_numbers<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
     let s = Session::open(ctx).await?;
     let before = ctx.count().await?;
-    if let Some(missed) = run_numbers(ctx, &s, 3).await? {
-        return Ok(missed);
-    }
+    let answers = match answer_numbers(ctx, &s, 3).await? {
+        Ok(answers) => answers,
+        Err(missed) => return Ok(missed),
+    };
     let retry = ctx
         .send(
             "retry of number 1",
@@ -141,6 +153,19 @@ async fn next_numbers<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
             ))
         }
         _ => {}
+    }
+    if retry.is_success() && !retry.same_answer(&answers[1]) {
+        return Ok(super::two_answers(
+            ctx,
+            &answers[1],
+            &retry,
+            "a retry of a number in the window gets its stored response, without executing",
+            format!(
+                "two different success answers for one key: number 1: {}; its retry: {}",
+                answers[1].summary(),
+                retry.summary()
+            ),
+        ));
     }
     if !retry.is_success() {
         return Ok(super::miss(

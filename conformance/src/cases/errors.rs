@@ -199,6 +199,16 @@ async fn failure_not_stored<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError>
                 second.status
             ),
         )),
+        // A refusal is neither the stored failure nor a new attempt.
+        _ if !second.is_success() && !retryable(second.status) => Ok(miss(
+            "IDEM-OUT-6",
+            "the retry runs again, gets the stored answer, or is held with the outcome-unknown type",
+            format!(
+                "the retry was refused: {}; neither the stored failure ({}) nor a new attempt",
+                second.summary(),
+                first.status
+            ),
+        )),
         _ if first.same_answer(&second) => Ok(Check::Pass(
             Confidence::Low,
             "the retry got an identical, unmarked answer: a fresh failure or an unmarked replay look the same without a count oracle".into(),

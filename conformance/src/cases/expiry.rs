@@ -1,6 +1,6 @@
 //! Expiry (opt-in): what a key means before and after the server's retention times.
 
-use super::{fail, require_success, runs, unsafe_, Case, Check, Ctx, Who};
+use super::{fail, require_success, runs, two_answers, unsafe_, Case, Check, Ctx, Who};
 use crate::http::HarnessError;
 use crate::suite::Confidence;
 use std::time::Duration;
@@ -76,12 +76,16 @@ async fn before_response_ttl<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError
             .await;
     }
     if !second.same_answer(&first) {
-        return Ok(fail(
+        return Ok(two_answers(
+            ctx,
+            &first,
+            &second,
             format!("replayed for the advertised {:.1} s", ttl.as_secs_f64()),
             format!(
-                "after {:.1} s: {}",
+                "two different success answers for one key: after {:.1} s {} where the original got {}",
                 (ttl / 2).as_secs_f64(),
-                second.summary()
+                second.summary(),
+                first.summary()
             ),
         ));
     }

@@ -1,6 +1,6 @@
 //! Lost responses: the request reaches the server, the response never reaches the client.
 
-use super::{fail, runs, unsafe_, Case, Check, Ctx, Who};
+use super::{fail, runs, two_answers, unsafe_, Case, Check, Ctx, Who};
 use crate::http::{send_and_drop, HarnessError};
 use crate::suite::Confidence;
 use std::time::{Duration, Instant};
@@ -92,11 +92,13 @@ async fn lost_response<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
                 format!("retry 1 names {a}, retry 2 names {b}: two executions"),
             ));
         }
-        return Ok(super::miss(
-            "IDEM-REPLAY-1",
-            "both retries get the same status and body",
+        return Ok(two_answers(
+            ctx,
+            &first,
+            &second,
+            "both retries get the outcome of the one execution, the same status and body",
             format!(
-                "retry 1: {}; retry 2: {}",
+                "two different success answers for one key: retry 1: {}; retry 2: {}",
                 first.summary(),
                 second.summary()
             ),

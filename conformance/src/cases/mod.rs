@@ -12,6 +12,8 @@
 
 mod concurrent;
 mod counter;
+mod ctx;
+mod ctx_kinds;
 mod errors;
 mod expiry;
 mod keys;
@@ -23,15 +25,15 @@ mod scope;
 mod time;
 mod token;
 
-use crate::http::{HarnessError, Http, Log, Req, Resp};
-use crate::suite::{Confidence, KeyStyle, Target};
+pub use ctx::Waiting;
+pub(crate) use ctx::{Ctx, KeyHeader, Who, POLL};
+
+use crate::http::{HarnessError, Resp};
+use crate::suite::{Confidence, Target};
 use bytes::Bytes;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
-use tokio::sync::mpsc::UnboundedSender;
+use std::sync::OnceLock;
 
 /// What running a case yields.
 type Running<'c> = Pin<Box<dyn Future<Output = Result<Check, HarnessError>> + Send + 'c>>;
@@ -203,8 +205,9 @@ pub(crate) enum Check {
     Pass(Confidence, String),
     /// A requirement was missed; the profile's level for it decides the verdict.
     Miss(Miss),
-    /// A request executed more often than once, whatever the profile.
-    Unsafe { expected: String, observed: String },
+    /// A safety failure (a double execution, a disclosure across principals), graded the
+    /// same whatever the profile.
+    Safety(Breach),
     /// Not run, and why.
     Skip(String),
 }
@@ -231,540 +234,101 @@ pub(crate) fn miss(
     })
 }
 
+/// A safety failure a case observed: which, how sure the harness is and why, what was
+/// expected and what happened.
+#[derive(Debug)]
+pub(crate) struct Breach {
+    pub(crate) kind: Safety,
+    pub(crate) confidence: Confidence,
+    pub(crate) why: String,
+    pub(crate) expected: String,
+    pub(crate) observed: String,
+}
+
+/// The two safety failures, each the breach of one requirement that the spec names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Safety {
+    /// A request executed more often than once.
+    Unsafe,
+    /// One principal's record disclosed to another.
+    Leak,
+}
+
+impl Safety {
+    /// The requirement the spec says this breach misses.
+    pub(crate) fn requirement(self) -> &'static str {
+        let kind = match self {
+            Safety::Unsafe => idem_spec::Safety::Unsafe,
+            Safety::Leak => idem_spec::Safety::Leak,
+        };
+        idem_spec::requirements()
+            .iter()
+            .find(|r| r.safety == Some(kind))
+            .map_or("IDEM-EXEC-1", |r| r.id.as_str())
+    }
+
+    /// Its verdict.
+    pub(crate) fn verdict(self) -> crate::suite::Verdict {
+        match self {
+            Safety::Unsafe => crate::suite::Verdict::Unsafe,
+            Safety::Leak => crate::suite::Verdict::Leak,
+        }
+    }
+}
+
+/// A double execution an oracle saw (the count oracle counted it, or the id oracle names two
+/// resources).
 pub(crate) fn unsafe_(expected: impl Into<String>, observed: impl Into<String>) -> Check {
-    Check::Unsafe {
+    Check::Safety(Breach {
+        kind: Safety::Unsafe,
+        confidence: Confidence::High,
+        why: "an oracle saw it: the count URL counted the executions, or the created resources' ids differ".into(),
         expected: expected.into(),
         observed: observed.into(),
-    }
+    })
 }
 
-/// The key header(s) of a request.
-#[derive(Clone, Debug)]
-pub(crate) enum KeyHeader {
-    None,
-    One(HeaderValue),
-    Many(Vec<HeaderValue>),
+/// Two different success answers to one key: each is the result of an execution of its
+/// own unless the server renders its replays anew. Medium when neither claims to be a
+/// replay, low when the server marks one as a replay of the other.
+pub(crate) fn two_answers(
+    ctx: &Ctx<'_>,
+    a: &Resp,
+    b: &Resp,
+    expected: impl Into<String>,
+    observed: impl Into<String>,
+) -> Check {
+    let marked = ctx.marked(a) || ctx.marked(b);
+    let (confidence, why) = if marked {
+        (
+            Confidence::Low,
+            "two different success answers to one key, without an oracle; the server marks one as a replay, so it either ran the request twice or does not replay what it stored",
+        )
+    } else {
+        (
+            Confidence::Medium,
+            "two different success answers to one key, neither marked as a replay: without an oracle that is the evidence of two executions (a server that replays what it stored answers the same bytes)",
+        )
+    };
+    Check::Safety(Breach {
+        kind: Safety::Unsafe,
+        confidence,
+        why: why.into(),
+        expected: expected.into(),
+        observed: observed.into(),
+    })
 }
 
-/// Which credential a request carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Who {
-    A,
-    B,
-}
-
-/// How long a case waits for an in-flight request to finish before it calls the server
-/// stuck.
-fn settle_window(t: &Target) -> Duration {
-    t.timeout.max(Duration::from_secs(5)) + t.lease.unwrap_or_default()
-}
-
-/// Time between polls of a key that is in progress.
-const POLL: Duration = Duration::from_millis(50);
-
-/// Waits shorter than this are not announced.
-const ANNOUNCE_AFTER: Duration = Duration::from_secs(1);
-/// How often a long wait says how long is left.
-const ANNOUNCE_EVERY: Duration = Duration::from_secs(5);
-
-/// A wait the harness announces: what it waits for, and how long is left at most.
-#[derive(Clone, Debug)]
-pub struct Waiting {
-    /// What the case waits for.
-    pub what: String,
-    /// Time left until the wait ends (at the latest).
-    pub left: Duration,
-}
-
-/// A wait in progress: announces itself once it has lasted a second, and then every few
-/// seconds. Once ticked (the case waited at least once), it is logged when it ends.
-pub(crate) struct Wait<'c> {
-    ctx: &'c Ctx<'c>,
-    what: String,
-    started: Instant,
-    until: Instant,
-    announced: Option<Instant>,
-    ticked: bool,
-}
-
-impl Drop for Wait<'_> {
-    fn drop(&mut self) {
-        if self.ticked {
-            self.ctx.log.record_wait(&self.what, self.started);
-        }
-    }
-}
-
-impl Wait<'_> {
-    /// Announces the wait if it is due.
-    pub(crate) fn tick(&mut self) {
-        self.ticked = true;
-        let now = Instant::now();
-        let due = match self.announced {
-            None => now.duration_since(self.started) >= ANNOUNCE_AFTER,
-            Some(at) => now.duration_since(at) >= ANNOUNCE_EVERY,
-        };
-        if due && now < self.until {
-            self.announced = Some(now);
-            self.ctx.announce(Waiting {
-                what: self.what.clone(),
-                left: self.until - now,
-            });
-        }
-    }
-}
-
-/// What a case can do: send requests (all logged), read the oracles, take notes, record
-/// misses, announce waits.
-pub(crate) struct Ctx<'a> {
-    pub(crate) t: &'a Target,
-    pub(crate) http: &'a Http,
-    pub(crate) log: Log,
-    notes: Mutex<Vec<String>>,
-    misses: Mutex<Vec<Miss>>,
-    waits: Option<UnboundedSender<Waiting>>,
-}
-
-impl<'a> Ctx<'a> {
-    pub(crate) fn new(
-        t: &'a Target,
-        http: &'a Http,
-        log: Log,
-        waits: Option<UnboundedSender<Waiting>>,
-    ) -> Ctx<'a> {
-        Ctx {
-            t,
-            http,
-            log,
-            notes: Mutex::new(Vec::new()),
-            misses: Mutex::new(Vec::new()),
-            waits,
-        }
-    }
-
-    pub(crate) fn note(&self, note: impl Into<String>) {
-        self.notes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(note.into());
-    }
-
-    pub(crate) fn take_notes(&self) -> Vec<String> {
-        std::mem::take(&mut *self.notes.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Records a miss of `requirement` and lets the case go on checking the rest: the
-    /// verdict is the worst of every miss and the case's end.
-    pub(crate) fn miss(
-        &self,
-        requirement: &'static str,
-        expected: impl Into<String>,
-        observed: impl Into<String>,
-    ) {
-        self.misses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Miss {
-                requirement: Some(requirement),
-                expected: expected.into(),
-                observed: observed.into(),
-            });
-    }
-
-    pub(crate) fn take_misses(&self) -> Vec<Miss> {
-        std::mem::take(&mut *self.misses.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    fn announce(&self, w: Waiting) {
-        if let Some(tx) = &self.waits {
-            let _ = tx.send(w);
-        }
-    }
-
-    /// A wait of at most `max` for `what`, to be ticked by a polling loop.
-    pub(crate) fn waiting(&'a self, what: impl Into<String>, max: Duration) -> Wait<'a> {
-        let now = Instant::now();
-        Wait {
-            ctx: self,
-            what: what.into(),
-            started: now,
-            until: now + max,
-            announced: None,
-            ticked: false,
-        }
-    }
-
-    /// Sleeps `d`, announcing what for when it is longer than a second.
-    pub(crate) async fn sleep(&self, what: &str, d: Duration) {
-        let started = Instant::now();
-        self.sleep_announced(what, d).await;
-        self.log.record_wait(what, started);
-    }
-
-    async fn sleep_announced(&self, what: &str, d: Duration) {
-        let until = Instant::now() + d;
-        if d > ANNOUNCE_AFTER {
-            loop {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                self.announce(Waiting {
-                    what: what.to_owned(),
-                    left,
-                });
-                tokio::time::sleep(left.min(ANNOUNCE_EVERY)).await;
-            }
-        } else {
-            tokio::time::sleep(d).await;
-        }
-    }
-
-    /// A fresh key in the configured style, before quoting.
-    pub(crate) fn new_key(&self) -> String {
-        let id = uuid::Uuid::new_v4();
-        match self.t.key_style {
-            KeyStyle::Uuid | KeyStyle::SfString => id.hyphenated().to_string(),
-            KeyStyle::Bare => format!("idem-{}", id.simple()),
-        }
-    }
-
-    /// `raw` as a header value in the configured style (quoted for sf-string).
-    pub(crate) fn key_value(&self, raw: &[u8]) -> HeaderValue {
-        let bytes = match self.t.key_style {
-            KeyStyle::SfString => {
-                let mut q = Vec::with_capacity(raw.len() + 2);
-                q.push(b'"');
-                q.extend_from_slice(raw);
-                q.push(b'"');
-                q
-            }
-            KeyStyle::Uuid | KeyStyle::Bare => raw.to_vec(),
-        };
-        // Every caller passes printable or high bytes; an invalid value cannot be built.
-        HeaderValue::from_bytes(&bytes).unwrap_or(HeaderValue::from_static("invalid"))
-    }
-
-    /// A fresh key header.
-    pub(crate) fn fresh(&self) -> KeyHeader {
-        KeyHeader::One(self.key_value(self.new_key().as_bytes()))
-    }
-
-    pub(crate) fn request(&self, key: &KeyHeader, body: &Bytes, who: Who) -> Req {
-        let mut headers = Vec::new();
-        if let Some(ct) = &self.t.content_type {
-            headers.push((CONTENT_TYPE, ct.clone()));
-        }
-        for (n, v) in &self.t.headers {
-            let replaced = who == Who::B && self.t.second_credential.iter().any(|(m, _)| m == n);
-            if !replaced {
-                headers.push((n.clone(), v.clone()));
-            }
-        }
-        if who == Who::B {
-            headers.extend(self.t.second_credential.iter().cloned());
-        }
-        match key {
-            KeyHeader::None => {}
-            KeyHeader::One(v) => headers.push((self.t.key_header.clone(), v.clone())),
-            KeyHeader::Many(vs) => {
-                for v in vs {
-                    headers.push((self.t.key_header.clone(), v.clone()));
-                }
-            }
-        }
-        Req {
-            method: self.t.method.clone(),
-            url: self.t.url.clone(),
-            headers,
-            body: body.clone(),
-        }
-    }
-
-    pub(crate) async fn send(&self, label: &str, req: &Req) -> Result<Resp, HarnessError> {
-        let sent = Instant::now();
-        let result = self.http.send(req).await;
-        self.log.record(label, req, sent, &result);
-        result
-    }
-
-    /// Sends the target request with `key` and `body` as the first principal.
-    pub(crate) async fn post(
-        &self,
-        label: &str,
-        key: &KeyHeader,
-        body: &Bytes,
-    ) -> Result<Resp, HarnessError> {
-        self.send(label, &self.request(key, body, Who::A)).await
-    }
-
-    /// Sends until the answer is no longer the profile's conflict status, for at most the
-    /// settle window. Returns the last answer.
-    pub(crate) async fn settle(
-        &'a self,
-        label: &str,
-        key: &KeyHeader,
-        body: &Bytes,
-    ) -> Result<Resp, HarnessError> {
-        let window = settle_window(self.t);
-        let deadline = Instant::now() + window;
-        let mut wait = self.waiting(format!("{label}: the key to leave in-progress"), window);
-        let mut polls = 0u32;
-        loop {
-            let r = self.post(label, key, body).await?;
-            if r.status != self.t.profile.conflict || Instant::now() >= deadline {
-                if polls > 0 {
-                    self.note(format!(
-                        "{label}: answered {} after {polls} in-progress answer(s)",
-                        r.status
-                    ));
-                }
-                return Ok(r);
-            }
-            polls += 1;
-            wait.tick();
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// A retry was answered with an error where the stored result was expected. Whether
-    /// that is the server's fault or the harness's setup: a control request with a fresh
-    /// key shows whether the endpoint accepts this request at all. If it does, the answer
-    /// is a miss of `requirement`; if it does not, the harness cannot judge.
-    pub(crate) async fn wrong_answer(
-        &self,
-        requirement: &'static str,
-        expected: impl Into<String>,
-        observed: impl Into<String>,
-        who: Who,
-        body: &Bytes,
-    ) -> Result<Check, HarnessError> {
-        let observed = observed.into();
-        let control = self
-            .send(
-                "control: the same request with a fresh key",
-                &self.request(&self.fresh(), body, who),
-            )
-            .await?;
-        if control.is_success() {
-            Ok(miss(
-                requirement,
-                expected,
-                format!(
-                    "{observed}; a control request with a fresh key succeeded ({}), so the endpoint accepts the request and the key is what it refused",
-                    control.status
-                ),
-            ))
-        } else {
-            Err(HarnessError::Protocol(format!(
-                "{observed}, and a control request with a fresh key failed too ({}): the endpoint refuses this request whatever its key; check the method, body and credential options",
-                control.summary()
-            )))
-        }
-    }
-
-    /// The execution count from the count oracle, if there is one.
-    pub(crate) async fn count(&self) -> Result<Option<u64>, HarnessError> {
-        let Some(url) = &self.t.count_url else {
-            return Ok(None);
-        };
-        let req = Req {
-            method: hyper::Method::GET,
-            url: url.clone(),
-            headers: self.t.headers.clone(),
-            body: Bytes::new(),
-        };
-        let r = self.send("count oracle", &req).await?;
-        if !r.is_success() {
-            return Err(HarnessError::Protocol(format!(
-                "the count oracle {url} answered {}",
-                r.status
-            )));
-        }
-        parse_count(&r.body).map(Some).ok_or_else(|| {
-            HarnessError::Protocol(format!(
-                "the count oracle {url} answered {:?}, not a number or {{\"count\": N}}",
-                String::from_utf8_lossy(&r.body[..r.body.len().min(80)])
-            ))
-        })
-    }
-
-    /// The created resource's id, by the JSON pointer oracle.
-    pub(crate) fn resource_id(&self, r: &Resp) -> Option<String> {
-        self.t.id_pointer.as_deref().and_then(|p| r.json_pointer(p))
-    }
-
-    /// Whether `r` carries the profile's replay marker.
-    pub(crate) fn marked(&self, r: &Resp) -> bool {
-        self.t.profile.replay_marker.as_ref().is_some_and(|(n, v)| {
-            r.header(n)
-                .is_some_and(|x| x.trim().eq_ignore_ascii_case(v))
-        })
-    }
-
-    /// For two success answers that differ: the evidence that two executions happened
-    /// (distinct resource ids), if the id oracle gives it.
-    pub(crate) fn distinct_ids(&self, a: &Resp, b: &Resp) -> Option<(String, String)> {
-        match (self.resource_id(a), self.resource_id(b)) {
-            (Some(x), Some(y)) if x != y => Some((x, y)),
-            _ => None,
-        }
-    }
-
-    /// Whether a count oracle watches the side effects.
-    pub(crate) fn has_count(&self) -> bool {
-        self.t.count_url.is_some()
-    }
-
-    /// Checks that a refusal used the profile's status code (`IDEM-HTTP-1`), recording a
-    /// miss if not.
-    pub(crate) fn expect_code(&self, r: &Resp, want: u16, what: &str) {
-        if r.status != want {
-            self.miss(
-                "IDEM-HTTP-1",
-                format!("{what} is refused with {want}"),
-                format!("refused with {}", r.summary()),
-            );
-        }
-    }
-}
-
-impl Ctx<'_> {
-    /// A request with the raw key `key` (a time, counter or token key: never quoted) and
-    /// `extra` headers, as the first principal.
-    pub(crate) fn kind_request(
-        &self,
-        key: &str,
-        body: &Bytes,
-        extra: &[(&'static str, String)],
-    ) -> Req {
-        let value = HeaderValue::from_str(key).unwrap_or(HeaderValue::from_static("invalid"));
-        let mut req = self.request(&KeyHeader::One(value), body, Who::A);
-        for (name, v) in extra {
-            if let Ok(v) = HeaderValue::from_str(v) {
-                req.headers
-                    .push((hyper::header::HeaderName::from_static(name), v));
-            }
-        }
-        req
-    }
-
-    /// POSTs `body` as JSON to `url` with the first principal's headers: a session or
-    /// token endpoint. Its JSON answer, which must be a success.
-    async fn post_json(
-        &self,
-        label: &str,
-        url: &url::Url,
-        body: serde_json::Value,
-    ) -> Result<serde_json::Value, HarnessError> {
-        let mut headers = self.t.headers.clone();
-        headers.push((CONTENT_TYPE, HeaderValue::from_static("application/json")));
-        let req = Req {
-            method: hyper::Method::POST,
-            url: url.clone(),
-            headers,
-            body: Bytes::from(body.to_string()),
-        };
-        let r = self.send(label, &req).await?;
-        require_success(&r, label)?;
-        serde_json::from_slice(&r.body).map_err(|_| {
-            HarnessError::Protocol(format!("{label}: {url} answered {}, not JSON", r.summary()))
-        })
-    }
-
-    /// Opens the session of `client` at the session endpoint; its epoch.
-    pub(crate) async fn open_session(
-        &self,
-        client: &str,
-        first_seq: u64,
-    ) -> Result<String, HarnessError> {
-        let url = self
-            .t
-            .session_url
-            .as_ref()
-            .ok_or_else(|| HarnessError::Usage("counter keys need --session-url".into()))?;
-        let v = self
-            .post_json(
-                "open the client's session",
-                url,
-                serde_json::json!({ "client": client, "firstSeq": first_seq }),
-            )
-            .await?;
-        match &v["epoch"] {
-            serde_json::Value::String(e) => Ok(e.clone()),
-            serde_json::Value::Number(n) => Ok(n.to_string()),
-            _ => Err(HarnessError::Protocol(format!(
-                "the session endpoint answered {v}, without an \"epoch\""
-            ))),
-        }
-    }
-
-    /// A token from the token endpoint.
-    pub(crate) async fn issue_token(&self) -> Result<String, HarnessError> {
-        let url = self
-            .t
-            .token_url
-            .as_ref()
-            .ok_or_else(|| HarnessError::Usage("tokens need --token-url".into()))?;
-        let v = self
-            .post_json("issue a token", url, serde_json::json!({}))
-            .await?;
-        v["token"].as_str().map(str::to_owned).ok_or_else(|| {
-            HarnessError::Protocol(format!(
-                "the token endpoint answered {v}, without a \"token\""
-            ))
-        })
-    }
-
-    /// Sends `req` and expects a refusal with the status of `requirement` (from the spec)
-    /// that executes nothing: a success or an execution is a miss of `requirement`; another
-    /// 4xx holds it and misses `IDEM-HTTP-1`.
-    pub(crate) async fn expect_refusal(
-        &self,
-        label: &str,
-        req: &Req,
-        requirement: &'static str,
-    ) -> Result<Check, HarnessError> {
-        let want = spec(requirement).status.unwrap_or(400);
-        let before = self.count().await?;
-        let r = self.send(label, req).await?;
-        let after = self.count().await?;
-        if let Some(n) = runs(before, after).filter(|n| *n > 0) {
-            return Ok(miss(
-                requirement,
-                format!("{label}: refused with {want}, nothing executes"),
-                format!(
-                    "answered {}; the count oracle saw {n} execution(s)",
-                    r.summary()
-                ),
-            ));
-        }
-        if !(400..500).contains(&r.status) {
-            return Ok(miss(
-                requirement,
-                format!("{label}: refused with {want}"),
-                r.summary(),
-            ));
-        }
-        if r.status != want {
-            self.miss(
-                "IDEM-HTTP-1",
-                format!("{label}: refused with {want}"),
-                r.summary(),
-            );
-        }
-        Ok(pass_counted(
-            self,
-            &format!(
-                "{label}: refused with {}, nothing executed (count oracle)",
-                r.status
-            ),
-            (
-                Confidence::Medium,
-                &format!("{label}: refused with {}", r.status),
-            ),
-        ))
-    }
+/// One principal's record disclosed to another: certain, since the answer shows it.
+pub(crate) fn leak(expected: impl Into<String>, observed: impl Into<String>) -> Check {
+    Check::Safety(Breach {
+        kind: Safety::Leak,
+        confidence: Confidence::High,
+        why: "the other principal's answer reveals the first principal's record with this key"
+            .into(),
+        expected: expected.into(),
+        observed: observed.into(),
+    })
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -862,6 +426,8 @@ mod tests {
         // The requirements cases cite by name when they miss something other than their own.
         let src = [
             include_str!("mod.rs"),
+            include_str!("ctx.rs"),
+            include_str!("ctx_kinds.rs"),
             include_str!("concurrent.rs"),
             include_str!("errors.rs"),
             include_str!("expiry.rs"),

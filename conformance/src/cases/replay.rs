@@ -1,6 +1,8 @@
 //! Replay of a completed request: its status and body, its marker, its headers.
 
-use super::{fail, pass_counted, require_success, runs, unsafe_, Case, Check, Ctx, Who};
+use super::{
+    fail, pass_counted, require_success, runs, two_answers, unsafe_, Case, Check, Ctx, Who,
+};
 use crate::http::{HarnessError, Resp};
 use crate::suite::Confidence;
 
@@ -92,10 +94,13 @@ async fn replay<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
                 format!("the original created {a}, the repeat {b}"),
             ));
         }
-        return Ok(fail(
-            "the repeat gets the stored status and body, byte for byte",
+        return Ok(two_answers(
+            ctx,
+            &first,
+            &second,
+            "the repeat gets the stored status and body, byte for byte, without executing",
             format!(
-                "original: {}; repeat: {}",
+                "two different success answers for one key: original: {}; repeat: {}",
                 first.summary(),
                 second.summary()
             ),

@@ -57,7 +57,20 @@ async fn collision<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
             format!("the count oracle saw {n} executions"),
         ));
     }
-    if !retry.is_success() || !retry.same_answer(&first) {
+    if retry.is_success() && !retry.same_answer(&first) {
+        return Ok(super::two_answers(
+            ctx,
+            &first,
+            &retry,
+            "the retry of a time key gets the stored response, without executing",
+            format!(
+                "two different success answers for one key: first: {}; retry: {}",
+                first.summary(),
+                retry.summary()
+            ),
+        ));
+    }
+    if !retry.is_success() {
         return Ok(super::miss(
             "IDEM-REPLAY-1",
             "the retry of a time key gets the stored response",

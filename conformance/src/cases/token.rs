@@ -52,6 +52,22 @@ async fn consumed_once<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
             format!("the count oracle saw {n} executions for one token"),
         ));
     }
+    if let Some(r) = answers
+        .iter()
+        .find(|r| r.is_success() && !r.same_answer(&first))
+    {
+        return Ok(super::two_answers(
+            ctx,
+            &first,
+            r,
+            "a consumed token never executes again: its retries get the stored response",
+            format!(
+                "two different success answers for one token: first: {}; retry: {}",
+                first.summary(),
+                r.summary()
+            ),
+        ));
+    }
     if let Some(r) = answers.iter().find(|r| !r.same_answer(&first)) {
         return Ok(fail(
             "a retry with a consumed token gets the stored response",

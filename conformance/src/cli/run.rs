@@ -1,218 +1,26 @@
-//! The command line: `run [URL]`, `serve`, `bench`.
-//!
-//! Exit codes of `run`: 0 all required cases passed, 1 a case failed, 2 unsafe behaviour
-//! (a double execution) was seen, 3 usage error (a bad option or value, for any
-//! subcommand), 4 the target could not be reached or judged, or the harness failed.
-//!
-//! Credentials never need to be on the command line: `--header-env NAME=VAR` and
-//! `--header-file FILE` (and their `--second-credential-…` twins) read them from the
-//! environment or a file, and reports redact every credential unless `--show-secrets`.
+//! `run [URL]`: its options, how they configure a [`Target`], and the run itself.
 
-use crate::bench::{self, BenchConfig};
+use super::{harness, out, seconds, start_error, Failure};
+use crate::embedded::{self, Embedded};
 use crate::report::{self, Color};
-use crate::server::{Fault, Server, ServerConfig};
-use crate::suite::{self, KeyKind, KeyStyle, Profile, Target, EXIT_HARNESS, EXIT_USAGE};
+use crate::server::{Fault, ServerConfig};
+use crate::suite::{self, KeyKind, KeyStyle, Profile, Target};
 use bytes::Bytes;
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use hyper::header::{HeaderName, HeaderValue};
 use std::io::IsTerminal;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use url::Url;
 
-/// Writes a line to standard output. A reader that went away (a closed pipe, as with
-/// `| head`) ends the output, not the program: the exit code still says how the run went.
-macro_rules! outln {
-    ($($arg:tt)*) => {
-        out(&format!("{}\n", format_args!($($arg)*)))
-    };
-}
-
-/// Writes `text` to standard output, ignoring a reader that went away.
-fn out(text: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-}
-
-/// Tests whether an HTTP endpoint honours Idempotency-Key: lost responses, replays,
-/// concurrent duplicates, payload mismatches, key validation, error replay, cross-principal
-/// isolation and expiry.
-#[derive(Debug, Parser)]
-#[command(name = "idem-conformance", version)]
-pub struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the conformance cases against URL, or against the embedded reference server
-    /// when no URL is given.
-    Run(Box<RunArgs>),
-    /// Run the reference server alone.
-    Serve(ServeArgs),
-    /// Measure the reference server's requests per second (fresh keys and replays).
-    Bench(BenchArgs),
-}
-
 /// Options of `run`.
 #[derive(Debug, Args)]
-struct RunArgs {
+pub(super) struct RunArgs {
     /// The endpoint to test (http:// or https://). Without it, the reference server is
     /// started in-process on 127.0.0.1 with short retention times and every case enabled.
     url: Option<String>,
-    /// Trust only the certificate authorities in this PEM file (instead of the system's
-    /// roots) for https:// targets.
-    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
-    cacert: Option<PathBuf>,
-    /// Do not verify the server's certificate (printed in the report header).
-    #[arg(long)]
-    insecure: bool,
-    /// The request method.
-    #[arg(short = 'X', long, default_value = "POST")]
-    method: String,
-    /// The body of a request that succeeds, inline or @FILE.
-    #[arg(long)]
-    body: Option<String>,
-    /// The body's Content-Type ("none" to send none).
-    #[arg(long, default_value = "application/json")]
-    content_type: String,
-    /// An extra header on every request, "Name: value" (repeatable): the credential.
-    /// Redacted in reports.
-    #[arg(short = 'H', long = "header", value_name = "HEADER")]
-    headers: Vec<String>,
-    /// An extra header whose value is read from an environment variable (repeatable), so
-    /// that it appears in no process list or CI log.
-    #[arg(long, value_name = "NAME=VAR")]
-    header_env: Vec<String>,
-    /// Extra headers read from a file of "Name: value" lines (# comments and blank lines
-    /// are skipped).
-    #[arg(long, value_name = "FILE")]
-    header_file: Vec<PathBuf>,
-    /// The header of a second principal, "Name: value" (repeatable); it replaces the
-    /// same-named -H header. Enables scope/1. Redacted in reports.
-    #[arg(long, value_name = "HEADER")]
-    second_credential: Vec<String>,
-    /// A second principal's header whose value is read from an environment variable.
-    #[arg(long, value_name = "NAME=VAR")]
-    second_credential_env: Vec<String>,
-    /// A second principal's headers, read from a file of "Name: value" lines.
-    #[arg(long, value_name = "FILE")]
-    second_credential_file: Vec<PathBuf>,
-    /// Show credentials in the reports (by default every header given by the options above,
-    /// and Authorization, Cookie and API-key headers, are redacted).
-    #[arg(long)]
-    show_secrets: bool,
-    /// The key header's name.
-    #[arg(long, default_value = "Idempotency-Key")]
-    key_header: String,
-    /// How keys are written.
-    #[arg(long, value_enum, default_value_t = KeyStyle::Uuid)]
-    key_style: KeyStyle,
-    /// The kind of key the endpoint takes: opaque (the generic cases), or time, counter or
-    /// token (their own case families). Without a URL, the reference server's endpoint of
-    /// that kind.
-    #[arg(long, value_enum, default_value_t = KeyKind::Opaque)]
-    key_kind: KeyKind,
-    /// Time keys: the clock skew the server allows, in seconds (enables time/2).
-    #[arg(long, value_name = "SECS")]
-    time_skew: Option<f64>,
-    /// Time keys: the oldest timestamp the server accepts, in seconds (enables time/3).
-    #[arg(long, value_name = "SECS")]
-    time_max_age: Option<f64>,
-    /// Counter keys: the URL (or path) that opens a client's session: POST
-    /// {"client", "firstSeq"} answering {"epoch"}.
-    #[arg(long, value_name = "URL")]
-    session_url: Option<String>,
-    /// Counter keys: the sequence number's width in bits (default 32; 12 or less lets
-    /// counter/6 wrap).
-    #[arg(long, value_name = "BITS")]
-    counter_bits: Option<u8>,
-    /// Counter keys: the server's window (enables counter/5).
-    #[arg(long, value_name = "N")]
-    counter_window: Option<u32>,
-    /// Tokens: the URL (or path) that issues one: POST answering {"token"}.
-    #[arg(long, value_name = "URL")]
-    token_url: Option<String>,
-    /// Tokens: how long an issued token is valid, in seconds (enables token/3).
-    #[arg(long, value_name = "SECS")]
-    token_ttl: Option<f64>,
-    /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
-    /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
-    /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
-    /// levels.
-    #[arg(long, default_value = "ietf")]
-    profile: String,
-    /// Keys are optional: skip the missing- and empty-key cases.
-    #[arg(long)]
-    keys_optional: bool,
-    /// The replay marker header, "Name: value", or "none".
-    #[arg(long)]
-    replay_marker: Option<String>,
-    /// A miss of a SHOULD (under the profile) is a failure, not non-strict.
-    #[arg(long)]
-    strict: bool,
-    /// Run only the cases whose ID starts with PREFIX (repeatable), e.g. concurrent or keys/3.
-    #[arg(long = "case", value_name = "PREFIX")]
-    cases: Vec<String>,
-    /// List the cases and exit.
-    #[arg(long)]
-    list: bool,
-    /// Per-request timeout, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    timeout: f64,
-    /// The largest response body read, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    max_response_bytes: usize,
-    /// Identical requests per concurrency round.
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
-    /// Concurrency rounds.
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
-    /// Side-effect oracle: a URL (or a path on the target) answering the number of
-    /// executions, as a number or JSON {"count": N}.
-    #[arg(long)]
-    count_url: Option<String>,
-    /// Side-effect oracle: a JSON pointer to the created resource's id in a success body,
-    /// e.g. /id.
-    #[arg(long)]
-    id_pointer: Option<String>,
-    /// The server's retention, in seconds: sets --response-ttl and --key-ttl.
-    #[arg(long)]
-    ttl: Option<f64>,
-    /// The server's response retention in seconds (enables expiry/1, with --key-ttl expiry/2).
-    #[arg(long)]
-    response_ttl: Option<f64>,
-    /// The server's key retention in seconds (enables expiry/3).
-    #[arg(long)]
-    key_ttl: Option<f64>,
-    /// The server's lease in seconds (with --crash-body, enables lease/1).
-    #[arg(long)]
-    lease: Option<f64>,
-    /// A body the server answers with a deterministic 4xx, inline or @FILE (enables errors/1).
-    #[arg(long)]
-    decline_body: Option<String>,
-    /// A body the server fails with a 5xx/408/425/429, inline or @FILE (enables errors/2).
-    #[arg(long)]
-    fail_body: Option<String>,
-    /// A body whose first attempt dies without completing, inline or @FILE (enables lease/1).
-    #[arg(long)]
-    crash_body: Option<String>,
-    /// A body that differs from --body, for mismatch/1 (default: --body with a member added).
-    #[arg(long)]
-    mismatch_body: Option<String>,
-    /// Write the JSON report to FILE.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write a JUnit XML report to FILE.
-    #[arg(long, value_name = "FILE")]
-    junit: Option<PathBuf>,
-    /// Write an HTML report into DIR: index.html and one page per case, with every exchange
-    /// and timelines of the raced rounds and the waits (self-contained, no network).
-    #[arg(long, value_name = "DIR")]
-    html: Option<PathBuf>,
+    #[command(flatten)]
+    suite: SuiteArgs,
     /// Embedded server only: start it with this deliberate defect.
     #[arg(long, value_enum)]
     fault: Option<Fault>,
@@ -226,163 +34,166 @@ struct RunArgs {
     /// Embedded server only: accept only UUID keys.
     #[arg(long)]
     uuid_keys: bool,
+}
+
+/// The options of a run that any target takes: `run`'s and `openapi`'s.
+#[derive(Debug, Args)]
+pub(super) struct SuiteArgs {
+    /// Trust only the certificate authorities in this PEM file (instead of the system's
+    /// roots) for https:// targets.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub(super) cacert: Option<PathBuf>,
+    /// Do not verify the server's certificate (printed in the report header).
+    #[arg(long)]
+    pub(super) insecure: bool,
+    /// The request method.
+    #[arg(short = 'X', long, default_value = "POST")]
+    pub(super) method: String,
+    /// The body of a request that succeeds, inline or @FILE.
+    #[arg(long)]
+    pub(super) body: Option<String>,
+    /// The body's Content-Type ("none" to send none).
+    #[arg(long, default_value = "application/json")]
+    pub(super) content_type: String,
+    /// An extra header on every request, "Name: value" (repeatable): the credential.
+    /// Redacted in reports.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub(super) headers: Vec<String>,
+    /// An extra header whose value is read from an environment variable (repeatable), so
+    /// that it appears in no process list or CI log.
+    #[arg(long, value_name = "NAME=VAR")]
+    pub(super) header_env: Vec<String>,
+    /// Extra headers read from a file of "Name: value" lines (# comments and blank lines
+    /// are skipped).
+    #[arg(long, value_name = "FILE")]
+    pub(super) header_file: Vec<PathBuf>,
+    /// The header of a second principal, "Name: value" (repeatable); it replaces the
+    /// same-named -H header. Enables scope/1. Redacted in reports.
+    #[arg(long, value_name = "HEADER")]
+    pub(super) second_credential: Vec<String>,
+    /// A second principal's header whose value is read from an environment variable.
+    #[arg(long, value_name = "NAME=VAR")]
+    pub(super) second_credential_env: Vec<String>,
+    /// A second principal's headers, read from a file of "Name: value" lines.
+    #[arg(long, value_name = "FILE")]
+    pub(super) second_credential_file: Vec<PathBuf>,
+    /// Show credentials in the reports (by default every header given by the options above,
+    /// and Authorization, Cookie and API-key headers, are redacted).
+    #[arg(long)]
+    pub(super) show_secrets: bool,
+    /// The key header's name.
+    #[arg(long, default_value = "Idempotency-Key")]
+    pub(super) key_header: String,
+    /// How opaque keys are written: uuid (bare UUID v4, the default against a URL),
+    /// sf-string (quoted, the default against the embedded server) or bare.
+    #[arg(long, value_enum)]
+    pub(super) key_style: Option<KeyStyle>,
+    /// The kind of key the endpoint takes: opaque (the generic cases, the default), or
+    /// time, counter or token (their own case families). Without a URL every family runs
+    /// against the reference server's endpoint of its kind; this keeps only one.
+    #[arg(long, value_enum)]
+    pub(super) key_kind: Option<KeyKind>,
+    /// Time keys: the clock skew the server allows, in seconds (enables time/2).
+    #[arg(long, value_name = "SECS")]
+    pub(super) time_skew: Option<f64>,
+    /// Time keys: the oldest timestamp the server accepts, in seconds (enables time/3).
+    #[arg(long, value_name = "SECS")]
+    pub(super) time_max_age: Option<f64>,
+    /// Counter keys: the URL (or path) that opens a client's session: POST
+    /// {"client", "firstSeq"} answering {"epoch"}.
+    #[arg(long, value_name = "URL")]
+    pub(super) session_url: Option<String>,
+    /// Counter keys: the sequence number's width in bits (default 32; 12 or less lets
+    /// counter/6 wrap).
+    #[arg(long, value_name = "BITS")]
+    pub(super) counter_bits: Option<u8>,
+    /// Counter keys: the server's window (enables counter/5).
+    #[arg(long, value_name = "N")]
+    pub(super) counter_window: Option<u32>,
+    /// Tokens: the URL (or path) that issues one: POST answering {"token"}.
+    #[arg(long, value_name = "URL")]
+    pub(super) token_url: Option<String>,
+    /// Tokens: how long an issued token is valid, in seconds (enables token/3).
+    #[arg(long, value_name = "SECS")]
+    pub(super) token_ttl: Option<f64>,
+    /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
+    /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
+    /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
+    /// levels.
+    #[arg(long, default_value = "ietf")]
+    pub(super) profile: String,
+    /// Keys are optional: skip the missing- and empty-key cases.
+    #[arg(long)]
+    pub(super) keys_optional: bool,
+    /// The replay marker header, "Name: value", or "none".
+    #[arg(long)]
+    pub(super) replay_marker: Option<String>,
+    /// A miss of a SHOULD (under the profile) is a failure, not non-strict.
+    #[arg(long)]
+    pub(super) strict: bool,
+    /// Run only the cases whose ID starts with PREFIX (repeatable), e.g. concurrent or keys/3.
+    #[arg(long = "case", value_name = "PREFIX")]
+    pub(super) cases: Vec<String>,
+    /// List the cases and exit.
+    #[arg(long)]
+    pub(super) list: bool,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub(super) timeout: f64,
+    /// The largest response body read, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub(super) max_response_bytes: usize,
+    /// Identical requests per concurrency round.
+    #[arg(long, default_value_t = 16)]
+    pub(super) concurrency: usize,
+    /// Concurrency rounds.
+    #[arg(long, default_value_t = 5)]
+    pub(super) rounds: usize,
+    /// Side-effect oracle: a URL (or a path on the target) answering the number of
+    /// executions, as a number or JSON {"count": N}.
+    #[arg(long)]
+    pub(super) count_url: Option<String>,
+    /// Side-effect oracle: a JSON pointer to the created resource's id in a success body,
+    /// e.g. /id.
+    #[arg(long)]
+    pub(super) id_pointer: Option<String>,
+    /// The server's retention, in seconds: sets --response-ttl and --key-ttl.
+    #[arg(long)]
+    pub(super) ttl: Option<f64>,
+    /// The server's response retention in seconds (enables expiry/1, with --key-ttl expiry/2).
+    #[arg(long)]
+    pub(super) response_ttl: Option<f64>,
+    /// The server's key retention in seconds (enables expiry/3).
+    #[arg(long)]
+    pub(super) key_ttl: Option<f64>,
+    /// The server's lease in seconds (with --crash-body, enables lease/1).
+    #[arg(long)]
+    pub(super) lease: Option<f64>,
+    /// A body the server answers with a deterministic 4xx, inline or @FILE (enables errors/1).
+    #[arg(long)]
+    pub(super) decline_body: Option<String>,
+    /// A body the server fails with a 5xx/408/425/429, inline or @FILE (enables errors/2).
+    #[arg(long)]
+    pub(super) fail_body: Option<String>,
+    /// A body whose first attempt dies without completing, inline or @FILE (enables lease/1).
+    #[arg(long)]
+    pub(super) crash_body: Option<String>,
+    /// A body that differs from --body, for mismatch/1 (default: --body with a member added).
+    #[arg(long)]
+    pub(super) mismatch_body: Option<String>,
+    /// Write the JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(super) json: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(super) junit: Option<PathBuf>,
+    /// Write an HTML report into DIR: index.html and one page per case, with every exchange
+    /// and timelines of the raced rounds and the waits (self-contained, no network).
+    #[arg(long, value_name = "DIR")]
+    pub(super) html: Option<PathBuf>,
     /// No progress lines.
     #[arg(short, long)]
-    quiet: bool,
-}
-
-/// Options of `serve`.
-#[derive(Debug, Args)]
-struct ServeArgs {
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-    /// The handler's delay in milliseconds.
-    #[arg(long, default_value_t = 100)]
-    delay_ms: u64,
-    /// Response retention in seconds.
-    #[arg(long, default_value_t = 86_400.0)]
-    response_ttl: f64,
-    /// Key retention in seconds.
-    #[arg(long, default_value_t = 604_800.0)]
-    key_ttl: f64,
-    /// Lease in seconds.
-    #[arg(long, default_value_t = 60.0)]
-    lease: f64,
-    /// The largest request body in bytes (413 beyond).
-    #[arg(long, default_value_t = 1 << 20)]
-    max_body: usize,
-    /// The most records the store keeps (503 beyond).
-    #[arg(long, default_value_t = 1_000_000)]
-    max_entries: usize,
-    /// Start with this deliberate defect.
-    #[arg(long, value_enum)]
-    fault: Option<Fault>,
-    /// Serve HTTPS with a certificate for localhost, 127.0.0.1 and ::1, signed by a CA
-    /// generated at start; the CA's certificate is written to --tls-dir.
-    #[arg(long)]
-    tls: bool,
-    /// Where --tls writes ca.pem (default: a new directory in the system's temp dir).
-    #[arg(long, value_name = "DIR", requires = "tls")]
-    tls_dir: Option<PathBuf>,
-    /// Accept only UUID keys.
-    #[arg(long)]
-    uuid_keys: bool,
-    /// The counters of /transfers: their width in bits, 8 to 64 (default 32).
-    #[arg(long)]
-    counter_bits: Option<u8>,
-    /// The counters of /transfers: the window of retained results (default 8).
-    #[arg(long)]
-    counter_window: Option<u32>,
-    /// Where the records live: memory (one process), or redis://HOST:PORT or
-    /// postgres://USER@HOST:PORT/DB, which several server processes can share (the count of
-    /// executions at GET /count is shared too). Faults wrap any store.
-    #[arg(long, value_name = "URL")]
-    store: Option<String>,
-}
-
-/// Options of `bench`.
-#[derive(Debug, Args)]
-struct BenchArgs {
-    /// Concurrent keep-alive connections.
-    #[arg(long, default_value_t = 16)]
-    connections: usize,
-    /// Seconds per phase.
-    #[arg(long, default_value_t = 5.0)]
-    seconds: f64,
-    /// The handler's delay in milliseconds.
-    #[arg(long, default_value_t = 0)]
-    delay_ms: u64,
-    /// A store to measure (repeatable; all in one run, side by side): memory (the default),
-    /// redis://HOST:PORT or postgres://USER@HOST:PORT/DB.
-    #[arg(long, value_name = "URL")]
-    store: Vec<String>,
-}
-
-/// Parses the process arguments, runs the command, and returns the exit code.
-pub fn main() -> u8 {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
-            let _ = e.print();
-            return code;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return EXIT_HARNESS;
-        }
-    };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => run(*args).await,
-            Command::Serve(args) => serve(args).await,
-            Command::Bench(args) => bench(args).await,
-        }
-    });
-    match result {
-        Ok(code) => code,
-        Err(Failure::Usage(message)) => {
-            eprintln!("error: {message}");
-            EXIT_USAGE
-        }
-        Err(Failure::Harness(message)) => {
-            eprintln!("error: {message}");
-            EXIT_HARNESS
-        }
-    }
-}
-
-/// Why a command stopped early.
-#[derive(Debug)]
-enum Failure {
-    /// A bad option or value: exit 3.
-    Usage(String),
-    /// The target, a server or a file could not be used: exit 4.
-    Harness(String),
-}
-
-impl From<String> for Failure {
-    /// Option checks report their errors as strings.
-    fn from(message: String) -> Failure {
-        Failure::Usage(message)
-    }
-}
-
-impl From<&str> for Failure {
-    fn from(message: &str) -> Failure {
-        Failure::Usage(message.to_owned())
-    }
-}
-
-fn harness(message: impl std::fmt::Display) -> Failure {
-    Failure::Harness(message.to_string())
-}
-
-/// Settings the server refuses are the user's to fix; a port it cannot bind is not.
-fn start_error(e: crate::server::StartError) -> Failure {
-    match e {
-        crate::server::StartError::Config(_)
-        | crate::server::StartError::Keys(_)
-        | crate::server::StartError::Settings(_) => Failure::Usage(e.to_string()),
-        crate::server::StartError::Bind(_)
-        | crate::server::StartError::Store(_)
-        | crate::server::StartError::Random(_) => harness(e),
-    }
-}
-
-fn seconds(name: &str, v: f64) -> Result<Duration, String> {
-    if v.is_finite() && v > 0.0 && v < 1e9 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(format!("--{name} must be a positive number of seconds"))
-    }
+    pub(super) quiet: bool,
 }
 
 fn header(s: &str) -> Result<(HeaderName, HeaderValue), String> {
@@ -431,7 +242,7 @@ fn header_file(
         .collect()
 }
 
-fn body(name: &str, s: &str) -> Result<Bytes, String> {
+pub(super) fn body(name: &str, s: &str) -> Result<Bytes, String> {
     match s.strip_prefix('@') {
         Some(path) => std::fs::read(path)
             .map(Bytes::from)
@@ -439,9 +250,8 @@ fn body(name: &str, s: &str) -> Result<Bytes, String> {
         None => Ok(Bytes::from(s.to_owned())),
     }
 }
-
 /// Applies the options to `t`.
-fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
+pub(super) fn configure(t: &mut Target, a: &SuiteArgs, against_url: bool) -> Result<(), String> {
     if let Some(path) = &a.cacert {
         t.trust = crate::tls::Trust::from_pem_file(path)?;
     }
@@ -489,11 +299,14 @@ fn configure(t: &mut Target, a: &RunArgs) -> Result<(), String> {
     t.show_secrets = a.show_secrets;
     t.key_header = HeaderName::from_bytes(a.key_header.as_bytes())
         .map_err(|_| format!("invalid key header name {:?}", a.key_header))?;
-    t.key_style = a.key_style;
-    t.key_kind = a.key_kind;
-    if a.key_kind != KeyKind::Opaque && a.url.is_some() {
-        // Kind keys are not sf-strings.
-        t.key_style = KeyStyle::Bare;
+    if against_url {
+        t.key_kind = a.key_kind.unwrap_or_default();
+    }
+    match a.key_style {
+        // Kind keys are not sf-strings: they are sent bare.
+        _ if t.key_kind != KeyKind::Opaque => t.key_style = KeyStyle::Bare,
+        Some(style) => t.key_style = style,
+        None => {}
     }
     if let Some(v) = a.time_skew {
         t.time_skew = Some(seconds("time-skew", v)?);
@@ -617,31 +430,16 @@ fn list() {
     }
 }
 
-/// Starts a reference server with `settings`, kept in `servers`, and its target for
-/// endpoints of `kind`.
-async fn embedded_target(
-    settings: &ServerConfig,
-    servers: &mut Vec<Server>,
-    kind: suite::KeyKind,
-) -> Result<Target, Failure> {
-    let s = Server::start(SocketAddr::from(([127, 0, 0, 1], 0)), settings.clone())
-        .await
-        .map_err(start_error)?;
-    let t = Target::for_reference_kind(&s, settings, kind);
-    servers.push(s);
-    Ok(t)
-}
-
-async fn run(a: RunArgs) -> Result<u8, Failure> {
-    let cases = suite::select(&a.cases)?;
-    if a.list {
+pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
+    let s = &a.suite;
+    let cases = suite::select(&s.cases)?;
+    if s.list {
         list();
         return Ok(0);
     }
     // The embedded servers live until the end of this function.
-    let mut embedded_config = None;
-    let mut servers = Vec::new();
-    let mut target = match &a.url {
+    let mut embedded = None;
+    let lanes = match &a.url {
         Some(url) => {
             if a.fault.is_some() || a.delay_ms.is_some() || a.tls || a.uuid_keys {
                 return Err(
@@ -655,7 +453,10 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
                     "{url}: only http:// and https:// URLs are supported"
                 )));
             }
-            Target::new(url)
+            let mut target = Target::new(url);
+            configure(&mut target, s, true)?;
+            // Against a URL every case runs one after the other: the count oracle is shared.
+            vec![suite::Lane { target, cases }]
         }
         None => {
             let mut settings = ServerConfig::fast();
@@ -667,35 +468,30 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
             if let Some(ms) = a.delay_ms {
                 settings.delay = Duration::from_millis(ms);
             }
-            let t = embedded_target(&settings, &mut servers, a.key_kind).await?;
-            embedded_config = Some(settings);
-            t
+            // Every family against the endpoint of its kind; --key-kind keeps one.
+            let cases: Vec<_> = cases
+                .into_iter()
+                .filter(|c| s.key_kind.is_none_or(|k| embedded::kind_of(c) == k))
+                .collect();
+            if cases.is_empty() {
+                return Err("no selected case takes keys of that --key-kind".into());
+            }
+            let started = Embedded::start(&settings, &cases)
+                .await
+                .map_err(start_error)?;
+            let lanes = embedded.insert(started);
+            for lane in &mut lanes.lanes {
+                configure(&mut lane.target, s, false)?;
+            }
+            std::mem::take(&mut lanes.lanes)
         }
     };
-    configure(&mut target, &a)?;
-    // Against the embedded server, the cases that wait for its clock run beside the
-    // others, each against a server of its own (and so with a count oracle of its own).
-    let (waiting, others): (Vec<&'static crate::cases::Case>, Vec<_>) = cases
-        .iter()
-        .partition(|c| embedded_config.is_some() && c.waits);
-    let mut lanes = vec![suite::Lane {
-        target: target.clone(),
-        cases: others,
-    }];
-    if let Some(settings) = &embedded_config {
-        for case in waiting {
-            let mut t = embedded_target(settings, &mut servers, a.key_kind).await?;
-            configure(&mut t, &a)?;
-            lanes.push(suite::Lane {
-                target: t,
-                cases: vec![case],
-            });
-        }
-    }
-    let embedded = embedded_config.as_ref().map(|c| c.fault);
+    let target = lanes[0].target.clone();
+    let total: usize = lanes.iter().map(|l| l.cases.len()).sum();
+    let fault = embedded.is_some().then_some(a.fault);
     let color = Color::detect(std::io::stdout().is_terminal());
     let err_color = Color::detect(std::io::stderr().is_terminal());
-    let quiet = a.quiet;
+    let quiet = s.quiet;
     let mut progress = move |p: suite::Progress<'_>| {
         if quiet {
             return;
@@ -706,134 +502,40 @@ async fn run(a: RunArgs) -> Result<u8, Failure> {
     };
     if !quiet {
         eprintln!(
-            "running {} case(s) against {}{}",
-            cases.len(),
+            "running {total} case(s) against {}{}",
             target.url,
-            if embedded_config.is_some() {
-                " (embedded reference server)"
+            if embedded.is_some() {
+                " (embedded reference servers: one per key kind and per case that waits)"
             } else {
                 ""
             }
         );
     }
-    let report = suite::run_lanes(lanes, embedded, &mut progress)
+    let report = suite::run_lanes(lanes, fault, &mut progress)
         .await
         .map_err(|e| match e {
             crate::http::HarnessError::Usage(m) => Failure::Usage(m),
             e => harness(e),
         })?;
-    drop(servers);
+    drop(embedded);
     out(&report::terminal(&report, color));
+    write_reports(s, &report)?;
+    Ok(report.exit_code)
+}
+
+/// Writes the JSON, JUnit and HTML reports the options ask for.
+fn write_reports(a: &SuiteArgs, report: &suite::Report) -> Result<(), Failure> {
     if let Some(path) = &a.json {
-        std::fs::write(path, report::json(&report))
+        std::fs::write(path, report::json(report))
             .map_err(|e| harness(format!("--json {}: {e}", path.display())))?;
     }
     if let Some(path) = &a.junit {
-        let xml = report::junit(&report).map_err(|e| harness(format!("JUnit report: {e}")))?;
+        let xml = report::junit(report).map_err(|e| harness(format!("JUnit report: {e}")))?;
         std::fs::write(path, xml)
             .map_err(|e| harness(format!("--junit {}: {e}", path.display())))?;
     }
     if let Some(dir) = &a.html {
-        crate::html::write(&report, dir).map_err(|e| harness(format!("--html {e}")))?;
+        crate::html::write(report, dir).map_err(|e| harness(format!("--html {e}")))?;
     }
-    Ok(report.exit_code)
-}
-
-async fn serve(a: ServeArgs) -> Result<u8, Failure> {
-    let mut config = ServerConfig {
-        response_ttl: seconds("response-ttl", a.response_ttl)?,
-        key_ttl: seconds("key-ttl", a.key_ttl)?,
-        lease: seconds("lease", a.lease)?,
-        delay: Duration::from_millis(a.delay_ms),
-        max_body: a.max_body,
-        limits: idem_core::MemoryStoreLimits {
-            max_entries: a.max_entries,
-            ..idem_core::MemoryStoreLimits::default()
-        },
-        fault: a.fault,
-        tls: None,
-        uuid_keys: a.uuid_keys,
-        store: a.store.clone(),
-        ..ServerConfig::default()
-    }
-    .with_kind_bounds();
-    if let Some(bits) = a.counter_bits {
-        config.counter.bits = bits;
-    }
-    if let Some(window) = a.counter_window {
-        config.counter.window = window;
-    }
-    let mut ca_path = None;
-    if a.tls {
-        let identity = crate::tls::Identity::generate().map_err(harness)?;
-        let dir = match &a.tls_dir {
-            Some(dir) => dir.clone(),
-            None => std::env::temp_dir().join(format!(
-                "idem-conformance-tls-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            )),
-        };
-        ca_path = Some(identity.write_ca(&dir).map_err(harness)?);
-        config.tls = Some(identity);
-    }
-    let mut server = Server::start(a.listen, config).await.map_err(start_error)?;
-    outln!(
-        "idem reference server listening on {} (POST /orders, GET /count){}{}",
-        server.base_url(),
-        a.fault.map(|f| format!(", fault {f}")).unwrap_or_default(),
-        a.store
-            .as_deref()
-            .filter(|s| *s != "memory")
-            .map(|s| format!(", store {}", crate::store::shown(s)))
-            .unwrap_or_default()
-    );
-    if let Some(path) = ca_path {
-        outln!(
-            "TLS certificate authority written to {} (give it to the harness with --cacert)",
-            path.display()
-        );
-    }
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = server.wait() => {}
-    }
-    Ok(0)
-}
-
-async fn bench(a: BenchArgs) -> Result<u8, Failure> {
-    if a.connections == 0 || a.connections > 1024 {
-        return Err("--connections must be between 1 and 1024".into());
-    }
-    let config = BenchConfig {
-        connections: a.connections,
-        duration: seconds("seconds", a.seconds)?,
-        delay: Duration::from_millis(a.delay_ms),
-    };
-    outln!(
-        "reference server on 127.0.0.1, {} keep-alive connections, {:.1} s per phase, handler delay {} ms",
-        config.connections,
-        config.duration.as_secs_f64(),
-        a.delay_ms
-    );
-    let mut stores: Vec<Option<String>> = Vec::new();
-    for url in &a.store {
-        crate::store::RefStore::check(url)?;
-        stores.push((url != "memory").then(|| url.clone()));
-    }
-    if stores.is_empty() {
-        stores.push(None);
-    }
-    for r in bench::run(config, &stores).await.map_err(harness)? {
-        outln!(
-            "{:<40} {:>9.0} req/s   p50 {:>7.3} ms   p99 {:>7.3} ms   {} requests, {} unexpected",
-            r.label,
-            r.rps(),
-            r.p50.as_secs_f64() * 1e3,
-            r.p99.as_secs_f64() * 1e3,
-            r.requests,
-            r.errors
-        );
-    }
-    Ok(0)
+    Ok(())
 }

@@ -34,7 +34,14 @@
 //! mistake (the engine's times, the fingerprint, the principal). The layer itself has no
 //! fault hooks, so the suite shows that the case aimed at each defect fails.
 
+mod config;
 mod faults;
+mod listen;
+
+pub use config::{ServerConfig, StartError};
+pub use faults::{markdown_table as faults_table, Expect, Fault, FaultDef, Want, FAULTS};
+
+use listen::accept_loop;
 
 use crate::store::RefStore;
 use axum::body::Body;
@@ -45,12 +52,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use idem_core::{
-    Applied, AsyncStore, Config, CounterConfig, Engine, FingerprintSpec, KeyKind,
-    MemoryStoreLimits, OpenStep, Policy, Problem, Refusal, Scope, StoreFailure, TimeKeyConfig,
-    TokenSecret, UnixMillis,
+    Applied, AsyncStore, Engine, FingerprintSpec, KeyKind, OpenStep, Policy, Problem, Refusal,
+    Scope, StoreFailure, TokenSecret, UnixMillis,
 };
 use idem_tower::{render, IdempotencyContext, IdempotencyLayer};
 use std::fmt;
@@ -58,7 +62,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 /// The path of the demo endpoint.
 pub const ORDERS_PATH: &str = "/orders";
@@ -76,275 +80,9 @@ pub const CHECKOUT_PATH: &str = "/checkout";
 /// Issues a token for [`CHECKOUT_PATH`]: `POST` → `201 {"token", "expiresAt", "ttl"}`.
 pub const TOKENS_PATH: &str = "/idempotency-tokens";
 
-/// One deliberate defect of the reference server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fault {
-    /// No claim before the handler runs: concurrent duplicates (and a retry while the first
-    /// attempt is still running) all execute; results are stored afterwards, last one wins.
-    NoLock,
-    /// The payload is not part of the fingerprint: a changed request replays the old answer.
-    NoFingerprint,
-    /// Final responses are never stored: every retry executes again.
-    NoStore,
-    /// Keys are not scoped by principal: one tenant's key replays another tenant's response.
-    ReplayAcrossPrincipals,
-    /// 5xx responses are stored and replayed instead of letting the retry run.
-    #[value(name = "store-5xx")]
-    #[serde(rename = "store-5xx")]
-    Store5xx,
-    /// In-flight keys never expire: a key whose handler died blocks every retry forever.
-    LostLease,
-    /// Responses are dropped after a tenth of the advertised retention, and the key with them.
-    ForgetEarly,
-    /// Requests without a valid key are executed anyway, without protection: a missing or
-    /// malformed key, and a key of another kind that its rules refuse (stale, from the
-    /// future, an unknown client or epoch, a gap, a forged, unknown or expired token).
-    NoKeyCheck,
-    /// Keys longer than 64 characters are refused although up to 255 are valid.
-    ShortKeys,
-    /// Replays do not carry `Idempotent-Replayed: true`.
-    NoMarker,
-    /// In-progress answers (409) carry no `Retry-After`.
-    NoRetryAfter,
-    /// Deterministic 4xx answers are not stored: a retry of a declined request runs again.
-    ForgetErrors,
-    /// No tombstone: once its response expires the key is new again at once, although the
-    /// advertised key retention has not passed.
-    NoTombstone,
-    /// Keys are never forgotten: after the key retention the key is still refused.
-    NeverExpire,
-    /// The fingerprint covers a value that differs on every request (as a timestamp header
-    /// would): every retry is refused as a payload mismatch (422).
-    VolatileFingerprint,
-    /// Replays leave out the `Location` header; status and body are still replayed.
-    DropLocation,
-    /// An attempt that fails (5xx, 408, 425, 429) leaves its key in flight for good: every
-    /// retry is refused as in progress.
-    NeverRelease,
-    /// Counter keys: a number in the window with another payload (as after a wrap onto a
-    /// retained slot) executes instead of being refused as a collision.
-    CounterNoWrapCheck,
-    /// Counter keys: a number below the low-water mark executes instead of being refused as
-    /// stale.
-    CounterAcceptStale,
-    /// Time keys: timestamps far in the future are accepted (no clock-skew bound).
-    TimeNoSkew,
-    /// Tokens: a consumed token is taken as unused again, so it runs again.
-    TokenReuse,
-}
-
-impl Fault {
-    /// Every fault, in a stable order.
-    pub const ALL: [Fault; 21] = [
-        Fault::NoLock,
-        Fault::NoFingerprint,
-        Fault::NoStore,
-        Fault::ReplayAcrossPrincipals,
-        Fault::Store5xx,
-        Fault::LostLease,
-        Fault::ForgetEarly,
-        Fault::NoKeyCheck,
-        Fault::ShortKeys,
-        Fault::NoMarker,
-        Fault::NoRetryAfter,
-        Fault::ForgetErrors,
-        Fault::NoTombstone,
-        Fault::NeverExpire,
-        Fault::VolatileFingerprint,
-        Fault::DropLocation,
-        Fault::NeverRelease,
-        Fault::CounterNoWrapCheck,
-        Fault::CounterAcceptStale,
-        Fault::TimeNoSkew,
-        Fault::TokenReuse,
-    ];
-
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::NoLock => "no-lock",
-            Fault::NoFingerprint => "no-fingerprint",
-            Fault::NoStore => "no-store",
-            Fault::ReplayAcrossPrincipals => "replay-across-principals",
-            Fault::Store5xx => "store-5xx",
-            Fault::LostLease => "lost-lease",
-            Fault::ForgetEarly => "forget-early",
-            Fault::NoKeyCheck => "no-key-check",
-            Fault::ShortKeys => "short-keys",
-            Fault::NoMarker => "no-marker",
-            Fault::NoRetryAfter => "no-retry-after",
-            Fault::ForgetErrors => "forget-errors",
-            Fault::NoTombstone => "no-tombstone",
-            Fault::NeverExpire => "never-expire",
-            Fault::VolatileFingerprint => "volatile-fingerprint",
-            Fault::DropLocation => "drop-location",
-            Fault::NeverRelease => "never-release",
-            Fault::CounterNoWrapCheck => "counter-no-wrap-check",
-            Fault::CounterAcceptStale => "counter-accept-stale",
-            Fault::TimeNoSkew => "time-no-skew",
-            Fault::TokenReuse => "token-reuse",
-        }
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Settings of the reference server.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// How long a completed response is replayed (advertised; see [`Fault::ForgetEarly`]).
-    pub response_ttl: Duration,
-    /// How long a key is remembered.
-    pub key_ttl: Duration,
-    /// How long an in-flight claim lasts before a retry may take over.
-    pub lease: Duration,
-    /// How long each handler run takes.
-    pub delay: Duration,
-    /// The largest request body accepted (413 beyond).
-    pub max_body: usize,
-    /// Store capacity (503 when full).
-    pub limits: MemoryStoreLimits,
-    /// The deliberate defect, if any.
-    pub fault: Option<Fault>,
-    /// Serve HTTPS with this certificate instead of plain HTTP.
-    pub tls: Option<crate::tls::Identity>,
-    /// Accept only UUID keys (as many APIs do) instead of any opaque key.
-    pub uuid_keys: bool,
-    /// The time keys of [`PAYMENTS_PATH`]: the clock skew and the maximum age
-    /// (`max_age + max_ahead` at most the key retention).
-    pub time_keys: TimeKeyConfig,
-    /// The counters of [`TRANSFERS_PATH`]: bits and window.
-    pub counter: CounterConfig,
-    /// How long a token issued at [`TOKENS_PATH`] stays valid (at most the key retention).
-    pub token_ttl: Duration,
-    /// Where the records live: `None` for memory (one process), or `redis://…` or
-    /// `postgres://…`, which several server processes can share (with the count of
-    /// executions). Faults wrap whichever store it is.
-    pub store: Option<String>,
-}
-
-impl Default for ServerConfig {
-    /// idem-core's default retention and lease, a 100 ms handler, 1 MiB bodies.
-    fn default() -> Self {
-        let engine = Config::default();
-        ServerConfig {
-            response_ttl: engine.response_ttl,
-            key_ttl: engine.key_ttl,
-            lease: engine.lease,
-            delay: Duration::from_millis(100),
-            max_body: 1 << 20,
-            limits: MemoryStoreLimits::default(),
-            fault: None,
-            tls: None,
-            uuid_keys: false,
-            time_keys: TimeKeyConfig {
-                max_ahead: Duration::from_secs(5 * 60),
-                max_age: engine.response_ttl,
-            },
-            counter: CounterConfig::default(),
-            token_ttl: Duration::from_secs(3600),
-            store: None,
-        }
-    }
-}
-
-impl ServerConfig {
-    /// Bounds of the key kinds that fit the retention times: a clock skew of at most 5
-    /// minutes (a quarter of the key retention when that is shorter), time keys accepted for
-    /// the response retention (less the skew where the key retention requires it), tokens
-    /// valid for an hour at most (the key retention when that is shorter).
-    pub fn with_kind_bounds(mut self) -> ServerConfig {
-        let skew = Duration::from_secs(5 * 60).min(self.key_ttl / 4);
-        self.time_keys = TimeKeyConfig {
-            max_ahead: skew,
-            max_age: self.response_ttl.min(self.key_ttl.saturating_sub(skew)),
-        };
-        self.token_ttl = Duration::from_secs(3600).min(self.key_ttl);
-        self
-    }
-
-    /// Short retention and lease (1 s response, 2 s key, 1 s lease) so that the expiry and
-    /// lease cases finish within seconds: the settings of the embedded default run.
-    ///
-    /// The key kinds get matching bounds: a 0.5 s clock skew and 1 s maximum age for time
-    /// keys, 8-bit counters with a window of 4 (so that a run really wraps), 1 s tokens.
-    pub fn fast() -> ServerConfig {
-        ServerConfig {
-            response_ttl: Duration::from_secs(1),
-            key_ttl: Duration::from_secs(2),
-            lease: Duration::from_secs(1),
-            time_keys: TimeKeyConfig {
-                max_ahead: Duration::from_millis(500),
-                max_age: Duration::from_secs(1),
-            },
-            counter: CounterConfig { bits: 8, window: 4 },
-            token_ttl: Duration::from_secs(1),
-            ..ServerConfig::default()
-        }
-    }
-
-    /// The engine configuration actually used, faults included.
-    fn engine_config(&self) -> Config {
-        let mut c = Config {
-            response_ttl: self.response_ttl,
-            key_ttl: self.key_ttl,
-            lease: self.lease,
-            ..Config::default()
-        };
-        // A hundred years stands in for "never".
-        let forever = Duration::from_secs(100 * 365 * 24 * 3600);
-        // (`LostLease` and `ForgetEarly` act on the store: see `faults::FaultyStore`.)
-        match self.fault {
-            Some(Fault::Store5xx) => c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store,
-            Some(Fault::NoTombstone) => c.key_ttl = c.response_ttl,
-            Some(Fault::NeverExpire) => c.key_ttl = forever,
-            _ => {}
-        }
-        c
-    }
-}
-
-/// Why the server could not start.
-#[derive(Debug)]
-pub enum StartError {
-    /// The settings are inconsistent (for example a key retention shorter than the response
-    /// retention).
-    Config(idem_core::ConfigError),
-    /// The address could not be bound.
-    Bind(std::io::Error),
-    /// The key kind cannot be configured.
-    Keys(idem_core::KindConfigError),
-    /// The store cannot be reached.
-    Store(String),
-    /// Settings that do not go together (an unknown store).
-    Settings(String),
-    /// The operating system gave no random bytes for the token secret.
-    Random(getrandom::Error),
-}
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StartError::Config(e) => write!(f, "invalid server settings: {e}"),
-            StartError::Bind(e) => write!(f, "cannot listen: {e}"),
-            StartError::Keys(e) => write!(f, "invalid key kind: {e}"),
-            StartError::Store(e) => write!(f, "store: {e}"),
-            StartError::Settings(e) => write!(f, "{e}"),
-            StartError::Random(e) => write!(f, "no random bytes for the token secret: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
-
 /// The guarded endpoints, each with the policy of its key kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Route {
     Orders,
     Payments,
     Transfers,
@@ -378,6 +116,8 @@ struct App {
     /// The records (and the count of executions).
     store: Arc<RefStore>,
     config: ServerConfig,
+    /// What a stateful fault remembers.
+    faults: faults::Memory,
 }
 
 /// A running reference server. Dropping it stops the server and closes its connections.
@@ -402,13 +142,16 @@ impl Server {
     pub async fn start(addr: SocketAddr, config: ServerConfig) -> Result<Server, StartError> {
         let engine = Engine::new(config.engine_config()).map_err(StartError::Config)?;
         let base = Policy::new(engine.clone())
-            .with_fingerprint(faults::fingerprint(
-                config.fault,
-                FingerprintSpec {
+            .with_fingerprint({
+                let mut spec = FingerprintSpec {
                     max_body: config.max_body,
                     ..FingerprintSpec::default()
-                },
-            ))
+                };
+                if let Some(f) = config.fault.and_then(|f| f.apply().fingerprint) {
+                    f(&mut spec);
+                }
+                spec
+            })
             .with_methods(["POST"]);
         let kind = |kind: KeyKind| base.clone().with_keys(kind).map_err(StartError::Keys);
         let orders = if config.uuid_keys {
@@ -424,9 +167,8 @@ impl Server {
             .max_age
             .min(key_ttl.saturating_sub(time_keys.max_ahead))
             .max(Duration::from_millis(1));
-        if config.fault == Some(Fault::TimeNoSkew) {
-            // As far ahead as the retention allows: no bound a client clock could hit.
-            time_keys.max_ahead = engine.config().key_ttl.saturating_sub(time_keys.max_age);
+        if let Some(f) = config.fault.and_then(|f| f.apply().time_keys) {
+            f(&mut time_keys, key_ttl);
         }
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).map_err(StartError::Random)?;
@@ -453,16 +195,13 @@ impl Server {
             checkout: policies[Route::Checkout as usize].clone(),
             store: Arc::new(store),
             config,
+            faults: faults::Memory::default(),
         });
         crash_quietly();
         let router = match app.config.fault {
             None => router(&app, &policies, &Arc::clone(&app.store)),
             Some(fault) => {
-                let store = faults::FaultyStore::new(
-                    Arc::clone(&app.store),
-                    fault,
-                    app.config.response_ttl,
-                );
+                let store = faults::FaultyStore::new(Arc::clone(&app.store), fault);
                 router(&app, &policies, &store)
             }
         };
@@ -539,8 +278,8 @@ where
     for route in Route::ALL {
         let builder =
             IdempotencyLayer::builder(store.clone()).policy(policies[route as usize].clone());
-        let builder = if app.config.fault == Some(Fault::ReplayAcrossPrincipals) {
-            // The fault is a configuration mistake: keys not scoped by caller.
+        let builder = if app.config.fault.is_some_and(|f| f.apply().unscoped) {
+            // A configuration mistake: keys not scoped by caller.
             builder.single_tenant()
         } else {
             builder.principal(|parts| Some(principal_of(&parts.headers)))
@@ -549,7 +288,7 @@ where
             unreachable!("a principal is set on every branch")
         };
         let mut endpoint = post(place).route_layer(layer);
-        if let Some(fault) = app.config.fault {
+        if let Some(fault) = app.config.fault.filter(|f| f.apply().middleware()) {
             endpoint = endpoint.route_layer(axum::middleware::from_fn_with_state(
                 (Arc::clone(app), route, fault),
                 faults::misbehave,
@@ -566,65 +305,6 @@ where
         // refuse what the server accepts.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(Arc::clone(app))
-}
-
-/// How long a connection may take to send a request's headers (and finish its TLS
-/// handshake).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-async fn serve_connection<S>(router: Router, stream: S)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let _ = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
-        .await;
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
-    router: Router,
-) {
-    // Connections live in this set: when the server is dropped the accept task is aborted,
-    // the set is dropped with it, and every connection task ends.
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(_) => {
-                        // Out of file descriptors or similar: back off instead of spinning.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let router = router.clone();
-                let acceptor = acceptor.clone();
-                connections.spawn(async move {
-                    match acceptor {
-                        None => serve_connection(router, stream).await,
-                        Some(acceptor) => {
-                            // A client that never finishes its handshake costs one task for
-                            // as long as a client that never sends its headers.
-                            let handshake = tokio::time::timeout(
-                                HEADER_READ_TIMEOUT,
-                                acceptor.accept(stream),
-                            );
-                            if let Ok(Ok(tls)) = handshake.await {
-                                serve_connection(router, tls).await;
-                            }
-                        }
-                    }
-                });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
 }
 
 fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
