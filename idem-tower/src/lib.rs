@@ -47,7 +47,6 @@ pub mod store_tests;
 
 use bytes::Bytes;
 use drive::{advance, nonce, Running, Shared};
-use futures_util::FutureExt;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
@@ -58,7 +57,6 @@ use idem_core::{
 };
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -576,33 +574,20 @@ where
         attempt: context.attempt,
         heartbeat: Arc::clone(&running) as Arc<dyn drive::Beat>,
     });
-    // A handler that panics has an unknown outcome (IDEM-OUT-3), recorded before the panic
-    // goes on, so that its lease ends (under the default policy) and whatever the store holds
-    // for it (a transaction) is let go.
-    let answered = match AssertUnwindSafe(inner.call(request)).catch_unwind().await {
-        Ok(Ok(answered)) => answered,
-        Ok(Err(e)) => {
+    // A handler that panics is a crash: nothing is recorded and its lease is left to end, as
+    // after a process that died; whatever the store holds for the attempt (a transaction)
+    // is let go when the request is dropped (`Running`'s destructor).
+    let answered = match inner.call(request).await {
+        Ok(answered) => answered,
+        Err(e) => {
             // A handler that failed: its outcome is unknown (IDEM-OUT-3). Its error goes on.
             let _ = running.finish(Outcome::Unknown(None)).await;
             return Err(e);
         }
-        Err(panic) => {
-            let _ = running.finish(Outcome::Unknown(None)).await;
-            std::panic::resume_unwind(panic);
-        }
     };
     let (head, body) = answered.into_parts();
     // `ok()`: the body's error is not kept across the awaits below (it need not be Send).
-    let collected = match AssertUnwindSafe(async { body.collect().await.ok() })
-        .catch_unwind()
-        .await
-    {
-        Ok(collected) => collected,
-        Err(panic) => {
-            let _ = running.finish(Outcome::Unknown(None)).await;
-            std::panic::resume_unwind(panic);
-        }
-    };
+    let collected = body.collect().await.ok();
     let bytes = match collected {
         Some(collected) => collected.to_bytes(),
         None => {

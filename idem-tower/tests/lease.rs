@@ -2,7 +2,7 @@
 //! (a timeout, `select!`, an aborted task) leaves nothing waiting and the outcome recorded
 //! (IDEM-LEASE-3, IDEM-OUT-5); an attempt whose lease was taken over answers its caller with
 //! the key's outcome, never with its own handler's answer (IDEM-LEASE-5); a handler that
-//! panics has its outcome recorded as unknown before the panic goes on (IDEM-OUT-3).
+//! panics is a crash, its key taken over after the lease (IDEM-LEASE-1).
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -294,14 +294,12 @@ async fn an_attempt_whose_lease_was_taken_over_answers_with_the_keys_outcome() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_handler_that_panics_has_its_outcome_recorded_before_the_panic_goes_on() {
-    // IDEM-OUT-3: a panic is an unknown outcome; under the default policy its lease ends at
-    // once, so the retry runs (recovered) instead of waiting out the lease behind a 409.
+async fn a_handler_that_panics_is_a_crash_its_key_taken_over_after_the_lease() {
+    // IDEM-LEASE-1: nothing is recorded for a handler that panics, as for a process that
+    // died: its key stays in flight until the lease ends, then a retry takes over as a
+    // recovery. The panic goes on.
     let store = Arc::new(MemoryStore::default());
-    let layer = IdempotencyLayer::builder(Arc::clone(&store))
-        .single_tenant()
-        .build()
-        .unwrap();
+    let layer = short_lease(Arc::clone(&store));
     let panicking = layer.layer(tower::service_fn(|_: Request<Body>| async {
         if true {
             panic!("the handler failed");
@@ -318,6 +316,12 @@ async fn a_handler_that_panics_has_its_outcome_recorded_before_the_panic_goes_on
             .expect("a context");
         Ok::<_, Infallible>(created(format!("recovered: {}", ctx.recovered())))
     }));
+    assert_eq!(
+        send(recovering.clone(), "p").await.status,
+        409,
+        "in flight until the lease ends"
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
     let retry = send(recovering, "p").await;
     assert_eq!(
         (retry.status, retry.body.as_str()),
