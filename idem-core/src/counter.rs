@@ -1,6 +1,7 @@
 //! Wrapping counter keys (`IDEM-CTR-1` to `IDEM-CTR-13`): per client, an epoch and a
 //! sequence number of N bits, as in Raft client sessions and Kafka's idempotent producer.
 
+use crate::engine::SharedOutcome;
 use crate::engine::{Config, Engine, Outcome, RejectReason, UnknownOutcomePolicy, RETRY_SOON_SECS};
 use crate::event::Event;
 use crate::fingerprint::Fingerprint;
@@ -8,7 +9,7 @@ use crate::key::{RecordKey, Scope};
 use crate::kind::{kind_scope, parse_decimal, valid_client_id, KindConfigError, KindKeyError};
 use crate::problem::Problem;
 use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-use crate::request::{Claimed, Hold, Request, SharedOutcome, MAX_COMPLETION_ROUNDS};
+use crate::request::{Claimed, Hold, Request, MAX_COMPLETION_ROUNDS};
 use crate::store::{Applied, Finish, Store};
 use crate::time::UnixMillis;
 use crate::Decision;

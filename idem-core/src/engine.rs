@@ -5,7 +5,6 @@ use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::problem::Problem;
 use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-use crate::request::SharedOutcome;
 use crate::time::UnixMillis;
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -389,6 +388,14 @@ impl Outcome {
             _ => Outcome::Unknown(Some(response)),
         }
     }
+}
+
+/// A stored outcome that can be rebuilt after a conflict without copying the response.
+#[derive(Clone, Debug)]
+pub(crate) enum SharedOutcome {
+    Final(Arc<StoredResponse>),
+    Retryable,
+    Unknown(Option<Arc<StoredResponse>>),
 }
 
 impl From<Outcome> for SharedOutcome {

@@ -1,0 +1,203 @@
+//! The inputs of the machine: what the store answered, what the handler did, and the
+//! heartbeats it asks for.
+
+use super::*;
+
+impl Request<'_> {
+    /// The record read for [`Step::Claim`] or [`Step::Load`] (`None`: there is none).
+    pub fn handle_record(
+        &mut self,
+        now: UnixMillis,
+        record: Option<&Record>,
+        waiters: &mut Waiters,
+    ) {
+        match &mut self.state {
+            State::Reading { lost, wait } => {
+                let (lost, wait) = (*lost, *wait);
+                let decided = self.decide(now, record);
+                self.decided(now, decided, lost, wait, waiters);
+            }
+            State::Holding(h) => {
+                let Op::Load { purpose, out: true } = h.op else {
+                    return;
+                };
+                h.op = Op::None;
+                match purpose {
+                    Purpose::Complete => self.complete_counter(now, record),
+                    Purpose::Extend => self.extend_counter(now, record),
+                    Purpose::Conflict { heartbeat } => self.after_conflict(now, record, heartbeat),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What a store that claims for the host answered (for [`Step::Claim`]).
+    pub fn handle_claimed(&mut self, now: UnixMillis, claimed: Claimed, waiters: &mut Waiters) {
+        let State::Reading { lost, wait } = self.state else {
+            return;
+        };
+        match claimed {
+            Claimed::Execute { hold, recovered } => {
+                self.claimed_lease(hold, recovered, wait, waiters)
+            }
+            // A store that claimed answers an execute as `Claimed::Execute`, having applied
+            // its write. An execute inside `Done` carries a write nobody applied (hosts that
+            // decode claims refuse it); if one gets here, nothing is applied and the request
+            // reads as contended, never as an answer without a reply.
+            Claimed::Done(Decision::Execute { .. }) => self.decided(
+                now,
+                Decided::Decision(Decision::CONTENDED),
+                lost,
+                wait,
+                waiters,
+            ),
+            Claimed::Done(d) => self.decided(now, Decided::Decision(d), lost, wait, waiters),
+        }
+    }
+
+    /// Whether the write of [`Step::Apply`] was applied.
+    pub fn handle_applied(&mut self, now: UnixMillis, applied: Applied, waiters: &mut Waiters) {
+        match &mut self.state {
+            State::Applying {
+                recovered,
+                lost,
+                wait,
+                ..
+            } => {
+                let (recovered, lost, wait) = (*recovered, *lost, *wait);
+                match applied {
+                    Applied::Applied => {
+                        // The lease moves from the claim to the holding, without a copy.
+                        let State::Applying { hold, .. } =
+                            core::mem::replace(&mut self.state, State::Finished(Finish::FencedOut))
+                        else {
+                            return;
+                        };
+                        self.claimed_lease(hold, recovered, wait, waiters);
+                    }
+                    Applied::Conflict if lost + 1 >= MAX_LOST_RACES => {
+                        self.decided(
+                            now,
+                            Decided::Decision(Decision::CONTENDED),
+                            0,
+                            wait,
+                            waiters,
+                        );
+                    }
+                    Applied::Conflict => {
+                        self.state = State::Claim {
+                            lost: lost + 1,
+                            wait,
+                        }
+                    }
+                }
+            }
+            State::Holding(h) => {
+                let op = core::mem::replace(&mut h.op, Op::None);
+                match (op, applied) {
+                    (Op::Completing(finish), Applied::Applied) => self.finish(finish),
+                    (Op::Extending(next), Applied::Applied) => {
+                        h.heartbeat = Heartbeat::Extended(next.expires());
+                        h.hold = Held::from(next);
+                        h.rounds = 0;
+                        self.events.push(Event::Extended);
+                    }
+                    (op @ (Op::Completing(_) | Op::Extending(_)), Applied::Conflict) => {
+                        let heartbeat = matches!(op, Op::Extending(_));
+                        h.rounds += 1;
+                        if h.rounds >= MAX_COMPLETION_ROUNDS {
+                            self.fenced_out(now, heartbeat, None);
+                        } else if matches!(h.hold, Held::Slot(_)) {
+                            // Another request of the client wrote the session: read it
+                            // again and redo the write against it.
+                            h.op = Op::load(if heartbeat {
+                                Purpose::Extend
+                            } else {
+                                Purpose::Complete
+                            });
+                        } else {
+                            h.op = Op::load(Purpose::Conflict { heartbeat });
+                        }
+                    }
+                    (op, _) => h.op = op,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The store failed on the step handed out. Before the handler ran: the request is
+    /// answered 503 and nothing runs (`IDEM-STORE-3`, `IDEM-STORE-4`). While completing: the
+    /// response is still sent and the lease is left to expire (`IDEM-OUT-5`). While
+    /// extending: [`Heartbeat::Failed`].
+    pub fn handle_store_error(&mut self, failure: StoreFailure, waiters: &mut Waiters) {
+        match &mut self.state {
+            State::Reading { wait, .. } | State::Applying { wait, .. } => {
+                if let Some(w) = wait {
+                    waiters.leave(&self.key, w.ticket);
+                }
+                self.events.push(Event::Rejected);
+                self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));
+            }
+            State::Holding(h) => {
+                let heartbeat = h.op.is_heartbeat();
+                h.op = Op::None;
+                if heartbeat {
+                    h.heartbeat = Heartbeat::Failed(failure);
+                } else if h.outcome.is_some() {
+                    self.events.push(Event::Rejected);
+                    self.state = State::Finished(Finish::StoreFailed(failure));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Asks for a heartbeat (`IDEM-LEASE-3`): the next poll hands out the write that extends
+    /// the lease by one lease period from then. Refused once the lease has ended, after the
+    /// outcome, and when the lease was lost; a heartbeat already on its way serves this one
+    /// too.
+    pub fn heartbeat(&mut self, now: UnixMillis) -> Result<(), Heartbeat> {
+        let State::Holding(h) = &mut self.state else {
+            return Err(Heartbeat::FencedOut);
+        };
+        if h.outcome.is_some() || h.heartbeat == Heartbeat::FencedOut {
+            return Err(Heartbeat::FencedOut);
+        }
+        if now >= h.hold.expires() {
+            h.heartbeat = Heartbeat::Expired;
+            return Err(Heartbeat::Expired);
+        }
+        if !h.op.is_heartbeat() {
+            h.heartbeat = Heartbeat::Quiet;
+            h.wants_heartbeat = true;
+        }
+        Ok(())
+    }
+
+    /// The handler's outcome (`IDEM-OUT-1` to `IDEM-OUT-4`). A response larger than the
+    /// store keeps is replaced by a `response-not-stored` answer (`IDEM-STORE-5`).
+    pub fn handle_outcome(&mut self, outcome: Outcome) {
+        let max = self.max_response_bytes;
+        let State::Holding(h) = &mut self.state else {
+            return;
+        };
+        if h.outcome.is_some() {
+            return;
+        }
+        let keep = |r: StoredResponse| {
+            Arc::new(if r.size() > max {
+                not_stored(r.size(), max)
+            } else {
+                r
+            })
+        };
+        h.outcome = Some(match outcome {
+            Outcome::Final(r) => SharedOutcome::Final(keep(r)),
+            Outcome::Retryable => SharedOutcome::Retryable,
+            Outcome::Unknown(r) => SharedOutcome::Unknown(r.map(keep)),
+        });
+        h.wants_heartbeat = false;
+    }
+}
