@@ -103,7 +103,7 @@ test("idem-conformance passes every case against the worker under workerd, claim
   assert.ok(skipped.some((c) => c.id === "lease/1"), "lease/1 is in the report");
   assert.deepEqual(
     report.summary,
-    { pass: report.cases.length - skipped.length, non_strict: 0, fail: 0, unsafe: 0, skip: skipped.length, error: 0 },
+    { pass: report.cases.length - skipped.length, non_strict: 0, fail: 0, unsafe: 0, leak: 0, skip: skipped.length, error: 0 },
     output,
   );
   const byId = new Map(report.cases.map((c) => [c.id, c]));
