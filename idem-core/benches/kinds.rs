@@ -24,10 +24,10 @@ fn fp(i: u64) -> Fingerprint {
 /// A session with `window` completed slots, the last one `next - 1`.
 fn full_session(counters: &Counters, scope: &Scope, window: u64) -> (MemoryStore, u64) {
     let mut store = MemoryStore::default();
-    let epoch = counters
-        .open_on(&mut store, NOW, scope, "c1", 0, 42)
-        .unwrap()
-        .unwrap();
+    // Opened with the rule, as the session operation does on an empty store.
+    let opened = counters.open(NOW, scope, "c1", 0, None, 42).unwrap();
+    assert_eq!(store.apply(NOW, opened.write).unwrap(), Applied::Applied);
+    let epoch = opened.epoch;
     for seq in 0..window + 3 {
         let key = CounterKey {
             client: "c1".into(),

@@ -1251,6 +1251,8 @@ pub(crate) enum Found {
     Missing,
     /// A string.
     String(String),
+    /// A number, as its text in the body.
+    Number(String),
     /// Something else.
     NotString,
 }
@@ -1309,7 +1311,16 @@ impl Finder<'_> {
             Some(b't') => self.s.literal(b"true").map(|()| Self::found(path)),
             Some(b'f') => self.s.literal(b"false").map(|()| Self::found(path)),
             Some(b'n') => self.s.literal(b"null").map(|()| Self::found(path)),
-            Some(b'-' | b'0'..=b'9') => self.s.number().map(|_| Self::found(path)),
+            Some(b'-' | b'0'..=b'9') => {
+                let start = self.s.i;
+                self.s.number()?;
+                Ok(if path.is_empty() {
+                    let text = &self.s.b[start..self.s.i];
+                    Found::Number(String::from_utf8_lossy(text).into_owned())
+                } else {
+                    Found::Missing
+                })
+            }
             _ => self.s.fail(),
         }
     }
@@ -1447,12 +1458,13 @@ mod pointer_tests {
 
     #[test]
     fn a_pointer_finds_strings_in_objects_and_arrays_and_nothing_else() {
-        let body = br#"{"a/b":{"k":"x"},"items":[{"key":"one"},{"key":"two"}],"n":7,"s":"top"}"#;
+        let body = br#"{"a/b":{"k":"x"},"items":[{"key":"one"},{"key":"two"}],"n":7,"f":-1.5e3,"s":"top"}"#;
         let at = |p: &str| string_at(body, p).unwrap();
         assert_eq!(at("/a~1b/k"), Found::String("x".into()));
         assert_eq!(at("/items/1/key"), Found::String("two".into()));
         assert_eq!(at("/s"), Found::String("top".into()));
-        assert_eq!(at("/n"), Found::NotString);
+        assert_eq!(at("/n"), Found::Number("7".into()));
+        assert_eq!(at("/f"), Found::Number("-1.5e3".into()));
         assert_eq!(at("/items"), Found::NotString);
         assert_eq!(at("/items/2/key"), Found::Missing);
         assert_eq!(at("/s/deeper"), Found::Missing);

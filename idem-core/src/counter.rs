@@ -9,8 +9,8 @@ use crate::key::{RecordKey, Scope};
 use crate::kind::{kind_scope, parse_decimal, valid_client_id, KindConfigError, KindKeyError};
 use crate::problem::Problem;
 use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-use crate::request::{Claimed, Hold, Request, MAX_COMPLETION_ROUNDS};
-use crate::store::{Applied, Finish, Store};
+use crate::request::{Claimed, Hold, Request};
+use crate::store::{Finish, Store};
 use crate::time::UnixMillis;
 use crate::Decision;
 use alloc::string::String;
@@ -398,7 +398,7 @@ pub enum CounterError {
     LeaseExpired,
     /// [`Counters::resolve`] on a slot that is not outcome-unknown.
     NotOutcomeUnknown,
-    /// The session kept changing under [`Counters::open_on`]; try again.
+    /// The session kept changing under its opening (a session operation); try again.
     Contended,
 }
 
@@ -437,13 +437,13 @@ pub struct OpenedSession {
 
 /// The engine for counter keys.
 ///
-/// A host opens a client's session once ([`Counters::open`], typically behind a
-/// "register" endpoint or at login), then for each request parses the key
-/// ([`parse_counter_key`]), calls [`Counters::claim`] and, after the handler,
-/// [`Counters::finish`]. The sans-IO methods ([`Counters::decide`],
-/// [`Counters::complete`], [`Counters::extend`], [`Counters::resolve`]) take the session
-/// record read by the caller and return the compare-and-set [`Write`] to apply, like
-/// [`Engine`].
+/// A host opens a client's session with the session operation
+/// ([`Policy::open_session`](crate::Policy::open_session), typically behind a "register"
+/// endpoint or at login) and protects each request with a policy whose keys are counters
+/// ([`KeyKind::Counter`](crate::KeyKind::Counter)); both apply the rules this type holds
+/// ([`Counters::open`], [`Counters::decide`], [`Counters::complete`], [`Counters::extend`],
+/// [`Counters::resolve`]: each takes the session record read by the caller and returns the
+/// compare-and-set [`Write`] to apply, like [`Engine`]).
 ///
 /// # The session
 ///
@@ -918,55 +918,6 @@ impl Counters {
         Ok(self.rewrite(now, session_key.clone(), record, next))
     }
 
-    /// Opens a session on `store` (read, [`Counters::open`], apply, again after a lost
-    /// race: the [`SessionOpening`] machine driven on a synchronous store). The outer error
-    /// is the store's, the inner one the request's.
-    pub fn open_on<S: Store + ?Sized>(
-        &self,
-        store: &mut S,
-        now: UnixMillis,
-        scope: &Scope,
-        client: &str,
-        first_seq: u64,
-        nonce: u64,
-    ) -> Result<Result<u64, CounterError>, S::Error> {
-        let mut opening = self.opening(scope, client, first_seq, nonce);
-        loop {
-            match opening.poll() {
-                OpenStep::Load(key) => {
-                    let stored = store.read(&key)?;
-                    opening.handle_record(now, stored.as_deref());
-                }
-                OpenStep::Apply(write) => {
-                    let applied = store.apply(now, write)?;
-                    opening.handle_applied(applied);
-                }
-                OpenStep::Opened(epoch) => return Ok(Ok(epoch)),
-                OpenStep::Failed(e) => return Ok(Err(e)),
-            }
-        }
-    }
-
-    /// The machine that opens the session of `client` in `scope` on any store, sans-IO:
-    /// poll it for the record to read and the write to apply, report each result back.
-    pub fn opening(
-        &self,
-        scope: &Scope,
-        client: &str,
-        first_seq: u64,
-        nonce: u64,
-    ) -> SessionOpening {
-        SessionOpening {
-            counters: self.clone(),
-            scope: scope.clone(),
-            client: String::from(client),
-            first_seq,
-            nonce,
-            state: OpeningState::Read,
-            rounds: 0,
-        }
-    }
-
     /// Reads, decides and claims on `store`, deciding again after a lost race, like
     /// [`Store::claim`].
     pub fn claim<S: Store + ?Sized>(
@@ -1129,93 +1080,5 @@ impl CounterSequence {
     /// Numbers handed out whose answers have not arrived.
     pub fn open(&self) -> &[u64] {
         &self.open
-    }
-}
-
-/// What a [`SessionOpening`] needs next.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OpenStep {
-    /// Read this record and report it with [`SessionOpening::handle_record`].
-    Load(RecordKey),
-    /// Apply this write and report the result with [`SessionOpening::handle_applied`].
-    Apply(Write),
-    /// The session is open at this epoch.
-    Opened(u64),
-    /// It cannot be opened.
-    Failed(CounterError),
-}
-
-#[derive(Clone, Debug)]
-enum OpeningState {
-    /// The session record is to be read.
-    Read,
-    /// This write is to be applied; it opens the session at this epoch.
-    Write(Write, u64),
-    Opened(u64),
-    Failed(CounterError),
-}
-
-/// Opening (or renewing) a client's counter session as a sans-IO machine: read the session,
-/// [`Counters::open`] on top of it, apply with compare-and-set, and read again after a lost
-/// race, at most [`MAX_COMPLETION_ROUNDS`] times (then [`CounterError::Contended`]). Opening
-/// writes the session whatever it holds, so a lost race only means another open or request
-/// came first. Polling again before reporting a result asks for the same step.
-#[derive(Clone, Debug)]
-pub struct SessionOpening {
-    counters: Counters,
-    scope: Scope,
-    client: String,
-    first_seq: u64,
-    nonce: u64,
-    state: OpeningState,
-    rounds: usize,
-}
-
-impl SessionOpening {
-    /// The session record's key.
-    pub fn key(&self) -> RecordKey {
-        self.counters.session_key(&self.scope, &self.client)
-    }
-
-    /// The next step.
-    pub fn poll(&self) -> OpenStep {
-        match &self.state {
-            OpeningState::Read => OpenStep::Load(self.key()),
-            OpeningState::Write(write, _) => OpenStep::Apply(write.clone()),
-            OpeningState::Opened(epoch) => OpenStep::Opened(*epoch),
-            OpeningState::Failed(e) => OpenStep::Failed(e.clone()),
-        }
-    }
-
-    /// The session record as read (`None`: there is none).
-    pub fn handle_record(&mut self, now: UnixMillis, stored: Option<&Record>) {
-        self.state = match self.counters.open(
-            now,
-            &self.scope,
-            &self.client,
-            self.first_seq,
-            stored,
-            self.nonce,
-        ) {
-            Ok(opened) => OpeningState::Write(opened.write, opened.epoch),
-            Err(e) => OpeningState::Failed(e),
-        };
-    }
-
-    /// Whether the write was applied.
-    pub fn handle_applied(&mut self, applied: Applied) {
-        let OpeningState::Write(_, epoch) = self.state else {
-            return;
-        };
-        self.state = if applied == Applied::Applied {
-            OpeningState::Opened(epoch)
-        } else {
-            self.rounds += 1;
-            if self.rounds >= MAX_COMPLETION_ROUNDS {
-                OpeningState::Failed(CounterError::Contended)
-            } else {
-                OpeningState::Read
-            }
-        };
     }
 }

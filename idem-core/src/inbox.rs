@@ -5,38 +5,36 @@
 //! A message is identified by its source (the sender: a webhook provider, a queue) and the id
 //! the source gives it. Its record lives in the inbox scope of the source, and goes through
 //! the same lifecycle as any key: claimed before processing, stored as processed after,
-//! released when processing failed in a way that did nothing.
+//! left to a later delivery when processing failed. A delivery is one operation of the
+//! request machine ([`Inbox::deliver`]), driven like any request; its result is a
+//! [`Delivery`].
 
-use crate::engine::{Attempt, Decision, Engine, Lease, Outcome, RejectReason};
-use crate::event::Event;
-use crate::fingerprint::Fingerprint;
+use crate::engine::{Engine, Outcome};
+use crate::fingerprint::FingerprintSpec;
 use crate::key::{KeyError, RecordKey, Scope, MAX_KEY_LEN};
 use crate::kind::kind_scope;
 use crate::record::StoredResponse;
-use crate::store::{Claim, Finish, Store};
-use crate::time::UnixMillis;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-/// What to do with one delivery.
-#[must_use = "a Process decision holds a lease that must be finished"]
+/// What became of one delivery ([`Request::delivery`](crate::Request::delivery)).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
-    /// The first delivery (or the first after a failure): process it, then
-    /// [`Inbox::processed`] or [`Inbox::failed`]. `recovered` is true when an earlier
-    /// delivery's processing was interrupted and may have done part of the work.
-    Process {
-        /// The lease.
-        lease: Lease,
+    /// The first delivery (or the first after a failure): it was processed now, and later
+    /// deliveries are duplicates. `recovered` when an earlier delivery's processing was
+    /// interrupted and may have done part of the work.
+    Processed {
         /// Whether an earlier delivery may have started the work.
         recovered: bool,
     },
-    /// Already processed: acknowledge it and do nothing else (`IDEM-INBOX-1`).
+    /// Already processed: acknowledge it and do nothing else, also when the record's stored
+    /// answer has expired while its id is still remembered (`IDEM-INBOX-1`).
     Duplicate,
     /// Another delivery of the same message is being processed: do not acknowledge it, so
     /// that the source delivers it again later (`IDEM-INBOX-2`).
     InProgress {
-        /// Seconds until the other delivery's lease ends.
+        /// Seconds until the source should deliver it again.
         retry_after_secs: u64,
     },
     /// The same message id with a different payload: not processed; a bug at the source or a
@@ -48,29 +46,35 @@ pub enum Delivery {
     /// An earlier delivery's outcome is unknown and held for reconciliation: not processed,
     /// not acknowledged.
     Held,
+    /// Processing failed, or its outcome could not be recorded: not acknowledged; a later
+    /// delivery processes it again as a recovery.
+    Failed,
+    /// The delivery was refused before it was claimed: a malformed id or payload, or the
+    /// store failed (the receipt says which).
+    Refused,
 }
 
 impl Delivery {
-    /// The event to log or count.
-    pub fn event(&self) -> Event {
-        match self {
-            Delivery::Process {
-                recovered: false, ..
-            } => Event::Executed,
-            Delivery::Process {
-                recovered: true,
-                lease,
-            } => Event::TookOver { fence: lease.fence },
-            Delivery::Duplicate => Event::Duplicate,
-            Delivery::InProgress { .. } => Event::InProgress,
-            Delivery::Conflict { .. } => Event::Mismatch,
-            Delivery::Held => Event::OutcomeUnknownHit,
-        }
-    }
-
     /// Whether the source should be told the message was received (and not send it again).
     pub fn acknowledge(&self) -> bool {
-        matches!(self, Delivery::Duplicate | Delivery::Conflict { .. })
+        matches!(
+            self,
+            Delivery::Processed { .. } | Delivery::Duplicate | Delivery::Conflict { .. }
+        )
+    }
+
+    /// Its name in a receipt and in the JavaScript API: `processed`, `duplicate`,
+    /// `in-progress`, `conflict`, `held`, `failed`, `refused`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Delivery::Processed { .. } => "processed",
+            Delivery::Duplicate => "duplicate",
+            Delivery::InProgress { .. } => "in-progress",
+            Delivery::Conflict { .. } => "conflict",
+            Delivery::Held => "held",
+            Delivery::Failed => "failed",
+            Delivery::Refused => "refused",
+        }
     }
 }
 
@@ -79,17 +83,33 @@ impl Delivery {
 #[derive(Clone, Debug, Default)]
 pub struct Inbox {
     engine: Engine,
+    fingerprint: FingerprintSpec,
 }
 
 impl Inbox {
     /// An inbox with `engine`'s lease and retention.
     pub fn new(engine: Engine) -> Inbox {
-        Inbox { engine }
+        Inbox {
+            engine,
+            fingerprint: FingerprintSpec::default(),
+        }
+    }
+
+    /// What goes into a payload's fingerprint (the body's size limit, fields a sender
+    /// changes between deliveries of one message).
+    pub fn with_fingerprint(mut self, spec: FingerprintSpec) -> Inbox {
+        self.fingerprint = spec;
+        self
     }
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// What goes into a payload's fingerprint.
+    pub fn fingerprint_spec(&self) -> &FingerprintSpec {
+        &self.fingerprint
     }
 
     /// Where the record for message `id` from `source` lives: in the inbox scope of
@@ -114,74 +134,13 @@ impl Inbox {
         ))
     }
 
-    /// Decides a delivery whose `attempt.key` is [`Inbox::message_key`], given the record
-    /// read for it.
-    pub fn decide(
-        &self,
-        now: UnixMillis,
-        attempt: &Attempt<'_>,
-        stored: Option<&crate::record::Record>,
-    ) -> Decision {
-        self.engine.decide(now, attempt, stored)
-    }
-
-    /// Reads, decides and claims on `store` for one delivery of the message under `key`
-    /// (from [`Inbox::message_key`]) with payload `fingerprint`.
-    pub fn receive<S: Store + ?Sized>(
-        &self,
-        store: &mut S,
-        now: UnixMillis,
-        key: &RecordKey,
-        fingerprint: &Fingerprint,
-        nonce: u64,
-    ) -> Result<Delivery, S::Error> {
-        let attempt = Attempt {
-            key,
-            fingerprint,
-            nonce,
-        };
-        let claim = store.claim(&self.engine, now, &attempt)?;
-        Ok(match claim {
-            Claim::Execute { lease, recovered } => Delivery::Process {
-                lease: *lease,
-                recovered,
-            },
-            // A remembered id whose stored answer has expired was processed all the same.
-            Claim::Done(Decision::Replay(_) | Decision::Rejected(RejectReason::KeyExpired)) => {
-                Delivery::Duplicate
-            }
-            Claim::Done(Decision::InProgress { retry_after_secs }) => {
-                Delivery::InProgress { retry_after_secs }
-            }
-            Claim::Done(Decision::Mismatch { differing }) => Delivery::Conflict { differing },
-            Claim::Done(_) => Delivery::Held,
-        })
-    }
-
-    /// Records that the message under `lease` was processed: later deliveries are
-    /// duplicates.
-    pub fn processed<S: Store + ?Sized>(
-        &self,
-        store: &mut S,
-        now: UnixMillis,
-        lease: &Lease,
-    ) -> Result<Finish, S::Error> {
-        let done = StoredResponse {
+    /// The outcome of a delivery whose processing is done: what
+    /// [`Request::handle_outcome`](crate::Request::handle_outcome) takes for it.
+    pub fn processed() -> Outcome {
+        Outcome::Final(StoredResponse {
             status: 204,
             headers: Vec::new(),
             body: Vec::new(),
-        };
-        store.finish(&self.engine, now, lease, Outcome::Final(done))
-    }
-
-    /// Records that processing failed without effect: the next delivery processes the
-    /// message again (`IDEM-INBOX-2`).
-    pub fn failed<S: Store + ?Sized>(
-        &self,
-        store: &mut S,
-        now: UnixMillis,
-        lease: &Lease,
-    ) -> Result<Finish, S::Error> {
-        store.finish(&self.engine, now, lease, Outcome::Retryable)
+        })
     }
 }

@@ -92,11 +92,14 @@ pub use key::{
 pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats};
 pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
-pub use reply::{Refusal, Reply, StoreFailure, KEY_HEADER, LOW_WATER_HEADER, REPLAYED_HEADER};
+pub use reply::{
+    Plain, Refusal, Reply, StoreFailure, ABOUT_BLANK, KEY_HEADER, LOW_WATER_HEADER, PROBLEM_JSON,
+    REPLAYED_HEADER,
+};
 pub use request::{
     principal_digest, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyFallback, KeyKind,
-    Policy, Request, Step, Subject, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES,
-    MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
+    Message, Operation, Policy, Request, Step, Subject, Target, Ticket, Waiters,
+    DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
 pub use store::{Applied, AsyncStore, Claim, Completing, Finish, Store};
 pub use time::UnixMillis;
@@ -109,7 +112,7 @@ pub use client::{
 pub use counter::{
     parse_counter_key, serial_cmp, CounterAttempt, CounterClaim, CounterConfig, CounterDecision,
     CounterError, CounterKey, CounterLease, CounterSequence, CounterSession, CounterSlot, Counters,
-    OpenStep, OpenedSession, SessionOpening, SlotState, MAX_WINDOW,
+    OpenedSession, SlotState, MAX_WINDOW,
 };
 pub use derive::{derive_key, sub_key, DeriveError, DERIVED_PREFIX, SUB_KEY_LABEL_LEN};
 pub use inbox::{Delivery, Inbox};

@@ -1,6 +1,9 @@
 //! Every answer a host sends without running its handler, rendered in one place: replays of
-//! stored responses and `application/problem+json` refusals (RFC 9457), with their status,
-//! headers (`Idempotent-Replayed`, `Retry-After`, `Content-Type`) and body.
+//! stored responses, `application/problem+json` refusals (RFC 9457) with idem's types, the
+//! documents of the operations beside the guarded request (a token, a session, a delivery's
+//! receipt), and the `about:blank` problems of the HTTP edge ([`Plain`]), with their status,
+//! headers (`Idempotent-Replayed`, `Retry-After`, `Content-Type`, `Cache-Control`,
+//! `Allow`) and body.
 
 use crate::engine::{Decision, RejectReason, RETRY_SOON_SECS};
 use crate::fingerprint::FingerprintError;
@@ -192,9 +195,9 @@ impl Refusal {
     }
 }
 
-/// An HTTP answer rendered by the engine: a replay of a stored response, or a refusal. Every
-/// host sends exactly these bytes: [`Reply::status`], [`Reply::headers`] in order,
-/// [`Reply::body`].
+/// An HTTP answer rendered by the engine: a replay of a stored response, a refusal, an
+/// operation's document, or a [`Plain`] problem of the HTTP edge. Every host sends exactly
+/// these bytes: [`Reply::status`], [`Reply::headers`] in order, [`Reply::body`].
 #[must_use = "a Reply is the answer the client is waiting for"]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply(Inner);
@@ -209,13 +212,124 @@ enum Inner {
         body: String,
         retry_after: Option<String>,
     },
+    /// An answer of an operation, or of the HTTP edge, rendered whole.
+    Own {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        type_uri: Option<&'static str>,
+    },
 }
+
+/// A problem of the HTTP edge that idem has no type of its own for: routing, a body that is
+/// not what an endpoint takes, a failure of the host. It is RFC 9457's `about:blank`, titled
+/// with the status's reason phrase, so that every host answers these the same way instead of
+/// writing problem bodies by hand ([`Reply::plain`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Plain {
+    /// 400: the request is not one the endpoint takes.
+    BadRequest,
+    /// 404: no such resource.
+    NotFound,
+    /// 405: another method (the answer names it in `Allow`: [`Reply::method_not_allowed`]).
+    MethodNotAllowed,
+    /// 500: the host failed.
+    Internal,
+    /// 503: the host cannot answer now (it is shutting down).
+    Unavailable,
+}
+
+impl Plain {
+    /// The status code.
+    pub fn status(self) -> u16 {
+        match self {
+            Plain::BadRequest => 400,
+            Plain::NotFound => 404,
+            Plain::MethodNotAllowed => 405,
+            Plain::Internal => 500,
+            Plain::Unavailable => 503,
+        }
+    }
+
+    /// The title: the status's reason phrase.
+    pub fn title(self) -> &'static str {
+        match self {
+            Plain::BadRequest => "Bad Request",
+            Plain::NotFound => "Not Found",
+            Plain::MethodNotAllowed => "Method Not Allowed",
+            Plain::Internal => "Internal Server Error",
+            Plain::Unavailable => "Service Unavailable",
+        }
+    }
+}
+
+/// The `type` of an [`Plain`] problem.
+pub const ABOUT_BLANK: &str = "about:blank";
+
+/// The media type of every problem idem answers.
+pub const PROBLEM_JSON: &str = "application/problem+json";
 
 impl Reply {
     /// The stored response sent again, with `Idempotent-Replayed: true` after its own headers
     /// (`IDEM-REPLAY-1`, `IDEM-REPLAY-2`).
     pub fn replay(response: Arc<StoredResponse>) -> Reply {
         Reply(Inner::Replay(response))
+    }
+
+    /// An `about:blank` problem (RFC 9457) with `detail`: for what the edge of a host refuses
+    /// that idem has no type for.
+    pub fn plain(plain: Plain, detail: &str) -> Reply {
+        Reply::plain_with(plain, detail, None)
+    }
+
+    /// 405, naming the method the resource takes in `Allow`.
+    pub fn method_not_allowed(allow: &str) -> Reply {
+        Reply::plain_with(
+            Plain::MethodNotAllowed,
+            &format!("use {allow}"),
+            Some(allow),
+        )
+    }
+
+    fn plain_with(plain: Plain, detail: &str, allow: Option<&str>) -> Reply {
+        let mut body = Vec::with_capacity(96 + detail.len());
+        body.extend_from_slice(b"{\"detail\":");
+        crate::canon::write_str(&mut body, detail);
+        body.extend_from_slice(b",\"status\":");
+        crate::canon::write_int(&mut body, u64::from(plain.status()), false);
+        body.extend_from_slice(b",\"title\":");
+        crate::canon::write_str(&mut body, plain.title());
+        body.extend_from_slice(b",\"type\":");
+        crate::canon::write_str(&mut body, ABOUT_BLANK);
+        body.push(b'}');
+        let mut headers = alloc::vec![(String::from("content-type"), String::from(PROBLEM_JSON))];
+        if let Some(allow) = allow {
+            headers.push((String::from("allow"), String::from(allow)));
+        }
+        Reply(Inner::Own {
+            status: plain.status(),
+            headers,
+            body,
+            type_uri: Some(ABOUT_BLANK),
+        })
+    }
+
+    /// A JSON document an operation answers with (a token, a session, a delivery's receipt):
+    /// `status`, `application/json`, and never cached.
+    pub(crate) fn document(status: u16, body: Vec<u8>) -> Reply {
+        Reply(Inner::Own {
+            status,
+            headers: alloc::vec![
+                (
+                    String::from("content-type"),
+                    String::from("application/json")
+                ),
+                (String::from("cache-control"), String::from("no-store")),
+            ],
+            body,
+            type_uri: None,
+        })
     }
 
     /// The reply for a decision that does not execute (`None` for [`Decision::Execute`]).
@@ -230,7 +344,7 @@ impl Reply {
     pub fn status(&self) -> u16 {
         match &self.0 {
             Inner::Replay(r) => r.status,
-            Inner::Problem { status, .. } => *status,
+            Inner::Problem { status, .. } | Inner::Own { status, .. } => *status,
         }
     }
 
@@ -244,10 +358,11 @@ impl Reply {
             Inner::Problem { retry_after, .. } => (
                 &[],
                 [
-                    Some(("content-type", "application/problem+json")),
+                    Some(("content-type", PROBLEM_JSON)),
                     retry_after.as_deref().map(|s| ("retry-after", s)),
                 ],
             ),
+            Inner::Own { headers, .. } => (headers, [None, None]),
         };
         stored
             .iter()
@@ -260,6 +375,7 @@ impl Reply {
         match &self.0 {
             Inner::Replay(r) => &r.body,
             Inner::Problem { body, .. } => body.as_bytes(),
+            Inner::Own { body, .. } => body,
         }
     }
 
@@ -268,19 +384,22 @@ impl Reply {
         matches!(self.0, Inner::Replay(_))
     }
 
-    /// The requirement a refusal enforces (`None` for a replay).
+    /// The requirement a refusal enforces (`None` for a replay, a document or a [`Plain`]
+    /// problem).
     pub fn requirement(&self) -> Option<&'static str> {
         match &self.0 {
-            Inner::Replay(_) => None,
+            Inner::Replay(_) | Inner::Own { .. } => None,
             Inner::Problem { requirement, .. } => Some(requirement),
         }
     }
 
-    /// The problem `type` of a refusal (`None` for a replay).
+    /// The problem `type` of a refusal ([`ABOUT_BLANK`] for a [`Plain`] problem; `None` for a
+    /// replay or a document).
     pub fn problem_type(&self) -> Option<&'static str> {
         match &self.0 {
             Inner::Replay(_) => None,
             Inner::Problem { type_uri, .. } => Some(type_uri),
+            Inner::Own { type_uri, .. } => *type_uri,
         }
     }
 

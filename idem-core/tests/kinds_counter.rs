@@ -39,6 +39,31 @@ fn resp(body: &str) -> StoredResponse {
     }
 }
 
+/// Opens the session of `client` with the rule, as the session operation does: read, open on
+/// top, apply, and again after a lost race. Its epoch.
+fn open_session<S: Store>(
+    counters: &Counters,
+    store: &mut S,
+    now: UnixMillis,
+    scope: &Scope,
+    client: &str,
+    first: u64,
+    nonce: u64,
+) -> u64
+where
+    S::Error: std::fmt::Debug,
+{
+    loop {
+        let stored = store.load(&counters.session_key(scope, client)).unwrap();
+        let opened = counters
+            .open(now, scope, client, first, stored.as_ref(), nonce)
+            .unwrap();
+        if store.apply(now, opened.write).unwrap() == Applied::Applied {
+            return opened.epoch;
+        }
+    }
+}
+
 struct H {
     counters: Counters,
     store: MemoryStore,
@@ -67,17 +92,15 @@ impl H {
     }
 
     fn open(&mut self, first: u64) -> u64 {
-        self.counters
-            .open_on(
-                &mut self.store,
-                self.now,
-                &self.scope,
-                "c1",
-                first,
-                0xdead_beef_u64,
-            )
-            .unwrap()
-            .unwrap()
+        open_session(
+            &self.counters,
+            &mut self.store,
+            self.now,
+            &self.scope,
+            "c1",
+            first,
+            0xdead_beef_u64,
+        )
     }
 
     fn key(&self, seq: u64) -> CounterKey {
@@ -299,11 +322,15 @@ fn unknown_clients_are_refused_until_they_open_a_session() {
     h.now = h.now.saturating_add(Duration::from_secs(7 * 24 * 3600));
     assert_eq!(h.rejected(1, "b"), RejectReason::UnknownClient);
     let old = h.epoch;
-    let reopened = h
-        .counters
-        .open_on(&mut h.store, h.now, &h.scope, "c1", 0, 0x1234_5678_9abc)
-        .unwrap()
-        .unwrap();
+    let reopened = open_session(
+        &h.counters,
+        &mut h.store,
+        h.now,
+        &h.scope,
+        "c1",
+        0,
+        0x1234_5678_9abc,
+    );
     assert_ne!(reopened, old);
     // The request that ran under the old session never runs again.
     assert!(matches!(
@@ -882,17 +909,15 @@ fn racing_requests_of_one_client_each_run_once() {
         let scope = Scope::new("alice", "POST", "/t");
         let shared = Arc::new(Mutex::new(MemoryStore::default()));
         let now = UnixMillis(T0);
-        let epoch = counters
-            .open_on(
-                &mut Shared(Arc::clone(&shared)),
-                now,
-                &scope,
-                "c1",
-                250,
-                round,
-            )
-            .unwrap()
-            .unwrap();
+        let epoch = open_session(
+            &counters,
+            &mut Shared(Arc::clone(&shared)),
+            now,
+            &scope,
+            "c1",
+            250,
+            round,
+        );
         let threads = 8;
         let barrier = Arc::new(Barrier::new(threads));
         let executed = Arc::new(Mutex::new(Vec::new()));
@@ -1022,7 +1047,7 @@ proptest! {
         let mut now = T0;
         let mut nonce = 7u64;
         // Start close to the end of the 8-bit range so that most runs wrap.
-        let mut epoch = counters.open_on(&mut store, UnixMillis(now), &scope, "c1", 230, nonce).unwrap().unwrap();
+        let mut epoch = open_session(&counters, &mut store, UnixMillis(now), &scope, "c1", 230, nonce);
         let mut next_abs = 230u64;
         let mut logical: Vec<Logical> = Vec::new();
         // (epoch, abs) -> payload that ran first
@@ -1094,7 +1119,7 @@ proptest! {
                 Op::NewEpoch => {
                     nonce += 1;
                     let old = session(&store);
-                    epoch = counters.open_on(&mut store, UnixMillis(now), &scope, "c1", next_abs % 256, nonce).unwrap().unwrap();
+                    epoch = open_session(&counters, &mut store, UnixMillis(now), &scope, "c1", next_abs % 256, nonce);
                     prop_assert_eq!(epoch, old.unwrap().epoch + 1);
                     low = (next_abs, next_abs % 256);
                 }

@@ -1,19 +1,61 @@
-//! The engine as an inbox: deliveries processed once, duplicates acknowledged.
+//! The engine as an inbox: each delivery is an operation of the request machine; the first
+//! delivery is processed, duplicates acknowledged.
 use idem_core::*;
 use std::collections::HashMap;
 use std::time::Duration;
 
-const T0: u64 = 1_700_000_000_000;
+const T0: UnixMillis = UnixMillis(1_700_000_000_000);
 
-fn fp(body: &str) -> Fingerprint {
-    Fingerprint::from_digest({
-        let mut d = [0u8; 32];
-        for (i, b) in body.bytes().enumerate() {
-            d[i % 32] ^= b.rotate_left(i as u32 % 8);
-        }
-        d[31] ^= body.len() as u8;
-        d
-    })
+fn at(t: UnixMillis, secs: u64) -> UnixMillis {
+    t.saturating_add(Duration::from_secs(secs))
+}
+
+/// One delivery of `body` under `id` from `source`, driven until it runs or is answered.
+fn deliver(
+    inbox: &Inbox,
+    store: &mut MemoryStore,
+    now: UnixMillis,
+    (source, id): (&str, &str),
+    body: &str,
+    nonce: u64,
+) -> Request<'static> {
+    let message = Message {
+        source,
+        id,
+        content_type: Some("application/json"),
+        body: body.as_bytes(),
+    };
+    let mut req = inbox.deliver(&message, nonce);
+    assert_eq!(req.operation(), Operation::Deliver);
+    let step = req.drive(store, now, &mut Waiters::default()).unwrap();
+    assert!(
+        matches!(step, Step::Run(_) | Step::Reply),
+        "{step:?}: a delivery runs or is answered"
+    );
+    req
+}
+
+/// The result of a delivery that ran, once `outcome` is recorded.
+fn finish(
+    req: &mut Request<'static>,
+    store: &mut MemoryStore,
+    now: UnixMillis,
+    outcome: Outcome,
+) -> Delivery {
+    assert_eq!(req.delivery(), None, "still running");
+    req.handle_outcome(outcome);
+    let step = req.drive(store, now, &mut Waiters::default()).unwrap();
+    assert!(matches!(step, Step::Done(_)), "{step:?}");
+    req.delivery().expect("over")
+}
+
+/// The receipt's status and JSON body.
+fn receipt(req: &Request<'static>) -> (u16, serde_json::Value) {
+    let reply = req.reply().expect("a receipt");
+    (
+        reply.status(),
+        serde_json::from_slice(reply.body()).unwrap(),
+    )
 }
 
 #[test]
@@ -21,50 +63,63 @@ fn the_first_delivery_is_processed_and_the_rest_acknowledged() {
     // IDEM-INBOX-1
     let inbox = Inbox::new(Engine::default());
     let mut store = MemoryStore::default();
-    let now = UnixMillis(T0);
-    let key = inbox.message_key("stripe", "evt_1").unwrap();
-    let d = inbox
-        .receive(&mut store, now, &key, &fp("payload"), 1)
-        .unwrap();
-    let Delivery::Process {
-        lease,
-        recovered: false,
-    } = d.clone()
-    else {
-        panic!("{d:?}")
-    };
-    assert!(!d.acknowledge());
-    assert_eq!(d.event(), Event::Executed);
+    let mut first = deliver(&inbox, &mut store, T0, ("stripe", "evt_1"), "{}", 1);
+    assert!(!first.context().unwrap().recovered);
+    let done = finish(&mut first, &mut store, T0, Inbox::processed());
+    assert_eq!(done, Delivery::Processed { recovered: false });
+    assert!(done.acknowledge());
+    let (status, body) = receipt(&first);
+    assert_eq!(status, 200);
     assert_eq!(
-        inbox.processed(&mut store, now, &lease).unwrap(),
-        Finish::Stored
+        body,
+        serde_json::json!({"outcome": "processed", "received": true})
     );
-    let again = inbox
-        .receive(&mut store, now, &key, &fp("payload"), 2)
-        .unwrap();
-    assert_eq!(again, Delivery::Duplicate);
-    assert!(again.acknowledge());
-    assert_eq!(again.event(), Event::Duplicate);
-    // Still a duplicate after the stored answer expired while the id is remembered.
-    let late = now.saturating_add(Duration::from_secs(3 * 24 * 3600));
-    store.sweep(late);
+    let again = deliver(&inbox, &mut store, T0, ("stripe", "evt_1"), "{ }", 2);
+    assert_eq!(again.delivery(), Some(Delivery::Duplicate));
+    assert_eq!(receipt(&again).1["outcome"], "duplicate");
+    // Other sources and ids are other messages.
+    let mut other = deliver(&inbox, &mut store, T0, ("github", "evt_1"), "{}", 3);
+    assert_eq!(
+        finish(&mut other, &mut store, T0, Inbox::processed()),
+        Delivery::Processed { recovered: false }
+    );
+    // Every host keeps the message under the same record: `<source>#inbox`, the raw id.
+    let key = inbox.message_key("stripe", "evt_1").unwrap();
+    assert_eq!(first.key(), &key);
+    assert!(store.get(&key).is_some());
+}
+
+#[test]
+fn a_redelivery_after_the_response_retention_and_inside_the_key_retention_is_a_duplicate() {
+    // IDEM-INBOX-1: a sender redelivers for days (Stripe for up to three); the default
+    // retention keeps a response 24 h and a key 7 days. Redeliveries at 2 h and at 27 h are
+    // both acknowledged, and the message is processed once.
+    let inbox = Inbox::new(Engine::default());
+    let mut store = MemoryStore::default();
+    let event = r#"{"id":"evt_7","type":"payment.succeeded","amount":4200}"#;
+    let mut processed = 0;
+    let mut first = deliver(&inbox, &mut store, T0, ("payments", "evt_7"), event, 1);
+    processed += 1;
+    finish(&mut first, &mut store, T0, Inbox::processed());
+    for (hours, nonce) in [(2, 2), (27, 3)] {
+        let now = at(T0, hours * 3600);
+        store.sweep(now);
+        let mut again = deliver(&inbox, &mut store, now, ("payments", "evt_7"), event, nonce);
+        if again.delivery().is_none() {
+            processed += 1;
+            finish(&mut again, &mut store, now, Inbox::processed());
+        }
+        assert_eq!(again.delivery(), Some(Delivery::Duplicate), "at {hours} h");
+        let (status, body) = receipt(&again);
+        assert_eq!(status, 200, "at {hours} h: acknowledged");
+        assert_eq!(body["received"], true);
+    }
+    assert_eq!(processed, 1);
+    // By then the response is gone, and the id is still remembered.
+    let key = inbox.message_key("payments", "evt_7").unwrap();
     assert!(matches!(
         store.get(&key).map(|r| &r.state),
         Some(RecordState::Tombstone)
-    ));
-    assert_eq!(
-        inbox
-            .receive(&mut store, late, &key, &fp("payload"), 3)
-            .unwrap(),
-        Delivery::Duplicate
-    );
-    // Other sources and ids are other messages.
-    let other = inbox.message_key("github", "evt_1").unwrap();
-    assert!(matches!(
-        inbox
-            .receive(&mut store, now, &other, &fp("payload"), 4)
-            .unwrap(),
-        Delivery::Process { .. }
     ));
 }
 
@@ -73,49 +128,47 @@ fn concurrent_and_failed_deliveries() {
     // IDEM-INBOX-2
     let inbox = Inbox::new(Engine::default());
     let mut store = MemoryStore::default();
-    let now = UnixMillis(T0);
-    let key = inbox.message_key("queue", "m-1").unwrap();
-    let Delivery::Process { lease, .. } =
-        inbox.receive(&mut store, now, &key, &fp("x"), 1).unwrap()
-    else {
-        panic!()
-    };
-    let busy = inbox.receive(&mut store, now, &key, &fp("x"), 2).unwrap();
+    let mut running = deliver(&inbox, &mut store, T0, ("queue", "m-1"), "1", 1);
+    let busy = deliver(&inbox, &mut store, T0, ("queue", "m-1"), "1", 2);
     assert_eq!(
-        busy,
-        Delivery::InProgress {
+        busy.delivery(),
+        Some(Delivery::InProgress {
             // The default bound on the time left of a 60 s lease (IDEM-CONC-4).
+            retry_after_secs: 2
+        })
+    );
+    assert!(
+        !busy.delivery().unwrap().acknowledge(),
+        "a busy message comes again"
+    );
+    let reply = busy.reply().unwrap();
+    assert_eq!(reply.status(), 409);
+    assert_eq!(reply.problem_type(), Some("urn:idem:problem:in-progress"));
+    assert_eq!(reply.requirement(), Some("IDEM-INBOX-2"));
+    assert!(reply.headers().any(|h| h == ("retry-after", "2")));
+    // Processing that did nothing releases the message: the next delivery processes it.
+    assert_eq!(
+        finish(&mut running, &mut store, T0, Outcome::Retryable),
+        Delivery::Failed
+    );
+    assert_eq!(running.reply().unwrap().status(), 500);
+    let mut crashed = deliver(&inbox, &mut store, T0, ("queue", "m-1"), "1", 3);
+    assert!(!crashed.context().unwrap().recovered);
+    // A processing that crashed is taken over once its lease ends.
+    let later = at(T0, 61);
+    let mut second = deliver(&inbox, &mut store, later, ("queue", "m-1"), "1", 4);
+    assert!(second.context().unwrap().recovered);
+    // The crashed one's late completion is fenced out, and says what became of the message.
+    let late = finish(&mut crashed, &mut store, later, Inbox::processed());
+    assert_eq!(
+        late,
+        Delivery::InProgress {
             retry_after_secs: 2
         }
     );
-    assert!(!busy.acknowledge(), "a busy message must come again");
     assert_eq!(
-        inbox.failed(&mut store, now, &lease).unwrap(),
-        Finish::Released
-    );
-    let Delivery::Process {
-        lease,
-        recovered: false,
-    } = inbox.receive(&mut store, now, &key, &fp("x"), 3).unwrap()
-    else {
-        panic!("a failed message must be processed again")
-    };
-    // A processing that crashed is taken over once its lease ends.
-    let later = now.saturating_add(Duration::from_secs(61));
-    let Delivery::Process {
-        lease: second,
-        recovered: true,
-    } = inbox.receive(&mut store, later, &key, &fp("x"), 4).unwrap()
-    else {
-        panic!()
-    };
-    assert_eq!(
-        inbox.processed(&mut store, later, &lease).unwrap(),
-        Finish::FencedOut
-    );
-    assert_eq!(
-        inbox.processed(&mut store, later, &second).unwrap(),
-        Finish::Stored
+        finish(&mut second, &mut store, later, Inbox::processed()),
+        Delivery::Processed { recovered: true }
     );
 }
 
@@ -124,18 +177,26 @@ fn a_changed_payload_under_a_known_id_is_a_conflict() {
     // IDEM-INBOX-3
     let inbox = Inbox::new(Engine::default());
     let mut store = MemoryStore::default();
-    let now = UnixMillis(T0);
-    let key = inbox.message_key("hooks", "evt_9").unwrap();
-    let Delivery::Process { lease, .. } =
-        inbox.receive(&mut store, now, &key, &fp("a"), 1).unwrap()
-    else {
-        panic!()
+    let mut first = deliver(&inbox, &mut store, T0, ("hooks", "evt_9"), r#"{"a":1}"#, 1);
+    finish(&mut first, &mut store, T0, Inbox::processed());
+    let changed = deliver(&inbox, &mut store, T0, ("hooks", "evt_9"), r#"{"a":2}"#, 2);
+    let Some(d @ Delivery::Conflict { .. }) = changed.delivery() else {
+        panic!("{:?}", changed.delivery())
     };
-    let _ = inbox.processed(&mut store, now, &lease).unwrap();
-    let d = inbox.receive(&mut store, now, &key, &fp("b"), 2).unwrap();
-    assert!(matches!(d, Delivery::Conflict { .. }));
     assert!(d.acknowledge());
-    assert!(d.event().is_security_relevant());
+    assert_eq!(
+        d,
+        Delivery::Conflict {
+            differing: vec!["a".into()]
+        }
+    );
+    assert_eq!(receipt(&changed).1["outcome"], "conflict");
+    let mut events = Vec::new();
+    let mut changed = changed;
+    while let Some(e) = changed.poll_event() {
+        events.push(e);
+    }
+    assert!(events.iter().any(Event::is_security_relevant), "{events:?}");
 }
 
 #[test]
@@ -152,6 +213,14 @@ fn bad_message_ids_are_refused() {
         Err(KeyError::InvalidByte { at: 1, byte: b'\n' })
     );
     assert!(inbox.message_key("s", &"x".repeat(255)).is_ok());
+    // A delivery with such an id is refused at once, with the key's problem.
+    let mut store = MemoryStore::default();
+    let refused = deliver(&inbox, &mut store, T0, ("s", "a\nb"), "{}", 1);
+    assert_eq!(refused.delivery(), Some(Delivery::Refused));
+    let reply = refused.reply().unwrap();
+    assert_eq!(reply.status(), 400);
+    assert_eq!(reply.problem_type(), Some("urn:idem:problem:malformed-key"));
+    assert_eq!(store.stats().entries, 0);
 }
 
 #[test]
@@ -165,19 +234,20 @@ fn held_outcomes_are_neither_processed_nor_acknowledged() {
         .unwrap(),
     );
     let mut store = MemoryStore::default();
-    let now = UnixMillis(T0);
-    let key = inbox.message_key("q", "m").unwrap();
-    let Delivery::Process { lease, .. } =
-        inbox.receive(&mut store, now, &key, &fp("x"), 1).unwrap()
-    else {
-        panic!()
-    };
-    let _ = store
-        .finish(inbox.engine(), now, &lease, Outcome::Unknown(None))
-        .unwrap();
-    let d = inbox.receive(&mut store, now, &key, &fp("x"), 2).unwrap();
-    assert_eq!(d, Delivery::Held);
-    assert!(!d.acknowledge());
+    let mut first = deliver(&inbox, &mut store, T0, ("q", "m"), "1", 1);
+    assert_eq!(
+        finish(&mut first, &mut store, T0, Outcome::Unknown(None)),
+        Delivery::Failed
+    );
+    let held = deliver(&inbox, &mut store, T0, ("q", "m"), "1", 2);
+    assert_eq!(held.delivery(), Some(Delivery::Held));
+    assert!(!held.delivery().unwrap().acknowledge());
+    let reply = held.reply().unwrap();
+    assert_eq!(reply.status(), 409);
+    assert_eq!(
+        reply.problem_type(),
+        Some("urn:idem:problem:outcome-unknown")
+    );
 }
 
 /// A queue that redelivers: each message arrives one to four times, interleaved, and some
@@ -201,7 +271,7 @@ fn redelivery_simulation_processes_each_message_once() {
             .unwrap(),
         );
         let mut store = MemoryStore::default();
-        let mut now = T0;
+        let mut now = T0.0;
         let mut queue: Vec<u64> = Vec::new();
         for m in 0..40 {
             for _ in 0..=rnd(4) {
@@ -212,39 +282,33 @@ fn redelivery_simulation_processes_each_message_once() {
         while !queue.is_empty() {
             let m = queue.remove(rnd(queue.len() as u64) as usize);
             now += rnd(3_000);
-            let key = inbox.message_key("q", &format!("m{m}")).unwrap();
-            match inbox
-                .receive(
-                    &mut store,
-                    UnixMillis(now),
-                    &key,
-                    &fp(&format!("body{m}")),
-                    now,
-                )
-                .unwrap()
-            {
-                Delivery::Process { lease, recovered } => match rnd(10) {
-                    0 => queue.push(m), // crash before the effect: redelivered later
-                    1 => {
-                        let _ = inbox.failed(&mut store, UnixMillis(now), &lease).unwrap();
-                        queue.push(m);
-                    }
-                    _ => {
-                        // The effect is idempotent on recovery: a recovered run checks first.
-                        let count = effects.entry(m).or_default();
-                        if !recovered || *count == 0 {
-                            *count += 1;
+            let t = UnixMillis(now);
+            let id = format!("m{m}");
+            let mut d = deliver(&inbox, &mut store, t, ("q", &id), &format!("{m}"), now);
+            match d.delivery() {
+                None => {
+                    let recovered = d.context().unwrap().recovered;
+                    match rnd(10) {
+                        0 => queue.push(m), // crash before the effect: redelivered later
+                        1 => {
+                            finish(&mut d, &mut store, t, Outcome::Retryable);
+                            queue.push(m);
                         }
-                        assert_eq!(
-                            inbox
-                                .processed(&mut store, UnixMillis(now), &lease)
-                                .unwrap(),
-                            Finish::Stored
-                        );
+                        _ => {
+                            // The effect is idempotent on recovery: a recovered run checks first.
+                            let count = effects.entry(m).or_default();
+                            if !recovered || *count == 0 {
+                                *count += 1;
+                            }
+                            assert!(matches!(
+                                finish(&mut d, &mut store, t, Inbox::processed()),
+                                Delivery::Processed { .. }
+                            ));
+                        }
                     }
-                },
-                Delivery::Duplicate => assert_eq!(effects.get(&m), Some(&1)),
-                Delivery::InProgress { .. } => queue.push(m),
+                }
+                Some(Delivery::Duplicate) => assert_eq!(effects.get(&m), Some(&1)),
+                Some(Delivery::InProgress { .. }) => queue.push(m),
                 other => panic!("{other:?}"),
             }
         }

@@ -1,6 +1,7 @@
-//! What a host needs beside the request machine for the key kinds with state of their own:
-//! the scope of a route, issuing a token, and opening a counter session as a sans-IO machine,
-//! then requests of those kinds through the same machine as opaque keys.
+//! What a host needs beside the guarded request for the key kinds with state of their own:
+//! the scope of a route, and the operations that issue a token and open a counter session,
+//! driven like any request; then requests of those kinds through the same machine as opaque
+//! keys.
 use idem_core::*;
 use std::time::Duration;
 
@@ -101,31 +102,83 @@ fn the_scope_is_the_one_requests_get_and_an_empty_principal_is_refused() {
     assert_eq!(e.problem, Problem::NO_PRINCIPAL);
 }
 
+const ALICE: Target<'static> = Target {
+    principal: Some("alice"),
+    method: "POST",
+    route: "/transfers",
+};
+
+/// The JSON document of an operation's reply: 201, `application/json`, never cached.
+fn document(reply: &Reply) -> serde_json::Value {
+    assert_eq!(reply.status(), 201);
+    let headers: Vec<_> = reply.headers().collect();
+    assert_eq!(
+        headers,
+        [
+            ("content-type", "application/json"),
+            ("cache-control", "no-store")
+        ]
+    );
+    serde_json::from_slice(reply.body()).unwrap()
+}
+
+#[test]
+fn the_edge_answers_its_own_problems_as_about_blank() {
+    // IDEM-HTTP-2
+    for (plain, status, title) in [
+        (Plain::BadRequest, 400, "Bad Request"),
+        (Plain::NotFound, 404, "Not Found"),
+        (Plain::Internal, 500, "Internal Server Error"),
+        (Plain::Unavailable, 503, "Service Unavailable"),
+    ] {
+        let reply = Reply::plain(plain, "what happened, with \"quotes\"");
+        assert_eq!(reply.status(), status);
+        assert_eq!(reply.problem_type(), Some(ABOUT_BLANK));
+        assert_eq!(reply.requirement(), None);
+        let headers: Vec<_> = reply.headers().collect();
+        assert_eq!(headers, [("content-type", PROBLEM_JSON)]);
+        assert_eq!(
+            std::str::from_utf8(reply.body()).unwrap(),
+            format!(
+                r#"{{"detail":"what happened, with \"quotes\"","status":{status},"title":"{title}","type":"about:blank"}}"#
+            )
+        );
+    }
+    let reply = Reply::method_not_allowed("POST");
+    assert_eq!(reply.status(), 405);
+    let headers: Vec<_> = reply.headers().collect();
+    assert_eq!(headers, [("content-type", PROBLEM_JSON), ("allow", "POST")]);
+    let v: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+    assert_eq!(v["detail"], "use POST");
+    assert_eq!(v["title"], "Method Not Allowed");
+}
+
 #[test]
 fn a_session_opens_by_machine_and_its_counter_keys_run_through_the_request_machine() {
-    // IDEM-CTR-3 IDEM-CTR-5 IDEM-CTR-6 IDEM-CTR-11
+    // IDEM-CTR-3 IDEM-CTR-5 IDEM-CTR-6 IDEM-CTR-11 IDEM-HTTP-2
     let policy = counters(8, 4);
-    let scope = policy.scope(Some("alice"), "POST", "/transfers").unwrap();
     let mut store = MemoryStore::default();
+    let mut waiters = Waiters::default();
     // Without a session the client is unknown.
     let r = refused(&mut request(&policy, "c1:5:0", None, "{}"), &mut store, T0);
     assert_eq!(problem_type(&r), "urn:idem:problem:unknown-client");
 
-    let mut opening = policy.open_session(&scope, "c1", 0, 0xfeed).unwrap();
-    let OpenStep::Load(key) = opening.poll() else {
-        panic!("reads first")
-    };
-    assert_eq!(key, opening.key());
-    opening.handle_record(T0, store.load(&key).unwrap().as_ref());
-    let OpenStep::Apply(write) = opening.poll() else {
+    let mut opening = policy.open_session(&ALICE, "c1", 0, 0xfeed);
+    assert_eq!(opening.operation(), Operation::OpenSession);
+    assert_eq!(opening.poll(T0, &mut waiters), Step::Load, "reads first");
+    // Polling again before the record arrives asks for nothing new.
+    assert_eq!(opening.poll(T0, &mut waiters), Step::Idle);
+    let stored = store.load(opening.key()).unwrap();
+    opening.handle_record(T0, stored.as_ref(), &mut waiters);
+    let Step::Apply(write) = opening.poll(T0, &mut waiters) else {
         panic!("then writes")
     };
-    // Polling again before the result asks for the same write.
-    assert_eq!(opening.poll(), OpenStep::Apply(write.clone()));
-    opening.handle_applied(store.apply(T0, write).unwrap());
-    let OpenStep::Opened(epoch) = opening.poll() else {
-        panic!("open")
-    };
+    opening.handle_applied(T0, store.apply(T0, write).unwrap(), &mut waiters);
+    assert_eq!(opening.poll(T0, &mut waiters), Step::Reply);
+    let session = document(&opening.reply().unwrap());
+    assert_eq!(session["client"], "c1");
+    assert_eq!(session["firstSeq"], "0");
+    let epoch: u64 = session["epoch"].as_str().unwrap().parse().unwrap();
 
     let key0 = format!("c1:{epoch}:0");
     run(
@@ -162,7 +215,7 @@ fn a_session_opens_by_machine_and_its_counter_keys_run_through_the_request_machi
     assert_eq!(problem_type(&r), "urn:idem:problem:key-stale");
     assert_eq!(requirement(&r), "IDEM-CTR-6");
     // Opening again moves the session to the next epoch: the old one is stale.
-    let next = open(&policy, &mut store, &scope, "c1");
+    let next = open(&policy, &mut store, br#"{"client":"c1"}"#);
     assert_eq!(next, epoch.wrapping_add(1));
     let r = refused(
         &mut request(&policy, &format!("c1:{epoch}:2"), None, "{}"),
@@ -172,60 +225,107 @@ fn a_session_opens_by_machine_and_its_counter_keys_run_through_the_request_machi
     assert_eq!(problem_type(&r), "urn:idem:problem:stale-epoch");
 }
 
-/// Drives a session opening on a MemoryStore.
-fn open(policy: &Policy, store: &mut MemoryStore, scope: &Scope, client: &str) -> u64 {
-    let mut opening = policy
-        .open_session(scope, client, 0, 99)
-        .expect("counter keys");
-    loop {
-        match opening.poll() {
-            OpenStep::Load(key) => {
-                let stored = store.load(&key).unwrap();
-                opening.handle_record(T0, stored.as_ref());
-            }
-            OpenStep::Apply(write) => {
-                let applied = store.apply(T0, write).unwrap();
-                opening.handle_applied(applied);
-            }
-            OpenStep::Opened(epoch) => return epoch,
-            OpenStep::Failed(e) => panic!("{e}"),
+/// Opens a session from the body of a session endpoint on a MemoryStore: its epoch.
+fn open(policy: &Policy, store: &mut MemoryStore, body: &[u8]) -> u64 {
+    let mut opening = policy.open_session_from(&ALICE, body, 99);
+    assert_eq!(
+        opening.drive(store, T0, &mut Waiters::default()).unwrap(),
+        Step::Reply
+    );
+    let session = document(&opening.reply().unwrap());
+    session["epoch"].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_session_endpoint_takes_its_body_and_refuses_what_is_not_one() {
+    // IDEM-CTR-1
+    let policy = counters(32, 8);
+    let mut store = MemoryStore::default();
+    let mut answer = |body: &str| {
+        let mut opening = policy.open_session_from(&ALICE, body.as_bytes(), 7);
+        assert_eq!(
+            opening
+                .drive(&mut store, T0, &mut Waiters::default())
+                .unwrap(),
+            Step::Reply
+        );
+        opening.reply().unwrap()
+    };
+    for (body, first) in [
+        (r#"{"client":"c1","firstSeq":42}"#, "42"),
+        (r#"{"client":"c2","firstSeq":"18446744073709551615"}"#, ""),
+        (r#"{"firstSeq":7,"client":"c3","extra":[1]}"#, "7"),
+        (r#"{"client":"c4"}"#, "0"),
+    ] {
+        let reply = answer(body);
+        if first.is_empty() {
+            // Beyond 32 bits: the counter's rule refuses it.
+            assert_eq!(reply.status(), 400, "{body}");
+            assert_eq!(requirement(&reply), "IDEM-CTR-1");
+        } else {
+            assert_eq!(document(&reply)["firstSeq"], first, "{body}");
         }
     }
+    for body in ["", "not json", "[]", r#"{"client":7}"#, r#"{"firstSeq":1}"#] {
+        let reply = answer(body);
+        assert_eq!(reply.status(), 400, "{body}");
+        assert_eq!(reply.problem_type(), Some(ABOUT_BLANK), "{body}");
+        let v: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+        assert_eq!(v["title"], "Bad Request");
+        assert_eq!(v["status"], 400);
+    }
+    for body in [
+        r#"{"client":"c1","firstSeq":-1}"#,
+        r#"{"client":"c1","firstSeq":1.5}"#,
+        r#"{"client":"c1","firstSeq":null}"#,
+        r#"{"client":"c1","firstSeq":"x"}"#,
+    ] {
+        let reply = answer(body);
+        assert_eq!(
+            problem_type(&reply),
+            "urn:idem:problem:malformed-key",
+            "{body}"
+        );
+        assert_eq!(requirement(&reply), "IDEM-CTR-1", "{body}");
+    }
+    // A client id the rules refuse: 400 malformed-key, after the read.
+    let reply = answer(r#"{"client":"no spaces"}"#);
+    assert_eq!(problem_type(&reply), "urn:idem:problem:malformed-key");
+    assert_eq!(requirement(&reply), "IDEM-CTR-1");
 }
 
 #[test]
 fn an_opening_that_keeps_losing_races_gives_up_as_contended() {
     // IDEM-CTR-12
     let policy = counters(32, 8);
-    let scope = policy.scope(None, "POST", "/transfers").unwrap();
-    let mut opening = policy.open_session(&scope, "c1", 0, 1).unwrap();
+    let mut opening = policy.open_session(&ALICE, "c1", 0, 1);
+    let mut waiters = Waiters::default();
     let mut rounds = 0;
-    let error = loop {
-        match opening.poll() {
-            OpenStep::Load(_) => opening.handle_record(T0, None),
-            OpenStep::Apply(_) => {
+    loop {
+        match opening.poll(T0, &mut waiters) {
+            Step::Load => opening.handle_record(T0, None, &mut waiters),
+            Step::Apply(_) => {
                 rounds += 1;
-                opening.handle_applied(Applied::Conflict);
+                opening.handle_applied(T0, Applied::Conflict, &mut waiters);
             }
-            OpenStep::Opened(_) => panic!("never applied"),
-            OpenStep::Failed(e) => break e,
+            Step::Reply => break,
+            other => panic!("{other:?}"),
         }
-    };
-    assert_eq!(error, CounterError::Contended);
+    }
     assert_eq!(rounds, MAX_COMPLETION_ROUNDS);
-    let refusal = Refusal::session(&error);
+    let reply = opening.reply().unwrap();
+    assert_eq!(reply.status(), 409);
+    assert_eq!(requirement(&reply), "IDEM-CTR-12");
+    assert!(reply.headers().any(|h| h == ("retry-after", "1")));
+    // A store that fails: 503, nothing opened.
+    let mut failing = policy.open_session(&ALICE, "c1", 0, 1);
+    assert_eq!(failing.poll(T0, &mut waiters), Step::Load);
+    failing.handle_store_error(StoreFailure::Unavailable, &mut waiters);
+    assert_eq!(failing.poll(T0, &mut waiters), Step::Reply);
     assert_eq!(
-        (refusal.problem.status, refusal.retry_after),
-        (409, Some(1))
+        problem_type(&failing.reply().unwrap()),
+        "urn:idem:problem:store-unavailable"
     );
-    // A bad client id or first number is the client's error: 400.
-    let mut bad = policy.open_session(&scope, "no spaces", 0, 1).unwrap();
-    bad.handle_record(T0, None);
-    let OpenStep::Failed(e) = bad.poll() else {
-        panic!("refused")
-    };
-    assert_eq!(Refusal::session(&e).problem, Problem::MALFORMED_KEY);
-    assert_eq!(Refusal::session(&e).requirement, "IDEM-CTR-1");
 }
 
 #[test]
@@ -233,47 +333,71 @@ fn a_token_is_issued_for_a_scope_and_consumed_once_through_the_request_machine()
     // IDEM-TOKEN-1 IDEM-TOKEN-2 IDEM-TOKEN-3
     let policy = tokens();
     let mut store = MemoryStore::default();
-    let scope = policy.scope(Some("alice"), "POST", "/transfers").unwrap();
-    let issued = policy.issue_token(T0, &scope, [1, 2]).unwrap();
-    assert_eq!(issued.expires, UnixMillis(T0.0 + 20_000));
-    assert_eq!(store.apply(T0, issued.write).unwrap(), Applied::Applied);
+    let issue = |store: &mut MemoryStore, target: &Target<'_>, random| {
+        let mut issuing = policy.issue_token(target, T0, random);
+        assert_eq!(issuing.operation(), Operation::IssueToken);
+        assert_eq!(
+            issuing.drive(store, T0, &mut Waiters::default()).unwrap(),
+            Step::Reply
+        );
+        document(&issuing.reply().unwrap())
+    };
+    let issued = issue(&mut store, &ALICE, [1, 2]);
+    assert_eq!(issued["expiresAt"], T0.0 + 20_000);
+    assert_eq!(issued["ttl"], 20_000);
+    let token = issued["token"].as_str().unwrap();
     run(
-        &mut request(&policy, &issued.token, None, "{}"),
+        &mut request(&policy, token, None, "{}"),
         &mut store,
         T0,
         "paid",
     );
-    let r = refused(
-        &mut request(&policy, &issued.token, None, "{}"),
-        &mut store,
-        T0,
-    );
+    let r = refused(&mut request(&policy, token, None, "{}"), &mut store, T0);
     assert!(r.is_replay());
     // A token issued for another principal's scope does not verify here.
-    let other = policy
-        .issue_token(
-            T0,
-            &policy.scope(Some("bob"), "POST", "/transfers").unwrap(),
-            [3, 4],
-        )
-        .unwrap();
-    assert_eq!(store.apply(T0, other.write).unwrap(), Applied::Applied);
+    let bob = Target {
+        principal: Some("bob"),
+        ..ALICE
+    };
+    let other = issue(&mut store, &bob, [3, 4]);
     let r = refused(
-        &mut request(&policy, &other.token, None, "{}"),
+        &mut request(&policy, other["token"].as_str().unwrap(), None, "{}"),
         &mut store,
         T0,
     );
     assert_eq!(problem_type(&r), "urn:idem:problem:token-forged");
+    // An empty principal is refused before anything is written.
+    let nobody = Target {
+        principal: Some(""),
+        ..ALICE
+    };
+    let mut refused_issue = policy.issue_token(&nobody, T0, [5, 6]);
+    assert_eq!(refused_issue.poll(T0, &mut Waiters::default()), Step::Reply);
+    assert_eq!(
+        problem_type(&refused_issue.reply().unwrap()),
+        "urn:idem:problem:no-principal"
+    );
 }
 
 #[test]
 fn only_the_kind_that_has_them_issues_tokens_or_opens_sessions() {
     let opaque = Policy::new(engine());
-    let scope = opaque.scope(None, "POST", "/orders").unwrap();
-    assert!(opaque.issue_token(T0, &scope, [1, 2]).is_none());
-    assert!(opaque.open_session(&scope, "c1", 0, 1).is_none());
-    assert!(tokens().open_session(&scope, "c1", 0, 1).is_none());
-    assert!(counters(32, 8).issue_token(T0, &scope, [1, 2]).is_none());
+    let target = Target {
+        principal: None,
+        method: "POST",
+        route: "/orders",
+    };
+    for mut op in [
+        opaque.issue_token(&target, T0, [1, 2]),
+        opaque.open_session(&target, "c1", 0, 1),
+        tokens().open_session(&target, "c1", 0, 1),
+        counters(32, 8).issue_token(&target, T0, [1, 2]),
+    ] {
+        assert_eq!(op.poll(T0, &mut Waiters::default()), Step::Reply);
+        let reply = op.reply().unwrap();
+        assert_eq!(reply.status(), 500);
+        assert_eq!(reply.problem_type(), Some(ABOUT_BLANK));
+    }
 }
 
 #[test]

@@ -24,13 +24,13 @@ pub(crate) struct Shared<St> {
     pub(crate) waiters: Mutex<Waiters>,
 }
 
-impl<St> Shared<St> {
-    fn waiters(&self) -> MutexGuard<'_, Waiters> {
-        // The waiters hold no invariant a panic elsewhere could break.
-        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+/// The waiters, locked: they hold no invariant a panic elsewhere could break.
+pub(crate) fn lock(waiters: &Mutex<Waiters>) -> MutexGuard<'_, Waiters> {
+    waiters.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
-    fn emit(&self, request: &mut Request<'static>) {
+impl<St> Shared<St> {
+    pub(crate) fn emit(&self, request: &mut Request<'static>) {
         while let Some(event) = request.poll_event() {
             match &self.on_event {
                 Some(f) => f(&event, request.key()),
@@ -41,7 +41,7 @@ impl<St> Shared<St> {
 }
 
 /// The default event hook: `tracing`, security-relevant events at `warn`.
-fn log(event: &Event, key: &RecordKey) {
+pub(crate) fn log(event: &Event, key: &RecordKey) {
     if event.is_security_relevant() {
         tracing::warn!(event = ?event, key = %key.key, "idempotency");
     } else {
@@ -70,28 +70,44 @@ where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
+    drive_steps(&shared.store, &shared.waiters, &|r| shared.emit(r), request).await
+}
+
+/// [`advance`] over any store, with the host's waiters and event hook.
+pub(crate) async fn drive_steps<St>(
+    store: &St,
+    waiters: &Mutex<Waiters>,
+    emit: &(dyn Fn(&mut Request<'static>) + Sync),
+    request: &mut Request<'static>,
+) -> Step
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+{
     let mut out = Outstanding {
-        shared,
+        waiters,
+        emit,
         request,
         armed: false,
     };
+    let waiters = || lock(waiters);
     loop {
         let now = UnixMillis::now();
-        let step = out.request.poll(now, &mut shared.waiters());
-        shared.emit(out.request);
+        let step = out.request.poll(now, &mut waiters());
+        emit(out.request);
         match step {
             Step::Claim | Step::Load => {
                 let key = out.request.key().clone();
                 out.armed = true;
-                let record = shared.store.load(&key).await;
+                let record = store.load(&key).await;
                 out.armed = false;
                 match record {
                     Ok(record) => out.request.handle_record(
                         UnixMillis::now(),
                         record.as_ref(),
-                        &mut shared.waiters(),
+                        &mut waiters(),
                     ),
-                    Err(e) => failed::<St>(shared, out.request, &e),
+                    Err(e) => failed::<St>(&mut waiters(), out.request, &e),
                 }
             }
             Step::Apply(write) => {
@@ -100,17 +116,16 @@ where
                 let applied = match completion {
                     // The engine's word on what the completion means reaches the store, which
                     // commits a handler's own writes only with a stored response.
-                    Some(completion) => shared.store.apply_completion(now, write, completion).await,
-                    None => shared.store.apply(now, write).await,
+                    Some(completion) => store.apply_completion(now, write, completion).await,
+                    None => store.apply(now, write).await,
                 };
                 out.armed = false;
                 match applied {
-                    Ok(applied) => out.request.handle_applied(
-                        UnixMillis::now(),
-                        applied,
-                        &mut shared.waiters(),
-                    ),
-                    Err(e) => failed::<St>(shared, out.request, &e),
+                    Ok(applied) => {
+                        out.request
+                            .handle_applied(UnixMillis::now(), applied, &mut waiters())
+                    }
+                    Err(e) => failed::<St>(&mut waiters(), out.request, &e),
                 }
             }
             other => return other,
@@ -118,15 +133,16 @@ where
     }
 }
 
-/// The machine while [`advance`] drives it: if the future is dropped with a store call out
-/// (`armed`), the machine learns that the call failed.
-struct Outstanding<'a, St> {
-    shared: &'a Shared<St>,
+/// The machine while [`drive_steps`] drives it: if the future is dropped with a store call
+/// out (`armed`), the machine learns that the call failed.
+struct Outstanding<'a> {
+    waiters: &'a Mutex<Waiters>,
+    emit: &'a (dyn Fn(&mut Request<'static>) + Sync),
     request: &'a mut Request<'static>,
     armed: bool,
 }
 
-impl<St> Drop for Outstanding<'_, St> {
+impl Drop for Outstanding<'_> {
     fn drop(&mut self) {
         if self.armed {
             tracing::warn!(
@@ -134,18 +150,19 @@ impl<St> Drop for Outstanding<'_, St> {
                 "idempotency: a store call was abandoned; its answer is taken as a failure"
             );
             self.request
-                .handle_store_error(StoreFailure::Unavailable, &mut self.shared.waiters());
-            self.shared.emit(self.request);
+                .handle_store_error(StoreFailure::Unavailable, &mut lock(self.waiters));
+            (self.emit)(self.request);
         }
     }
 }
-fn failed<St>(shared: &Shared<St>, request: &mut Request<'static>, error: &St::Error)
+
+fn failed<St>(waiters: &mut Waiters, request: &mut Request<'static>, error: &St::Error)
 where
     St: AsyncStore,
     St::Error: fmt::Display,
 {
     tracing::warn!(error = %error, key = %request.key().key, "idempotency store failed");
-    request.handle_store_error(St::failure(error), &mut shared.waiters());
+    request.handle_store_error(St::failure(error), waiters);
 }
 
 /// A heartbeat, as the handler's context holds it (the store's type erased).

@@ -52,8 +52,8 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use idem_core::{
-    AsyncStore, Engine, Event, Intake, Outcome, Policy, RecordKey, Refusal, Step, StoredResponse,
-    UnixMillis, KEY_HEADER, LOW_WATER_HEADER,
+    AsyncStore, Delivery, Engine, Event, Inbox, Intake, Message, Outcome, Plain, Policy, RecordKey,
+    Refusal, Reply, Step, StoredResponse, UnixMillis, KEY_HEADER, LOW_WATER_HEADER,
 };
 use std::fmt;
 use std::future::Future;
@@ -412,6 +412,122 @@ pub fn render(reply: &idem_core::Reply) -> Response<Full<Bytes>> {
     )
 }
 
+/// Drives an operation's machine ([`Policy::open_session`], [`Policy::open_session_from`],
+/// [`Policy::issue_token`]) over `store` to its answer, rendered as the layer renders its own:
+/// for the endpoints a service serves beside the layer (a session endpoint, a token
+/// endpoint), on the layer's store. An operation that runs a handler (a delivery) is
+/// answered 500 here: use [`deliver`].
+pub async fn answer<St>(
+    store: &St,
+    mut request: idem_core::Request<'static>,
+) -> Response<Full<Bytes>>
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+{
+    let waiters = std::sync::Mutex::default();
+    loop {
+        match drive::drive_steps(store, &waiters, &log_events, &mut request).await {
+            Step::WaitUntil(t) => {
+                tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t)))
+                    .await;
+            }
+            Step::Reply | Step::Done(_) => {
+                return match request.reply() {
+                    Some(reply) => render(&reply),
+                    None => render(&Reply::plain(
+                        Plain::Internal,
+                        "the operation has no answer",
+                    )),
+                }
+            }
+            _ => {
+                return render(&Reply::plain(
+                    Plain::Internal,
+                    "this operation runs a handler",
+                ))
+            }
+        }
+    }
+}
+
+/// What became of one delivery to an inbox ([`deliver`]), and the receipt to answer its
+/// sender with.
+#[derive(Debug)]
+pub struct Delivered {
+    /// What became of it.
+    pub delivery: Delivery,
+    /// The engine's receipt: 200 for what the sender may stop delivering, the core's problem
+    /// with `Retry-After` for what it must deliver again.
+    pub receipt: Response<Full<Bytes>>,
+}
+
+/// One delivery of `message` to `inbox`, on `store`: the first delivery of a message runs
+/// `process` (with the handler's [`idem_core::Context`]: whether it recovers from an
+/// interrupted delivery), later ones are acknowledged without it (`IDEM-INBOX-1` to
+/// `IDEM-INBOX-3`). If `process` fails, its error is returned once the failure is recorded:
+/// the sender should deliver the message again, and the next delivery recovers.
+pub async fn deliver<St, F, Fut, E>(
+    store: &St,
+    inbox: &Inbox,
+    message: &Message<'_>,
+    process: F,
+) -> Result<Delivered, E>
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+    F: FnOnce(idem_core::Context) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
+    let waiters = std::sync::Mutex::default();
+    let mut request = inbox.deliver(message, drive::nonce());
+    let mut failure = None;
+    let mut process = Some(process);
+    loop {
+        match drive::drive_steps(store, &waiters, &log_events, &mut request).await {
+            Step::WaitUntil(t) => {
+                tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t)))
+                    .await;
+            }
+            Step::Run(context) => {
+                let outcome = match process.take() {
+                    Some(process) => process(context).await,
+                    None => Ok(()),
+                };
+                request.handle_outcome(match outcome {
+                    Ok(()) => Inbox::processed(),
+                    Err(e) => {
+                        failure = Some(e);
+                        Outcome::Unknown(None)
+                    }
+                });
+            }
+            _ => break,
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let delivery = request.delivery().unwrap_or(Delivery::Failed);
+    let receipt = request.reply().map_or_else(
+        || {
+            render(&Reply::plain(
+                Plain::Internal,
+                "the delivery has no receipt",
+            ))
+        },
+        |r| render(&r),
+    );
+    Ok(Delivered { delivery, receipt })
+}
+
+/// The events of an operation, as the default hook logs them.
+fn log_events(request: &mut idem_core::Request<'static>) {
+    while let Some(event) = request.poll_event() {
+        drive::log(&event, request.key());
+    }
+}
+
 async fn serve<S, St, ReqB, ResB>(
     shared: Arc<Shared<St>>,
     inner: S,
@@ -458,11 +574,10 @@ where
         }
         Err(_) => {
             // The client stopped sending: nothing was claimed, nothing runs.
-            return Ok(plain(
-                400,
-                "Bad Request",
+            return Ok(reply_response(&Reply::plain(
+                Plain::BadRequest,
                 "the request body could not be read",
-            ));
+            )));
         }
     };
     // The rest runs in a task of its own: a client that goes away must not cancel a handler
@@ -471,11 +586,10 @@ where
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // The runtime is shutting down.
-        Err(_) => Ok(plain(
-            503,
-            "Service Unavailable",
+        Err(_) => Ok(reply_response(&Reply::plain(
+            Plain::Unavailable,
             "the server is shutting down",
-        )),
+        ))),
     }
 }
 
@@ -623,19 +737,5 @@ where
 
 /// A 500 problem for a state the request machine should never be in.
 fn internal<B>(detail: &'static str) -> Response<OuterBody<B>> {
-    plain(500, "Internal Server Error", detail)
-}
-
-/// An `about:blank` problem (RFC 9457) for what idem-core has no type for. `title` and
-/// `detail` are this crate's own fixed ASCII text, with nothing to escape.
-fn plain<B>(status: u16, title: &'static str, detail: &'static str) -> Response<OuterBody<B>> {
-    let body = format!(
-        r#"{{"type":"about:blank","title":"{title}","status":{status},"detail":"{detail}"}}"#
-    );
-    response(
-        status,
-        [("content-type", "application/problem+json")].into_iter(),
-        Bytes::from(body),
-    )
-    .map(Either::Left)
+    reply_response(&Reply::plain(Plain::Internal, detail))
 }

@@ -8,9 +8,10 @@
 import {
   Engine,
   HeartbeatState,
-  OpStep,
   Ran,
   StepKind as Step,
+  acknowledgedMask,
+  deliveryNames,
   engineOptionNames,
   eventNames,
   lowWaterHeader,
@@ -18,7 +19,7 @@ import {
 } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
 import { random32, sleep } from "./common.js";
-import { bytesNow, flatHeaders, listText, opWrite, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
+import { bytesNow, flatHeaders, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
 /** The options this file reads itself; the engine options are read by the module. */
 const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];
@@ -336,28 +337,27 @@ export class Idempotency {
    * Issues a one-time token (`keyKind: "token"`) for the caller of `request` (whatever
    * `options.principal` reads from it) to spend on `method` (default POST) to `route`, and
    * stores it. Resolves to `{ token, expires }` (expires: ms since the epoch; unused, the
-   * token is refused as expired after that). See `tokenResponse` for the endpoint.
+   * token is refused as expired after that). See `tokenResponse` for the endpoint. Throws
+   * the engine's refusal as an error with its `code` (IDEM-SCOPE-3 for an empty principal).
    */
   async issueToken(request, { route, method = "POST" } = {}) {
-    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "issueToken needs { route }: the route the token is for");
-    const principal = await this.principalOf(request);
-    const op = this.#engine.issueToken(principal, method.toUpperCase(), route, this.#now(), random32(), random32(), random32(), random32());
-    const token = await this.#runOp(op, (o) => this.#engine.opExpires(o));
-    return { token: token.result, expires: token.extra };
+    const document = await this.#operate(await this.#tokenSlot(request, route, method));
+    return { token: document.token, expires: document.expiresAt };
   }
 
   /**
    * The documented token endpoint (for example `POST /idempotency-tokens`): issues a token
-   * for `route` and answers 201 `{ "token": "tok_…", "expiresAt": ms, "ttl": ms }`, never
-   * cached. A refusal (an empty principal) is the engine's error, thrown.
+   * for `route` and answers with the engine's reply, 201 `{ "expiresAt": ms, "token":
+   * "tok_…", "ttl": ms }`, never cached, or its problem (an empty principal).
    */
   async tokenResponse(request, { route, method = "POST" } = {}) {
-    const { token, expires } = await this.issueToken(request, { route, method });
-    const body = JSON.stringify({ token, expiresAt: expires, ttl: Math.max(0, expires - this.#now()) });
-    return new Response(body, {
-      status: 201,
-      headers: { "content-type": "application/json", "cache-control": "no-store" },
-    });
+    return this.serve(await this.#tokenSlot(request, route, method), (reply) => this.responseOf(reply));
+  }
+
+  async #tokenSlot(request, route, method) {
+    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "a token needs { route }: the route it is for");
+    const principal = await this.principalOf(request);
+    return this.#engine.issueToken(principal, method.toUpperCase(), route, this.#now(), random32(), random32(), random32(), random32());
   }
 
   /**
@@ -365,45 +365,66 @@ export class Idempotency {
    * `request`, for `method` (default POST) to `route`, with `firstSeq` (default 0) as its
    * first sequence number; on a live session, moves it to its next epoch (the old epoch's
    * requests are refused from then on). Resolves to `{ client, epoch, firstSeq }`, the
-   * epoch as decimal text (it may not fit a JavaScript number). Throws a RangeError
-   * (IDEM-CTR-1 for a bad client id or first number).
+   * numbers as decimal text (they may not fit a JavaScript number). Throws the engine's
+   * refusal as an error with its `code` (IDEM-CTR-1 for a bad client id or first number).
    */
   async openSession(request, { route, client, firstSeq = 0, method = "POST" } = {}) {
     if (typeof route !== "string") throw rangeError("IDEM-JS-1", "openSession needs { route }: the route the session is for");
     if (typeof client !== "string") throw rangeError("IDEM-CTR-1", "openSession needs { client }: the client id");
+    const principal = await this.principalOf(request);
     // Decimal text, so that 64-bit numbers (a BigInt) cross whole; the engine refuses
     // anything else (IDEM-CTR-1).
-    const first = String(firstSeq);
-    const principal = await this.principalOf(request);
-    const op = this.#engine.openSession(principal, method.toUpperCase(), route, client, first, random32(), random32());
-    const opened = await this.#runOp(op);
-    return { client, epoch: opened.result, firstSeq: first };
+    const slot = this.#engine.openSession(principal, method.toUpperCase(), route, client, String(firstSeq), random32(), random32());
+    return this.#operate(slot);
   }
 
-  /** Drives a store operation (a session opening, a token's write) to its end: in the
-   * memory store at once, otherwise step by step on the store. Its result, or its error. */
-  async #runOp(op, extra) {
+  /**
+   * The documented session endpoint (for example `POST /sessions`): reads `{"client": "…",
+   * "firstSeq": n}` from the body of `request` and opens that session for `route`, answering
+   * with the engine's reply: 201 `{ "client", "epoch", "firstSeq" }`, or its problem (400 for
+   * a body that is not such an object or a bad first number or client id).
+   */
+  async sessionResponse(request, { route, method = "POST" } = {}) {
+    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "sessionResponse needs { route }: the route the session is for");
+    const principal = await this.principalOf(request);
+    const body = new Uint8Array(await request.arrayBuffer());
+    const slot = this.#engine.openSessionFrom(principal, method.toUpperCase(), route, body, random32(), random32());
+    return this.serve(slot, (reply) => this.responseOf(reply));
+  }
+
+  /** Drives an operation's slot (a token, a session) to its reply: its JSON document, or
+   * the refusal thrown with the requirement it cites as its `code`. */
+  async #operate(slot) {
     const engine = this.#engine;
-    try {
-      if (this.#records !== null) {
-        engine.opDriveIn(this.#records, op, this.#now());
-      } else {
-        const store = this.#store;
-        for (let step = engine.opPoll(op); step === OpStep.Load || step === OpStep.Apply; step = engine.opPoll(op)) {
-          const key = engine.opKey(op);
-          if (step === OpStep.Load) {
-            const current = await store.load(key);
-            engine.opRecord(op, this.#now(), current?.value ?? undefined);
-          } else {
-            const applied = await store.apply(key, opWrite(engine, op), this.#now());
-            engine.opApplied(op, applied === true);
-          }
+    return this.serve(slot, (reply) => {
+      if (reply.status >= 200 && reply.status < 300) return JSON.parse(textDecoder.decode(reply.body));
+      const problem = JSON.parse(textDecoder.decode(reply.body));
+      const err = reply.status >= 500 ? new Error(problem.detail) : new RangeError(problem.detail);
+      err.code = engine.refusalCode(slot) ?? (reply.status === 500 ? "IDEM-JS-1" : `HTTP-${reply.status}`);
+      throw err;
+    });
+  }
+
+  /** One delivery `{ source, id, contentType?, body }` to this engine's inbox, processed by
+   * `process(context)` when it is the first (see `Inbox#receive`). */
+  async deliver(message, process) {
+    const engine = this.#engine;
+    const slot = engine.deliver(message.source, message.id, message.contentType ?? undefined, message.body, random32(), random32());
+    return this.serve(
+      slot,
+      (reply) => delivered(engine, slot, reply),
+      async (context) => {
+        try {
+          await process({ source: message.source, id: message.id, recovered: context.recovered, fence: context.fence });
+        } catch (err) {
+          await context.finish(Ran.Threw, 0, null, EMPTY);
+          throw err;
         }
-      }
-      return { result: engine.opResult(op), extra: extra ? extra(op) : undefined };
-    } finally {
-      engine.opEnd(op);
-    }
+        let instead = context.finish(Ran.Processed, 0, null, EMPTY);
+        if (instead instanceof Promise) instead = await instead;
+        return delivered(engine, slot, instead ?? takeReply(engine, slot));
+      },
+    );
   }
 
   /** A slot answering 413 for a body of `length` bytes announced before it is read, or
@@ -518,7 +539,7 @@ export class Idempotency {
    * attempt took the lease over (IDEM-LEASE-5: the key's outcome, never this attempt's). */
   #finish(request, ran, status, headers, body) {
     const engine = this.#engine;
-    request.outcome = ran === Ran.Answered ? "answered" : "threw";
+    request.outcome = ran === Ran.Threw ? "threw" : "answered";
     engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
     if (this.#records !== null) return this.#instead(request, this.#driveIn(request.slot));
     return this.#advance(request).then((step) => this.#instead(request, step));
@@ -776,12 +797,20 @@ async function readCapped(stream, idem) {
 
 const INBOX_OPTIONS = ["store", "responseTtl", "keyTtl", "lease", "unknownOutcome", "fingerprint", "onEvent", "now"];
 
+let deliveries = null;
+/** A delivery outcome's name and whether its sender is told it was received (the core's). */
+function deliveryOf(index) {
+  deliveries ??= { names: deliveryNames().split(","), acknowledged: acknowledgedMask() };
+  return { outcome: deliveries.names[index], acknowledge: (deliveries.acknowledged & (1 << index)) !== 0 };
+}
+
 /**
  * A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
  * processed, redeliveries are acknowledged without processing. A message is named by its
- * source (the sender) and the id the source gives it; its record goes through the same
- * request machine as an Idempotency-Key (claimed before processing, stored as processed
- * after), in the inbox route of its source, so the same store serves both.
+ * source (the sender) and the id the source gives it. Each delivery is an operation of the
+ * engine's request machine, as in every host: its record (under `<source>#inbox` and the
+ * id) is claimed before processing and stored as processed after, and what became of it is
+ * the engine's, never read back from a reply.
  */
 export class Inbox {
   #idem;
@@ -793,58 +822,43 @@ export class Inbox {
     }
     // The key retention is how long a message id is remembered: it must outlast the
     // source's redelivery horizon.
-    this.#idem = new Idempotency({ ...options, principal: "none", keys: "required", methods: ["POST"] });
+    this.#idem = new Idempotency({ ...options, principal: "none" });
   }
 
   /**
-   * Receives one delivery `{ source, id, body? }` (body: the payload bytes or text, so that
-   * the same id with another payload is a conflict) and runs `process(context)` for the
-   * first one. Resolves to `{ outcome, acknowledge, retryAfter? }`: `processed` (it ran
-   * now), `duplicate` (already processed: acknowledge and do nothing, IDEM-INBOX-1),
-   * `in-progress` (another delivery is being processed: do not acknowledge, so that the
-   * source sends it again, IDEM-INBOX-2), `conflict` (the id came with another payload:
-   * acknowledged, not processed; log it, IDEM-INBOX-3), `held` (an earlier delivery's
-   * outcome is unknown and held). If `process` throws, the error is rethrown (answer the
-   * source with an error: it redelivers, and the next delivery runs as `recovered`).
+   * Receives one delivery `{ source, id, body?, contentType? }` (body: the payload bytes or
+   * text, so that the same id with another payload is a conflict; a JSON payload is
+   * compared canonically) and runs `process(context)` for the first one. Resolves to
+   * `{ outcome, acknowledge, retryAfter?, response }`: `processed` (it ran now),
+   * `duplicate` (already processed, also after its stored answer expired while its id is
+   * remembered: acknowledge and do nothing, IDEM-INBOX-1), `in-progress` (another delivery
+   * is being processed: do not acknowledge, so that the source sends it again,
+   * IDEM-INBOX-2), `conflict` (the id came with another payload: acknowledged, not
+   * processed; log it, IDEM-INBOX-3), `held` (an earlier delivery's outcome is unknown and
+   * held), `refused` (a malformed id, or the store failed); `response` is the engine's
+   * receipt to answer the sender with. If `process` throws, the error is rethrown (answer
+   * the source with an error: it redelivers, and the next delivery runs as `recovered`).
    */
-  async receive({ source, id, body }, process) {
+  async receive({ source, id, body, contentType }, process) {
     if (typeof source !== "string" || source === "" || typeof id !== "string") {
       throw rangeError("IDEM-JS-1", "receive needs { source, id }: the sender and its message id");
     }
+    if (contentType !== undefined && typeof contentType !== "string") throw rangeError("IDEM-JS-1", "contentType must be a string");
     const bytes = typeof body === "string" ? textEncoder.encode(body) : (body ?? EMPTY);
-    const route = `inbox:${source}`;
-    const reply = await this.#idem.handle(
-      { method: "POST", target: route, route, key: JSON.stringify(id), body: bytes, contentType: "application/octet-stream" },
-      async (context) => {
-        await process({ source, id, recovered: context.recovered, fence: context.fence });
-        return { status: 200, body: EMPTY };
-      },
-    );
-    if (reply.status === 200) {
-      return reply.replayed ? { outcome: "duplicate", acknowledge: true } : { outcome: "processed", acknowledge: true };
-    }
-    const type = problemTypeOf(reply);
-    if (type === "in-progress") {
-      return { outcome: "in-progress", acknowledge: false, retryAfter: Number(headerOf(reply, "retry-after") ?? 1) };
-    }
-    if (type === "key-reuse-mismatch") return { outcome: "conflict", acknowledge: true };
-    if (type === "outcome-unknown") return { outcome: "held", acknowledge: false };
-    const err = new Error(`idem inbox: ${type ?? reply.status}`);
-    err.code = type === "malformed-key" ? "IDEM-KEY-1" : "IDEM-STORE-4";
-    throw err;
+    return this.#idem.deliver({ source, id, contentType, body: bytes }, process);
   }
+}
+
+/** What became of the delivery in `slot`, with its receipt `reply`. */
+function delivered(engine, slot, reply) {
+  const { outcome, acknowledge } = deliveryOf(engine.delivery(slot));
+  const result = { outcome, acknowledge, response: toResponse(reply) };
+  const retryAfter = headerOf(reply, "retry-after");
+  if (retryAfter !== undefined) result.retryAfter = Number(retryAfter);
+  return result;
 }
 
 function headerOf(reply, name) {
   for (let i = 0; i < reply.headers.length; i += 2) if (reply.headers[i] === name) return reply.headers[i + 1];
   return undefined;
-}
-
-function problemTypeOf(reply) {
-  try {
-    const type = JSON.parse(new TextDecoder().decode(reply.body)).type;
-    return typeof type === "string" ? type.replace("urn:idem:problem:", "") : undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -143,9 +143,6 @@ function writtenWrite(engine, length) {
 /** The write of a request's `Apply` step. */
 export const takeWrite = (engine, slot) => writtenWrite(engine, engine.takeWrite(slot));
 
-/** The write of an operation's `Apply` step. */
-export const opWrite = (engine, op) => writtenWrite(engine, engine.opWrite(op));
-
 export { rangeError } from "./errors.js";
 
 const textEncoder = new TextEncoder();

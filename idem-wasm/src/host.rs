@@ -13,12 +13,12 @@
 //! [`Host::claimed_bytes`], and the worker passes them to [`Host::claimed`].
 
 use crate::interop::{self, ErrorKind, ErrorParts, StoreWrite};
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use idem_core::{
-    Applied, Event, Intake, MemoryStore, OpenStep, Outcome, Policy, Precondition, RecordKey,
-    Refusal, Request, Scope, SessionOpening, Step, Store, StoreFailure, StoredResponse, UnixMillis,
-    Waiters, Write, WriteOp,
+    Applied, Delivery, Event, Inbox, Intake, MemoryStore, Message, Outcome, Policy, Precondition,
+    RecordKey, Refusal, Request, Scope, Step, Store, StoreFailure, StoredResponse, Target,
+    UnixMillis, Waiters, Write, WriteOp,
 };
 
 /// A request as the JavaScript side passes it.
@@ -44,7 +44,7 @@ pub struct Incoming<'a> {
     pub low_water: Option<&'a str>,
 }
 
-pub use crate::interop::{HeartbeatState, OpStep, Ran, StepKind};
+pub use crate::interop::{HeartbeatState, Ran, StepKind};
 
 struct Slot {
     req: Request<'static>,
@@ -56,26 +56,11 @@ struct Slot {
     done: Option<idem_core::Finish>,
 }
 
-/// A store operation beside the requests, driven like one: opening a counter session, or
-/// storing a token just issued.
-enum Op {
-    /// The session opening machine of idem-core.
-    Open(SessionOpening),
-    /// A token and the write that stores it; `applied` once the store answered.
-    Issue {
-        token: String,
-        expires: UnixMillis,
-        write: Write,
-        applied: Option<bool>,
-    },
-}
-
 /// The policy, the requests in flight, and who waits for what.
 pub struct Host {
     policy: Policy,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    ops: Vec<Option<Op>>,
     waiters: Waiters,
     /// Reply bytes, read in place by JavaScript.
     out: Vec<u8>,
@@ -119,7 +104,6 @@ impl Host {
             policy,
             slots: Vec::new(),
             free: Vec::new(),
-            ops: Vec::new(),
             waiters: Waiters::default(),
             out: Vec::new(),
         }
@@ -384,6 +368,7 @@ impl Host {
             }
             Ran::Threw => Outcome::Unknown(None),
             Ran::NothingHappened => Outcome::Retryable,
+            Ran::Processed => Inbox::processed(),
         };
         self.slot_mut(t)?.req.handle_outcome(outcome);
         Ok(())
@@ -495,42 +480,9 @@ pub fn expire(now: UnixMillis, value: &[u8]) -> Result<Option<StoreWrite>, Error
 }
 
 impl Host {
-    fn open_op(&mut self, op: Op) -> u32 {
-        match self.ops.iter().position(Option::is_none) {
-            Some(i) => {
-                self.ops[i] = Some(op);
-                i as u32
-            }
-            None => {
-                self.ops.push(Some(op));
-                (self.ops.len() - 1) as u32
-            }
-        }
-    }
-
-    fn op(&self, o: u32) -> Result<&Op, ErrorParts> {
-        numbered(&self.ops, o)
-    }
-
-    fn op_mut(&mut self, o: u32) -> Result<&mut Op, ErrorParts> {
-        numbered_mut(&mut self.ops, o)
-    }
-
-    /// The scope of `principal`'s requests with `method` to `route`; its refusal (an empty
-    /// principal, `IDEM-SCOPE-3`) as an error.
-    fn scope(
-        &self,
-        principal: Option<&str>,
-        method: &str,
-        route: &str,
-    ) -> Result<Scope, ErrorParts> {
-        self.policy
-            .scope(principal, method, route)
-            .map_err(|r| ErrorParts::refusal(&r))
-    }
-
-    /// Issues a token for `principal`'s requests with `method` to `route` (`IDEM-TOKEN-1`)
-    /// and opens the operation that stores it. `IDEM-JS-1` unless the keys are tokens.
+    /// Opens a slot for the operation that issues a token for `principal`'s requests with
+    /// `method` to `route` (`IDEM-TOKEN-1`): driven like any request, it answers 201 with the
+    /// token (or 500 when the keys are not tokens).
     pub fn issue_token(
         &mut self,
         principal: Option<&str>,
@@ -538,24 +490,21 @@ impl Host {
         route: &str,
         now: UnixMillis,
         random: [u64; 2],
-    ) -> Result<u32, ErrorParts> {
-        let scope = self.scope(principal, method, route)?;
-        let issued = self
-            .policy
-            .issue_token(now, &scope, random)
-            .ok_or_else(|| ErrorParts::options("issueToken needs keyKind \"token\""))?;
-        Ok(self.open_op(Op::Issue {
-            token: issued.token,
-            expires: issued.expires,
-            write: issued.write,
-            applied: None,
-        }))
+    ) -> u32 {
+        let target = Target {
+            principal,
+            method,
+            route,
+        };
+        let req = self.policy.issue_token(&target, now, random);
+        self.open(req)
     }
 
-    /// Opens (or moves to a new epoch) the counter session of `client` for `principal`'s
-    /// requests with `method` to `route`, its first sequence number `first_seq` (decimal),
-    /// as an operation. `IDEM-CTR-1` for a first number that is not one, `IDEM-JS-1` unless
-    /// the keys are counters.
+    /// Opens a slot for the operation that opens (or moves to a new epoch) the counter
+    /// session of `client` for `principal`'s requests with `method` to `route`, its first
+    /// sequence number `first_seq` (decimal text): driven like any request, it answers 201
+    /// with the session, or the core's refusal (`IDEM-CTR-1` for a first number that is not
+    /// one).
     #[allow(clippy::too_many_arguments)]
     pub fn open_session(
         &mut self,
@@ -565,152 +514,56 @@ impl Host {
         client: &str,
         first_seq: &str,
         nonce: u64,
-    ) -> Result<u32, ErrorParts> {
-        let scope = self.scope(principal, method, route)?;
-        let first = interop::decimal("the first sequence number", first_seq)?;
-        let opening = self
-            .policy
-            .open_session(&scope, client, first, nonce)
-            .ok_or_else(|| ErrorParts::options("openSession needs keyKind \"counter\""))?;
-        Ok(self.open_op(Op::Open(opening)))
-    }
-
-    /// The next step of an operation.
-    pub fn op_poll(&self, o: u32) -> Result<OpStep, ErrorParts> {
-        Ok(match self.op(o)? {
-            Op::Open(opening) => match opening.poll() {
-                OpenStep::Load(_) => OpStep::Load,
-                OpenStep::Apply(_) => OpStep::Apply,
-                OpenStep::Opened(_) => OpStep::Done,
-                OpenStep::Failed(_) => OpStep::Failed,
-            },
-            Op::Issue { applied, .. } => match applied {
-                None => OpStep::Apply,
-                Some(true) => OpStep::Done,
-                Some(false) => OpStep::Failed,
-            },
-        })
-    }
-
-    /// The storage key the operation reads and writes.
-    pub fn op_key(&self, o: u32) -> Result<String, ErrorParts> {
-        Ok(match self.op(o)? {
-            Op::Open(opening) => opening.key().storage_key(),
-            Op::Issue { write, .. } => write.key.storage_key(),
-        })
-    }
-
-    /// The write of an [`OpStep::Apply`].
-    pub fn op_write(&self, o: u32) -> Result<StoreWrite, ErrorParts> {
-        match self.op(o)? {
-            Op::Open(opening) => match opening.poll() {
-                OpenStep::Apply(write) => Ok(StoreWrite::from_core(&write)),
-                _ => Err(no_slot()),
-            },
-            Op::Issue { write, .. } => Ok(StoreWrite::from_core(write)),
-        }
-    }
-
-    /// The record read for an [`OpStep::Load`] (`None`: none).
-    pub fn op_record(
-        &mut self,
-        o: u32,
-        now: UnixMillis,
-        value: Option<&[u8]>,
-    ) -> Result<(), ErrorParts> {
-        let record = stored_record(value)?;
-        if let Op::Open(opening) = self.op_mut(o)? {
-            opening.handle_record(now, record.as_ref());
-        }
-        Ok(())
-    }
-
-    /// Whether the write of an [`OpStep::Apply`] was applied.
-    pub fn op_applied(&mut self, o: u32, ok: bool) -> Result<(), ErrorParts> {
-        match self.op_mut(o)? {
-            Op::Open(opening) => opening.handle_applied(if ok {
-                Applied::Applied
-            } else {
-                Applied::Conflict
+    ) -> u32 {
+        let target = Target {
+            principal,
+            method,
+            route,
+        };
+        let req = match interop::decimal("the first sequence number", first_seq) {
+            Ok(first) => self.policy.open_session(&target, client, first, nonce),
+            Err(_) => Request::refused(Refusal {
+                requirement: "IDEM-CTR-1",
+                ..Refusal::new(
+                    idem_core::Problem::MALFORMED_KEY,
+                    "the first sequence number must be a whole number",
+                )
             }),
-            Op::Issue { applied, .. } => *applied = Some(ok),
-        }
-        Ok(())
+        };
+        self.open(req)
     }
 
-    /// Runs an operation's store steps in the in-process store; its last step.
-    pub fn op_drive_in(
+    /// Opens a slot for the session operation from the body of a session endpoint
+    /// (`{"client": "…", "firstSeq": n}`).
+    pub fn open_session_from(
         &mut self,
-        store: &mut MemoryStore,
-        o: u32,
-        now: UnixMillis,
-    ) -> Result<OpStep, ErrorParts> {
-        loop {
-            match self.op_poll(o)? {
-                OpStep::Load => {
-                    let key = self.op(o).map(|op| match op {
-                        Op::Open(opening) => opening.key(),
-                        Op::Issue { write, .. } => write.key.clone(),
-                    })?;
-                    let stored = store.get(&key).cloned();
-                    if let Op::Open(opening) = self.op_mut(o)? {
-                        opening.handle_record(now, stored.as_ref());
-                    }
-                }
-                OpStep::Apply => {
-                    let write = match self.op(o)? {
-                        Op::Open(opening) => match opening.poll() {
-                            OpenStep::Apply(write) => write,
-                            _ => return Err(no_slot()),
-                        },
-                        Op::Issue { write, .. } => write.clone(),
-                    };
-                    // A full store refuses the new record: the operation fails.
-                    let ok = store.apply(now, write) == Ok(Applied::Applied);
-                    self.op_applied(o, ok)?;
-                }
-                done => return Ok(done),
-            }
-        }
+        principal: Option<&str>,
+        method: &str,
+        route: &str,
+        body: &[u8],
+        nonce: u64,
+    ) -> u32 {
+        let target = Target {
+            principal,
+            method,
+            route,
+        };
+        let req = self.policy.open_session_from(&target, body, nonce);
+        self.open(req)
     }
 
-    /// What a finished operation came to: the session's epoch (decimal: it may not fit a
-    /// JavaScript number) or the token. Its refusal as an error: `IDEM-CTR-1` (a bad
-    /// client id or first number), `IDEM-CTR-12` (the session kept changing), or for a
-    /// token the store would not take, `IDEM-STORE-3`.
-    pub fn op_result(&self, o: u32) -> Result<String, ErrorParts> {
-        match self.op(o)? {
-            Op::Open(opening) => match opening.poll() {
-                OpenStep::Opened(epoch) => Ok(epoch.to_string()),
-                OpenStep::Failed(e) => Err(ErrorParts::refusal(&Refusal::session(&e))),
-                _ => Err(no_slot()),
-            },
-            Op::Issue {
-                token,
-                applied: Some(true),
-                ..
-            } => Ok(token.clone()),
-            Op::Issue {
-                applied: Some(false),
-                ..
-            } => Err(ErrorParts::refusal(&Refusal::store(StoreFailure::Full))),
-            Op::Issue { .. } => Err(no_slot()),
-        }
+    /// Opens a slot for one delivery of a message to the inbox of this policy's engine and
+    /// fingerprint (`IDEM-INBOX-1`): driven like any request, its handler is the processing.
+    pub fn deliver(&mut self, message: &Message<'_>, nonce: u64) -> u32 {
+        let inbox = Inbox::new(self.policy.engine().clone())
+            .with_fingerprint(self.policy.fingerprint_spec().clone());
+        let req = inbox.deliver(message, nonce);
+        self.open(req)
     }
 
-    /// When an issued token expires unless consumed.
-    pub fn op_expires(&self, o: u32) -> Result<UnixMillis, ErrorParts> {
-        match self.op(o)? {
-            Op::Issue { expires, .. } => Ok(*expires),
-            Op::Open(_) => Err(no_slot()),
-        }
-    }
-
-    /// Closes an operation.
-    pub fn op_end(&mut self, o: u32) {
-        if let Some(op) = self.ops.get_mut(o as usize) {
-            *op = None;
-        }
+    /// What became of the delivery in slot `t`, once it is over.
+    pub fn delivery(&self, t: u32) -> Result<Option<Delivery>, ErrorParts> {
+        Ok(self.slot(t)?.req.delivery())
     }
 }
 

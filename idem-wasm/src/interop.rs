@@ -160,19 +160,90 @@ pub enum StepKind {
     Done = 7,
 }
 
-/// The steps of a store operation beside the requests (opening a counter session, storing
-/// an issued token): what an operation's `opPoll` returns.
+/// What became of a delivery to an inbox ([`idem_core::Delivery`]), as JavaScript reads it:
+/// its name is `deliveryNames()[outcome]`.
 #[wasm_bindgen::prelude::wasm_bindgen]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpStep {
-    /// Read the record under `opKey` and report it with `opRecord`.
-    Load = 0,
-    /// Apply the write of `opTakeWrite` under `opKey` and report it with `opApplied`.
-    Apply = 1,
-    /// Done: `opResult` has the epoch or the token.
-    Done = 2,
-    /// Refused: `opResult` throws why.
-    Failed = 3,
+pub enum DeliveryOutcome {
+    /// Processed now.
+    Processed = 0,
+    /// Processed now, taking over from a delivery whose processing was interrupted.
+    Recovered = 1,
+    /// Already processed: acknowledge it.
+    Duplicate = 2,
+    /// Another delivery is being processed: deliver again later.
+    InProgress = 3,
+    /// The same id with another payload: acknowledged, not processed.
+    Conflict = 4,
+    /// An earlier delivery's outcome is held: not acknowledged.
+    Held = 5,
+    /// Processing failed: deliver again.
+    Failed = 6,
+    /// Refused before it was claimed.
+    Refused = 7,
+}
+
+impl DeliveryOutcome {
+    /// The outcome of a core delivery.
+    pub fn of(d: &idem_core::Delivery) -> DeliveryOutcome {
+        use idem_core::Delivery;
+        match d {
+            Delivery::Processed { recovered: false } => DeliveryOutcome::Processed,
+            Delivery::Processed { recovered: true } => DeliveryOutcome::Recovered,
+            Delivery::Duplicate => DeliveryOutcome::Duplicate,
+            Delivery::InProgress { .. } => DeliveryOutcome::InProgress,
+            Delivery::Conflict { .. } => DeliveryOutcome::Conflict,
+            Delivery::Held => DeliveryOutcome::Held,
+            Delivery::Failed => DeliveryOutcome::Failed,
+            _ => DeliveryOutcome::Refused,
+        }
+    }
+
+    /// Every outcome, by index, with a core delivery of its kind.
+    pub const ALL: [(DeliveryOutcome, idem_core::Delivery); 8] = [
+        (
+            DeliveryOutcome::Processed,
+            idem_core::Delivery::Processed { recovered: false },
+        ),
+        (
+            DeliveryOutcome::Recovered,
+            idem_core::Delivery::Processed { recovered: true },
+        ),
+        (DeliveryOutcome::Duplicate, idem_core::Delivery::Duplicate),
+        (
+            DeliveryOutcome::InProgress,
+            idem_core::Delivery::InProgress {
+                retry_after_secs: 0,
+            },
+        ),
+        (
+            DeliveryOutcome::Conflict,
+            idem_core::Delivery::Conflict {
+                differing: Vec::new(),
+            },
+        ),
+        (DeliveryOutcome::Held, idem_core::Delivery::Held),
+        (DeliveryOutcome::Failed, idem_core::Delivery::Failed),
+        (DeliveryOutcome::Refused, idem_core::Delivery::Refused),
+    ];
+}
+
+/// The names of the delivery outcomes in index order, comma-separated, and which of them the
+/// sender is told were received (a bit mask over the indices): the core's.
+pub fn delivery_names() -> (String, u32) {
+    let mut names = String::new();
+    let mut acknowledged = 0;
+    for (i, (outcome, delivery)) in DeliveryOutcome::ALL.iter().enumerate() {
+        debug_assert_eq!(*outcome as usize, i);
+        if i > 0 {
+            names.push(',');
+        }
+        names.push_str(delivery.name());
+        if delivery.acknowledge() {
+            acknowledged |= 1 << i;
+        }
+    }
+    (names, acknowledged)
 }
 
 /// What the handler's run came to.
@@ -185,6 +256,8 @@ pub enum Ran {
     Threw = 1,
     /// It reports that nothing happened: the key is released (`IDEM-OUT-2`).
     NothingHappened = 2,
+    /// A delivery's processing is done ([`idem_core::Inbox::processed`]).
+    Processed = 3,
 }
 
 /// Where a request's heartbeats stand ([`idem_core::Heartbeat`]).

@@ -3,7 +3,9 @@
 
 use crate::headroom;
 use crate::host::{self, Host, Incoming};
-use crate::interop::{self, EngineOptions, ErrorParts, HeartbeatState, OpStep, Ran, StepKind};
+use crate::interop::{
+    self, DeliveryOutcome, EngineOptions, ErrorParts, HeartbeatState, Ran, StepKind,
+};
 use crate::{get, given, js, number, JsResult};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -224,11 +226,10 @@ impl Engine {
         self.host.begin(&req, nonce).map_err(js)
     }
 
-    /// Issues a one-time token (`keyKind: "token"`) for the requests of `principal`
-    /// (`undefined`: a single tenant) with `method` to `route`, from 128 random bits, and
-    /// opens the operation that stores it: drive it with `opDriveIn` or the `op…` steps,
-    /// then `opResult` is the token and `opExpires` its expiry. Throws a `RangeError`
-    /// (`IDEM-SCOPE-3` for an empty principal, `IDEM-JS-1` for another key kind).
+    /// Opens the slot of the operation that issues a one-time token (`keyKind: "token"`)
+    /// for the requests of `principal` (`undefined`: a single tenant) with `method` to
+    /// `route`, from 128 random bits: driven like any request, it answers 201 with
+    /// `{"expiresAt", "token", "ttl"}`, or its refusal (an empty principal, another key kind).
     #[allow(clippy::too_many_arguments)]
     #[wasm_bindgen(js_name = issueToken)]
     pub fn issue_token(
@@ -241,27 +242,25 @@ impl Engine {
         r1: u32,
         r2: u32,
         r3: u32,
-    ) -> JsResult<u32> {
+    ) -> u32 {
         let random = [
             interop::u64_from_halves(r0, r1),
             interop::u64_from_halves(r2, r3),
         ];
-        self.host
-            .issue_token(
-                principal.as_deref(),
-                method,
-                route,
-                interop::millis(now),
-                random,
-            )
-            .map_err(js)
+        self.host.issue_token(
+            principal.as_deref(),
+            method,
+            route,
+            interop::millis(now),
+            random,
+        )
     }
 
-    /// Opens (or moves to its next epoch) the counter session of `client`
-    /// (`keyKind: "counter"`) for the requests of `principal` with `method` to `route`,
-    /// starting at sequence number `firstSeq` (decimal text), as an operation: drive it,
-    /// then `opResult` is the epoch (decimal text). Throws a `RangeError` (`IDEM-SCOPE-3`,
-    /// `IDEM-CTR-1`, `IDEM-JS-1`).
+    /// Opens the slot of the operation that opens (or moves to its next epoch) the counter
+    /// session of `client` (`keyKind: "counter"`) for the requests of `principal` with
+    /// `method` to `route`, starting at sequence number `firstSeq` (decimal text): driven
+    /// like any request, it answers 201 with `{"client", "epoch", "firstSeq"}` (decimal
+    /// text), or the core's refusal (`IDEM-SCOPE-3`, `IDEM-CTR-1`, `IDEM-CTR-12`).
     #[allow(clippy::too_many_arguments)]
     #[wasm_bindgen(js_name = openSession)]
     pub fn open_session(
@@ -273,78 +272,66 @@ impl Engine {
         first_seq: &str,
         nonce_hi: u32,
         nonce_lo: u32,
-    ) -> JsResult<u32> {
+    ) -> u32 {
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host.open_session(
+            principal.as_deref(),
+            method,
+            route,
+            client,
+            first_seq,
+            nonce,
+        )
+    }
+
+    /// Opens the slot of the session operation from the body of a session endpoint
+    /// (`{"client": "…", "firstSeq": n}`): a body that is not one is answered 400.
+    #[wasm_bindgen(js_name = openSessionFrom)]
+    pub fn open_session_from(
+        &mut self,
+        principal: Option<String>,
+        method: &str,
+        route: &str,
+        body: &[u8],
+        nonce_hi: u32,
+        nonce_lo: u32,
+    ) -> u32 {
         let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
         self.host
-            .open_session(
-                principal.as_deref(),
-                method,
-                route,
-                client,
-                first_seq,
-                nonce,
-            )
-            .map_err(js)
+            .open_session_from(principal.as_deref(), method, route, body, nonce)
     }
 
-    /// The next step of an operation.
-    #[wasm_bindgen(js_name = opPoll)]
-    pub fn op_poll(&self, op: u32) -> JsResult<OpStep> {
-        self.host.op_poll(op).map_err(js)
-    }
-
-    /// The storage key an operation reads and writes.
-    #[wasm_bindgen(js_name = opKey)]
-    pub fn op_key(&self, op: u32) -> JsResult<String> {
-        self.host.op_key(op).map_err(js)
-    }
-
-    /// Writes the write of an operation's `Apply` step as write bytes (see [`interop`]) at
-    /// `outPtr()`; returns their length.
-    #[wasm_bindgen(js_name = opWrite)]
-    pub fn op_write(&mut self, op: u32) -> JsResult<u32> {
-        let write = self.host.op_write(op).map_err(js)?;
-        Ok(self.host.write_out(&write).len() as u32)
-    }
-
-    /// The stored record bytes read for an operation's `Load` step (`undefined`: none).
-    #[wasm_bindgen(js_name = opRecord)]
-    pub fn op_record(&mut self, op: u32, now: f64, value: Option<Vec<u8>>) -> JsResult<()> {
+    /// Opens the slot of one delivery of message `id` from `source` with payload `body`
+    /// (its media type `contentType`, if known) to this engine's inbox: driven like any
+    /// request, its handler is the processing; `delivery` says what became of it, and its
+    /// reply is the receipt.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deliver(
+        &mut self,
+        source: &str,
+        id: &str,
+        content_type: Option<String>,
+        body: &[u8],
+        nonce_hi: u32,
+        nonce_lo: u32,
+    ) -> u32 {
+        let message = idem_core::Message {
+            source,
+            id,
+            content_type: content_type.as_deref(),
+            body,
+        };
         self.host
-            .op_record(op, interop::millis(now), value.as_deref())
-            .map_err(js)
+            .deliver(&message, interop::u64_from_halves(nonce_hi, nonce_lo))
     }
 
-    /// Whether the write of an operation's `Apply` step was applied.
-    #[wasm_bindgen(js_name = opApplied)]
-    pub fn op_applied(&mut self, op: u32, applied: bool) -> JsResult<()> {
-        self.host.op_applied(op, applied).map_err(js)
-    }
-
-    /// Runs an operation's store steps in the in-process store; its last step.
-    #[wasm_bindgen(js_name = opDriveIn)]
-    pub fn op_drive_in(&mut self, store: &mut Records, op: u32, now: f64) -> JsResult<OpStep> {
-        store
-            .write(|records| self.host.op_drive_in(records, op, interop::millis(now)))
-            .map_err(js)
-    }
-
-    /// What a finished operation came to: the epoch or the token; its refusal as an error.
-    #[wasm_bindgen(js_name = opResult)]
-    pub fn op_result(&self, op: u32) -> JsResult<String> {
-        self.host.op_result(op).map_err(js)
-    }
-
-    /// When an issued token expires unless consumed (ms since the epoch).
-    #[wasm_bindgen(js_name = opExpires)]
-    pub fn op_expires(&self, op: u32) -> JsResult<f64> {
-        self.host.op_expires(op).map(interop::to_ms).map_err(js)
-    }
-
-    /// Closes an operation.
-    #[wasm_bindgen(js_name = opEnd)]
-    pub fn op_end(&mut self, op: u32) {
-        self.host.op_end(op);
+    /// What became of the delivery in `slot`, once it is over (`undefined` before).
+    pub fn delivery(&self, slot: u32) -> JsResult<Option<DeliveryOutcome>> {
+        Ok(self
+            .host
+            .delivery(slot)
+            .map_err(js)?
+            .map(|d| DeliveryOutcome::of(&d)))
     }
 
     /// A slot refusing a body of `length` bytes, announced by `Content-Length` before it is
@@ -663,6 +650,20 @@ pub fn redis_response_suffix() -> String {
 #[wasm_bindgen(js_name = wasmMemory)]
 pub fn wasm_memory() -> JsValue {
     wasm_bindgen::memory()
+}
+
+/// The names of the delivery outcomes in index order, comma-separated (a
+/// [`DeliveryOutcome`] is an index): the core's.
+#[wasm_bindgen(js_name = deliveryNames)]
+pub fn delivery_names() -> String {
+    interop::delivery_names().0
+}
+
+/// The delivery outcomes whose sender is told the message was received, as a bit mask over
+/// their indices.
+#[wasm_bindgen(js_name = acknowledgedMask)]
+pub fn acknowledged_mask() -> u32 {
+    interop::delivery_names().1
 }
 
 /// The event names in index order, comma-separated (`IDEM-EVT-1`).

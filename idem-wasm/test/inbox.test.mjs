@@ -6,7 +6,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { DurableObjectStore, IdempotencyShard, Inbox, MemoryStore } from "idem";
-import { FakeNamespace, barrier } from "./helpers.mjs";
+import { FakeNamespace, barrier, manualClock } from "./helpers.mjs";
+
+/** A delivery's outcome with its receipt's status and JSON body. */
+async function receipt({ outcome, acknowledge, response }) {
+  return { outcome, acknowledge, status: response.status, body: await response.json() };
+}
 
 const EVENT = JSON.stringify({ id: "evt_1", type: "payment.succeeded", amount: 4200 });
 
@@ -20,12 +25,13 @@ for (const [name, makeStore] of [
       let processed = 0;
       const process = async () => void processed++;
       const first = await inbox.receive({ source: "psp", id: "evt_1", body: EVENT }, process);
-      assert.deepEqual(first, { outcome: "processed", acknowledge: true });
+      assert.deepEqual(await receipt(first), { outcome: "processed", acknowledge: true, status: 200, body: { outcome: "processed", received: true } });
       for (let i = 0; i < 3; i++) {
-        assert.deepEqual(await inbox.receive({ source: "psp", id: "evt_1", body: EVENT }, process), { outcome: "duplicate", acknowledge: true });
+        const again = await inbox.receive({ source: "psp", id: "evt_1", body: EVENT }, process);
+        assert.deepEqual(await receipt(again), { outcome: "duplicate", acknowledge: true, status: 200, body: { outcome: "duplicate", received: true } });
       }
       const changed = await inbox.receive({ source: "psp", id: "evt_1", body: EVENT.replace("4200", "1") }, process);
-      assert.deepEqual(changed, { outcome: "conflict", acknowledge: true });
+      assert.deepEqual(await receipt(changed), { outcome: "conflict", acknowledge: true, status: 200, body: { outcome: "conflict", received: true } });
       // The same id from another source is another message.
       assert.equal((await inbox.receive({ source: "other", id: "evt_1", body: EVENT }, process)).outcome, "processed");
       assert.equal(processed, 2);
@@ -42,8 +48,16 @@ for (const [name, makeStore] of [
       const concurrent = Array.from({ length: 5 }, () => inbox.receive({ source: "psp", id: "evt_2", body: EVENT }, process));
       await new Promise((resolve) => setTimeout(resolve, 20));
       gate.open();
-      const outcomes = (await Promise.all(concurrent)).map((d) => d.outcome).sort();
+      const results = await Promise.all(concurrent);
+      const outcomes = results.map((d) => d.outcome).sort();
       assert.deepEqual(outcomes, ["in-progress", "in-progress", "in-progress", "in-progress", "processed"]);
+      // A busy one is not acknowledged: the receipt asks the sender to deliver it again.
+      for (const busy of results.filter((d) => d.outcome === "in-progress")) {
+        assert.equal(busy.acknowledge, false);
+        assert.equal(busy.response.status, 409);
+        assert.equal(busy.response.headers.get("retry-after"), String(busy.retryAfter));
+        assert.equal((await busy.response.json()).type, "urn:idem:problem:in-progress");
+      }
       for (let i = 0; i < 5; i++) {
         assert.equal((await inbox.receive({ source: "psp", id: "evt_2", body: EVENT }, process)).outcome, "duplicate");
       }
@@ -66,6 +80,44 @@ for (const [name, makeStore] of [
     });
   });
 }
+
+test("a redelivery after the response retention and inside the key retention is a duplicate: processed once, both redeliveries acknowledged (IDEM-INBOX-1)", async () => {
+  // A sender redelivers for days; the default retention keeps a response 24 h and a key
+  // 7 days. Redeliveries at 2 h and at 27 h.
+  const clock = manualClock();
+  const store = new MemoryStore();
+  const inbox = new Inbox({ store, now: clock });
+  let processed = 0;
+  const process = async () => void processed++;
+  const event = JSON.stringify({ id: "evt_7", type: "payment.succeeded", amount: 4200 });
+  const first = await inbox.receive({ source: "payments", id: "evt_7", body: event, contentType: "application/json" }, process);
+  assert.equal(first.outcome, "processed");
+  const redeliveries = [];
+  for (const hours of [2, 27]) {
+    clock.set(clock() + (hours === 2 ? 2 : 25) * 3600e3);
+    store.sweep(clock());
+    const again = await inbox.receive({ source: "payments", id: "evt_7", body: event, contentType: "application/json" }, process);
+    assert.deepEqual([again.outcome, again.acknowledge], ["duplicate", true], `at ${hours} h`);
+    redeliveries.push(again);
+  }
+  assert.equal(processed, 1);
+  for (const again of redeliveries) {
+    assert.deepEqual(await receipt(again), { outcome: "duplicate", acknowledge: true, status: 200, body: { outcome: "duplicate", received: true } });
+  }
+  // The message's record is where every host keeps it: `<source>#inbox` and the raw id.
+  assert.notEqual(store.load("14:payments#inboxevt_7"), null);
+});
+
+test("a delivery with an id that is not one is refused with the key's problem (IDEM-INBOX-1)", async () => {
+  const inbox = new Inbox({ store: new MemoryStore() });
+  let processed = 0;
+  const refused = await inbox.receive({ source: "psp", id: "evt\n1", body: EVENT }, async () => void processed++);
+  assert.equal(refused.outcome, "refused");
+  assert.equal(refused.acknowledge, false);
+  assert.equal(refused.response.status, 400);
+  assert.equal((await refused.response.json()).type, "urn:idem:problem:malformed-key");
+  assert.equal(processed, 0);
+});
 
 test("bad deliveries and options are refused (IDEM-JS-1)", async () => {
   const inbox = new Inbox({ store: new MemoryStore() });

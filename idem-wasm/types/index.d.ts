@@ -258,16 +258,36 @@ export class Idempotency<R = PlainRequest> {
   /** A refusal of the engine's own mapped by `options.problem`, or undefined. */
   mappedRefusal(reply: PlainReply): Response | undefined;
   /** Issues and stores a one-time token (`keyKind: "token"`) for the caller of `request`,
-   * to spend on `method` (default POST) to `route`. */
+   * to spend on `method` (default POST) to `route`. Rejects with the engine's refusal, its
+   * `code` the requirement it cites. */
   issueToken(request: R, target: { route: string; method?: string }): Promise<{ token: string; expires: number }>;
-  /** The token endpoint: 201 `{ token, expiresAt, ttl }`, `Cache-Control: no-store`. */
+  /** The token endpoint: the engine's reply, 201 `{ expiresAt, token, ttl }` with
+   * `Cache-Control: no-store`, or its problem. */
   tokenResponse(request: R, target: { route: string; method?: string }): Promise<Response>;
   /** Opens (or moves to its next epoch) the counter session of `client` (`keyKind:
-   * "counter"`); the epoch is decimal text. */
+   * "counter"`); the numbers are decimal text. Rejects with the engine's refusal, its `code`
+   * the requirement it cites (IDEM-CTR-1 for a bad client id or first number). */
   openSession(
     request: R,
     session: { route: string; client: string; firstSeq?: number | bigint | string; method?: string },
   ): Promise<{ client: string; epoch: string; firstSeq: string }>;
+  /** The session endpoint: reads `{"client": "…", "firstSeq": n}` from the body of `request`
+   * and answers with the engine's reply, 201 `{ client, epoch, firstSeq }` or its problem. */
+  sessionResponse(request: R & Request, target: { route: string; method?: string }): Promise<Response>;
+  /** The header that carries the key, for a request with headers `headers` (with
+   * `timeKeys.clientHeader`, that header's value goes before a bare timestamp). */
+  keyOf(key: string | null, headers: { get(name: string): string | null }): string | null;
+  /** A slot answering 413 for a body of `length` bytes announced before it is read, or
+   * undefined when it may be read (IDEM-LIMIT-1). For adapters. */
+  refuseBody(length: number): number | undefined;
+  /** Drives a slot (from `begin` or `refuseBody`) to its end: `execute(context)` when the
+   * request runs, else `answer(reply)` with the engine's reply. For adapters. */
+  serve<T>(slot: number, answer: (reply: PlainReply) => T | Promise<T>, execute?: (context: IdempotencyContext) => Promise<T>): Promise<T>;
+  /** One delivery to this engine's inbox (see `Inbox#receive`). */
+  deliver(
+    message: { source: string; id: string; contentType?: string; body: Uint8Array },
+    process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,
+  ): Promise<InboxDelivery>;
 }
 
 /** What became of one delivery to an `Inbox`. */
@@ -275,11 +295,14 @@ export interface InboxDelivery {
   /** `processed` (it ran now), `duplicate` (already processed), `in-progress` (another
    * delivery is being processed), `conflict` (the id came with another payload), `held`
    * (an earlier delivery's outcome is unknown). */
-  outcome: "processed" | "duplicate" | "in-progress" | "conflict" | "held";
+  outcome: "processed" | "duplicate" | "in-progress" | "conflict" | "held" | "failed" | "refused";
   /** Whether to tell the source the message was received (2xx), so it stops sending it. */
   acknowledge: boolean;
-  /** For `in-progress`: seconds until the other delivery's lease ends. */
+  /** For `in-progress` and `held`: seconds until the source should deliver it again. */
   retryAfter?: number;
+  /** The engine's receipt to answer the source with: 200 `{"outcome", "received": true}`
+   * for what it may stop delivering, the core's problem (with `Retry-After`) otherwise. */
+  response: Response;
 }
 
 /** A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
@@ -287,7 +310,7 @@ export interface InboxDelivery {
 export class Inbox {
   constructor(options: Pick<IdempotencyOptions, "store" | "responseTtl" | "keyTtl" | "lease" | "unknownOutcome" | "fingerprint" | "onEvent" | "now">);
   receive(
-    delivery: { source: string; id: string; body?: Uint8Array | string },
+    delivery: { source: string; id: string; body?: Uint8Array | string; contentType?: string },
     process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,
   ): Promise<InboxDelivery>;
 }

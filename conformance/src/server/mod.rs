@@ -53,8 +53,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use idem_core::{
-    Applied, AsyncStore, Engine, FingerprintSpec, KeyKind, OpenStep, Policy, Problem, Refusal,
-    Scope, StoreFailure, TokenSecret, UnixMillis,
+    AsyncStore, Engine, FingerprintSpec, KeyKind, Plain, Policy, Reply, Target, TokenSecret,
+    UnixMillis,
 };
 use idem_tower::{render, IdempotencyContext, IdempotencyLayer};
 use std::fmt;
@@ -315,35 +315,16 @@ fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-/// An `about:blank` problem for routing errors, which idem-core has no type for.
-fn plain_problem(status: u16, title: &str, detail: &str, allow: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({
-        "type": "about:blank", "title": title, "status": status, "detail": detail,
-    });
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    if let Ok(v) = HeaderValue::from_str(allow) {
-        if !allow.is_empty() {
-            r.headers_mut().insert(hyper::header::ALLOW, v);
-        }
-    }
-    r
-}
-
 async fn not_found() -> Response<Full<Bytes>> {
-    plain_problem(404, "Not Found", "no such resource", "")
+    render(&Reply::plain(Plain::NotFound, "no such resource"))
 }
 
 async fn use_post() -> Response<Full<Bytes>> {
-    plain_problem(405, "Method Not Allowed", "use POST", "POST")
+    render(&Reply::method_not_allowed("POST"))
 }
 
 async fn use_get() -> Response<Full<Bytes>> {
-    plain_problem(405, "Method Not Allowed", "use GET", "GET")
+    render(&Reply::method_not_allowed("GET"))
 }
 
 /// `GET /count`: the execution counter.
@@ -353,7 +334,7 @@ async fn count(State(app): State<Arc<App>>) -> Response<Full<Bytes>> {
             StatusCode::OK,
             serde_json::json!({ "count": n }).to_string(),
         ),
-        Err(e) => plain_problem(503, "Service Unavailable", &e.to_string(), ""),
+        Err(e) => render(&Reply::plain(Plain::Unavailable, &e.to_string())),
     }
 }
 
@@ -384,106 +365,46 @@ async fn place(
 }
 
 /// `POST /sessions {"client": "…", "firstSeq": n}`: opens (or moves to its next epoch) the
-/// caller's counter session for [`TRANSFERS_PATH`] through idem-core's session opening.
+/// caller's counter session for [`TRANSFERS_PATH`]: idem-core's session operation, driven on
+/// the server's store.
 async fn open_session(State(app): State<Arc<App>>, req: Request<Body>) -> Response<Full<Bytes>> {
     let principal = principal_of(req.headers());
-    let body = match Limited::new(req.into_body(), 4096).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return plain_problem(
-                400,
-                "Bad Request",
-                "the body must be a small JSON object",
-                "",
-            )
-        }
+    let Ok(body) = Limited::new(req.into_body(), SESSION_BODY_LIMIT)
+        .collect()
+        .await
+    else {
+        return render(&Reply::plain(
+            Plain::BadRequest,
+            "the body must be a small JSON object",
+        ));
     };
-    let input: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    let Some(client) = input.get("client").and_then(|c| c.as_str()) else {
-        return plain_problem(
-            400,
-            "Bad Request",
-            "send {\"client\": \"…\", \"firstSeq\": n}",
-            "",
-        );
+    let target = Target {
+        principal: Some(&principal),
+        method: "POST",
+        route: TRANSFERS_PATH,
     };
-    let first = match input.get("firstSeq") {
-        None => 0,
-        Some(n) => match n.as_u64() {
-            Some(n) => n,
-            None => {
-                let refusal = Refusal {
-                    requirement: "IDEM-CTR-1",
-                    ..Refusal::new(Problem::MALFORMED_KEY, "firstSeq must be a whole number")
-                };
-                return render(&refusal.reply());
-            }
-        },
-    };
-    let policy = &app.transfers;
-    let scope = match policy.scope(Some(&principal), "POST", TRANSFERS_PATH) {
-        Ok(s) => s,
-        Err(r) => return render(&r.reply()),
-    };
-    let Some(mut opening) = policy.open_session(&scope, client, first, nonce()) else {
-        return plain_problem(500, "Internal Server Error", "no counter keys", "");
-    };
-    loop {
-        let now = UnixMillis::now();
-        match opening.poll() {
-            OpenStep::Load(key) => match app.store.load(&key).await {
-                Ok(stored) => opening.handle_record(now, stored.as_ref()),
-                Err(_) => return render(&Refusal::store(StoreFailure::Unavailable).reply()),
-            },
-            OpenStep::Apply(write) => {
-                let applied = app.store.apply(now, write).await;
-                opening.handle_applied(applied.unwrap_or(Applied::Conflict));
-            }
-            OpenStep::Opened(epoch) => {
-                let body = serde_json::json!({
-                    "client": client, "epoch": epoch.to_string(), "firstSeq": first,
-                });
-                let mut r = json_response(StatusCode::CREATED, body.to_string());
-                r.headers_mut().insert(
-                    hyper::header::CACHE_CONTROL,
-                    HeaderValue::from_static("no-store"),
-                );
-                return r;
-            }
-            OpenStep::Failed(e) => return render(&Refusal::session(&e).reply()),
-        }
-    }
+    let opening = app
+        .transfers
+        .open_session_from(&target, &body.to_bytes(), nonce());
+    idem_tower::answer(&*app.store, opening).await
 }
 
+/// The largest body the session endpoint reads.
+const SESSION_BODY_LIMIT: usize = 4096;
+
 /// `POST /idempotency-tokens`: issues a token for the caller's requests to
-/// [`CHECKOUT_PATH`] and stores it.
+/// [`CHECKOUT_PATH`]: idem-core's token operation, driven on the server's store.
 async fn issue_token(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Full<Bytes>> {
     let principal = principal_of(&headers);
-    let policy = &app.checkout;
-    let scope: Scope = match policy.scope(Some(&principal), "POST", CHECKOUT_PATH) {
-        Ok(s) => s,
-        Err(r) => return render(&r.reply()),
+    let target = Target {
+        principal: Some(&principal),
+        method: "POST",
+        route: CHECKOUT_PATH,
     };
-    let now = UnixMillis::now();
-    let Some(issued) = policy.issue_token(now, &scope, [nonce(), nonce()]) else {
-        return plain_problem(500, "Internal Server Error", "no token keys", "");
-    };
-    match app.store.apply(now, issued.write).await {
-        Ok(Applied::Applied) => {}
-        Ok(Applied::Conflict) => return render(&Refusal::store(StoreFailure::Full).reply()),
-        Err(e) => return render(&Refusal::store(RefStore::failure(&e)).reply()),
-    }
-    let body = serde_json::json!({
-        "token": issued.token,
-        "expiresAt": issued.expires.0,
-        "ttl": issued.expires.0.saturating_sub(now.0),
-    });
-    let mut r = json_response(StatusCode::CREATED, body.to_string());
-    r.headers_mut().insert(
-        hyper::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
-    r
+    let issuing = app
+        .checkout
+        .issue_token(&target, UnixMillis::now(), [nonce(), nonce()]);
+    idem_tower::answer(&*app.store, issuing).await
 }
 
 fn nonce() -> u64 {

@@ -144,6 +144,7 @@ impl Request<'_> {
         if let Some(w) = wait {
             waiters.leave(&self.key, w.ticket);
         }
+        self.recovered = recovered;
         self.events.push(if recovered {
             Event::TookOver {
                 fence: hold.fence(),

@@ -28,6 +28,7 @@ impl Request<'_> {
                     Purpose::Conflict { heartbeat } => self.after_conflict(now, record, heartbeat),
                 }
             }
+            State::Opening(_) => self.opening_read(now, record),
             _ => {}
         }
     }
@@ -58,6 +59,11 @@ impl Request<'_> {
 
     /// Whether the write of [`Step::Apply`] was applied.
     pub fn handle_applied(&mut self, now: UnixMillis, applied: Applied, waiters: &mut Waiters) {
+        match &self.state {
+            State::Opening(_) => return self.opening_applied(applied),
+            State::Issuing(_) => return self.issuing_applied(applied),
+            _ => {}
+        }
         match &mut self.state {
             State::Applying {
                 recovered,
@@ -137,6 +143,11 @@ impl Request<'_> {
                 if let Some(w) = wait {
                     waiters.leave(&self.key, w.ticket);
                 }
+                self.events.push(Event::Rejected);
+                self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));
+            }
+            State::Opening(_) | State::Issuing(_) => {
+                self.write = None;
                 self.events.push(Event::Rejected);
                 self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));
             }

@@ -16,7 +16,7 @@ pub(super) fn key_at(body: &[u8], pointer: &str) -> Result<String, Refusal> {
     };
     match crate::canon::string_at(body, pointer).map_err(|_| missing())? {
         crate::canon::Found::String(key) => Ok(key),
-        crate::canon::Found::NotString => Err(Refusal {
+        crate::canon::Found::NotString | crate::canon::Found::Number(_) => Err(Refusal {
             requirement: "IDEM-KEY-7",
             ..Refusal::new(
                 Problem::MALFORMED_KEY,
@@ -25,6 +25,19 @@ pub(super) fn key_at(body: &[u8], pointer: &str) -> Result<String, Refusal> {
         }),
         crate::canon::Found::Missing => Err(missing()),
     }
+}
+
+/// Whose requests, with which method to which route, an operation beside the guarded
+/// request is for (a session, a token): the parts of a scope ([`Policy::scope`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    /// Who asks: an account or user id, never a credential that rotates (`IDEM-SCOPE-3`);
+    /// `None` when the host serves one tenant.
+    pub principal: Option<&'a str>,
+    /// The method of the requests it is for.
+    pub method: &'a str,
+    /// The route of the requests it is for.
+    pub route: &'a str,
 }
 
 /// One request as the host received it.

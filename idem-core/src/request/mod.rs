@@ -13,7 +13,7 @@ use crate::key::{
 use crate::kind::{parse_decimal, KindConfigError};
 use crate::problem::Problem;
 use crate::record::{Record, RecordState, StoredResponse, Write};
-use crate::reply::{Refusal, Reply, StoreFailure};
+use crate::reply::{Plain, Refusal, Reply, StoreFailure};
 use crate::store::{Applied, Claim, Completing, Finish, Store};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
@@ -27,14 +27,17 @@ use core::time::Duration;
 use hashbrown::HashMap;
 
 mod claim;
+mod deliver;
 mod events;
 mod hold;
 mod input;
 mod intake;
 mod policy;
+mod session;
 mod sync;
 #[cfg(test)]
 mod tests;
+mod token;
 mod waiters;
 
 use crate::engine::SharedOutcome;
@@ -42,9 +45,12 @@ use claim::{Decided, Wait};
 use events::Events;
 use hold::{not_stored, Held, Holding, Op, Purpose};
 use policy::{Parse, Rules};
+use session::Opening;
+use token::Issuing;
 
+pub use deliver::Message;
 pub use hold::{Claimed, Context, Heartbeat, Hold};
-pub use intake::{Intake, Ticket};
+pub use intake::{Intake, Target, Ticket};
 pub use policy::{
     principal_digest, InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES,
 };
@@ -91,10 +97,28 @@ pub enum Step {
     Done(Finish),
 }
 
+/// What a machine serves: the guarded request, or one of the operations beside it. Each
+/// is driven with the same [`Step`]s, by the same loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// A guarded request: claim the key, run the handler, record its outcome
+    /// ([`Policy::request`]).
+    Guard,
+    /// Opening a client's counter session ([`Policy::open_session`]).
+    OpenSession,
+    /// Issuing a one-time token ([`Policy::issue_token`]).
+    IssueToken,
+    /// One delivery of a message to an inbox ([`Inbox::deliver`](crate::Inbox::deliver)).
+    Deliver,
+}
+
 #[derive(Debug)]
 enum Answer {
     Decision(Decision),
     Refusal(Refusal),
+    /// An answer rendered whole: an operation's document, or a problem of the HTTP edge.
+    Reply(Reply),
 }
 
 #[derive(Debug)]
@@ -121,6 +145,10 @@ enum State<'a> {
     /// The handler ran, but its lease was taken over and its outcome refused: its caller
     /// gets this answer instead of the handler's (`IDEM-LEASE-5`).
     Superseded(Answer),
+    /// Opening a counter session.
+    Opening(Box<Opening>),
+    /// Issuing a token: its write is out.
+    Issuing(Box<Issuing>),
 }
 
 /// One request's lifecycle, sans-IO: identify, claim (deciding again after a lost race),
@@ -174,6 +202,7 @@ enum State<'a> {
 /// [`reply`]: Request::reply
 #[derive(Debug)]
 pub struct Request<'a> {
+    operation: Operation,
     rules: Rules,
     in_flight: InFlight,
     max_response_bytes: usize,
@@ -181,6 +210,8 @@ pub struct Request<'a> {
     fingerprint: Cow<'a, Fingerprint>,
     subject: Subject,
     nonce: u64,
+    /// Whether the handler ran as a recovery (for a delivery's result).
+    recovered: bool,
     write: Option<Write>,
     state: State<'a>,
     events: Events,
@@ -219,6 +250,19 @@ impl<'a> Request<'a> {
         req
     }
 
+    /// A machine that answers `reply` at once: an operation that cannot run here (a policy
+    /// without the key kind it needs), or a request the HTTP edge refuses.
+    pub fn answered(reply: Reply) -> Request<'static> {
+        let mut req = Request::refused(Refusal::store(StoreFailure::Unavailable));
+        req.state = State::Answered(Answer::Reply(reply));
+        req
+    }
+
+    /// What the machine serves.
+    pub fn operation(&self) -> Operation {
+        self.operation
+    }
+
     /// The machine for an attempt the host identified itself, with `engine`'s rules and no
     /// waiting ([`Store::claim`] drives it).
     pub fn for_attempt(engine: &Engine, attempt: &Attempt<'a>) -> Request<'a> {
@@ -239,6 +283,7 @@ impl<'a> Request<'a> {
         nonce: u64,
     ) -> Request<'a> {
         Request {
+            operation: Operation::Guard,
             rules,
             in_flight: InFlight::Reject,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
@@ -246,6 +291,7 @@ impl<'a> Request<'a> {
             fingerprint,
             subject,
             nonce,
+            recovered: false,
             write: None,
             state: State::Claim {
                 lost: 0,
@@ -353,6 +399,9 @@ impl<'a> Request<'a> {
     /// The answer to send when [`poll`](Request::poll) says [`Step::Reply`], or
     /// [`Step::Done`] with [`Finish::FencedOut`].
     pub fn reply(&self) -> Option<Reply> {
+        if self.operation == Operation::Deliver {
+            return self.delivery().map(|d| self.receipt(&d));
+        }
         match &self.state {
             // A counter's collision and staleness cite the counter rules, not the time
             // keys' that their problem types name by default.
@@ -371,6 +420,9 @@ impl<'a> Request<'a> {
             }
             State::Answered(Answer::Refusal(r)) | State::Superseded(Answer::Refusal(r)) => {
                 Some(r.reply())
+            }
+            State::Answered(Answer::Reply(r)) | State::Superseded(Answer::Reply(r)) => {
+                Some(r.clone())
             }
             _ => None,
         }
@@ -464,7 +516,10 @@ impl<'a> Request<'a> {
                     }
                     return Step::Idle;
                 }
-                State::Reading { .. } | State::Applying { .. } => return Step::Idle,
+                State::Opening(o) => return o.poll(),
+                State::Reading { .. } | State::Applying { .. } | State::Issuing(_) => {
+                    return Step::Idle
+                }
                 State::Answered(_) => return Step::Reply,
                 State::Finished(f) => return Step::Done(f.clone()),
                 State::Superseded(_) => return Step::Done(Finish::FencedOut),

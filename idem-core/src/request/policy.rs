@@ -304,37 +304,6 @@ impl Policy {
         Ok(Scope::new(&principal, method, route))
     }
 
-    /// Issues a one-time token for requests in `scope` from 128 random bits
-    /// (`IDEM-TOKEN-1`); `None` unless the policy's keys are server-issued tokens. Apply
-    /// the token's write before handing it out.
-    pub fn issue_token(
-        &self,
-        now: UnixMillis,
-        scope: &Scope,
-        random: [u64; 2],
-    ) -> Option<crate::IssuedToken> {
-        match &self.rules {
-            Rules::Token(t) => Some(t.issue(now, scope, random)),
-            _ => None,
-        }
-    }
-
-    /// The machine that opens (or moves to a new epoch) the counter session of `client` in
-    /// `scope`, its first number `first_seq` (`IDEM-CTR-3`, `IDEM-CTR-5`); `None` unless
-    /// the policy's keys are counters. `nonce` is random: a new session's epoch.
-    pub fn open_session(
-        &self,
-        scope: &Scope,
-        client: &str,
-        first_seq: u64,
-        nonce: u64,
-    ) -> Option<crate::SessionOpening> {
-        match &self.rules {
-            Rules::Counter(c) => Some(c.opening(scope, client, first_seq, nonce)),
-            _ => None,
-        }
-    }
-
     /// The machine for an attempt that a host identified and a store that claims for it
     /// sent over (a Durable Object: see [`Request::ticket`]).
     pub fn resume(&self, ticket: Ticket, nonce: u64) -> Request<'static> {

@@ -215,9 +215,9 @@ function prepare(env) {
 /**
  * `POST /webhooks/payments`: a payment provider's event (`{"id": "evt_…", …}`). The first
  * delivery of an event id is processed (one ledger entry), a redelivery is acknowledged
- * without processing; while another delivery of it is processed, this one is refused with
- * 409 and `Retry-After`, so that the provider sends it again. A real receiver verifies the
- * provider's signature before this.
+ * without processing, also days later; while another delivery of it is processed, this one
+ * is refused with 409 and `Retry-After`, so that the provider sends it again. The answer is
+ * the inbox's receipt. A real receiver verifies the provider's signature before this.
  */
 async function receiveEvent(request, env, inbox) {
   const body = await request.text();
@@ -230,50 +230,10 @@ async function receiveEvent(request, env, inbox) {
   if (event === null || typeof event !== "object" || typeof event.id !== "string" || event.id === "") {
     return problem(400, "invalid-event", "The event is not valid", 'send a JSON event with a string "id"');
   }
-  const delivery = await inbox.receive({ source: "payments", id: event.id, body }, async () => {
+  const delivery = await inbox.receive({ source: "payments", id: event.id, body, contentType: "application/json" }, async () => {
     await ledger(env).record();
   });
-  if (delivery.acknowledge) return Response.json({ received: true, outcome: delivery.outcome });
-  return problem(409, "event-in-progress", "The event is being processed", "another delivery of this event is being processed; deliver it again later", {
-    "retry-after": String(delivery.retryAfter ?? 1),
-  });
-}
-
-/** `POST /sessions {"client": "…", "firstSeq": n}`: opens the caller's counter session for
- * `/transfers` (or moves it to its next epoch). */
-async function openSession(request, transfers) {
-  let input;
-  try {
-    input = JSON.parse(await request.text());
-  } catch {
-    input = null;
-  }
-  if (input === null || typeof input !== "object" || typeof input.client !== "string") {
-    return problem(400, "invalid-session", "The session request is not valid", 'send {"client": "…", "firstSeq": n}');
-  }
-  try {
-    const session = await transfers.openSession(request, { route: "/transfers", client: input.client, firstSeq: input.firstSeq ?? 0 });
-    return Response.json(session, { status: 201, headers: { "cache-control": "no-store" } });
-  } catch (err) {
-    if (err instanceof RangeError && /^IDEM-/.test(err.code ?? "")) {
-      // The session kept changing under the opening (IDEM-CTR-12): busy, retry; anything
-      // else is a bad client id or first number.
-      const busy = err.code === "IDEM-CTR-12";
-      const status = busy ? 409 : 400;
-      const body = {
-        type: `urn:idem:problem:${busy ? "in-progress" : "malformed-key"}`,
-        title: "The session cannot be opened",
-        status,
-        detail: err.message,
-        requirement: err.code,
-      };
-      return new Response(JSON.stringify(body), {
-        status,
-        headers: { "content-type": "application/problem+json", ...(busy ? { "retry-after": "1" } : {}) },
-      });
-    }
-    throw err;
-  }
+  return delivery.response;
 }
 
 function methodNotAllowed(allow) {
@@ -338,7 +298,7 @@ async function route(request, env, ctx) {
     case "/checkout":
       return setup.checkout(request, env, ctx);
     case "/sessions":
-      return openSession(request, setup.sessions);
+      return setup.sessions.sessionResponse(request, { route: "/transfers" });
     case "/idempotency-tokens":
       return setup.tokens.tokenResponse(request, { route: "/checkout" });
     case "/unprotected/orders":

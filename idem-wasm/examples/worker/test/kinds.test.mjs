@@ -161,3 +161,20 @@ test("one webhook event delivered 5 times concurrently and 5 times later is proc
   assert.equal(bad.status, 400);
   assert.equal(bad.headers.get("content-type"), "application/problem+json");
 });
+
+test("a webhook redelivered after the response retention and inside the key retention is acknowledged as a duplicate (IDEM-INBOX-1)", async () => {
+  // The same as a redelivery at 2 h and at 27 h under the default retention (24 h, 7 days),
+  // on this worker's 2 s and 4 s.
+  const event = JSON.stringify({ id: `evt_${randomBytes(6).toString("hex")}`, type: "payment.succeeded", amount: 4200 });
+  const deliver = () => post(worker.url, { path: "/webhooks/payments", body: event });
+  const before = await count(worker.url);
+  const first = await deliver();
+  assert.deepEqual([first.status, await first.json()], [200, { outcome: "processed", received: true }]);
+  for (const wait of [200, 2100]) {
+    await new Promise((resolve) => setTimeout(resolve, wait));
+    const again = await deliver();
+    assert.deepEqual([again.status, await again.json()], [200, { outcome: "duplicate", received: true }], `${wait} ms later`);
+  }
+  assert.equal(await count(worker.url), before + 1, "processed once");
+});
+
