@@ -97,8 +97,8 @@ pub use reply::{
     REPLAYED_HEADER,
 };
 pub use request::{
-    principal_digest, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyFallback, KeyKind,
-    Message, Operation, Policy, Request, Step, Subject, Target, Ticket, Waiters,
+    principal_digest, BodyReader, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyFallback,
+    KeyKind, Message, Operation, Policy, Request, Step, Subject, Target, Ticket, Waiters,
     DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
 pub use store::{Applied, AsyncStore, Claim, Completing, Finish, Store};

@@ -66,6 +66,21 @@ impl Default for TimeKeyConfig {
     }
 }
 
+impl TimeKeyConfig {
+    /// These bounds fitted to a key retention of `key_ttl`, as [`TimeKeys::new`] requires
+    /// (`max_age + max_ahead <= key_ttl`): the clock skew at most a quarter of the retention,
+    /// the maximum age at most what is left of it (and at least a millisecond). A host hands
+    /// its settings here instead of clamping them itself.
+    pub fn fit(self, key_ttl: Duration) -> TimeKeyConfig {
+        let max_ahead = self.max_ahead.min(key_ttl / 4);
+        let max_age = self
+            .max_age
+            .min(key_ttl.saturating_sub(max_ahead))
+            .max(Duration::from_millis(1));
+        TimeKeyConfig { max_ahead, max_age }
+    }
+}
+
 /// The engine for time keys: an [`Engine`] plus the time window.
 ///
 /// A host parses the key ([`parse_time_key`]), then either calls [`TimeKeys::claim`] on its

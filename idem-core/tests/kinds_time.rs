@@ -116,7 +116,7 @@ fn config_may_not_outlive_the_key_retention() {
         max_age: ttl,
     };
     assert_eq!(
-        TimeKeys::new(engine.clone(), too_long).unwrap_err(),
+        TimeKeys::new(engine.clone(), too_long.clone()).unwrap_err(),
         KindConfigError::ExceedsKeyRetention("max_age + max_ahead")
     );
     let zero = TimeKeyConfig {
@@ -131,7 +131,39 @@ fn config_may_not_outlive_the_key_retention() {
         max_ahead: Duration::from_secs(60),
         max_age: ttl - Duration::from_secs(60),
     };
-    assert!(TimeKeys::new(engine, exact).is_ok());
+    assert!(TimeKeys::new(engine.clone(), exact).is_ok());
+    // A host whose settings come from elsewhere fits them to the retention instead.
+    let fitted = too_long.fit(ttl);
+    assert_eq!(fitted.max_ahead, Duration::from_secs(60));
+    assert_eq!(fitted.max_age, ttl - Duration::from_secs(60));
+    assert!(TimeKeys::new(engine, fitted).is_ok());
+    let short = Duration::from_secs(4);
+    let fitted = TimeKeyConfig::default().fit(short);
+    assert_eq!(
+        fitted.max_ahead,
+        Duration::from_secs(1),
+        "a quarter of the retention"
+    );
+    assert_eq!(fitted.max_age, Duration::from_secs(3), "what is left of it");
+    let short_engine = Engine::new(Config {
+        response_ttl: short,
+        key_ttl: short,
+        lease: Duration::from_secs(1),
+        ..Config::default()
+    })
+    .unwrap();
+    assert!(TimeKeys::new(short_engine.clone(), fitted).is_ok());
+    // The same through a policy, with a token's validity too.
+    let policy = |kind: KeyKind| Policy::new(short_engine.clone()).with_keys(kind.fit(short));
+    assert!(policy(KeyKind::Time(TimeKeyConfig::default())).is_ok());
+    assert!(policy(KeyKind::Token {
+        secret: TokenSecret([1; 32]),
+        ttl: Duration::from_secs(3600),
+    })
+    .is_ok());
+    assert!(Policy::new(short_engine)
+        .with_keys(KeyKind::Time(TimeKeyConfig::default()))
+        .is_err());
 }
 
 #[test]

@@ -387,6 +387,31 @@ fn a_completion_after_a_takeover_is_fenced_out() {
 }
 
 #[test]
+fn a_body_is_read_within_the_limit_and_refused_past_it() {
+    // IDEM-LIMIT-1: a declared length past the limit before anything is read, an undeclared
+    // body as soon as it goes past it; both the core's 413.
+    let policy = policy().with_fingerprint(FingerprintSpec {
+        max_body: 8,
+        ..FingerprintSpec::default()
+    });
+    let too_large = policy.read_body(Some(9)).unwrap_err();
+    assert_eq!(too_large.status(), 413);
+    assert_eq!(
+        too_large.problem_type(),
+        Some("urn:idem:problem:body-too-large")
+    );
+    let mut exact = policy.read_body(Some(8)).unwrap();
+    exact.push(b"1234").unwrap();
+    exact.push(b"5678").unwrap();
+    assert_eq!(exact.finish(), b"12345678");
+    let mut chunked = policy.read_body(None).unwrap();
+    chunked.push(b"12345").unwrap();
+    let past = chunked.push(b"6789").unwrap_err();
+    assert_eq!(past.status(), 413);
+    assert_eq!(past.requirement(), Some("IDEM-LIMIT-1"));
+}
+
+#[test]
 fn a_superseded_attempt_answers_with_the_keys_outcome() {
     // IDEM-LEASE-5: the caller of an attempt whose lease was taken over is told what a retry
     // would be told, never the handler's own answer.

@@ -50,10 +50,10 @@ use drive::{advance, nonce, Running, Shared};
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Either, Full};
 use idem_core::{
     AsyncStore, Delivery, Engine, Event, Inbox, Intake, Message, Outcome, Plain, Policy, RecordKey,
-    Refusal, Reply, Step, StoredResponse, UnixMillis, KEY_HEADER, LOW_WATER_HEADER,
+    Reply, Step, StoredResponse, UnixMillis, KEY_HEADER, LOW_WATER_HEADER,
 };
 use std::fmt;
 use std::future::Future;
@@ -553,32 +553,17 @@ where
         let request = Request::from_parts(parts, Either::Right(body));
         return Ok(inner.call(request).await?.map(Either::Right));
     }
-    // A declared length is checked before anything is read; the body is then read up to the
-    // cap, so that an endless upload cannot fill the memory (IDEM-LIMIT-1).
+    // The body is read chunk by chunk through the core's intake: a declared length past the
+    // limit is refused before anything is read, and an undeclared one once it goes past it,
+    // so that an endless upload cannot fill the memory (IDEM-LIMIT-1).
     let declared = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared {
-        if let Err(refusal) = shared.policy.check_body_size(len) {
-            return Ok(reply_response(&refusal.reply()));
-        }
-    }
-    let max = shared.policy.fingerprint_spec().max_body;
-    let body = match Limited::new(body, max).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let refusal = Refusal::body_too_large(max as u64 + 1, max);
-            return Ok(reply_response(&refusal.reply()));
-        }
-        Err(_) => {
-            // The client stopped sending: nothing was claimed, nothing runs.
-            return Ok(reply_response(&Reply::plain(
-                Plain::BadRequest,
-                "the request body could not be read",
-            )));
-        }
+    let body = match read_body(&shared.policy, declared, body).await {
+        Ok(body) => body,
+        Err(reply) => return Ok(reply_response(&reply)),
     };
     // The rest runs in a task of its own: a client that goes away must not cancel a handler
     // half-way, nor the write of its outcome.
@@ -591,6 +576,30 @@ where
             "the server is shutting down",
         ))),
     }
+}
+
+/// Reads `body` through the core's intake ([`Policy::read_body`]): its bytes, or the reply
+/// that refuses it (413 `body-too-large`, or 400 when the client stopped sending). The layer
+/// reads guarded bodies with it; an endpoint served beside the layer (a session endpoint)
+/// can too.
+pub async fn read_body<B>(policy: &Policy, declared: Option<u64>, body: B) -> Result<Bytes, Reply>
+where
+    B: Body<Data = Bytes>,
+{
+    let mut reader = policy.read_body(declared)?;
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(Reply::plain(
+                Plain::BadRequest,
+                "the request body could not be read",
+            ));
+        };
+        if let Ok(data) = frame.into_data() {
+            reader.push(&data)?;
+        }
+    }
+    Ok(Bytes::from(reader.finish()))
 }
 
 /// Claims, runs and completes one guarded request.

@@ -452,7 +452,8 @@ pub fn policy(o: &EngineOptions) -> Result<Policy, ErrorParts> {
         3 => KeyKind::Uuid(Some(UuidVersion::V4)),
         4 => KeyKind::Uuid(Some(UuidVersion::V7)),
         5 => {
-            let d = TimeKeyConfig::default();
+            // The defaults fit the key retention; bounds given are checked against it.
+            let d = TimeKeyConfig::default().fit(engine.config().key_ttl);
             KeyKind::Time(TimeKeyConfig {
                 max_ahead: duration("timeKeys.maxAhead", o.time_keys.0, d.max_ahead)?,
                 max_age: duration("timeKeys.maxAge", o.time_keys.1, d.max_age)?,

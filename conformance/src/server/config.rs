@@ -71,12 +71,12 @@ impl ServerConfig {
     /// the response retention (less the skew where the key retention requires it), tokens
     /// valid for an hour at most (the key retention when that is shorter).
     pub fn with_kind_bounds(mut self) -> ServerConfig {
-        let skew = Duration::from_secs(5 * 60).min(self.key_ttl / 4);
         self.time_keys = TimeKeyConfig {
-            max_ahead: skew,
-            max_age: self.response_ttl.min(self.key_ttl.saturating_sub(skew)),
-        };
-        self.token_ttl = Duration::from_secs(3600).min(self.key_ttl);
+            max_age: self.response_ttl,
+            ..TimeKeyConfig::default()
+        }
+        .fit(self.key_ttl);
+        self.token_ttl = Duration::from_secs(3600);
         self
     }
 

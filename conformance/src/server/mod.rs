@@ -49,7 +49,7 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use idem_core::{
@@ -60,7 +60,6 @@ use idem_tower::{render, IdempotencyContext, IdempotencyLayer};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -161,12 +160,7 @@ impl Server {
         };
         // Faults that shorten the key retention shorten the kinds' bounds with it.
         let key_ttl = engine.config().key_ttl;
-        let mut time_keys = config.time_keys.clone();
-        time_keys.max_ahead = time_keys.max_ahead.min(key_ttl / 4);
-        time_keys.max_age = time_keys
-            .max_age
-            .min(key_ttl.saturating_sub(time_keys.max_ahead))
-            .max(Duration::from_millis(1));
+        let mut time_keys = config.time_keys.clone().fit(key_ttl);
         if let Some(f) = config.fault.and_then(|f| f.apply().time_keys) {
             f(&mut time_keys, key_ttl);
         }
@@ -176,10 +170,13 @@ impl Server {
             orders,
             kind(KeyKind::Time(time_keys))?,
             kind(KeyKind::Counter(config.counter))?,
-            kind(KeyKind::Token {
-                secret: TokenSecret(secret),
-                ttl: config.token_ttl.min(key_ttl),
-            })?,
+            kind(
+                KeyKind::Token {
+                    secret: TokenSecret(secret),
+                    ttl: config.token_ttl,
+                }
+                .fit(key_ttl),
+            )?,
         ];
         if let Some(url) = &config.store {
             RefStore::check(url).map_err(StartError::Settings)?;
@@ -369,28 +366,22 @@ async fn place(
 /// the server's store.
 async fn open_session(State(app): State<Arc<App>>, req: Request<Body>) -> Response<Full<Bytes>> {
     let principal = principal_of(req.headers());
-    let Ok(body) = Limited::new(req.into_body(), SESSION_BODY_LIMIT)
-        .collect()
-        .await
-    else {
-        return render(&Reply::plain(
-            Plain::BadRequest,
-            "the body must be a small JSON object",
-        ));
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let body = match idem_tower::read_body(&app.transfers, declared, req.into_body()).await {
+        Ok(body) => body,
+        Err(reply) => return render(&reply),
     };
     let target = Target {
         principal: Some(&principal),
         method: "POST",
         route: TRANSFERS_PATH,
     };
-    let opening = app
-        .transfers
-        .open_session_from(&target, &body.to_bytes(), nonce());
+    let opening = app.transfers.open_session_from(&target, &body, nonce());
     idem_tower::answer(&*app.store, opening).await
 }
-
-/// The largest body the session endpoint reads.
-const SESSION_BODY_LIMIT: usize = 4096;
 
 /// `POST /idempotency-tokens`: issues a token for the caller's requests to
 /// [`CHECKOUT_PATH`]: idem-core's token operation, driven on the server's store.

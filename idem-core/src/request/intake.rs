@@ -172,3 +172,48 @@ impl Policy {
         ))
     }
 }
+
+/// A request body read as it arrives, within the limit of the policy's fingerprint
+/// (`IDEM-LIMIT-1`): a host feeds it the chunks its framework gives it and answers the core's
+/// 413 as soon as one goes past the limit, so that an endless upload never fills its memory.
+/// Start one with [`Policy::read_body`].
+#[derive(Debug)]
+pub struct BodyReader {
+    max: usize,
+    bytes: Vec<u8>,
+}
+
+impl Policy {
+    /// Starts reading a request body whose declared length (its `Content-Length`, when it
+    /// has one) is `declared`: refused at once, before a byte is read, with the core's 413
+    /// `body-too-large` when that is more than the fingerprint accepts.
+    pub fn read_body(&self, declared: Option<u64>) -> Result<BodyReader, Reply> {
+        if let Some(len) = declared {
+            self.check_body_size(len).map_err(|r| r.reply())?;
+        }
+        // A declared length within the limit is the size to expect; an undeclared one grows.
+        let expected = declared.map_or(0, |len| len as usize);
+        Ok(BodyReader {
+            max: self.fingerprint.max_body,
+            bytes: Vec::with_capacity(expected),
+        })
+    }
+}
+
+impl BodyReader {
+    /// The next chunk of the body; 413 `body-too-large` once the body goes past the limit
+    /// (stop reading then: nothing is claimed, nothing runs).
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), Reply> {
+        let len = self.bytes.len().saturating_add(chunk.len());
+        if len > self.max {
+            return Err(Refusal::body_too_large(len as u64, self.max).reply());
+        }
+        self.bytes.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// The body, once every chunk is in.
+    pub fn finish(self) -> Vec<u8> {
+        self.bytes
+    }
+}

@@ -50,7 +50,7 @@ use token::Issuing;
 
 pub use deliver::Message;
 pub use hold::{Claimed, Context, Heartbeat, Hold};
-pub use intake::{Intake, Target, Ticket};
+pub use intake::{BodyReader, Intake, Target, Ticket};
 pub use policy::{
     principal_digest, InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES,
 };

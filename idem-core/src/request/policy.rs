@@ -45,6 +45,24 @@ pub enum KeyKind {
     },
 }
 
+impl KeyKind {
+    /// This kind with its bounds fitted to a key retention of `key_ttl`: a time key's window
+    /// ([`TimeKeyConfig::fit`]) and a token's validity (at most the retention, so that a
+    /// consumed token is remembered for longer than an unconsumed one is valid). For a host
+    /// whose settings come from elsewhere (the environment, the command line) and may not
+    /// fit a retention shortened since; [`Policy::with_keys`] refuses bounds that do not fit.
+    pub fn fit(self, key_ttl: Duration) -> KeyKind {
+        match self {
+            KeyKind::Time(config) => KeyKind::Time(config.fit(key_ttl)),
+            KeyKind::Token { secret, ttl } => KeyKind::Token {
+                secret,
+                ttl: ttl.min(key_ttl),
+            },
+            other => other,
+        }
+    }
+}
+
 /// The rules a request's record follows, resolved from a [`KeyKind`].
 #[derive(Clone, Debug)]
 pub(super) enum Rules {
