@@ -139,7 +139,8 @@ impl KeyAnswer {
             | "store-full"
             | "store-unavailable"
             | "body-too-large"
-            | "invalid-json" => KeyAnswer::NotProcessed,
+            | "invalid-json"
+            | "key-settled" => KeyAnswer::NotProcessed,
             _ => KeyAnswer::Unspecified,
         }
     }

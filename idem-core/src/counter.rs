@@ -507,6 +507,11 @@ impl Counters {
         })
     }
 
+    /// The engine settings: lease, retention, unknown-outcome policy.
+    pub(crate) fn engine_config(&self) -> &Config {
+        &self.engine
+    }
+
     /// The settings.
     pub fn config(&self) -> &CounterConfig {
         &self.config

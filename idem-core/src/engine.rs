@@ -152,6 +152,9 @@ pub enum RejectReason {
     KeyExpired,
     /// A previous attempt's outcome is unknown and the policy holds the key (`IDEM-OUT-3`).
     OutcomeUnknown,
+    /// A status query settled the key as never to run before any request claimed it: a
+    /// copy of the original arriving late is refused, never executed (`IDEM-STATUS-3`).
+    Settled,
     /// The key names another request: a different payload under a time or counter key
     /// (including a counter that wrapped onto a slot still in flight or retained). Never
     /// replayed, never executed (`IDEM-TIME-4`, `IDEM-CTR-7`).
@@ -200,7 +203,7 @@ impl RejectReason {
     /// The event for this refusal (`IDEM-EVT-1`).
     pub fn event(&self) -> Event {
         match self {
-            RejectReason::KeyExpired => Event::TombstoneHit,
+            RejectReason::KeyExpired | RejectReason::Settled => Event::TombstoneHit,
             RejectReason::OutcomeUnknown => Event::OutcomeUnknownHit,
             RejectReason::Collision => Event::Collision,
             RejectReason::Stale => Event::Stale,
@@ -214,6 +217,7 @@ impl RejectReason {
         match self {
             RejectReason::KeyExpired => Problem::KEY_EXPIRED,
             RejectReason::OutcomeUnknown => Problem::OUTCOME_UNKNOWN,
+            RejectReason::Settled => Problem::KEY_SETTLED,
             RejectReason::Collision => Problem::KEY_COLLISION,
             RejectReason::Stale => Problem::KEY_STALE,
             RejectReason::FromFuture { .. } => Problem::KEY_FROM_FUTURE,
@@ -252,6 +256,9 @@ impl fmt::Display for RejectReason {
             RejectReason::OutcomeUnknown => {
                 f.write_str("the outcome of an earlier attempt with this key is being reconciled")
             }
+            RejectReason::Settled => f.write_str(
+                "this key was settled as never to run; nothing was executed, and nothing will be",
+            ),
             RejectReason::Collision => {
                 f.write_str("this key is already used by a request with a different payload")
             }
@@ -499,6 +506,8 @@ impl Engine {
             // A counter session is not a key: whatever reached it under an engine scope
             // names another kind of record (`IDEM-KIND-1`).
             RecordState::Counter { .. } => return Decision::Rejected(RejectReason::Collision),
+            // Settled as never to run, whatever the payload (`IDEM-STATUS-3`).
+            RecordState::Settled => return Decision::Rejected(RejectReason::Settled),
             _ => {}
         }
         if !record.fingerprint.matches(attempt.fingerprint) {
@@ -522,7 +531,7 @@ impl Engine {
             }
             RecordState::OutcomeUnknown { .. } => Decision::Rejected(RejectReason::OutcomeUnknown),
             // Handled above, before the fingerprint comparison.
-            RecordState::Issued { .. } | RecordState::Counter { .. } => {
+            RecordState::Issued { .. } | RecordState::Counter { .. } | RecordState::Settled => {
                 Decision::Rejected(RejectReason::Collision)
             }
         }

@@ -94,12 +94,12 @@ pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
 pub use reply::{
     Plain, Refusal, Reply, StoreFailure, ABOUT_BLANK, KEY_HEADER, LOW_WATER_HEADER, PROBLEM_JSON,
-    REPLAYED_HEADER,
+    REPLAYED_HEADER, STATUS_HEADER, STATUS_MEDIA_TYPE,
 };
 pub use request::{
     principal_digest, BodyReader, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyFallback,
-    KeyKind, Message, Operation, Policy, Request, Step, Subject, Target, Ticket, Waiters,
-    DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
+    KeyKind, KeyStatus, Message, Operation, Policy, Request, StatusQuery, Step, Subject, Target,
+    Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES, MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
 pub use store::{Applied, AsyncStore, Claim, Completing, Finish, Store};
 pub use time::UnixMillis;

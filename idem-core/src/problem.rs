@@ -68,6 +68,14 @@ impl Problem {
         "The response for this Idempotency-Key has expired",
         "IDEM-TTL-3"
     );
+    /// A status query settled the key as never to run before any request used it
+    /// (`IDEM-STATUS-3`).
+    pub const KEY_SETTLED: Problem = problem!(
+        409,
+        "key-settled",
+        "This Idempotency-Key was settled as never to run",
+        "IDEM-STATUS-3"
+    );
     /// An earlier attempt's outcome is unknown and is being reconciled.
     pub const OUTCOME_UNKNOWN: Problem = problem!(
         409,

@@ -98,6 +98,10 @@ pub enum RecordState {
         /// The session.
         session: Arc<crate::counter::CounterSession>,
     },
+    /// A key nobody had used, settled by a status query as never to run
+    /// (`IDEM-STATUS-3`): every request with it is refused until the key expires. Its
+    /// `fence` and `fingerprint` are unused.
+    Settled,
 }
 
 /// What a store should do with a record at a given time.

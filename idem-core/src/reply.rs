@@ -23,6 +23,11 @@ pub const KEY_HEADER: &str = "idempotency-key";
 /// The request header that carries a counter client's low-water mark (`IDEM-CTR-11`): every
 /// response below it was received. Lowercase.
 pub const LOW_WATER_HEADER: &str = "idempotency-low-water";
+/// The field that makes a `GET` a status query (`IDEM-STATUS-1`): the method of the request
+/// asked about, with `settle` to settle an unknown key (`POST; settle`). Lowercase.
+pub const STATUS_HEADER: &str = "idempotency-status";
+/// The media type of a status document (`IDEM-STATUS-1`).
+pub const STATUS_MEDIA_TYPE: &str = "application/vnd.idem.key-status+json";
 
 /// How a store failed, as far as the answer is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,6 +332,27 @@ impl Reply {
                 ),
                 (String::from("cache-control"), String::from("no-store")),
             ],
+            body,
+            type_uri: None,
+        })
+    }
+
+    /// A status document (`IDEM-STATUS-1`): 200, [`STATUS_MEDIA_TYPE`], never cached, with
+    /// `Retry-After` when the key is in progress.
+    pub(crate) fn status_document(body: Vec<u8>, retry_after: Option<u64>) -> Reply {
+        let mut headers = alloc::vec![
+            (
+                String::from("content-type"),
+                String::from(STATUS_MEDIA_TYPE)
+            ),
+            (String::from("cache-control"), String::from("no-store")),
+        ];
+        if let Some(secs) = retry_after {
+            headers.push((String::from("retry-after"), secs.to_string()));
+        }
+        Reply(Inner::Own {
+            status: 200,
+            headers,
             body,
             type_uri: None,
         })

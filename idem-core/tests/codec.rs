@@ -44,6 +44,10 @@ fn sample() -> Vec<Record> {
             state: RecordState::OutcomeUnknown {
                 since: UnixMillis(5),
             },
+            ..base.clone()
+        },
+        Record {
+            state: RecordState::Settled,
             ..base
         },
     ]

@@ -29,6 +29,7 @@ impl Request<'_> {
                 }
             }
             State::Opening(_) => self.opening_read(now, record),
+            State::Querying(_) => self.query_read(now, record),
             _ => {}
         }
     }
@@ -62,6 +63,7 @@ impl Request<'_> {
         match &self.state {
             State::Opening(_) => return self.opening_applied(applied),
             State::Issuing(_) => return self.issuing_applied(applied),
+            State::Querying(_) => return self.query_applied(applied),
             _ => {}
         }
         match &mut self.state {
@@ -146,7 +148,7 @@ impl Request<'_> {
                 self.events.push(Event::Rejected);
                 self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));
             }
-            State::Opening(_) | State::Issuing(_) => {
+            State::Opening(_) | State::Issuing(_) | State::Querying(_) => {
                 self.write = None;
                 self.events.push(Event::Rejected);
                 self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));

@@ -102,12 +102,7 @@ impl Policy {
             _ => Err(KeyError::List),
         }
         .map_err(|e| Refusal::key(&e))?;
-        let key = match self.parse {
-            Parse::Strict => parse_opaque_strict(value),
-            Parse::Lenient => parse_opaque_lenient(value),
-            Parse::Uuid(v) => parse_opaque_lenient(value).and_then(|k| parse_uuid(&k, v)),
-        }
-        .map_err(|e| Refusal::key(&e))?;
+        let key = self.parse.key(value).map_err(|e| Refusal::key(&e))?;
         let fingerprint = self.fingerprint_of(i)?;
         let (record_key, subject) = match &self.rules {
             Rules::Record(_) => (RecordKey::new(scope, key), Subject::Record),

@@ -3,7 +3,7 @@
 use crate::counter::{CounterAttempt, CounterConfig, CounterDecision, CounterKey, CounterLease};
 use crate::counter::{CounterError, Counters};
 use crate::engine::{
-    Attempt, CompleteError, ConfigError, Decision, Engine, Lease, Outcome, RejectReason,
+    Attempt, CompleteError, Config, ConfigError, Decision, Engine, Lease, Outcome, RejectReason,
 };
 use crate::event::Event;
 use crate::fingerprint::{Fingerprint, FingerprintSpec, RequestParts};
@@ -34,6 +34,7 @@ mod input;
 mod intake;
 mod policy;
 mod session;
+mod status;
 mod sync;
 #[cfg(test)]
 mod tests;
@@ -44,8 +45,9 @@ use crate::engine::SharedOutcome;
 use claim::{Decided, Wait};
 use events::Events;
 use hold::{not_stored, Held, Holding, Op, Purpose};
-use policy::{Parse, Rules};
+use policy::Rules;
 use session::Opening;
+use status::Querying;
 use token::Issuing;
 
 pub use deliver::Message;
@@ -54,6 +56,7 @@ pub use intake::{BodyReader, Intake, Target, Ticket};
 pub use policy::{
     principal_digest, InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES,
 };
+pub use status::{KeyStatus, StatusQuery};
 pub use waiters::Waiters;
 
 /// Lost races a claim tolerates before it answers [`Decision::CONTENDED`]. Each lost race
@@ -111,6 +114,8 @@ pub enum Operation {
     IssueToken,
     /// One delivery of a message to an inbox ([`Inbox::deliver`](crate::Inbox::deliver)).
     Deliver,
+    /// What became of a key ([`Policy::status`]).
+    Status,
 }
 
 #[derive(Debug)]
@@ -119,6 +124,8 @@ enum Answer {
     Refusal(Refusal),
     /// An answer rendered whole: an operation's document, or a problem of the HTTP edge.
     Reply(Reply),
+    /// What a status query found, and its document.
+    Status(Box<(KeyStatus, Reply)>),
 }
 
 #[derive(Debug)]
@@ -149,6 +156,8 @@ enum State<'a> {
     Opening(Box<Opening>),
     /// Issuing a token: its write is out.
     Issuing(Box<Issuing>),
+    /// A status query: its read, or its settling write, is out.
+    Querying(Box<Querying>),
 }
 
 /// One request's lifecycle, sans-IO: identify, claim (deciding again after a lost race),
@@ -424,6 +433,9 @@ impl<'a> Request<'a> {
             State::Answered(Answer::Reply(r)) | State::Superseded(Answer::Reply(r)) => {
                 Some(r.clone())
             }
+            State::Answered(Answer::Status(found)) | State::Superseded(Answer::Status(found)) => {
+                Some(found.1.clone())
+            }
             _ => None,
         }
     }
@@ -517,6 +529,7 @@ impl<'a> Request<'a> {
                     return Step::Idle;
                 }
                 State::Opening(o) => return o.poll(),
+                State::Querying(q) => return q.poll(),
                 State::Reading { .. } | State::Applying { .. } | State::Issuing(_) => {
                     return Step::Idle
                 }

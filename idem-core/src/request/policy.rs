@@ -63,6 +63,17 @@ impl KeyKind {
     }
 }
 
+impl Parse {
+    /// The key in a key header's value, by this policy's syntax.
+    pub(super) fn key(self, value: &[u8]) -> Result<String, KeyError> {
+        match self {
+            Parse::Strict => parse_opaque_strict(value),
+            Parse::Lenient => parse_opaque_lenient(value),
+            Parse::Uuid(v) => parse_opaque_lenient(value).and_then(|k| parse_uuid(&k, v)),
+        }
+    }
+}
+
 /// The rules a request's record follows, resolved from a [`KeyKind`].
 #[derive(Clone, Debug)]
 pub(super) enum Rules {
@@ -73,6 +84,16 @@ pub(super) enum Rules {
 }
 
 impl Rules {
+    /// The engine settings the rules follow (a counter's too).
+    pub(super) fn config(&self) -> &Config {
+        match self {
+            Rules::Record(e) => e.config(),
+            Rules::Time(t) => t.engine().config(),
+            Rules::Token(t) => t.engine().config(),
+            Rules::Counter(c) => c.engine_config(),
+        }
+    }
+
     pub(super) fn engine(&self) -> Option<&Engine> {
         match self {
             Rules::Record(e) => Some(e),
