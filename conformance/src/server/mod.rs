@@ -53,8 +53,8 @@ use http_body_util::Full;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use idem_core::{
-    AsyncStore, Engine, FingerprintSpec, KeyKind, Plain, Policy, Reply, Target, TokenSecret,
-    UnixMillis,
+    AsyncStore, Engine, FingerprintSpec, KeyKind, Plain, Policy, Reply, StatusQuery, Target,
+    TokenSecret, UnixMillis, KEY_HEADER, STATUS_HEADER,
 };
 use idem_tower::{render, IdempotencyContext, IdempotencyLayer};
 use std::fmt;
@@ -291,6 +291,14 @@ where
                 faults::misbehave,
             ));
         }
+        // The status query: a GET on the route with Idempotency-Status, on the same store.
+        let status = StatusRoute {
+            policy: policies[route as usize].clone(),
+            store: store.clone(),
+            route,
+            scoped: !app.config.fault.is_some_and(|f| f.apply().unscoped),
+        };
+        endpoint = endpoint.get(move |req: Request<Body>| async move { status.answer(req).await });
         router = router.route(route.path(), endpoint.fallback(use_post));
     }
     router
@@ -302,6 +310,43 @@ where
         // refuse what the server accepts.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(Arc::clone(app))
+}
+
+/// The status query of a guarded route (`IDEM-STATUS-4`): idem-core's status operation,
+/// driven on the route's store, for the principal the layer would see.
+#[derive(Clone)]
+struct StatusRoute<St> {
+    policy: Policy,
+    store: St,
+    route: Route,
+    scoped: bool,
+}
+
+impl<St> StatusRoute<St>
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+{
+    async fn answer(&self, req: Request<Body>) -> Response<Full<Bytes>> {
+        let headers = req.headers();
+        let Some(field) = headers.get(STATUS_HEADER) else {
+            return render(&Reply::method_not_allowed("POST"));
+        };
+        let keys: Vec<&[u8]> = headers
+            .get_all(KEY_HEADER)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect();
+        let principal = self.scoped.then(|| principal_of(headers));
+        let query = StatusQuery {
+            principal: principal.as_deref(),
+            route: self.route.path(),
+            keys: &keys,
+            status: field.as_bytes(),
+        };
+        let machine = self.policy.status(&query, nonce());
+        idem_tower::answer(&self.store, machine).await
+    }
 }
 
 fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
