@@ -1253,6 +1253,8 @@ pub(crate) enum Found {
     String(String),
     /// A number, as its text in the body.
     Number(String),
+    /// `true` or `false`.
+    Bool(bool),
     /// Something else.
     NotString,
 }
@@ -1292,6 +1294,14 @@ impl Finder<'_> {
         }
     }
 
+    fn boolean(path: &[String], value: bool) -> Found {
+        if path.is_empty() {
+            Found::Bool(value)
+        } else {
+            Found::Missing
+        }
+    }
+
     fn find(&mut self, depth: usize, path: &[String]) -> Result<Found> {
         self.s.ws();
         match self.s.peek() {
@@ -1308,8 +1318,11 @@ impl Finder<'_> {
             }
             Some(b'[') => self.array(depth + 1, path),
             Some(b'{') => self.object(depth + 1, path),
-            Some(b't') => self.s.literal(b"true").map(|()| Self::found(path)),
-            Some(b'f') => self.s.literal(b"false").map(|()| Self::found(path)),
+            Some(b't') => self.s.literal(b"true").map(|()| Self::boolean(path, true)),
+            Some(b'f') => self
+                .s
+                .literal(b"false")
+                .map(|()| Self::boolean(path, false)),
             Some(b'n') => self.s.literal(b"null").map(|()| Self::found(path)),
             Some(b'-' | b'0'..=b'9') => {
                 let start = self.s.i;
@@ -1458,13 +1471,17 @@ mod pointer_tests {
 
     #[test]
     fn a_pointer_finds_strings_in_objects_and_arrays_and_nothing_else() {
-        let body = br#"{"a/b":{"k":"x"},"items":[{"key":"one"},{"key":"two"}],"n":7,"f":-1.5e3,"s":"top"}"#;
+        let body = br#"{"a/b":{"k":"x"},"items":[{"key":"one"},{"key":"two"}],"n":7,"f":-1.5e3,"s":"top","t":true,"u":false,"z":null}"#;
         let at = |p: &str| string_at(body, p).unwrap();
         assert_eq!(at("/a~1b/k"), Found::String("x".into()));
         assert_eq!(at("/items/1/key"), Found::String("two".into()));
         assert_eq!(at("/s"), Found::String("top".into()));
         assert_eq!(at("/n"), Found::Number("7".into()));
         assert_eq!(at("/f"), Found::Number("-1.5e3".into()));
+        assert_eq!(at("/t"), Found::Bool(true));
+        assert_eq!(at("/u"), Found::Bool(false));
+        assert_eq!(at("/t/deeper"), Found::Missing);
+        assert_eq!(at("/z"), Found::NotString);
         assert_eq!(at("/items"), Found::NotString);
         assert_eq!(at("/items/2/key"), Found::Missing);
         assert_eq!(at("/s/deeper"), Found::Missing);

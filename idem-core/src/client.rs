@@ -1,8 +1,9 @@
-//! The client side (`IDEM-CLIENT-1` to `IDEM-CLIENT-7`): an outbox entry per logical request,
+//! The client side (`IDEM-CLIENT-1` to `IDEM-CLIENT-8`): an outbox entry per logical request,
 //! as a sans-IO state machine. It never reads a clock or draws random numbers; the caller
 //! passes `now` and a random `u64` into every decision.
 
 use crate::key::{KeyError, MAX_KEY_LEN};
+use crate::request::KeyStatus;
 use crate::time::UnixMillis;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -88,12 +89,30 @@ pub enum EntryState {
         /// Why.
         reason: GiveUp,
     },
-    /// Given up, and an attempt may have been processed: the outcome is unknown and must be
-    /// reconciled some other way. Never reported as success or failure (`IDEM-CLIENT-4`).
+    /// Given up, and an attempt may have been processed: the outcome is unknown until a
+    /// status query reconciles it ([`OutboxEntry::on_status`]). Never reported as success or
+    /// failure (`IDEM-CLIENT-4`).
     Undetermined {
         /// Why.
         reason: GiveUp,
     },
+    /// A status query found the key in progress: ask again (`IDEM-CLIENT-8`).
+    Asking {
+        /// Not before this time.
+        until: UnixMillis,
+        /// Status queries answered so far.
+        asks: u32,
+    },
+    /// A status query found that the request ran and its response is no longer at hand
+    /// (gone from the server, or the payload to fetch its replay is gone here): it took
+    /// effect, once (`IDEM-CLIENT-8`).
+    Executed {
+        /// The stored response's status, when the server still had it.
+        status: Option<u16>,
+    },
+    /// A status query settled the key: the request never ran and never will; a new request
+    /// with a new key is safe (`IDEM-CLIENT-8`).
+    NotExecuted,
 }
 
 /// What the server's answer says about the key, beyond the status; read it from the
@@ -193,6 +212,33 @@ pub enum NextStep {
         /// Why.
         reason: GiveUp,
     },
+    /// Ask the server about the key again at `at` (`IDEM-CLIENT-8`).
+    AskStatus {
+        /// Not before this time.
+        at: UnixMillis,
+    },
+    /// It ran, once; its response is not at hand (`IDEM-CLIENT-8`).
+    Executed {
+        /// The stored response's status, when the server still had it.
+        status: Option<u16>,
+    },
+    /// It never ran and never will: safe to send again under a new key (`IDEM-CLIENT-8`).
+    NotExecuted,
+}
+
+impl NextStep {
+    /// The entry's state once it takes this step; `asks` counts the status queries.
+    fn state(self, asks: u32) -> EntryState {
+        match self {
+            NextStep::Complete { class, status } => EntryState::Answered { class, status },
+            NextStep::Retry { at } => EntryState::Waiting { until: at },
+            NextStep::Failed { reason } => EntryState::Failed { reason },
+            NextStep::Undetermined { reason } => EntryState::Undetermined { reason },
+            NextStep::AskStatus { at } => EntryState::Asking { until: at, asks },
+            NextStep::Executed { status } => EntryState::Executed { status },
+            NextStep::NotExecuted => EntryState::NotExecuted,
+        }
+    }
 }
 
 /// A call the entry refuses.
@@ -216,6 +262,8 @@ pub enum ClientError {
     NotAnswered(EntryState),
     /// A response status outside 200-599.
     InvalidStatus(u16),
+    /// [`OutboxEntry::on_status`] on an entry that was never sent or has a definite outcome.
+    NothingToReconcile(EntryState),
 }
 
 impl fmt::Display for ClientError {
@@ -232,6 +280,9 @@ impl fmt::Display for ClientError {
             }
             ClientError::NotAnswered(s) => write!(f, "no final response yet (state {s:?})"),
             ClientError::InvalidStatus(s) => write!(f, "invalid response status {s}"),
+            ClientError::NothingToReconcile(s) => {
+                write!(f, "nothing to ask the server about (state {s:?})")
+            }
         }
     }
 }
@@ -264,7 +315,11 @@ impl std::error::Error for ClientError {}
 ///    in seconds, and the [`KeyAnswer`] read from the problem type) or a [`NetworkError`].
 ///    It answers [`NextStep`]: complete, retry at a time, failed, or undetermined.
 /// 4. After a restart, an entry found in [`EntryState::Sent`] lost its response: report
-///    [`NetworkError::Lost`] for it.
+///    [`NetworkError::Lost`] for it, or ask the server about it (step 5).
+/// 5. An entry that ends undetermined asks the server with a status query that settles
+///    ([`OutboxEntry::next_ask`]); pass what it found to [`OutboxEntry::on_status`]. It
+///    answers executed, not executed, retry now (to fetch a replay), ask again, or still
+///    undetermined (`IDEM-CLIENT-8`).
 ///
 /// [`OutboxEntry::decide`] is the same decision without changing the entry.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -348,12 +403,27 @@ impl OutboxEntry {
         self.last_status
     }
 
-    /// Whether nothing more will be sent.
+    /// Whether nothing more will be sent or asked, except a status query for an undetermined
+    /// entry.
     pub fn is_final(&self) -> bool {
         !matches!(
             self.state,
-            EntryState::Created | EntryState::Sent | EntryState::Waiting { .. }
+            EntryState::Created
+                | EntryState::Sent
+                | EntryState::Waiting { .. }
+                | EntryState::Asking { .. }
         )
+    }
+
+    /// When a status query about the key is due: at once for an entry whose outcome is
+    /// undetermined, at the end of the wait for one asking, never otherwise. (An entry found
+    /// [`EntryState::Sent`] after a restart may be asked about at once, too.)
+    pub fn next_ask(&self, now: UnixMillis) -> Option<UnixMillis> {
+        match self.state {
+            EntryState::Undetermined { .. } => Some(now),
+            EntryState::Asking { until, .. } => Some(until),
+            _ => None,
+        }
     }
 
     /// When the entry next wants to be sent: now for a new entry, the end of the backoff
@@ -419,12 +489,76 @@ impl OutboxEntry {
         if let Ok(r) = result {
             self.last_status = Some(r.status);
         }
-        self.state = match next {
-            NextStep::Complete { class, status } => EntryState::Answered { class, status },
-            NextStep::Retry { at } => EntryState::Waiting { until: at },
-            NextStep::Failed { reason } => EntryState::Failed { reason },
-            NextStep::Undetermined { reason } => EntryState::Undetermined { reason },
+        self.state = next.state(0);
+        Ok(next)
+    }
+
+    /// Reconciles the entry with what a status query about its key found (`IDEM-CLIENT-8`):
+    /// `found` is [`KeyStatus::from_document`] of the answer, `None` when the server does not
+    /// answer status queries. Ask with `settle`, so that an unknown key is settled and a
+    /// late copy of the request can never run. `can_resend` says whether the payload is
+    /// still at hand to send again.
+    ///
+    /// | found                          | can resend       | cannot resend          |
+    /// |--------------------------------|------------------|------------------------|
+    /// | completed, replayable, final status | retry now: the same key fetches the replay | executed (its status) |
+    /// | completed, no longer replayed  | executed (its status) | executed (its status) |
+    /// | expired                        | executed         | executed               |
+    /// | not-executed (settled)         | not executed     | not executed           |
+    /// | in-progress                    | ask again after `Retry-After`, backoff-bounded, at most `max_attempts` asks | the same |
+    /// | released, held, unknown, none  | undetermined     | undetermined           |
+    ///
+    /// Allowed once the entry was sent and while its outcome is open: sent (a response lost
+    /// in a crash), waiting, undetermined or asking. A key found released ran an attempt
+    /// that recorded nothing: a retry would run it again, so it is left to the caller.
+    pub fn on_status(
+        &mut self,
+        policy: &RetryPolicy,
+        now: UnixMillis,
+        random: u64,
+        found: Option<&KeyStatus>,
+        can_resend: bool,
+    ) -> Result<NextStep, ClientError> {
+        let (asks, reason) = match self.state {
+            EntryState::Sent | EntryState::Waiting { .. } => (0, GiveUp::Budget),
+            EntryState::Undetermined { reason } => (0, reason),
+            EntryState::Asking { asks, .. } => (asks, GiveUp::Budget),
+            other => return Err(ClientError::NothingToReconcile(other)),
         };
+        let asks = asks.saturating_add(1);
+        let next = match found {
+            // A replay that would complete the entry; one a retry may change would only
+            // be replayed again and again.
+            Some(KeyStatus::Completed {
+                status,
+                replayable: true,
+            }) if can_resend && final_class(*status).is_some() => NextStep::Retry { at: now },
+            Some(KeyStatus::Completed { status, .. }) => NextStep::Executed {
+                status: Some(*status),
+            },
+            Some(KeyStatus::Expired) => NextStep::Executed { status: None },
+            Some(KeyStatus::NotExecuted) => NextStep::NotExecuted,
+            Some(KeyStatus::InProgress { .. }) if asks >= policy.max_attempts => {
+                NextStep::Undetermined {
+                    reason: GiveUp::Budget,
+                }
+            }
+            Some(KeyStatus::InProgress { retry_after_secs }) => {
+                let wait = backoff_ms(policy, asks, random, Some(*retry_after_secs));
+                NextStep::AskStatus {
+                    at: now.saturating_add(Duration::from_millis(wait)),
+                }
+            }
+            Some(KeyStatus::Released | KeyStatus::Held | KeyStatus::Unknown) | None => {
+                NextStep::Undetermined { reason }
+            }
+        };
+        match next {
+            NextStep::Executed { .. } => self.maybe_processed = true,
+            NextStep::NotExecuted => self.maybe_processed = false,
+            _ => {}
+        }
+        self.state = next.state(asks);
         Ok(next)
     }
 
@@ -455,31 +589,24 @@ impl OutboxEntry {
             }
             Ok(r) => {
                 let status = r.status;
-                match status {
-                    200..=399 => {
-                        let class = Completion::Succeeded;
-                        return Ok((NextStep::Complete { class, status }, maybe));
-                    }
-                    // Refused before processing, retrying is the remedy.
-                    408 | 425 | 429 => {
-                        maybe |= r.answer == KeyAnswer::KeyBusy;
-                    }
-                    // The key is held by another attempt (IETF draft §2.7): possibly ours.
-                    409 => {
-                        maybe |= r.answer != KeyAnswer::NotProcessed;
-                    }
-                    400..=499 => {
-                        if r.answer == KeyAnswer::Forgotten && maybe {
-                            return Ok((give_up(GiveUp::KeyForgotten, true), maybe));
-                        }
-                        let class = Completion::Rejected;
-                        return Ok((NextStep::Complete { class, status }, maybe));
-                    }
-                    500..=599 => {
-                        maybe |= r.answer != KeyAnswer::NotProcessed;
-                    }
-                    _ => return Err(ClientError::InvalidStatus(status)),
+                if !(200..=599).contains(&status) {
+                    return Err(ClientError::InvalidStatus(status));
                 }
+                match final_class(status) {
+                    Some(Completion::Rejected) if r.answer == KeyAnswer::Forgotten && maybe => {
+                        return Ok((give_up(GiveUp::KeyForgotten, true), maybe));
+                    }
+                    Some(class) => return Ok((NextStep::Complete { class, status }, maybe)),
+                    None => {}
+                }
+                maybe |= match status {
+                    // Refused before processing, retrying is the remedy; unless the key is
+                    // busy with an attempt that may be ours.
+                    408 | 425 | 429 => r.answer == KeyAnswer::KeyBusy,
+                    // 409: the key is held by another attempt (IETF draft §2.7), possibly
+                    // ours; 5xx: it may have run.
+                    _ => r.answer != KeyAnswer::NotProcessed,
+                };
                 r.retry_after_secs
             }
         };
@@ -511,6 +638,18 @@ impl OutboxEntry {
             }
             other => Err(ClientError::NotAnswered(other)),
         }
+    }
+}
+
+/// How a response with `status` ends the interaction (`IDEM-CLIENT-2`): 2xx and 3xx
+/// succeed, a deterministic 4xx rejects; `None` for what a retry may change (408, 409, 425,
+/// 429 and 5xx, `IDEM-CLIENT-3`).
+fn final_class(status: u16) -> Option<Completion> {
+    match status {
+        200..=399 => Some(Completion::Succeeded),
+        408 | 409 | 425 | 429 => None,
+        400..=499 => Some(Completion::Rejected),
+        _ => None,
     }
 }
 
@@ -621,7 +760,16 @@ pub fn decode_entry(bytes: &[u8]) -> Result<OutboxEntry, EntryDecodeError> {
             "attempts, first send and state disagree",
         ));
     }
-    if entry.last_status.is_some_and(|s| !(200..=599).contains(&s)) {
+    let status = match entry.state {
+        EntryState::Executed { status } => status,
+        _ => None,
+    };
+    if entry
+        .last_status
+        .into_iter()
+        .chain(status)
+        .any(|s| !(200..=599).contains(&s))
+    {
         return Err(EntryDecodeError::Invalid("status outside 200-599"));
     }
     Ok(entry)

@@ -16,7 +16,9 @@ pub(super) fn key_at(body: &[u8], pointer: &str) -> Result<String, Refusal> {
     };
     match crate::canon::string_at(body, pointer).map_err(|_| missing())? {
         crate::canon::Found::String(key) => Ok(key),
-        crate::canon::Found::NotString | crate::canon::Found::Number(_) => Err(Refusal {
+        crate::canon::Found::NotString
+        | crate::canon::Found::Bool(_)
+        | crate::canon::Found::Number(_) => Err(Refusal {
             requirement: "IDEM-KEY-7",
             ..Refusal::new(
                 Problem::MALFORMED_KEY,

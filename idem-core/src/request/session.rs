@@ -99,7 +99,7 @@ impl Policy {
         let first_seq = match string_at(body, "/firstSeq") {
             Ok(Found::Missing) => Some(0),
             Ok(Found::Number(n) | Found::String(n)) => parse_decimal(&n, "firstSeq").ok(),
-            Ok(Found::NotString) => None,
+            Ok(Found::NotString | Found::Bool(_)) => None,
             Err(_) => return bad(),
         };
         match first_seq {

@@ -62,6 +62,45 @@ impl KeyStatus {
     }
 }
 
+impl KeyStatus {
+    /// Reads a status document (the body of a reply of
+    /// [`STATUS_MEDIA_TYPE`](crate::STATUS_MEDIA_TYPE)), as a client receives it: `None` when
+    /// it is not one (not JSON, an unknown status name, a completed key without its response
+    /// status, a status outside 200-599). A missing `retryAfter` reads as
+    /// [`RETRY_SOON_SECS`](crate::engine::RETRY_SOON_SECS).
+    pub fn from_document(body: &[u8]) -> Option<KeyStatus> {
+        use crate::canon::{string_at, Found};
+        let number = |pointer: &str| match string_at(body, pointer) {
+            Ok(Found::Number(n)) => n.parse::<u64>().ok(),
+            _ => None,
+        };
+        let Ok(Found::String(name)) = string_at(body, "/status") else {
+            return None;
+        };
+        Some(match name.as_str() {
+            "completed" => {
+                let status = number("/response/status")
+                    .and_then(|s| u16::try_from(s).ok())
+                    .filter(|s| (200..=599).contains(s))?;
+                let replayable = match string_at(body, "/response/replayable") {
+                    Ok(Found::Bool(b)) => b,
+                    _ => return None,
+                };
+                KeyStatus::Completed { status, replayable }
+            }
+            "in-progress" => KeyStatus::InProgress {
+                retry_after_secs: number("/retryAfter").unwrap_or(crate::engine::RETRY_SOON_SECS),
+            },
+            "released" => KeyStatus::Released,
+            "held" => KeyStatus::Held,
+            "expired" => KeyStatus::Expired,
+            "unknown" => KeyStatus::Unknown,
+            "not-executed" => KeyStatus::NotExecuted,
+            _ => return None,
+        })
+    }
+}
+
 /// A status query as the host received it.
 #[derive(Clone, Copy, Debug)]
 pub struct StatusQuery<'a> {
