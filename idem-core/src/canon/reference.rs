@@ -221,7 +221,7 @@ impl<'de> Visitor<'de> for KeySeed {
 /// whitespace, escapes, number forms (long, signed, exponents, out of range), duplicate
 /// names, deep nesting; and now and then one byte broken.
 mod race {
-    use super::super::{canonicalise, parse_patterns, SMALL_OBJECT};
+    use super::super::{canonicalise, parse_patterns, write::SMALL_OBJECT};
     use crate::fingerprint::FieldDigests;
     use alloc::format;
     use alloc::string::{String, ToString};
