@@ -2,7 +2,8 @@
 //! one call to the [`AsyncStore`], its answer handed back; everything else (decisions,
 //! retries after a lost race, heartbeats, completions, replies) is the machine's.
 
-use crate::{EventFn, FilterFn, LeaseError, Principal, RouteFn};
+use crate::context::LeaseError;
+use crate::layer::{EventFn, FilterFn, Principal, RouteFn};
 use idem_core::{
     AsyncStore, Event, Finish, Heartbeat, Outcome, Policy, RecordKey, Reply, Request, Step,
     StoreFailure, UnixMillis, Waiters,
