@@ -39,6 +39,7 @@
 mod body;
 mod context;
 mod drive;
+mod future;
 mod layer;
 mod memory;
 mod operation;
@@ -52,6 +53,7 @@ pub mod store_tests;
 
 pub use body::{read_body, render, BoxError, InnerBody, OuterBody};
 pub use context::{IdempotencyContext, LeaseError};
+pub use future::ResponseFuture;
 pub use idem_core;
 pub use layer::{BuildError, Builder, IdempotencyLayer};
 pub use memory::MemoryStore;

@@ -5,6 +5,7 @@
 use crate::body::{internal, read_body, reply_response, BoxError, InnerBody, OuterBody};
 use crate::context::IdempotencyContext;
 use crate::drive::{advance, nonce, Beat, Running, Shared};
+use crate::future::ResponseFuture;
 use crate::layer::Principal;
 use bytes::Bytes;
 use http::request::Parts;
@@ -16,8 +17,6 @@ use idem_core::{
     LOW_WATER_HEADER,
 };
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower_service::Service;
@@ -57,7 +56,7 @@ where
 {
     type Response = Response<OuterBody<ResB>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = ResponseFuture<ResB, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -68,7 +67,7 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
-        Box::pin(serve(shared, inner, request))
+        ResponseFuture::new(serve(shared, inner, request))
     }
 }
 
