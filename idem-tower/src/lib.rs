@@ -2,19 +2,49 @@
 //! types that drives [idem-core](idem_core)'s request machine, so that every guarded request
 //! (POST and PATCH by default) is safe to retry.
 //!
-//! ```no_run
-//! # async fn run() {
+//! ```
+//! use axum::body::{to_bytes, Body};
+//! use axum::http::Request;
 //! use axum::{routing::post, Router};
 //! use idem_tower::{IdempotencyLayer, MemoryStore};
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use tower::ServiceExt;
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
 //! let idempotency = IdempotencyLayer::builder(MemoryStore::default())
 //!     .principal(|parts| parts.headers.get("x-account-id")?.to_str().ok().map(str::to_owned))
 //!     .build()
 //!     .expect("a principal is set");
-//! let app: Router = Router::new()
-//!     .route("/orders", post(|| async { "created" }))
+//!
+//! let orders = Arc::new(AtomicUsize::new(0));
+//! let counter = Arc::clone(&orders);
+//! let create_order = move || async move {
+//!     format!("order {}", counter.fetch_add(1, Ordering::SeqCst) + 1)
+//! };
+//! let app = Router::new()
+//!     .route("/orders", post(create_order))
 //!     .layer(idempotency);
-//! # let _ = app;
+//!
+//! let order = || {
+//!     Request::post("/orders")
+//!         .header("idempotency-key", "\"8e03978e-40d5-43e8-bc93-6894a57f9324\"")
+//!         .header("x-account-id", "acct_1")
+//!         .header("content-type", "application/json")
+//!         .body(Body::from(r#"{"amount": 100}"#))
+//!         .unwrap()
+//! };
+//! let first = app.clone().oneshot(order()).await.unwrap();
+//! // The response is lost on the way back; the client sends the same request again.
+//! let retry = app.clone().oneshot(order()).await.unwrap();
+//!
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! let first = to_bytes(first.into_body(), usize::MAX).await.unwrap();
+//! let retry = to_bytes(retry.into_body(), usize::MAX).await.unwrap();
+//! assert_eq!(first, "order 1");
+//! assert_eq!(retry, first);
+//! assert_eq!(orders.load(Ordering::SeqCst), 1); // the handler ran once
 //! # }
 //! ```
 //!
@@ -34,6 +64,11 @@
 //! the request machine, the store and the inner service. The guarded work runs in a task of
 //! its own, so a client that goes away cannot cancel a handler half-way or the write of its
 //! outcome.
+//!
+//! The layer ([`IdempotencyLayer`], made by a [`Builder`]) wraps a service in [`Idempotent`],
+//! whose future is a [`ResponseFuture`]; the inner service gets an [`InnerBody`] and the layer
+//! answers with an [`OuterBody`]. Endpoints a service serves beside the layer, on its store,
+//! answer as the layer does with [`answer`], [`deliver`], [`read_body`] and [`render`].
 #![forbid(unsafe_code)]
 
 mod body;
