@@ -58,6 +58,11 @@ pub(crate) fn nonce() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// Waits until `t`, as the machine asks ([`Step::WaitUntil`]: a duplicate in flight).
+pub(crate) async fn sleep_until(t: UnixMillis) {
+    tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t))).await;
+}
+
 /// Performs the machine's store steps until it asks for something else: run, wait, reply,
 /// done, or an input it is waiting for (idle).
 ///

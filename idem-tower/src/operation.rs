@@ -8,7 +8,7 @@ use crate::drive;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
-use idem_core::{AsyncStore, Delivery, Inbox, Message, Outcome, Plain, Reply, Step, UnixMillis};
+use idem_core::{AsyncStore, Delivery, Inbox, Message, Outcome, Plain, Reply, Step};
 use std::fmt;
 use std::future::Future;
 
@@ -33,8 +33,7 @@ where
     loop {
         match drive::drive_steps(store, &waiters, &log_events, &mut request).await {
             Step::WaitUntil(t) => {
-                tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t)))
-                    .await;
+                drive::sleep_until(t).await;
             }
             Step::Reply | Step::Done(_) => {
                 return match request.reply() {
@@ -90,8 +89,7 @@ where
     loop {
         match drive::drive_steps(store, &waiters, &log_events, &mut request).await {
             Step::WaitUntil(t) => {
-                tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t)))
-                    .await;
+                drive::sleep_until(t).await;
             }
             Step::Run(context) => {
                 let outcome = match process.take() {

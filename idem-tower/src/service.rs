@@ -4,7 +4,7 @@
 
 use crate::body::{internal, read_body, reply_response, BoxError, InnerBody, OuterBody};
 use crate::context::IdempotencyContext;
-use crate::drive::{advance, nonce, Beat, Running, Shared};
+use crate::drive::{advance, nonce, sleep_until, Beat, Running, Shared};
 use crate::future::ResponseFuture;
 use crate::layer::Principal;
 use bytes::Bytes;
@@ -13,8 +13,7 @@ use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{
-    AsyncStore, Intake, Outcome, Plain, Reply, Step, StoredResponse, UnixMillis, KEY_HEADER,
-    LOW_WATER_HEADER,
+    AsyncStore, Intake, Outcome, Plain, Reply, Step, StoredResponse, KEY_HEADER, LOW_WATER_HEADER,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -187,8 +186,7 @@ where
     let context = loop {
         match advance(&shared, &mut machine).await {
             Step::WaitUntil(t) => {
-                tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t)))
-                    .await;
+                sleep_until(t).await;
             }
             Step::Run(context) => break context,
             Step::Reply => {
