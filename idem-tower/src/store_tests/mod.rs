@@ -6,7 +6,9 @@
 //! ```no_run
 //! # async fn run() {
 //! use idem_tower::{store_tests, MemoryStore};
-//! store_tests::run_all(|| async { MemoryStore::default() }, store_tests::Options::default()).await;
+//! // Two MemoryStores share no records: the races run on one.
+//! let options = store_tests::Options { shared: false, ..Default::default() };
+//! store_tests::run_all(|| async { MemoryStore::default() }, options).await;
 //! # }
 //! ```
 //!

@@ -4,10 +4,12 @@
 use super::{load, unique, Options};
 use crate::{IdempotencyContext, IdempotencyLayer, OuterBody};
 use bytes::Bytes;
+use http::header::CONTENT_TYPE;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{
-    Applied, AsyncStore, Config, Engine, Policy, Record, RecordKey, StoreFailure, UnixMillis, Write,
+    Applied, AsyncStore, Config, Engine, Policy, Problem, Record, RecordKey, StoreFailure,
+    UnixMillis, Write, KEY_HEADER, REPLAYED_HEADER,
 };
 use std::convert::Infallible;
 use std::fmt;
@@ -81,8 +83,8 @@ impl Service<Request<Either<Full<Bytes>, Full<Bytes>>>> for Orders {
 
 fn post(key: &str) -> Request<Full<Bytes>> {
     Request::post("/orders")
-        .header("idempotency-key", format!("\"{key}\""))
-        .header("content-type", "application/json")
+        .header(KEY_HEADER, format!("\"{key}\""))
+        .header(CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from_static(b"{\"amount\":100}")))
         .expect("a request")
 }
@@ -111,7 +113,7 @@ where
     let status = response.status().as_u16();
     let replayed = response
         .headers()
-        .get("idempotent-replayed")
+        .get(REPLAYED_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let bytes = match response.into_body().collect().await {
@@ -318,9 +320,9 @@ where
     let orders = Orders::new(Bytes::from_static(b"ran"), Duration::ZERO);
     let service = layered(Failing, Policy::new(Engine::default()), &orders);
     let (status, _, body) = send(&service, &unique("down")).await;
-    assert_eq!(status, 503);
+    assert_eq!(status, Problem::STORE_UNAVAILABLE.status);
     assert!(
-        String::from_utf8_lossy(&body).contains("store-unavailable"),
+        String::from_utf8_lossy(&body).contains(Problem::STORE_UNAVAILABLE.type_uri),
         "{}",
         String::from_utf8_lossy(&body)
     );
@@ -360,7 +362,7 @@ where
     let key = unique("over");
     assert_eq!(send(&service, &key).await.0, 201);
     let (status, _, problem) = send(&service, &key).await;
-    assert_eq!(status, 410);
-    assert!(String::from_utf8_lossy(&problem).contains("response-not-stored"));
+    assert_eq!(status, Problem::RESPONSE_NOT_STORED.status);
+    assert!(String::from_utf8_lossy(&problem).contains(Problem::RESPONSE_NOT_STORED.type_uri));
     assert_eq!(over.runs(), 1);
 }
