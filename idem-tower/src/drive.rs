@@ -2,7 +2,8 @@
 //! one call to the [`AsyncStore`], its answer handed back; everything else (decisions,
 //! retries after a lost race, heartbeats, completions, replies) is the machine's.
 
-use crate::{EventFn, FilterFn, LeaseError, Principal, RouteFn};
+use crate::context::LeaseError;
+use crate::layer::{EventFn, FilterFn, Principal, RouteFn};
 use idem_core::{
     AsyncStore, Event, Finish, Heartbeat, Outcome, Policy, RecordKey, Reply, Request, Step,
     StoreFailure, UnixMillis, Waiters,
@@ -55,6 +56,11 @@ pub(crate) fn nonce() -> u64 {
     // Without a random source the nonce would repeat: better to stop than to reuse versions.
     getrandom::fill(&mut bytes).expect("the operating system's random source failed");
     u64::from_le_bytes(bytes)
+}
+
+/// Waits until `t`, as the machine asks ([`Step::WaitUntil`]: a duplicate in flight).
+pub(crate) async fn sleep_until(t: UnixMillis) {
+    tokio::time::sleep(std::time::Duration::from_millis(UnixMillis::now().until(t))).await;
 }
 
 /// Performs the machine's store steps until it asks for something else: run, wait, reply,

@@ -1,25 +1,15 @@
-//! The rules every store must keep (`IDEM-STORE-1`, `IDEM-STORE-3`, `IDEM-STORE-4`,
-//! `IDEM-STORE-5`, `IDEM-STORE-6`, `IDEM-STORE-9`, `IDEM-TTL-1`..`4`, `IDEM-LEASE-4`), as async checks to run
-//! against a store: the same rules as the JavaScript `idem/store-tests`. Each check panics
-//! with what it saw when the store breaks a rule.
-//!
-//! ```no_run
-//! # async fn run() {
-//! use idem_tower::{store_tests, MemoryStore};
-//! store_tests::run_all(|| async { MemoryStore::default() }, store_tests::Options::default()).await;
-//! # }
-//! ```
-//!
-//! The checks use real time (a store with a time-to-live of its own cannot be given a
-//! clock), with retention windows of a second or two.
+//! The rules checked through the layer, request by request: concurrent duplicates, expiry,
+//! a live lease, a store that fails, the response size limit.
 
+use super::{load, unique, Options};
 use crate::{IdempotencyContext, IdempotencyLayer, OuterBody};
 use bytes::Bytes;
+use http::header::CONTENT_TYPE;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{
-    Applied, AsyncStore, Config, Engine, Intake, Policy, Precondition, Record, RecordKey, Step,
-    StoreFailure, UnixMillis, Waiters, Write, WriteOp,
+    Applied, AsyncStore, Config, Engine, Policy, Problem, Record, RecordKey, StoreFailure,
+    UnixMillis, Write, KEY_HEADER, REPLAYED_HEADER,
 };
 use std::convert::Infallible;
 use std::fmt;
@@ -31,266 +21,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
-
-/// How the checks treat the store.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Whether two stores from `open` see the same records (two clients or pools of one
-    /// server): the races then run over both.
-    pub shared: bool,
-    /// Whether the store deletes expired records on its own (a time-to-live): it must have
-    /// deleted a record once its key expired.
-    pub self_expiring: bool,
-    /// The largest response the store keeps (default 1 MiB).
-    pub max_response_bytes: usize,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            shared: true,
-            self_expiring: false,
-            max_response_bytes: 1 << 20,
-        }
-    }
-}
-
-/// Runs every check against stores made by `open`.
-pub async fn run_all<St, F, Fut>(open: F, options: Options)
-where
-    St: AsyncStore + Send + Sync + 'static,
-    St::Error: fmt::Display,
-    F: Fn() -> Fut,
-    Fut: Future<Output = St>,
-{
-    compare_and_set(&open, &options).await;
-    versions(&open).await;
-    concurrent_duplicates(&open, &options).await;
-    expiry(&open, &options).await;
-    live_lease(&open).await;
-    failures(&open).await;
-    size_limit(&open, &options).await;
-}
-
-fn unique(label: &str) -> String {
-    format!("{label}-{:016x}", crate::drive::nonce())
-}
-
-/// `n` claims of one key (single tenant, `POST /orders`), as the engine writes them: each
-/// an in-flight record with a version of its own.
-pub fn claims(key: &str, n: usize) -> Vec<Write> {
-    let policy = Policy::new(Engine::default());
-    (0..n)
-        .map(|_| {
-            let quoted = format!("\"{key}\"");
-            let keys: [&[u8]; 1] = [quoted.as_bytes()];
-            let intake = Intake {
-                principal: None,
-                method: "POST",
-                route: "/orders",
-                target: "/orders",
-                keys: &keys,
-                low_water: None,
-                content_type: Some("application/json"),
-                headers: &[],
-                body: b"{\"amount\":100}",
-            };
-            let mut request = policy.request(&intake, crate::drive::nonce());
-            let mut waiters = Waiters::default();
-            let now = UnixMillis::now();
-            assert_eq!(request.poll(now, &mut waiters), Step::Claim);
-            request.handle_record(now, None, &mut waiters);
-            match request.poll(now, &mut waiters) {
-                Step::Apply(write) => write,
-                other => panic!("expected a claim write, got {other:?}"),
-            }
-        })
-        .collect()
-}
-
-fn with_precondition(write: &Write, precondition: Precondition) -> Write {
-    Write {
-        precondition,
-        ..write.clone()
-    }
-}
-
-fn version_of(write: &Write) -> u64 {
-    match &write.op {
-        WriteOp::Put(r) => r.version,
-        WriteOp::Delete => panic!("a claim is a put"),
-    }
-}
-
-async fn must<T, E: fmt::Display>(what: &str, r: Result<T, E>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{what}: the store failed: {e}"),
-    }
-}
-
-async fn load<St: AsyncStore>(store: &St, key: &RecordKey) -> Option<Record>
-where
-    St::Error: fmt::Display,
-{
-    must("load", store.load(key).await).await
-}
-
-async fn apply<St: AsyncStore>(store: &St, write: Write) -> Applied
-where
-    St::Error: fmt::Display,
-{
-    must("apply", store.apply(UnixMillis::now(), write).await).await
-}
-
-/// One of 32 racing claims of a key wins, then one of 31 racing updates (`IDEM-STORE-1`).
-pub async fn compare_and_set<St, F, Fut>(open: &F, options: &Options)
-where
-    St: AsyncStore + Send + Sync + 'static,
-    St::Error: fmt::Display,
-    F: Fn() -> Fut,
-    Fut: Future<Output = St>,
-{
-    let stores = if options.shared {
-        vec![Arc::new(open().await), Arc::new(open().await)]
-    } else {
-        vec![Arc::new(open().await)]
-    };
-    for round in 0..5 {
-        let writes = claims(&unique("cas"), 32);
-        let key = writes[0].key.clone();
-        let results = race(&stores, writes.clone()).await;
-        let won = applied(&results);
-        assert_eq!(
-            won.len(),
-            1,
-            "round {round}: {} of 32 claims applied",
-            won.len()
-        );
-        let winner = &writes[won[0]];
-        let stored = load(&*stores[0], &key).await.expect("the winner's record");
-        assert_eq!(stored.version, version_of(winner));
-        let updates: Vec<Write> = writes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != won[0])
-            .map(|(_, w)| with_precondition(w, Precondition::Version(version_of(winner))))
-            .collect();
-        let done = race(&stores, updates.clone()).await;
-        let updated = applied(&done);
-        assert_eq!(
-            updated.len(),
-            1,
-            "round {round}: {} of 31 updates applied",
-            updated.len()
-        );
-        let after = load(&*stores[stores.len() - 1], &key)
-            .await
-            .expect("a record");
-        assert_eq!(after.version, version_of(&updates[updated[0]]));
-    }
-}
-
-/// The indices of the writes that were applied.
-fn applied(results: &[Applied]) -> Vec<usize> {
-    (0..results.len())
-        .filter(|&i| results[i] == Applied::Applied)
-        .collect()
-}
-
-/// Applies the writes at once, spread over the stores, each in a task of its own.
-async fn race<St>(stores: &[Arc<St>], writes: Vec<Write>) -> Vec<Applied>
-where
-    St: AsyncStore + Send + Sync + 'static,
-    St::Error: fmt::Display,
-{
-    let barrier = Arc::new(tokio::sync::Barrier::new(writes.len()));
-    let tasks: Vec<_> = writes
-        .into_iter()
-        .enumerate()
-        .map(|(i, w)| {
-            let store = Arc::clone(&stores[i % stores.len()]);
-            let barrier = Arc::clone(&barrier);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                match store.apply(UnixMillis::now(), w).await {
-                    Ok(a) => a,
-                    Err(e) => panic!("apply: the store failed: {e}"),
-                }
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.expect("a racing write panicked"));
-    }
-    out
-}
-
-/// A write with a stale or missing version changes nothing; a delete needs the version too.
-pub async fn versions<St, F, Fut>(open: &F)
-where
-    St: AsyncStore,
-    St::Error: fmt::Display,
-    F: Fn() -> Fut,
-    Fut: Future<Output = St>,
-{
-    let store = open().await;
-    let writes = claims(&unique("ver"), 3);
-    let (a, b, c) = (&writes[0], &writes[1], &writes[2]);
-    let key = a.key.clone();
-    let other = |v: u64| Precondition::Version(v.wrapping_add(12345));
-    assert!(load(&store, &key).await.is_none());
-    assert_eq!(
-        apply(&store, with_precondition(b, other(version_of(b)))).await,
-        Applied::Conflict
-    );
-    assert!(
-        load(&store, &key).await.is_none(),
-        "an update of a missing record created it"
-    );
-    assert_eq!(apply(&store, a.clone()).await, Applied::Applied);
-    assert_eq!(
-        apply(&store, b.clone()).await,
-        Applied::Conflict,
-        "a claim over a record"
-    );
-    assert_eq!(
-        load(&store, &key).await.map(|r| r.version),
-        Some(version_of(a))
-    );
-    assert_eq!(
-        apply(&store, with_precondition(b, other(version_of(a)))).await,
-        Applied::Conflict
-    );
-    assert_eq!(
-        apply(
-            &store,
-            with_precondition(b, Precondition::Version(version_of(a)))
-        )
-        .await,
-        Applied::Applied
-    );
-    let now = load(&store, &key).await.expect("b's record");
-    assert_eq!(now.version, version_of(b));
-    let delete = |v| Write {
-        key: key.clone(),
-        precondition: Precondition::Version(v),
-        op: WriteOp::Delete,
-    };
-    assert_eq!(
-        apply(&store, delete(version_of(a))).await,
-        Applied::Conflict
-    );
-    assert!(load(&store, &key).await.is_some());
-    assert_eq!(apply(&store, delete(version_of(b))).await, Applied::Applied);
-    assert!(load(&store, &key).await.is_none());
-    assert_eq!(
-        apply(&store, c.clone()).await,
-        Applied::Applied,
-        "a deleted key is new again"
-    );
-}
 
 /// The handler of the layer checks: counts its executions and answers 201 with `body`
 /// after `delay`; `?fail=1` never answers (it waits to be released).
@@ -353,8 +83,8 @@ impl Service<Request<Either<Full<Bytes>, Full<Bytes>>>> for Orders {
 
 fn post(key: &str) -> Request<Full<Bytes>> {
     Request::post("/orders")
-        .header("idempotency-key", format!("\"{key}\""))
-        .header("content-type", "application/json")
+        .header(KEY_HEADER, format!("\"{key}\""))
+        .header(CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from_static(b"{\"amount\":100}")))
         .expect("a request")
 }
@@ -383,7 +113,7 @@ where
     let status = response.status().as_u16();
     let replayed = response
         .headers()
-        .get("idempotent-replayed")
+        .get(REPLAYED_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let bytes = match response.into_body().collect().await {
@@ -590,9 +320,9 @@ where
     let orders = Orders::new(Bytes::from_static(b"ran"), Duration::ZERO);
     let service = layered(Failing, Policy::new(Engine::default()), &orders);
     let (status, _, body) = send(&service, &unique("down")).await;
-    assert_eq!(status, 503);
+    assert_eq!(status, Problem::STORE_UNAVAILABLE.status);
     assert!(
-        String::from_utf8_lossy(&body).contains("store-unavailable"),
+        String::from_utf8_lossy(&body).contains(Problem::STORE_UNAVAILABLE.type_uri),
         "{}",
         String::from_utf8_lossy(&body)
     );
@@ -632,7 +362,7 @@ where
     let key = unique("over");
     assert_eq!(send(&service, &key).await.0, 201);
     let (status, _, problem) = send(&service, &key).await;
-    assert_eq!(status, 410);
-    assert!(String::from_utf8_lossy(&problem).contains("response-not-stored"));
+    assert_eq!(status, Problem::RESPONSE_NOT_STORED.status);
+    assert!(String::from_utf8_lossy(&problem).contains(Problem::RESPONSE_NOT_STORED.type_uri));
     assert_eq!(over.runs(), 1);
 }

@@ -1,0 +1,84 @@
+//! The bodies the layer hands on and answers with, reading a guarded request's body through
+//! the core's intake, and the responses made from the engine's replies.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full};
+use idem_core::{Plain, Policy, Reply};
+
+/// The error type the bodies may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body of a request the inner service gets: the buffered body of a guarded request,
+/// or the body as it came for a request that passes through.
+pub type InnerBody<B> = Either<Full<Bytes>, B>;
+
+/// The body of a response of the layer: a stored, replayed or refused response, or the inner
+/// service's body for a request that passes through.
+pub type OuterBody<B> = Either<Full<Bytes>, B>;
+
+/// A response with `body` and `status`, and `headers`.
+fn response<'h>(
+    status: u16,
+    headers: impl Iterator<Item = (&'h str, &'h str)>,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
+    let mut out = Response::new(Full::new(body));
+    *out.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let map = out.headers_mut();
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            map.append(name, value);
+        }
+    }
+    out
+}
+
+/// The engine's reply (a replay or a refusal) as a response.
+pub(crate) fn reply_response<B>(reply: &Reply) -> Response<OuterBody<B>> {
+    render(reply).map(Either::Left)
+}
+
+/// An engine reply as the layer sends it: its status, headers and body. For endpoints a
+/// service writes itself beside the layer (a counter session, a token issuer), so that their
+/// refusals are the same `application/problem+json` as the layer's.
+pub fn render(reply: &Reply) -> Response<Full<Bytes>> {
+    response(
+        reply.status(),
+        reply.headers(),
+        Bytes::copy_from_slice(reply.body()),
+    )
+}
+
+/// Reads `body` through the core's intake ([`Policy::read_body`]): its bytes, or the reply
+/// that refuses it (413 `body-too-large`, or 400 when the client stopped sending). The layer
+/// reads guarded bodies with it; an endpoint served beside the layer (a session endpoint)
+/// can too.
+pub async fn read_body<B>(policy: &Policy, declared: Option<u64>, body: B) -> Result<Bytes, Reply>
+where
+    B: Body<Data = Bytes>,
+{
+    let mut reader = policy.read_body(declared)?;
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(Reply::plain(
+                Plain::BadRequest,
+                "the request body could not be read",
+            ));
+        };
+        if let Ok(data) = frame.into_data() {
+            reader.push(&data)?;
+        }
+    }
+    Ok(Bytes::from(reader.finish()))
+}
+
+/// A 500 problem for a state the request machine should never be in.
+pub(crate) fn internal<B>(detail: &'static str) -> Response<OuterBody<B>> {
+    reply_response(&Reply::plain(Plain::Internal, detail))
+}

@@ -1,0 +1,258 @@
+//! The service: [`Idempotent`] and the path of a request through it. A request the layer
+//! does not guard goes to the inner service as it came; a guarded one has its body read
+//! (`serve`), then is claimed, run and completed in a task of its own (`guard`).
+
+use crate::body::{internal, read_body, reply_response, BoxError, InnerBody, OuterBody};
+use crate::context::IdempotencyContext;
+use crate::drive::{advance, nonce, sleep_until, Beat, Running, Shared};
+use crate::future::ResponseFuture;
+use crate::layer::Principal;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full};
+use idem_core::{
+    AsyncStore, Intake, Outcome, Plain, Reply, Step, StoredResponse, KEY_HEADER, LOW_WATER_HEADER,
+};
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// A service with Idempotency-Key semantics (see the crate docs).
+pub struct Idempotent<S, St> {
+    inner: S,
+    shared: Arc<Shared<St>>,
+}
+
+impl<S, St> Idempotent<S, St> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
+        Idempotent { inner, shared }
+    }
+}
+
+impl<S: Clone, St> Clone for Idempotent<S, St> {
+    fn clone(&self) -> Self {
+        Idempotent {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for Idempotent<S, St>
+where
+    S: Service<Request<InnerBody<ReqB>>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+    St: AsyncStore + Send + Sync + 'static,
+    St::Error: fmt::Display,
+{
+    type Response = Response<OuterBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // The service that was polled ready handles this request; a clone takes its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::new(serve(shared, inner, request))
+    }
+}
+
+async fn serve<S, St, ReqB, ResB>(
+    shared: Arc<Shared<St>>,
+    inner: S,
+    request: Request<ReqB>,
+) -> Result<Response<OuterBody<ResB>>, S::Error>
+where
+    S: Service<Request<InnerBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+    St: AsyncStore + Send + Sync + 'static,
+    St::Error: fmt::Display,
+{
+    let (parts, body) = request.into_parts();
+    let has_key = parts.headers.contains_key(KEY_HEADER);
+    let guarded = shared.policy.protects(parts.method.as_str(), has_key)
+        && shared.filter.as_ref().is_none_or(|f| f(&parts));
+    if !guarded {
+        let mut inner = inner;
+        let request = Request::from_parts(parts, Either::Right(body));
+        return Ok(inner.call(request).await?.map(Either::Right));
+    }
+    // The body is read chunk by chunk through the core's intake: a declared length past the
+    // limit is refused before anything is read, and an undeclared one once it goes past it,
+    // so that an endless upload cannot fill the memory (IDEM-LIMIT-1).
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = match read_body(&shared.policy, declared, body).await {
+        Ok(body) => body,
+        Err(reply) => return Ok(reply_response(&reply)),
+    };
+    // The rest runs in a task of its own: a client that goes away must not cancel a handler
+    // half-way, nor the write of its outcome.
+    match tokio::spawn(guard(shared, inner, parts, body)).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Ok(reply_response(&Reply::plain(
+            Plain::Unavailable,
+            "the server is shutting down",
+        ))),
+    }
+}
+
+/// Claims, runs and completes one guarded request.
+async fn guard<S, St, ReqB, ResB>(
+    shared: Arc<Shared<St>>,
+    mut inner: S,
+    parts: Parts,
+    body: Bytes,
+) -> Result<Response<OuterBody<ResB>>, S::Error>
+where
+    S: Service<Request<InnerBody<ReqB>>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes>,
+    ResB::Error: Into<BoxError>,
+    St: AsyncStore + Send + Sync + 'static,
+    St::Error: fmt::Display,
+{
+    let keys: Vec<&[u8]> = parts
+        .headers
+        .get_all(KEY_HEADER)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    let principal = match &shared.principal {
+        Principal::Single => None,
+        Principal::Extract(f) => Some(f(&parts).unwrap_or_default()),
+    };
+    let route = match &shared.route {
+        Some(f) => f(&parts),
+        None => parts.uri.path().to_owned(),
+    };
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |p| p.as_str());
+    let spec = shared.policy.fingerprint_spec();
+    let selected: Vec<(&str, &[u8])> = spec
+        .headers
+        .iter()
+        .flat_map(|name| {
+            parts
+                .headers
+                .get_all(name.as_str())
+                .iter()
+                .map(move |v| (name.as_str(), v.as_bytes()))
+        })
+        .collect();
+    let text = |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let intake = Intake {
+        principal: principal.as_deref(),
+        method: parts.method.as_str(),
+        route: &route,
+        target,
+        keys: &keys,
+        low_water: text(LOW_WATER_HEADER),
+        content_type: text(http::header::CONTENT_TYPE.as_str()),
+        headers: &selected,
+        body: &body,
+    };
+    let mut machine = shared.policy.request(&intake, nonce());
+    drop(keys);
+    let context = loop {
+        match advance(&shared, &mut machine).await {
+            Step::WaitUntil(t) => {
+                sleep_until(t).await;
+            }
+            Step::Run(context) => break context,
+            Step::Reply => {
+                return Ok(match machine.reply() {
+                    Some(reply) => reply_response(&reply),
+                    None => internal("the request machine has no reply"),
+                })
+            }
+            other => {
+                // The step's text stays in the log: `plain` bodies carry fixed text only.
+                tracing::error!(step = ?other, "idempotency: unexpected step before the handler ran");
+                return Ok(internal("the request machine asked for an unexpected step"));
+            }
+        }
+    };
+    let record = machine.key().clone();
+    let running = Arc::new(Running::new(Arc::clone(&shared), machine, context.attempt));
+    let mut request = Request::from_parts(parts, Either::Left(Full::new(body)));
+    request.extensions_mut().insert(IdempotencyContext::new(
+        record,
+        &context,
+        Arc::clone(&running) as Arc<dyn Beat>,
+    ));
+    // A handler that panics is a crash: nothing is recorded and its lease is left to end, as
+    // after a process that died; whatever the store holds for the attempt (a transaction)
+    // is let go when the request is dropped (`Running`'s destructor).
+    let answered = match inner.call(request).await {
+        Ok(answered) => answered,
+        Err(e) => {
+            // A handler that failed: its outcome is unknown (IDEM-OUT-3). Its error goes on.
+            let _ = running.finish(Outcome::Unknown(None)).await;
+            return Err(e);
+        }
+    };
+    let (head, body) = answered.into_parts();
+    // `ok()`: the body's error is not kept across the awaits below (it need not be Send).
+    let collected = body.collect().await.ok();
+    let bytes = match collected {
+        Some(collected) => collected.to_bytes(),
+        None => {
+            // The response failed half-way: what the client would have seen is unknown.
+            return Ok(match running.finish(Outcome::Unknown(None)).await {
+                Some(reply) => reply_response(&reply),
+                None => internal("the response body failed"),
+            });
+        }
+    };
+    let stored = StoredResponse {
+        status: head.status.as_u16(),
+        headers: head
+            .headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: bytes.to_vec(),
+    };
+    // The outcome is written before the response leaves (IDEM-OUT-5); the response is sent
+    // whatever the write came to, unless another attempt took the lease over: then its
+    // caller gets the key's outcome instead (IDEM-LEASE-5).
+    if let Some(reply) = running.finish(Outcome::classify(stored)).await {
+        return Ok(reply_response(&reply));
+    }
+    Ok(Response::from_parts(head, Either::Left(Full::new(bytes))))
+}
