@@ -9,6 +9,8 @@
 //! Send the same request twice: the second answer is the first one replayed, with
 //! `Idempotent-Replayed: true`, and the order is created once. Change the body under the
 //! same key: 422. Leave the key out: 400. All refusals are `application/problem+json`.
+//! Ask what became of a key with a `GET` and `Idempotency-Status: POST` (add `; settle` to
+//! settle a key the server never saw, so that it never runs).
 
 use axum::routing::post;
 use axum::{Extension, Json, Router};

@@ -21,6 +21,8 @@ pub(crate) struct Shared<St> {
     pub(crate) route: Option<Arc<RouteFn>>,
     pub(crate) filter: Option<Arc<FilterFn>>,
     pub(crate) on_event: Option<Arc<EventFn>>,
+    /// Whether a `GET` with `Idempotency-Status` is answered as a status query.
+    pub(crate) status_queries: bool,
     /// Who waits for a request in flight: only the latest waiter of a key waits.
     pub(crate) waiters: Mutex<Waiters>,
 }
@@ -31,6 +33,19 @@ pub(crate) fn lock(waiters: &Mutex<Waiters>) -> MutexGuard<'_, Waiters> {
 }
 
 impl<St> Shared<St> {
+    /// Who sends `parts` and to which route, for its scope.
+    pub(crate) fn scope_of(&self, parts: &http::request::Parts) -> (Option<String>, String) {
+        let principal = match &self.principal {
+            Principal::Single => None,
+            Principal::Extract(f) => Some(f(parts).unwrap_or_default()),
+        };
+        let route = match &self.route {
+            Some(f) => f(parts),
+            None => parts.uri.path().to_owned(),
+        };
+        (principal, route)
+    }
+
     pub(crate) fn emit(&self, request: &mut Request<'static>) {
         while let Some(event) = request.poll_event() {
             match &self.on_event {

@@ -52,6 +52,7 @@ pub struct Builder<St> {
     route: Option<Arc<RouteFn>>,
     filter: Option<Arc<FilterFn>>,
     on_event: Option<Arc<EventFn>>,
+    status_queries: bool,
 }
 
 impl<St> Builder<St> {
@@ -97,6 +98,16 @@ impl<St> Builder<St> {
         self
     }
 
+    /// Whether the layer answers status queries (`IDEM-STATUS-4`; default: yes): a `GET`
+    /// with an `Idempotency-Status` field, on a route the layer sees and [`Builder::only`]
+    /// lets through, is answered from the store with what became of its key (scoped by the
+    /// principal and route as the request asked about), and never reaches the inner service.
+    /// Off, such a `GET` passes through like any other.
+    pub fn status_queries(mut self, enabled: bool) -> Self {
+        self.status_queries = enabled;
+        self
+    }
+
     /// Called with every event (`IDEM-EVT-1`) and the record's key. The default logs them
     /// with `tracing` (security-relevant ones at `warn`).
     pub fn on_event<F>(mut self, f: F) -> Self
@@ -118,6 +129,7 @@ impl<St> Builder<St> {
                 route: self.route,
                 filter: self.filter,
                 on_event: self.on_event,
+                status_queries: self.status_queries,
                 waiters: Default::default(),
             }),
         })
@@ -148,6 +160,7 @@ impl<St> IdempotencyLayer<St> {
             route: None,
             filter: None,
             on_event: None,
+            status_queries: true,
         }
     }
 

@@ -60,6 +60,10 @@
 //!   heartbeat);
 //! * collects the handler's response and stores it **before** returning it.
 //!
+//! A `GET` with an `Idempotency-Status` field is a status query: the layer answers it from the
+//! store with what became of the key (`IDEM-STATUS-1`), unless [`Builder::status_queries`]
+//! turns that off.
+//!
 //! Every decision and every reply comes from idem-core: this crate only moves data between
 //! the request machine, the store and the inner service. The guarded work runs in a task of
 //! its own, so a client that goes away cannot cancel a handler half-way or the write of its
@@ -83,6 +87,7 @@ mod postgres_store;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod service;
+mod status;
 #[cfg(feature = "store-tests")]
 pub mod store_tests;
 

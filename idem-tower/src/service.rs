@@ -6,7 +6,6 @@ use crate::body::{internal, read_body, reply_response, BoxError, InnerBody, Oute
 use crate::context::IdempotencyContext;
 use crate::drive::{advance, nonce, sleep_until, Beat, Running, Shared};
 use crate::future::ResponseFuture;
-use crate::layer::Principal;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
@@ -14,6 +13,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{
     AsyncStore, Intake, Outcome, Plain, Reply, Step, StoredResponse, KEY_HEADER, LOW_WATER_HEADER,
+    STATUS_HEADER,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -87,9 +87,18 @@ where
     St::Error: fmt::Display,
 {
     let (parts, body) = request.into_parts();
+    let passes = shared.filter.as_ref().is_none_or(|f| f(&parts));
+    if shared.status_queries
+        && passes
+        && parts.method == http::Method::GET
+        && parts.headers.contains_key(STATUS_HEADER)
+    {
+        return Ok(crate::status::query(&shared, &parts)
+            .await
+            .map(Either::Left));
+    }
     let has_key = parts.headers.contains_key(KEY_HEADER);
-    let guarded = shared.policy.protects(parts.method.as_str(), has_key)
-        && shared.filter.as_ref().is_none_or(|f| f(&parts));
+    let guarded = passes && shared.policy.protects(parts.method.as_str(), has_key);
     if !guarded {
         let mut inner = inner;
         let request = Request::from_parts(parts, Either::Right(body));
@@ -140,14 +149,7 @@ where
         .iter()
         .map(HeaderValue::as_bytes)
         .collect();
-    let principal = match &shared.principal {
-        Principal::Single => None,
-        Principal::Extract(f) => Some(f(&parts).unwrap_or_default()),
-    };
-    let route = match &shared.route {
-        Some(f) => f(&parts),
-        None => parts.uri.path().to_owned(),
-    };
+    let (principal, route) = shared.scope_of(&parts);
     let target = parts
         .uri
         .path_and_query()
