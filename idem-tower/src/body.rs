@@ -66,10 +66,7 @@ where
     let mut body = std::pin::pin!(body);
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
-            return Err(Reply::plain(
-                Plain::BadRequest,
-                "the request body could not be read",
-            ));
+            return Err(reader.broken());
         };
         if let Ok(data) = frame.into_data() {
             reader.push(&data)?;

@@ -338,6 +338,24 @@ async fn a_body_streamed_past_the_limit_is_refused_with_413() {
     assert_eq!(app.runs.load(Ordering::SeqCst), 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_breaks_off_is_refused_with_400_and_nothing_runs() {
+    // IDEM-LIMIT-1: a chunked body whose sender stops half-way (its write side closed).
+    let app = start().await;
+    let mut stream = TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
+    let request = "POST /orders/acme HTTP/1.1\r\nhost: x\r\nx-user: alice\r\ncontent-type: text/plain\r\nidempotency-key: \"broken\"\r\ntransfer-encoding: chunked\r\n\r\n10\r\nonly half";
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    let a = parse(&out);
+    assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&out));
+    assert_eq!(a.problem_type(), "about:blank");
+    assert_eq!(app.runs.load(Ordering::SeqCst), 0);
+    // Nothing was claimed: the key runs when the whole body comes.
+    assert_eq!(order(app.port, "\"broken\"", ORDER).await.status, 201);
+}
+
 #[test]
 fn a_layer_without_a_principal_is_refused_when_built() {
     // IDEM-SCOPE-3: no silent default.

@@ -213,4 +213,10 @@ impl BodyReader {
     pub fn finish(self) -> Vec<u8> {
         self.bytes
     }
+
+    /// The answer to a body that broke off before its end (the client went away, the
+    /// connection or its framing failed): 400, nothing claimed, nothing run.
+    pub fn broken(self) -> Reply {
+        Reply::plain(Plain::BadRequest, "the request body could not be read")
+    }
 }
