@@ -374,8 +374,9 @@ impl Reply {
         }
     }
 
-    /// The header fields, in order: a replay's stored headers then `idempotent-replayed:
-    /// true`; a refusal's `content-type: application/problem+json` then `retry-after` when
+    /// The header fields, in order: a replay's stored headers (less those of the connection
+    /// it was first sent on: hop-by-hop fields and `Content-Length`, `IDEM-REPLAY-4`) then
+    /// `idempotent-replayed: true`; a refusal's `content-type: application/problem+json` then `retry-after` when
     /// it has one.
     pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
         type Extra<'r> = [Option<(&'r str, &'r str)>; 2];
@@ -390,8 +391,10 @@ impl Reply {
             ),
             Inner::Own { headers, .. } => (headers, [None, None]),
         };
+        let replay = self.is_replay();
         stored
             .iter()
+            .filter(move |(n, _)| !(replay && is_connection_header(n)))
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .chain(extra.into_iter().flatten())
     }
@@ -435,4 +438,22 @@ impl Reply {
             .map(|(n, v)| (String::from(n), String::from(v)))
             .collect()
     }
+}
+
+/// Whether `name` is a field of the connection a response was sent on, not of the response:
+/// the hop-by-hop fields (RFC 9110 §7.6.1: `Connection`, `Keep-Alive`, `Proxy-Connection`,
+/// `TE`, `Transfer-Encoding`, `Upgrade`) and `Content-Length`, which frames the body the
+/// replay sends anew. A replay leaves them out (`IDEM-REPLAY-4`); the host's server writes
+/// its own.
+fn is_connection_header(name: &str) -> bool {
+    const CONNECTION: [&str; 7] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+    ];
+    CONNECTION.iter().any(|c| c.eq_ignore_ascii_case(name))
 }

@@ -106,6 +106,54 @@ fn a_new_key_runs_once_and_a_retry_replays_what_was_stored() {
 }
 
 #[test]
+fn a_replay_carries_the_stored_headers_but_not_those_of_the_connection() {
+    // IDEM-REPLAY-4
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let mut first = request(&policy, "k1", "{}", 7);
+    assert!(matches!(drive(&mut first, &mut store, T0), Step::Run(_)));
+    let sent = [
+        ("Location", "/orders/1"),
+        ("Set-Cookie", "a=1"),
+        ("Set-Cookie", "b=2"),
+        ("Content-Length", "8"),
+        ("Transfer-Encoding", "chunked"),
+        ("connection", "close"),
+        ("Keep-Alive", "timeout=5"),
+        ("TE", "trailers"),
+        ("upgrade", "h2c"),
+        ("Proxy-Connection", "keep-alive"),
+        ("x-request-cost", "3"),
+    ];
+    first.handle_outcome(Outcome::Final(StoredResponse {
+        status: 201,
+        headers: sent
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect(),
+        body: br#"{"id":1}"#.to_vec(),
+    }));
+    assert_eq!(
+        drive(&mut first, &mut store, T0),
+        Step::Done(Finish::Stored)
+    );
+    let mut retry = request(&policy, "k1", "{}", 8);
+    assert_eq!(drive(&mut retry, &mut store, at(1)), Step::Reply);
+    let reply = retry.reply().unwrap();
+    let headers: Vec<_> = reply.headers().collect();
+    assert_eq!(
+        headers,
+        [
+            ("Location", "/orders/1"),
+            ("Set-Cookie", "a=1"),
+            ("Set-Cookie", "b=2"),
+            ("x-request-cost", "3"),
+            (REPLAYED_HEADER, "true")
+        ]
+    );
+}
+
+#[test]
 fn every_refusal_is_problem_json_with_its_type_and_requirement() {
     // IDEM-KEY-1 IDEM-KEY-3 IDEM-KEY-5 IDEM-FP-6 IDEM-SCOPE-3 IDEM-CONC-1 IDEM-FP-1
     let policy = policy();
