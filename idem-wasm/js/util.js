@@ -143,6 +143,24 @@ function writtenWrite(engine, length) {
 /** The write of a request's `Apply` step. */
 export const takeWrite = (engine, slot) => writtenWrite(engine, engine.takeWrite(slot));
 
+
+/** Statuses whose responses have no body (a Response refuses one). */
+export const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+
+/** The engine's reply `{ status, headers, body }` as a Fetch Response. */
+export function toResponse(reply) {
+  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, { status: reply.status, headers: pairsOf(reply.headers) });
+}
+
+/** A flat `[name, value, …]` list as the `[name, value]` pairs a Response takes: the
+ * runtime copies them once, where a Headers object built first is checked and copied
+ * twice. */
+function pairsOf(flat) {
+  const pairs = [];
+  for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i], flat[i + 1]]);
+  return pairs;
+}
+
 export { rangeError } from "./errors.js";
 
 const textEncoder = new TextEncoder();

@@ -41,8 +41,8 @@ test("every enum member the JavaScript side names exists in the module, with the
 
 test("the options the types document are exactly the host's and the engine's", () => {
   const engine = glue.engineOptionNames().split(",");
-  const server = sources.find(([f]) => f === "server.js")[1];
-  const host = JSON.parse(server.match(/const HOST_OPTIONS = (\[[^\]]*\]);/)[1]);
+  const options = sources.find(([f]) => f === "options.js")[1];
+  const host = JSON.parse(options.match(/const HOST_OPTIONS = (\[[^\]]*\]);/)[1]);
   assert.deepEqual(host.filter((n) => engine.includes(n)), [], "no option is read on both sides");
   const types = readFileSync(join(root, "types", "index.d.ts"), "utf8");
   const block = types.slice(types.indexOf("export interface IdempotencyOptions"), types.indexOf("/** What a handler learns"));
