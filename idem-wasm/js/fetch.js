@@ -3,6 +3,7 @@
 // handler it runs. It reads the key, the body and the target from the `Request`, and the
 // `Idempotency` class (server.js) does the rest.
 import { Ran, lowWaterHeader } from "./idem_wasm.js";
+import { readBody } from "./body.js";
 import { builtBodies } from "./drive.js";
 import { Idempotency, routeOf } from "./server.js";
 import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
@@ -67,21 +68,8 @@ export function withIdempotency(handler, options) {
     const headers = request.headers;
     const key = idem.keyOf(headers.get(idem.keyHeader), headers);
     if (!idem.protects(method, key !== null)) return handler(request, ...rest);
-    const length = headers.get("content-length");
-    const tooLarge = length === null ? undefined : idem.refuseBody(Number(length));
-    if (tooLarge !== undefined) return idem.serve(tooLarge, answer);
-    let body = EMPTY;
-    if (request.body !== null) {
-      // A declared length was checked above; a body without one (chunked) is read only up
-      // to the limit, so an endless upload cannot fill the isolate's memory.
-      if (length !== null) {
-        body = new Uint8Array(await request.arrayBuffer());
-      } else {
-        const read = await readCapped(request.body, idem);
-        if (typeof read === "number") return idem.serve(read, answer);
-        body = read;
-      }
-    }
+    const body = await readBody(idem, headers.get("content-length"), request);
+    if (typeof body === "number") return idem.serve(body, answer);
     const href = request.url;
     const target = targetOf(href);
     const slot = idem.begin(
@@ -126,31 +114,4 @@ export function withIdempotency(handler, options) {
         : new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
     });
   };
-}
-
-/** Reads a stream while the engine allows its size: the bytes, or (the stream cancelled)
- * the slot that answers 413. */
-async function readCapped(stream, idem) {
-  const reader = stream.getReader();
-  const chunks = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    const refused = idem.refuseBody(total);
-    if (refused !== undefined) {
-      await reader.cancel().catch(() => {});
-      return refused;
-    }
-    chunks.push(value);
-  }
-  if (chunks.length === 1) return chunks[0];
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
 }
