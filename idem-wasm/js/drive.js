@@ -84,9 +84,7 @@ export class Driver {
           continue;
         }
         if (step === Step.Reply) {
-          const reply = takeReply(engine, slot);
-          reply.replayed = isReplay(reply.headers);
-          return answer(reply);
+          return answer(takeReply(engine, slot));
         }
         if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
         const context = new RunContext(
@@ -184,9 +182,7 @@ export class Driver {
   /** After the outcome: the reply that replaces the handler's answer, or null. */
   #instead(request, step) {
     if (step !== Step.Done) return null;
-    const reply = takeReply(this.#engine, request.slot);
-    if (reply !== null) reply.replayed = isReplay(reply.headers);
-    return reply;
+    return takeReply(this.#engine, request.slot);
   }
 
   /** Every store step in the memory store, at once. */
@@ -273,9 +269,4 @@ class RunContext {
     if (!headers.has("content-type")) headers.set("content-type", "application/json");
     return this.respond(text, { ...init, headers });
   }
-}
-
-/** Whether a reply's flat header list carries the replay marker (a replay ends with it). */
-function isReplay(headers) {
-  return headers.length >= 2 && headers[headers.length - 2] === "idempotent-replayed";
 }

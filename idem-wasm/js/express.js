@@ -64,7 +64,7 @@ async function serve(idem, skip, req, res, next, held) {
       target: req.originalUrl,
       route: undefined,
       key,
-      lowWater: req.get("idempotency-low-water"),
+      lowWater: req.get(idem.lowWaterHeader),
       contentType: req.get("content-type"),
       // Node's header record (lower-case names); only the fingerprint headers are read.
       headers: req.headers,

@@ -2,21 +2,13 @@
 // (`Request` → `Response`: Workers, Deno, Bun, Node), and `idempotencyOf(request)` for the
 // handler it runs. It reads the key, the body and the target from the `Request`, and the
 // `Idempotency` class (server.js) does the rest.
-import { Ran, lowWaterHeader } from "./idem_wasm.js";
+import { Ran } from "./idem_wasm.js";
 import { readBody } from "./body.js";
 import { builtBodies } from "./drive.js";
 import { Idempotency, routeOf } from "./server.js";
 import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
-
-let lowWater = null;
-
-/** The request header that carries a counter client's low-water mark (idem-core's name). */
-function lowWaterName() {
-  lowWater ??= lowWaterHeader();
-  return lowWater;
-}
 
 /** Per-request idempotency context, for handlers: see `idempotencyOf`. */
 const contexts = new WeakMap();
@@ -81,7 +73,7 @@ export function withIdempotency(handler, options) {
       headers.get("content-type"),
       headers,
       body,
-      headers.get(lowWaterName()) ?? undefined,
+      headers.get(idem.lowWaterHeader) ?? undefined,
     );
     return idem.serve(slot, answer, async (context) => {
       // The handler gets a request it can read: the body was read for the fingerprint.

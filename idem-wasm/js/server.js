@@ -5,7 +5,7 @@
 //
 // Every rule is idem-core's request machine (compiled to WebAssembly): this file only moves
 // data.
-import { Ran } from "./idem_wasm.js";
+import { Ran, keyHeader, lowWaterHeader } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
 import { random32 } from "./common.js";
 import { Driver } from "./drive.js";
@@ -14,6 +14,7 @@ import { HEADER_NAME, checkOptions, createEngine, engineOptionsText } from "./op
 import { flatHeaders, listText, rangeError, takeReply, toResponse } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
+let lowWaterName = null;
 const textEncoder = new TextEncoder();
 const textDecoder = new TextDecoder();
 
@@ -46,7 +47,7 @@ export class Idempotency {
     this.#principal = options.principal === "none" ? null : options.principal;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
     this.#route = options.route;
-    this.#keyHeader = (options.keyHeader ?? "idempotency-key").toLowerCase();
+    this.#keyHeader = (options.keyHeader ?? keyHeader()).toLowerCase();
     this.#problem = options.problem ?? null;
     const clientHeader = options.timeKeys?.clientHeader;
     if (clientHeader !== undefined && (typeof clientHeader !== "string" || !HEADER_NAME.test(clientHeader))) {
@@ -68,6 +69,12 @@ export class Idempotency {
    * lower case. */
   get keyHeader() {
     return this.#keyHeader;
+  }
+
+  /** The header that carries a counter client's low-water mark (idem-core's), lower case. */
+  get lowWaterHeader() {
+    lowWaterName ??= lowWaterHeader();
+    return lowWaterName;
   }
 
   /** The engine's reply `{ status, headers, body, replayed }` as a Fetch Response: a refusal

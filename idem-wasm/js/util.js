@@ -1,6 +1,6 @@
 // Small helpers shared by the server and the stores (those the client needs too are in
 // common.js, which needs no WebAssembly).
-import { WriteFlag, wasmMemory } from "./idem_wasm.js";
+import { ReplyFlag, WriteFlag, wasmMemory } from "./idem_wasm.js";
 
 /** A header list (Headers, an array of pairs, or a record) as a flat [name, value, …] list
  * with lowercase names. Set-Cookie values stay separate. */
@@ -67,10 +67,16 @@ function u32(bytes, at) {
   return (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
 }
 
-/** Reply bytes at `at` to `to`: `{ status, headers: [name, value, …], body }` (a copy). */
-function readReply(bytes, at = 0, to = bytes.length) {
-  const end = at + 8 + u32(bytes, at + 4);
-  return { status: u32(bytes, at), headers: parseList(utf8(bytes, at + 8, end)), body: bytes.slice(end, to) };
+/** Reply bytes at `at` to `to`: `{ status, headers: [name, value, …], body, replayed }` (the
+ * body a copy; `replayed` as the engine flags it). */
+export function readReply(bytes, at = 0, to = bytes.length) {
+  const end = at + 9 + u32(bytes, at + 5);
+  return {
+    status: u32(bytes, at + 1),
+    headers: parseList(utf8(bytes, at + 9, end)),
+    body: bytes.slice(end, to),
+    replayed: (bytes[at] & ReplyFlag.Replayed) !== 0,
+  };
 }
 
 let memory = null;

@@ -1,7 +1,7 @@
 //! The client side of the module: the outbox that `idempotentFetch` drives, and counter
 //! numbering.
 
-use crate::interop::{self, ErrorParts};
+use crate::interop::{self, ErrorParts, FetchOutcome, NextKind, OutboxState};
 use crate::{given, js, number, JsResult};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -23,28 +23,17 @@ pub struct Next {
 
 #[wasm_bindgen]
 impl Next {
-    /// `complete`, `retry`, `failed` or `undetermined`.
+    /// Complete, retry, failed or undetermined.
     #[wasm_bindgen(getter)]
-    pub fn kind(&self) -> String {
-        String::from(match self.next {
-            idem_core::NextStep::Complete { .. } => "complete",
-            idem_core::NextStep::Retry { .. } => "retry",
-            idem_core::NextStep::Failed { .. } => "failed",
-            idem_core::NextStep::Undetermined { .. } => "undetermined",
-        })
+    pub fn kind(&self) -> NextKind {
+        NextKind::of(&self.next)
     }
 
-    /// For `complete`: whether the final response was a success (2xx/3xx) rather than a
-    /// deterministic refusal (4xx).
+    /// The outcome the interaction ends with (`undefined` for a retry): for `Complete`,
+    /// whether the final response was a success (2xx/3xx) or a deterministic refusal (4xx).
     #[wasm_bindgen(getter)]
-    pub fn succeeded(&self) -> bool {
-        matches!(
-            self.next,
-            idem_core::NextStep::Complete {
-                class: idem_core::Completion::Succeeded,
-                ..
-            }
-        )
+    pub fn outcome(&self) -> Option<FetchOutcome> {
+        FetchOutcome::of_next(&self.next)
     }
 
     /// For `failed` and `undetermined`: `deadline`, `budget` or `key-forgotten`.
@@ -149,17 +138,16 @@ impl Outbox {
         String::from(self.entry.key())
     }
 
-    /// `created`, `sent`, `waiting`, `answered`, `processed`, `failed` or `undetermined`.
+    /// Where the entry stands.
     #[wasm_bindgen(getter)]
-    pub fn state(&self) -> String {
-        String::from(interop::state_name(&self.entry.state()))
+    pub fn state(&self) -> OutboxState {
+        OutboxState::of(&self.entry.state())
     }
 
-    /// The outcome of an entry that is over (`completed`, `rejected`, `failed`,
-    /// `undetermined`), or `undefined` while it is not.
+    /// The outcome of an entry that is over, or `undefined` while it is not.
     #[wasm_bindgen(getter)]
-    pub fn outcome(&self) -> Option<String> {
-        interop::entry_outcome(&self.entry.state()).map(String::from)
+    pub fn outcome(&self) -> Option<FetchOutcome> {
+        FetchOutcome::of_state(&self.entry.state())
     }
 
     /// Sends so far.
@@ -361,4 +349,11 @@ impl CounterSequence {
             .map(|inner| CounterSequence { inner })
             .map_err(|_| js(ErrorParts::wire("counter sequence")))
     }
+}
+
+/// The names of the outcomes of `idempotentFetch` in index order, comma-separated (a
+/// [`FetchOutcome`] is an index).
+#[wasm_bindgen(js_name = outcomeNames)]
+pub fn outcome_names() -> String {
+    interop::outcome_names()
 }

@@ -438,7 +438,7 @@ impl Host {
             .and_then(Option::as_ref)
             .and_then(|s| s.req.reply())
         {
-            interop::encode_reply_into(out, reply.status(), reply.headers(), reply.body());
+            interop::encode_reply_into(out, &reply);
         }
         out
     }

@@ -16,8 +16,10 @@
 //! * **List text**: a list of strings as one string, each item written as its length in
 //!   UTF-16 code units (a JavaScript string's `length`), a colon, and the item:
 //!   `["ab", "c"]` is `2:ab1:c`. Header lists are flat `[name, value, …]` lists.
-//! * **Reply bytes**: `u32` status, `u32` byte length of the head, the head (the header list
-//!   as list text, UTF-8), then the body. Integers are little-endian.
+//! * **Reply bytes**: a `u8` of [`ReplyFlag`]s (what the engine says of the reply, so that
+//!   JavaScript never infers it from the headers), `u32` status, `u32` byte length of the
+//!   head, the head (the header list as list text, UTF-8), then the body. Integers are
+//!   little-endian.
 //! * **Write bytes** (a store write, [`StoreWrite`]): a `u8` of [`WriteFlag`]s, `f64`
 //!   deadline, `f64` expiry, `u32` byte length of the head, the head (list text: the version,
 //!   then the expected version when [`WriteFlag::Expect`] is set), then the record bytes when
@@ -828,18 +830,28 @@ pub fn parse_storage_key(s: &str) -> Option<RecordKey> {
     (key.storage_key() == s).then_some(key)
 }
 
-/// Reply bytes (see the module docs) from the parts, into a buffer that is cleared first (and
-/// keeps its capacity).
-pub fn encode_reply_into<'h>(
-    out: &mut Vec<u8>,
-    status: u16,
-    headers: impl Iterator<Item = (&'h str, &'h str)>,
-    body: &[u8],
-) {
+/// What the first byte of reply bytes says (see the module docs); the JavaScript side reads
+/// the bits by these names.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyFlag {
+    /// The reply replays a stored response ([`idem_core::Reply::is_replay`]): it carries
+    /// `Idempotent-Replayed: true`.
+    Replayed = 1,
+}
+
+/// Reply bytes (see the module docs) of a rendered reply, into a buffer that is cleared first
+/// (and keeps its capacity).
+pub fn encode_reply_into(out: &mut Vec<u8>, reply: &idem_core::Reply) {
     out.clear();
-    out.extend_from_slice(&u32::from(status).to_le_bytes());
-    push_head(out, headers.flat_map(|(n, v)| [n, v]));
-    out.extend_from_slice(body);
+    out.push(if reply.is_replay() {
+        ReplyFlag::Replayed as u8
+    } else {
+        0
+    });
+    out.extend_from_slice(&u32::from(reply.status()).to_le_bytes());
+    push_head(out, reply.headers().flat_map(|(n, v)| [n, v]));
+    out.extend_from_slice(reply.body());
 }
 
 /// Context bytes (see the module docs) of a handler running under `context` with `key`,
@@ -867,7 +879,7 @@ fn push_head<'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'a str>) {
 /// The reply bytes of a rendered reply.
 pub fn encode_reply(reply: &idem_core::Reply) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + reply.body().len());
-    encode_reply_into(&mut out, reply.status(), reply.headers(), reply.body());
+    encode_reply_into(&mut out, reply);
     out
 }
 
@@ -957,19 +969,140 @@ pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorPar
     })
 }
 
-/// The outcome `idempotentFetch` reports for an entry that is over, or `None` while it is
-/// not: `completed` (a final 2xx/3xx), `rejected` (a deterministic 4xx), `failed` or
-/// `undetermined`.
-pub fn entry_outcome(s: &idem_core::EntryState) -> Option<&'static str> {
-    use idem_core::{Completion, EntryState as S};
-    match s {
-        S::Answered { class, .. } | S::Processed { class, .. } => Some(match class {
-            Completion::Succeeded => "completed",
-            Completion::Rejected => "rejected",
-        }),
-        S::Failed { .. } => Some("failed"),
-        S::Undetermined { .. } => Some("undetermined"),
-        _ => None,
+/// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
+/// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// A final 2xx or 3xx.
+    Completed = 0,
+    /// A deterministic 4xx.
+    Rejected = 1,
+    /// Given up, and nothing can have been processed.
+    Failed = 2,
+    /// Given up, and some attempt may have been processed.
+    Undetermined = 3,
+}
+
+impl FetchOutcome {
+    /// Every outcome, by index.
+    pub const ALL: [FetchOutcome; 4] = [
+        FetchOutcome::Completed,
+        FetchOutcome::Rejected,
+        FetchOutcome::Failed,
+        FetchOutcome::Undetermined,
+    ];
+
+    /// Its name in the result of `idempotentFetch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FetchOutcome::Completed => "completed",
+            FetchOutcome::Rejected => "rejected",
+            FetchOutcome::Failed => "failed",
+            FetchOutcome::Undetermined => "undetermined",
+        }
+    }
+
+    fn of_class(class: idem_core::Completion) -> FetchOutcome {
+        match class {
+            idem_core::Completion::Succeeded => FetchOutcome::Completed,
+            idem_core::Completion::Rejected => FetchOutcome::Rejected,
+        }
+    }
+
+    /// The outcome of an entry that is over, or `None` while it is not.
+    pub fn of_state(s: &idem_core::EntryState) -> Option<FetchOutcome> {
+        use idem_core::EntryState as S;
+        match s {
+            S::Answered { class, .. } | S::Processed { class, .. } => {
+                Some(FetchOutcome::of_class(*class))
+            }
+            S::Failed { .. } => Some(FetchOutcome::Failed),
+            S::Undetermined { .. } => Some(FetchOutcome::Undetermined),
+            _ => None,
+        }
+    }
+
+    /// The outcome a next step ends the interaction with, or `None` for a retry.
+    pub fn of_next(n: &idem_core::NextStep) -> Option<FetchOutcome> {
+        use idem_core::NextStep as N;
+        match n {
+            N::Complete { class, .. } => Some(FetchOutcome::of_class(*class)),
+            N::Failed { .. } => Some(FetchOutcome::Failed),
+            N::Undetermined { .. } => Some(FetchOutcome::Undetermined),
+            N::Retry { .. } => None,
+        }
+    }
+}
+
+/// The names of the outcomes in index order, comma-separated.
+pub fn outcome_names() -> String {
+    let names: Vec<&str> = FetchOutcome::ALL.iter().map(|o| o.name()).collect();
+    names.join(",")
+}
+
+/// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
+/// `Next.kind`.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextKind {
+    /// The interaction is complete: act on the response.
+    Complete = 0,
+    /// Send again after the backoff.
+    Retry = 1,
+    /// Given up, and nothing can have been processed.
+    Failed = 2,
+    /// Given up, and some attempt may have been processed.
+    Undetermined = 3,
+}
+
+impl NextKind {
+    /// The kind of a core next step.
+    pub fn of(n: &idem_core::NextStep) -> NextKind {
+        use idem_core::NextStep as N;
+        match n {
+            N::Complete { .. } => NextKind::Complete,
+            N::Failed { .. } => NextKind::Failed,
+            N::Undetermined { .. } => NextKind::Undetermined,
+            N::Retry { .. } => NextKind::Retry,
+        }
+    }
+}
+
+/// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
+/// `Outbox.state`.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutboxState {
+    /// Not sent yet.
+    Created = 0,
+    /// Sent, and no result reported: its effect is unknown.
+    Sent = 1,
+    /// Waiting to be sent again.
+    Waiting = 2,
+    /// A final response arrived.
+    Answered = 3,
+    /// The application acted on the final response.
+    Processed = 4,
+    /// Given up, and nothing can have been processed.
+    Failed = 5,
+    /// Given up, and some attempt may have been processed.
+    Undetermined = 6,
+}
+
+impl OutboxState {
+    /// The state of a core entry.
+    pub fn of(s: &idem_core::EntryState) -> OutboxState {
+        use idem_core::EntryState as S;
+        match s {
+            S::Created => OutboxState::Created,
+            S::Sent => OutboxState::Sent,
+            S::Waiting { .. } => OutboxState::Waiting,
+            S::Answered { .. } => OutboxState::Answered,
+            S::Processed { .. } => OutboxState::Processed,
+            S::Failed { .. } => OutboxState::Failed,
+            S::Undetermined { .. } => OutboxState::Undetermined,
+        }
     }
 }
 
@@ -991,20 +1124,6 @@ pub fn uuid_v7_key(now: UnixMillis, random: [u8; 10]) -> String {
     let uuid = uuid::Builder::from_unix_timestamp_millis(now.0, &random).into_uuid();
     let mut buf = uuid::Uuid::encode_buffer();
     String::from(uuid.hyphenated().encode_lower(&mut buf))
-}
-
-/// A state's name for JavaScript.
-pub fn state_name(s: &idem_core::EntryState) -> &'static str {
-    use idem_core::EntryState as S;
-    match s {
-        S::Created => "created",
-        S::Sent => "sent",
-        S::Waiting { .. } => "waiting",
-        S::Answered { .. } => "answered",
-        S::Processed { .. } => "processed",
-        S::Failed { .. } => "failed",
-        S::Undetermined { .. } => "undetermined",
-    }
 }
 
 /// A give-up reason's name for JavaScript.

@@ -75,7 +75,15 @@ fn number(object: &JsValue, name: &str) -> Result<Option<f64>, ErrorParts> {
         .ok_or_else(|| ErrorParts::options(alloc::format!("{name} must be a number")))
 }
 
-/// The request header that carries a counter client's low-water mark, lowercase.
+/// The request header that carries the key, lowercase (idem-core's
+/// [`KEY_HEADER`](idem_core::KEY_HEADER)): a server's default, the header a client sends.
+#[wasm_bindgen(js_name = keyHeader)]
+pub fn key_header() -> String {
+    String::from(idem_core::KEY_HEADER)
+}
+
+/// The request header that carries a counter client's low-water mark, lowercase (idem-core's
+/// [`LOW_WATER_HEADER`](idem_core::LOW_WATER_HEADER)).
 #[wasm_bindgen(js_name = lowWaterHeader)]
 pub fn low_water_header() -> String {
     String::from(idem_core::LOW_WATER_HEADER)

@@ -677,3 +677,20 @@ pub fn event_names() -> String {
 pub fn security_mask() -> u32 {
     interop::security_mask()
 }
+
+/// The header a replay carries, lowercase (idem-core's
+/// [`REPLAYED_HEADER`](idem_core::REPLAYED_HEADER)). JavaScript learns that a reply is a
+/// replay from its [`ReplyFlag`](interop::ReplyFlag), never from its headers; this is for
+/// the checks that both agree.
+#[wasm_bindgen(js_name = replayedHeader)]
+pub fn replayed_header() -> String {
+    String::from(idem_core::REPLAYED_HEADER)
+}
+
+/// What every problem `type` of idem's own starts with (`urn:idem:problem:`): the core's
+/// [`Problem`](idem_core::Problem) types, as one of them writes it.
+#[wasm_bindgen(js_name = problemTypePrefix)]
+pub fn problem_type_prefix() -> String {
+    let p = idem_core::Problem::MISSING_KEY;
+    String::from(p.type_uri.strip_suffix(p.slug).unwrap_or(p.type_uri))
+}

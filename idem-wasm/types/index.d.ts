@@ -253,6 +253,9 @@ export class Idempotency<R = PlainRequest> {
   readonly route: IdempotencyOptions["route"];
   /** The key header's name, lower case. */
   readonly keyHeader: string;
+  /** The header of a counter client's low-water mark (`idempotency-low-water`, idem-core's
+   * name), lower case: what an adapter passes as `lowWater`. */
+  readonly lowWaterHeader: string;
   /** The engine's reply as a Response (refusals through `options.problem`). */
   responseOf(reply: PlainReply): Response;
   /** A refusal of the engine's own mapped by `options.problem`, or undefined. */
