@@ -275,3 +275,30 @@ test("the client's states and outcomes cross as the module's enums, its outcome 
     assert.doesNotMatch(client, new RegExp(`[=!]==\\s*"${name}"`), `client.js compares with "${name}"`);
   }
 });
+
+test("the typings declare every member of Idempotency, and types/check.ts uses each that an adapter calls", () => {
+  const types = readFileSync(join(root, "types", "index.d.ts"), "utf8");
+  const start = types.indexOf("export class Idempotency<");
+  const block = types.slice(start, types.indexOf("\n}\n", start));
+  const declared = new Set([...block.matchAll(/^ {2}(?:readonly )?(\w+)[(<?:]/gm)].map((m) => m[1]));
+  // Every public member of the class (server.js).
+  const server = code(sources.find(([f]) => f === "server.js")[1]);
+  const klass = server.slice(server.indexOf("export class Idempotency"));
+  const members = [...klass.matchAll(/^ {2}(?:async |get )?([a-zA-Z]\w*)\(/gm)].map((m) => m[1]).filter((n) => n !== "constructor");
+  assert.ok(members.length >= 15, members.join(", "));
+  for (const name of members) assert.ok(declared.has(name), `types/index.d.ts does not declare Idempotency#${name}`);
+  // Every member an adapter calls (the Fetch wrapper, the body reader, Express, the inbox).
+  const called = new Set();
+  for (const [file, text] of sources) {
+    for (const [, name] of code(text).matchAll(/\bidem\.(\w+)/g)) {
+      assert.ok(declared.has(name), `${file} calls Idempotency#${name}, which types/index.d.ts does not declare`);
+      called.add(name);
+    }
+  }
+  for (const name of ["keyOf", "keyHeader", "lowWaterHeader", "protects", "refuseBody", "begin", "principalOf", "serve", "handle", "mappedRefusal", "responseOf", "deliver"]) {
+    assert.ok(called.has(name), `no adapter calls ${name}`);
+  }
+  // `npm run typecheck` compiles a use of each.
+  const check = readFileSync(join(root, "types", "check.ts"), "utf8");
+  for (const name of called) assert.match(check, new RegExp(`\\.${name}\\b`), `types/check.ts never uses Idempotency#${name}`);
+});

@@ -280,6 +280,26 @@ export class Idempotency<R = PlainRequest> {
   /** The header that carries the key, for a request with headers `headers` (with
    * `timeKeys.clientHeader`, that header's value goes before a bare timestamp). */
   keyOf(key: string | null, headers: { get(name: string): string | null }): string | null;
+  /** The caller of `request` (and the handler's other arguments) as `options.principal`
+   * states it, as a string (empty when it says nothing usable: refused, IDEM-SCOPE-3);
+   * undefined for a single tenant (`"none"`). For adapters. */
+  principalOf(request: R, ...rest: unknown[]): Promise<string | undefined>;
+  /** Identifies a request and opens its slot, for `serve`: the raw key header value (or
+   * null), the principal (`principalOf`), method, route, target (path and query), content
+   * type, headers (only the fingerprint headers are read), body, and a counter client's raw
+   * low-water mark. A request that cannot be identified gets a slot too, whose first step is
+   * its refusal. For adapters. */
+  begin(
+    key: string | null | undefined,
+    principal: string | undefined,
+    method: string,
+    route: string,
+    target: string,
+    contentType: string | null | undefined,
+    headers: PlainRequest["headers"] | null | undefined,
+    body: Uint8Array,
+    lowWater?: string | null,
+  ): number;
   /** A slot answering 413 for a body of `length` bytes announced before it is read, or
    * undefined when it may be read (IDEM-LIMIT-1). For adapters. */
   refuseBody(length: number): number | undefined;
