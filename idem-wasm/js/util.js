@@ -28,8 +28,8 @@ export function flatHeaders(headers) {
   return out;
 }
 
-// --- The layouts shared with the Rust layer (src/interop.rs; test/boundary.test.mjs checks
-// that both sides agree) --------------------------------------------------------------------
+// --- The layouts shared with the Rust layer (src/interop/layout.rs; test/boundary.test.mjs
+// checks that both sides agree) ----------------------------------------------------------------
 
 /** A list of strings as one string: each item as its length (UTF-16 code units), a colon and
  * the item. */
@@ -122,7 +122,7 @@ function hex32(n) {
   return n.toString(16).padStart(8, "0");
 }
 
-/** Write bytes at `at` to `to` (src/interop.rs): the write a store applies, `{ expect,
+/** Write bytes at `at` to `to` (src/interop/layout.rs): the write a store applies, `{ expect,
  * value, version, deadline, expires, storesResponse, inFlight }` (the value a copy). */
 export function readWrite(bytes, at = 0, to = bytes.length) {
   const flags = bytes[at];

@@ -1,5 +1,5 @@
 // The JavaScript↔WebAssembly boundary: everything that crosses is defined once, in Rust
-// (src/interop.rs) or idem-core, and this checks that the JavaScript side agrees with it.
+// (src/interop/) or idem-core, and this checks that the JavaScript side agrees with it.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
