@@ -4,6 +4,7 @@
 export { Idempotency } from "./server.js";
 export { idempotencyOf, withIdempotency } from "./fetch.js";
 export { Inbox } from "./inbox.js";
+export { methodNotAllowed, plainProblem } from "./edge.js";
 export { MemoryStore, expire, redisResponseKey, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";

@@ -7,10 +7,10 @@
 //! converts the answer back.
 //!
 //! The bindings, one file per topic: the engine (`engine/`: its slots, what JavaScript
-//! reports and reads, the operations), the in-module store (`records.rs`), the names
-//! JavaScript reads from the module (`names.rs`), and the client's outbox (`outbox.rs`) and
-//! counter numbering (`sequence.rs`). The conversions are plain Rust in [`interop`], the
-//! slots in [`host`], both tested natively.
+//! reports and reads, the operations), the in-module store (`records.rs`), the HTTP edge's
+//! own problems (`edge.rs`), the names JavaScript reads from the module (`names.rs`), and the
+//! client's outbox (`outbox.rs`) and counter numbering (`sequence.rs`). The conversions are
+//! plain Rust in [`interop`], the slots in [`host`], both tested natively.
 //!
 //! Time and random values come from JavaScript. Errors are real JavaScript errors
 //! (`RangeError` for bad input) whose `code` property is the ID of the requirement in
@@ -40,6 +40,8 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 }
 
 #[cfg(feature = "server")]
+mod edge;
+#[cfg(feature = "server")]
 mod engine;
 mod from_js;
 #[cfg(feature = "server")]
@@ -55,6 +57,8 @@ mod records;
 #[cfg(feature = "client")]
 mod sequence;
 
+#[cfg(feature = "server")]
+pub use edge::*;
 #[cfg(feature = "server")]
 pub use engine::*;
 pub use names::*;

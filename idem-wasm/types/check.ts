@@ -9,6 +9,8 @@ import {
   MemoryStore,
   StoreFullError,
   idempotencyOf,
+  methodNotAllowed,
+  plainProblem,
   withIdempotency,
   type IdempotencyEvent,
   type IdempotencyStore,
@@ -102,6 +104,10 @@ void withIdempotency(
   { store: local, principal: "none" },
 );
 void local.alarm();
+const routing: Response[] = [plainProblem(404, "no route for /refunds"), methodNotAllowed("POST")];
+void routing;
+// @ts-expect-error
+void plainProblem(418, "a teapot has no about:blank problem of the core's");
 const full: string = new StoreFullError().code;
 void full;
 

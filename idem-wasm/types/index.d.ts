@@ -434,6 +434,16 @@ export class DurableObjectLocalStore implements IdempotencyStore {
   transaction<T>(context: IdempotencyContext, fn: (tx: ObjectTransaction) => Promise<T>): Promise<T>;
 }
 
+/** An `about:blank` problem+json Response (RFC 9457) of `status` (400, 404, 405, 500 or 503),
+ * titled with the status's reason phrase, with `detail`, rendered by the core: for what a
+ * host refuses that idem has no type of its own for (a route that does not exist, a failure
+ * of the host). Throws a RangeError (IDEM-JS-1) for another status. */
+export function plainProblem(status: 400 | 404 | 405 | 500 | 503, detail: string): Response;
+
+/** 405 Method Not Allowed, `about:blank`, naming the methods the resource takes (`allow`, for
+ * example `"POST"` or `"GET, POST"`) in `Allow`. */
+export function methodNotAllowed(allow: string): Response;
+
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */
 export class StoreFullError extends Error {
   readonly code: "IDEM-STORE-3";

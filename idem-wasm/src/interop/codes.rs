@@ -187,3 +187,18 @@ pub fn security_mask() -> u32 {
         .filter(|(_, e)| e.is_security_relevant())
         .fold(0, |mask, (i, _)| mask | (1 << i))
 }
+
+/// The `about:blank` problem of the HTTP edge ([`Plain`](idem_core::Plain)) with this status,
+/// if the core has one: 400, 404, 405, 500, 503.
+pub fn plain_of(status: u16) -> Option<idem_core::Plain> {
+    use idem_core::Plain;
+    [
+        Plain::BadRequest,
+        Plain::NotFound,
+        Plain::MethodNotAllowed,
+        Plain::Internal,
+        Plain::Unavailable,
+    ]
+    .into_iter()
+    .find(|p| p.status() == status)
+}

@@ -42,6 +42,8 @@ import {
   Idempotency,
   IdempotencyShard,
   Inbox,
+  methodNotAllowed,
+  plainProblem,
   withIdempotency,
 } from "../../../dist/workerd.js";
 import { ConfigError, configKey, readConfig } from "./config.js";
@@ -248,10 +250,6 @@ async function receiveEvent(request, env, inbox) {
   return delivery.response;
 }
 
-function methodNotAllowed(allow) {
-  return problem(405, "method-not-allowed", "Method not allowed", `use ${allow}`, { allow });
-}
-
 export default {
   async fetch(request, env, ctx) {
     try {
@@ -260,7 +258,7 @@ export default {
       // When the order handler threw, withIdempotency has recorded the unknown outcome
       // before the error got here: the retry with the same key takes over as recovered.
       console.error("request failed", err);
-      return problem(500, "internal", "The request failed", "an internal error stopped the request; retry with the same key");
+      return plainProblem(500, "an internal error stopped the request; retry with the same key");
     }
   },
 };
@@ -324,5 +322,5 @@ async function route(request, env, ctx) {
     default:
       break;
   }
-  return problem(404, "not-found", "Not found", `no route for ${pathname}`);
+  return plainProblem(404, `no route for ${pathname}`);
 }
