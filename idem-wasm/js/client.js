@@ -3,7 +3,15 @@
 // sends, reports each result, waits as told, and persists the entry between sends.
 import { random32, sleep } from "./common.js";
 import { rangeError } from "./errors.js";
-import { CounterSequence, Outbox, lowWaterHeader } from "./idem_client.js";
+import { CounterSequence, FetchOutcome, NextKind, Outbox, OutboxState, keyHeader, lowWaterHeader, outcomeNames } from "./idem_client.js";
+
+let names = null;
+
+/** The name of a `FetchOutcome` in the result of `idempotentFetch` (the module's). */
+function outcomeName(outcome) {
+  names ??= outcomeNames().split(",");
+  return names[outcome];
+}
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -188,35 +196,37 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.encode());
   };
-  const finish = async (result) => {
+  /** The result `{ outcome, ...fields }` of an entry that is over with `outcome`. */
+  const finish = async (outcome, fields) => {
     if (options.persist) await options.persist.delete(options.id);
     // Its answer arrived (or nothing can have run): the number no longer holds the
     // low-water mark back. An undetermined one keeps it until reconciled.
-    if (seq !== null && result.outcome !== "undetermined") {
+    if (seq !== null && outcome !== FetchOutcome.Undetermined) {
       await withSequence(options.counter, options.persist, (sequence) => sequence.done(seq));
     }
     entry.free();
-    return result;
+    return { outcome: outcomeName(outcome), ...fields };
   };
 
   try {
     let next = null;
-    if (entry.state === "sent") {
+    if (entry.state === OutboxState.Sent) {
       // Saved in flight: the process stopped before the response arrived. Its effect is unknown.
       next = entry.onNetworkError(now(), random32(), random32(), true);
       await save();
     } else if (entry.outcome !== undefined) {
       // Saved when it was over (the process stopped before deleting it): report what it was,
       // a deterministic refusal included.
-      return await finish({ outcome: entry.outcome, key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
+      return await finish(entry.outcome, { key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
     }
     for (;;) {
       if (next !== null) {
         const kind = next.kind;
-        if (kind === "failed" || kind === "undetermined") {
+        if (kind === NextKind.Failed || kind === NextKind.Undetermined) {
+          const outcome = next.outcome;
           const reason = next.reason;
           next.free();
-          return await finish({ outcome: kind, key: entry.key, attempts: entry.attempts, status: entry.lastStatus, reason });
+          return await finish(outcome, { key: entry.key, attempts: entry.attempts, status: entry.lastStatus, reason });
         }
         next.free();
       }
@@ -228,7 +238,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       entry.send(now(), digest);
       await save();
       const headers = new Headers(template.headers);
-      headers.set("idempotency-key", bare ? entry.key : `"${entry.key}"`);
+      headers.set(keyHeader(), bare ? entry.key : `"${entry.key}"`);
       if (seq !== null) {
         headers.set(lowWaterHeader(), await withSequence(options.counter, options.persist, (sequence) => sequence.lowWater()));
       }
@@ -255,12 +265,11 @@ export async function idempotentFetch(input, init = {}, options = {}) {
         false,
       );
       await save();
-      if (next.kind === "complete") {
-        const succeeded = next.succeeded;
+      if (next.kind === NextKind.Complete) {
+        const outcome = next.outcome;
         next.free();
         entry.markProcessed();
-        return await finish({
-          outcome: succeeded ? "completed" : "rejected",
+        return await finish(outcome, {
           key: entry.key,
           attempts: entry.attempts,
           status: response.status,

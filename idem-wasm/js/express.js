@@ -10,9 +10,8 @@
 // JSON when the content type says JSON (so that express.json() after it has nothing to do).
 // A body that something mounted before it has already read is refused (IDEM-JS-6).
 import { Idempotency } from "idem";
+import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
-
-const EMPTY = new Uint8Array(0);
 
 /**
  * Express middleware. `options` are `withIdempotency`'s (a store and a principal are
@@ -45,10 +44,7 @@ async function serve(idem, skip, req, res, next, held) {
   const key = idem.keyOf(req.get(idem.keyHeader) ?? null, headers);
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();
-  const length = req.get("content-length");
-  const tooLarge = length === undefined ? undefined : idem.refuseBody(Number(length));
-  if (tooLarge !== undefined) return send(res, await idem.serve(tooLarge, (reply) => reply), idem);
-  const body = await readBody(req, idem);
+  const body = await readBody(idem, req.get("content-length"), req);
   if (typeof body === "number") return send(res, await idem.serve(body, (reply) => reply), idem);
   req.rawBody = body;
   if (/^application\/([\w.+-]+\+)?json\b/i.test(req.get("content-type") ?? "") && body.byteLength > 0) {
@@ -68,7 +64,7 @@ async function serve(idem, skip, req, res, next, held) {
       target: req.originalUrl,
       route: undefined,
       key,
-      lowWater: req.get("idempotency-low-water"),
+      lowWater: req.get(idem.lowWaterHeader),
       contentType: req.get("content-type"),
       // Node's header record (lower-case names); only the fingerprint headers are read.
       headers: req.headers,
@@ -103,26 +99,6 @@ function bodyTakenError() {
   err.status = 500;
   err.expose = false;
   return err;
-}
-
-/** Reads the request body while the engine allows its size: the bytes, or (the rest left
- * unread) the slot that answers 413. */
-async function readBody(req, idem) {
-  const chunks = [];
-  let total = 0;
-  for await (const chunk of req) {
-    total += chunk.byteLength;
-    const refused = idem.refuseBody(total);
-    if (refused !== undefined) {
-      req.unpipe?.();
-      req.resume();
-      return refused;
-    }
-    chunks.push(chunk);
-  }
-  if (chunks.length === 0) return EMPTY;
-  const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total);
-  return new Uint8Array(all.buffer, all.byteOffset, all.byteLength);
 }
 
 /** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`

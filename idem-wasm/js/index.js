@@ -1,7 +1,10 @@
 // The public API. The build bundles it with the generated glue into dist/idem_wasm.js (ESM)
 // and dist/node.cjs (CommonJS); the entries initialise the WebAssembly module and re-export
 // these names.
-export { Idempotency, Inbox, idempotencyOf, withIdempotency } from "./server.js";
+export { Idempotency } from "./server.js";
+export { idempotencyOf, withIdempotency } from "./fetch.js";
+export { Inbox } from "./inbox.js";
+export { methodNotAllowed, plainProblem } from "./edge.js";
 export { MemoryStore, expire, redisResponseKey, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";

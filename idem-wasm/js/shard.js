@@ -20,7 +20,7 @@
 // two places would both see no record and both run. Claims need one serialised writer per
 // key, which is what a Durable Object is.
 import { StepKind as Step } from "./idem_wasm.js";
-import { createEngine } from "./server.js";
+import { createEngine } from "./options.js";
 import { attemptOf, attemptOfContext } from "./attempt.js";
 import { expire } from "./stores.js";
 import { rangeError, takeWrite } from "./util.js";

@@ -1,6 +1,6 @@
 // Small helpers shared by the server and the stores (those the client needs too are in
 // common.js, which needs no WebAssembly).
-import { WriteFlag, wasmMemory } from "./idem_wasm.js";
+import { ReplyFlag, WriteFlag, wasmMemory } from "./idem_wasm.js";
 
 /** A header list (Headers, an array of pairs, or a record) as a flat [name, value, …] list
  * with lowercase names. Set-Cookie values stay separate. */
@@ -28,8 +28,8 @@ export function flatHeaders(headers) {
   return out;
 }
 
-// --- The layouts shared with the Rust layer (src/interop.rs; test/boundary.test.mjs checks
-// that both sides agree) --------------------------------------------------------------------
+// --- The layouts shared with the Rust layer (src/interop/layout.rs; test/boundary.test.mjs
+// checks that both sides agree) ----------------------------------------------------------------
 
 /** A list of strings as one string: each item as its length (UTF-16 code units), a colon and
  * the item. */
@@ -67,10 +67,16 @@ function u32(bytes, at) {
   return (bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24)) >>> 0;
 }
 
-/** Reply bytes at `at` to `to`: `{ status, headers: [name, value, …], body }` (a copy). */
-function readReply(bytes, at = 0, to = bytes.length) {
-  const end = at + 8 + u32(bytes, at + 4);
-  return { status: u32(bytes, at), headers: parseList(utf8(bytes, at + 8, end)), body: bytes.slice(end, to) };
+/** Reply bytes at `at` to `to`: `{ status, headers: [name, value, …], body, replayed }` (the
+ * body a copy; `replayed` as the engine flags it). */
+export function readReply(bytes, at = 0, to = bytes.length) {
+  const end = at + 9 + u32(bytes, at + 5);
+  return {
+    status: u32(bytes, at + 1),
+    headers: parseList(utf8(bytes, at + 9, end)),
+    body: bytes.slice(end, to),
+    replayed: (bytes[at] & ReplyFlag.Replayed) !== 0,
+  };
 }
 
 let memory = null;
@@ -116,7 +122,7 @@ function hex32(n) {
   return n.toString(16).padStart(8, "0");
 }
 
-/** Write bytes at `at` to `to` (src/interop.rs): the write a store applies, `{ expect,
+/** Write bytes at `at` to `to` (src/interop/layout.rs): the write a store applies, `{ expect,
  * value, version, deadline, expires, storesResponse, inFlight }` (the value a copy). */
 export function readWrite(bytes, at = 0, to = bytes.length) {
   const flags = bytes[at];
@@ -142,6 +148,24 @@ function writtenWrite(engine, length) {
 
 /** The write of a request's `Apply` step. */
 export const takeWrite = (engine, slot) => writtenWrite(engine, engine.takeWrite(slot));
+
+
+/** Statuses whose responses have no body (a Response refuses one). */
+export const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+
+/** The engine's reply `{ status, headers, body }` as a Fetch Response. */
+export function toResponse(reply) {
+  return new Response(NULL_BODY_STATUS.has(reply.status) ? null : reply.body, { status: reply.status, headers: pairsOf(reply.headers) });
+}
+
+/** A flat `[name, value, …]` list as the `[name, value]` pairs a Response takes: the
+ * runtime copies them once, where a Headers object built first is checked and copied
+ * twice. */
+function pairsOf(flat) {
+  const pairs = [];
+  for (let i = 0; i < flat.length; i += 2) pairs.push([flat[i], flat[i + 1]]);
+  return pairs;
+}
 
 export { rangeError } from "./errors.js";
 

@@ -3,11 +3,19 @@
 //! This layer has no idempotency logic of its own: each request is idem-core's request
 //! machine ([`idem_core::Request`]) in a numbered slot ([`host`]); JavaScript polls it for the
 //! next step, performs it, and reports back. Each method converts its JavaScript arguments
-//! ([`interop`]), calls idem-core, and converts the answer back. Time and random values come
-//! from JavaScript. Errors are real JavaScript errors (`RangeError` for bad input) whose
-//! `code` property is the ID of the requirement in `spec/requirements.toml` that the input
-//! broke; a refused request is not an error but a reply (`application/problem+json`)
-//! rendered by idem-core.
+//! ([`interop`], and `from_js.rs` for what reads JavaScript values), calls idem-core, and
+//! converts the answer back.
+//!
+//! The bindings, one file per topic: the engine (`engine/`: its slots, what JavaScript
+//! reports and reads, the operations), the in-module store (`records.rs`), the HTTP edge's
+//! own problems (`edge.rs`), the names JavaScript reads from the module (`names.rs`), and the
+//! client's outbox (`outbox.rs`) and counter numbering (`sequence.rs`). The conversions are
+//! plain Rust in [`interop`], the slots in [`host`], both tested natively.
+//!
+//! Time and random values come from JavaScript. Errors are real JavaScript errors
+//! (`RangeError` for bad input) whose `code` property is the ID of the requirement in
+//! `spec/requirements.toml` that the input broke; a refused request is not an error but a
+//! reply (`application/problem+json`) rendered by idem-core.
 //!
 //! The steps, outcomes and heartbeat states cross as `#[wasm_bindgen]` enums, so both sides
 //! use the same names; with the in-process store ([`Records`]: idem-core's `MemoryStore`,
@@ -31,52 +39,41 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
 
-#[cfg(feature = "client")]
-mod client;
+#[cfg(feature = "server")]
+mod edge;
+#[cfg(feature = "server")]
+mod engine;
+mod from_js;
 #[cfg(feature = "server")]
 pub mod headroom;
 #[cfg(feature = "server")]
 pub mod host;
 pub mod interop;
-#[cfg(feature = "server")]
-mod server;
-
+mod names;
 #[cfg(feature = "client")]
-pub use client::*;
+mod outbox;
 #[cfg(feature = "server")]
-pub use server::*;
+mod records;
+#[cfg(feature = "client")]
+mod sequence;
 
-use alloc::string::String;
+#[cfg(feature = "server")]
+pub use edge::*;
+#[cfg(feature = "server")]
+pub use engine::*;
+pub use names::*;
+#[cfg(feature = "client")]
+pub use outbox::*;
+#[cfg(feature = "server")]
+pub use records::*;
+#[cfg(feature = "client")]
+pub use sequence::*;
+
 use interop::ErrorParts;
-use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 
 type JsResult<T> = Result<T, JsValue>;
 
 fn js(e: ErrorParts) -> JsValue {
     e.into_js()
-}
-
-fn get(object: &JsValue, name: &str) -> JsValue {
-    Reflect::get(object, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
-}
-
-fn given(v: &JsValue) -> bool {
-    !(v.is_undefined() || v.is_null())
-}
-
-fn number(object: &JsValue, name: &str) -> Result<Option<f64>, ErrorParts> {
-    let v = get(object, name);
-    if !given(&v) {
-        return Ok(None);
-    }
-    v.as_f64()
-        .map(Some)
-        .ok_or_else(|| ErrorParts::options(alloc::format!("{name} must be a number")))
-}
-
-/// The request header that carries a counter client's low-water mark, lowercase.
-#[wasm_bindgen(js_name = lowWaterHeader)]
-pub fn low_water_header() -> String {
-    String::from(idem_core::LOW_WATER_HEADER)
 }

@@ -1,7 +1,14 @@
-// Bodies without a declared length, and the in-flight wait policy's waiters, against the built package.
+// Bodies without a declared length, through the Fetch wrapper and the Express adapter, against
+// the built package: one reader (js/body.js) for both, the limit and the 413 the engine's.
 import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { connect } from "node:net";
+import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import express from "express";
 import { MemoryStore, withIdempotency } from "idem";
+import { idempotency } from "idem/express";
 
 test("a chunked body past the limit is refused with 413 after reading only up to the limit (IDEM-LIMIT-1)", async () => {
   let executions = 0;
@@ -55,4 +62,62 @@ test("a chunked body past the limit is refused with 413 after reading only up to
   );
   assert.equal(ok.status, 201);
   assert.equal(executions, 1);
+});
+
+test("an endless chunked upload to the Express adapter is answered 413 while it goes on, and nothing runs (IDEM-LIMIT-1)", async () => {
+  let executions = 0;
+  const app = express();
+  app.use(idempotency({ store: new MemoryStore(), principal: "none", fingerprint: { maxBody: 1024 } }));
+  app.post("/orders", (req, res) => {
+    executions++;
+    res.status(201).send("ok");
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  try {
+    const answer = await new Promise((resolve, reject) => {
+      const socket = connect(server.address().port, "127.0.0.1");
+      let sending;
+      let got = "";
+      socket.on("connect", () => {
+        socket.write('POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: "endless-1"\r\ntransfer-encoding: chunked\r\n\r\n');
+        const chunk = `400\r\n${"x".repeat(1024)}\r\n`;
+        sending = setInterval(() => socket.write(chunk), 2);
+      });
+      socket.on("data", (d) => {
+        got += d;
+        if (got.includes("\r\n\r\n")) {
+          clearInterval(sending);
+          socket.destroy();
+          resolve(got);
+        }
+      });
+      socket.on("error", (err) => {
+        clearInterval(sending);
+        reject(err);
+      });
+    });
+    assert.match(answer, /^HTTP\/1\.1 413 /);
+    assert.match(answer, /content-type: application\/problem\+json/i);
+    assert.equal(executions, 0);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+test("the adapters read bodies through one reader, and only the engine names the limit", () => {
+  const js = join(resolve(dirname(fileURLToPath(import.meta.url)), ".."), "js");
+  for (const file of readdirSync(js).filter((f) => f.endsWith(".js"))) {
+    // The code, without its comments.
+    const code = readFileSync(join(js, file), "utf8")
+      .replace(/\/\*[\s\S]*?\*\//g, "")
+      .replace(/^\s*\/\/.*$/gm, "");
+    // `Idempotency#refuseBody` (server.js) is the engine's rule; body.js is its one caller.
+    if (file !== "body.js" && file !== "server.js") {
+      assert.doesNotMatch(code, /refuseBody\(/, `${file} checks a body's size itself: use readBody (body.js)`);
+    }
+    assert.doesNotMatch(code, /\b413\b|maxBody\s*[:=]\s*\d/, `${file} names a body limit or its status`);
+  }
 });

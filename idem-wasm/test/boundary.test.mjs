@@ -1,5 +1,5 @@
 // The JavaScript↔WebAssembly boundary: everything that crosses is defined once, in Rust
-// (src/interop.rs) or idem-core, and this checks that the JavaScript side agrees with it.
+// (src/interop/) or idem-core, and this checks that the JavaScript side agrees with it.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
@@ -7,6 +7,7 @@ import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Idempotency, MemoryStore, expire } from "idem";
+import { idempotentFetch } from "idem/client";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 // The glue wasm-bindgen generated for the module of this build (the package bundles and
@@ -16,15 +17,39 @@ const target = JSON.parse(
 ).target_directory;
 const glue = await import(join(target, "idem-wasm-bindgen", "idem_wasm.js"));
 glue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_wasm_bg.wasm")) });
+// The client's module, and its glue.
+const clientGlue = await import(join(target, "idem-wasm-bindgen", "idem_client.js"));
+clientGlue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_client_bg.wasm")) });
 const sources = readdirSync(join(root, "js"))
   .filter((f) => f.endsWith(".js"))
   .map((f) => [f, readFileSync(join(root, "js", f), "utf8")]);
+// The worker example's own sources.
+const workerDir = join(root, "examples", "worker", "src");
+const workerSources = readdirSync(workerDir)
+  .filter((f) => f.endsWith(".js"))
+  .map((f) => [`examples/worker/src/${f}`, readFileSync(join(workerDir, f), "utf8")]);
+
+/** A source's code without its comments. */
+function code(text) {
+  return text.replace(/\/\*[\s\S]*?\*\//g, "").replace(/^\s*\/\/.*$/gm, "");
+}
 
 test("every enum member the JavaScript side names exists in the module, with the same meaning", () => {
-  const enums = { Step: glue.StepKind, Ran: glue.Ran, HeartbeatState: glue.HeartbeatState, WriteFlag: glue.WriteFlag };
+  const enums = {
+    Step: glue.StepKind,
+    Ran: glue.Ran,
+    HeartbeatState: glue.HeartbeatState,
+    WriteFlag: glue.WriteFlag,
+    ReplyFlag: glue.ReplyFlag,
+    // The client's module.
+    OutboxState: clientGlue.OutboxState,
+    NextKind: clientGlue.NextKind,
+    FetchOutcome: clientGlue.FetchOutcome,
+  };
+  const named = new RegExp(`\\b(${Object.keys(enums).join("|")})\\.([A-Za-z]+)\\b`, "g");
   let used = 0;
   for (const [file, text] of sources) {
-    for (const [, name, member] of text.matchAll(/\b(Step|Ran|HeartbeatState|WriteFlag)\.([A-Za-z]+)\b/g)) {
+    for (const [, name, member] of text.matchAll(named)) {
       assert.equal(typeof enums[name][member], "number", `${file}: ${name}.${member} is not exported by the module`);
       used++;
     }
@@ -32,7 +57,7 @@ test("every enum member the JavaScript side names exists in the module, with the
     assert.doesNotMatch(text, /\b(step|code|kind)\s*[!=]==\s*\d/, `${file} compares a code with a number`);
     assert.doesNotMatch(text, /&\s*7\)|>>\s*4\b/, `${file} unpacks a bit field by hand`);
   }
-  assert.ok(used >= 10, `the sources name ${used} enum members`);
+  assert.ok(used >= 16, `the sources name ${used} enum members`);
   // Every step has a distinct value and a name both ways.
   const steps = Object.keys(glue.StepKind).filter((k) => Number.isNaN(Number(k)));
   assert.deepEqual(steps, ["Claim", "Load", "Apply", "WaitUntil", "Run", "Idle", "Reply", "Done"]);
@@ -41,8 +66,8 @@ test("every enum member the JavaScript side names exists in the module, with the
 
 test("the options the types document are exactly the host's and the engine's", () => {
   const engine = glue.engineOptionNames().split(",");
-  const server = sources.find(([f]) => f === "server.js")[1];
-  const host = JSON.parse(server.match(/const HOST_OPTIONS = (\[[^\]]*\]);/)[1]);
+  const options = sources.find(([f]) => f === "options.js")[1];
+  const host = JSON.parse(options.match(/const HOST_OPTIONS = (\[[^\]]*\]);/)[1]);
   assert.deepEqual(host.filter((n) => engine.includes(n)), [], "no option is read on both sides");
   const types = readFileSync(join(root, "types", "index.d.ts"), "utf8");
   const block = types.slice(types.indexOf("export interface IdempotencyOptions"), types.indexOf("/** What a handler learns"));
@@ -151,7 +176,7 @@ test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty
     const replay = await idem.handle(req, () => assert.fail("replayed, not run"));
     assert.equal(replay.replayed, true);
     assert.equal(replay.status, 200 + i);
-    assert.deepEqual(replay.headers, [...c.headers.flat(), "idempotent-replayed", "true"]);
+    assert.deepEqual(replay.headers, [...c.headers.flat(), glue.replayedHeader(), "true"]);
     assert.deepEqual(replay.body, c.body);
   }
   // A refusal: the problem body is JSON whose requirement matches the event's code.
@@ -162,4 +187,118 @@ test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty
   assert.equal(r.status, 400);
   assert.equal(p.requirement, "IDEM-KEY-5");
   assert.equal(events[0].code, "IDEM-KEY-5");
+});
+
+test("header names and the problem type prefix are the core's, read from the module, and no JavaScript writes them", async () => {
+  // Both modules name the same headers.
+  assert.equal(clientGlue.keyHeader(), glue.keyHeader());
+  assert.equal(clientGlue.lowWaterHeader(), glue.lowWaterHeader());
+  const names = [glue.keyHeader(), glue.replayedHeader(), glue.lowWaterHeader(), glue.problemTypePrefix()];
+  assert.ok(glue.problemTypePrefix().endsWith(":"), glue.problemTypePrefix());
+  // The store test kit checks the HTTP contract from outside, as a client does: it states the
+  // names as the draft does. Every other file reads them from the module.
+  for (const [file, text] of [...sources, ...workerSources]) {
+    if (file === "store-tests.js") continue;
+    for (const name of names) assert.ok(!code(text).toLowerCase().includes(name), `${file} writes "${name}" by hand`);
+  }
+  // What the server reads, and what the client sends, is the module's.
+  const idem = new Idempotency({ store: new MemoryStore(), principal: "none" });
+  assert.equal(idem.keyHeader, glue.keyHeader());
+  assert.equal(idem.lowWaterHeader, glue.lowWaterHeader());
+  const sent = [];
+  const result = await idempotentFetch(
+    "http://127.0.0.1/t",
+    { method: "POST", body: "{}" },
+    {
+      keyKind: "counter",
+      counter: { client: "c1", epoch: "1" },
+      fetch: async (_url, init) => {
+        sent.push(new Headers(init.headers));
+        return new Response("ok", { status: 201 });
+      },
+    },
+  );
+  assert.equal(result.outcome, clientGlue.outcomeNames().split(",")[clientGlue.FetchOutcome.Completed]);
+  assert.equal(sent.length, 1);
+  assert.equal(sent[0].get(glue.keyHeader()), "c1:1:0");
+  assert.equal(sent[0].get(glue.lowWaterHeader()), "0");
+  // Every problem of the engine's own has a type under the prefix; the worker's own problems
+  // have a prefix of their own.
+  for (const [key, body] of [['"a", "b"', "{}"], ['"p1"', "{}"], ['"p1"', '{"changed":1}']]) {
+    const r = await idem.handle({ method: "POST", target: "/p", key, contentType: "application/json", body: new TextEncoder().encode(body) }, () => ({ status: 201 }));
+    if (r.status < 400) continue;
+    assert.ok(JSON.parse(new TextDecoder().decode(r.body)).type.startsWith(glue.problemTypePrefix()), `${r.status}`);
+  }
+  const orders = workerSources.find(([f]) => f.endsWith("orders.js"))[1];
+  const own = orders.match(/const EXAMPLE_PROBLEM = "([^"]+)";/)[1];
+  assert.ok(!own.startsWith(glue.problemTypePrefix()));
+});
+
+test("the engine flags its replies as replays: JavaScript never infers it from the headers", async () => {
+  const flags = Object.keys(glue.ReplyFlag).filter((k) => Number.isNaN(Number(k)));
+  assert.deepEqual(flags, ["Replayed"]);
+  const idem = new Idempotency({ store: new MemoryStore(), principal: "none" });
+  // A handler's answer whose own last header is the replay marker: only its replay is one.
+  const marked = [["x-a", "1"], [glue.replayedHeader(), "true"]];
+  const req = { method: "POST", target: "/r", key: '"r1"', body: new Uint8Array() };
+  const first = await idem.handle(req, () => ({ status: 200, headers: marked, body: "x" }));
+  assert.equal(first.replayed, false);
+  const replay = await idem.handle(req, () => assert.fail("replayed, not run"));
+  assert.equal(replay.replayed, true);
+  assert.deepEqual(replay.headers, [...marked.flat(), glue.replayedHeader(), "true"]);
+  // A refusal is no replay.
+  const refused = await idem.handle({ ...req, body: new Uint8Array([1]) }, () => assert.fail("refused"));
+  assert.equal(refused.status, 422);
+  assert.equal(refused.replayed, false);
+  // And no JavaScript reads the marker.
+  for (const [file, text] of sources) {
+    assert.doesNotMatch(code(text), /headers\[[^\]]*length\s*-\s*2\]/, `${file} reads a header by its position`);
+  }
+});
+
+test("the client's states and outcomes cross as the module's enums, its outcome names as the types say", () => {
+  const members = (e) => Object.keys(e).filter((k) => Number.isNaN(Number(k)));
+  assert.deepEqual(members(clientGlue.OutboxState), ["Created", "Sent", "Waiting", "Answered", "Processed", "Failed", "Undetermined"]);
+  assert.deepEqual(members(clientGlue.NextKind), ["Complete", "Retry", "Failed", "Undetermined"]);
+  const outcomes = members(clientGlue.FetchOutcome);
+  const names = clientGlue.outcomeNames().split(",");
+  assert.equal(names.length, outcomes.length);
+  for (const o of outcomes) assert.equal(names[clientGlue.FetchOutcome[o]], o.toLowerCase());
+  // types/client.d.ts documents exactly these outcomes.
+  const types = readFileSync(join(root, "types", "client.d.ts"), "utf8");
+  const result = types.slice(types.indexOf("export type IdempotentFetchResult"), types.indexOf("/** `fetch` with an Idempotency-Key"));
+  const documented = [...result.matchAll(/outcome: ([^;]+);/g)].flatMap((m) => [...m[1].matchAll(/"([a-z-]+)"/g)].map((n) => n[1]));
+  assert.deepEqual(documented.sort(), [...names].sort());
+  // The client compares states and outcomes by enum, never by a string of its own.
+  const client = code(sources.find(([f]) => f === "client.js")[1]);
+  for (const name of [...names, "sent", "complete", "retry"]) {
+    assert.doesNotMatch(client, new RegExp(`[=!]==\\s*"${name}"`), `client.js compares with "${name}"`);
+  }
+});
+
+test("the typings declare every member of Idempotency, and types/check.ts uses each that an adapter calls", () => {
+  const types = readFileSync(join(root, "types", "index.d.ts"), "utf8");
+  const start = types.indexOf("export class Idempotency<");
+  const block = types.slice(start, types.indexOf("\n}\n", start));
+  const declared = new Set([...block.matchAll(/^ {2}(?:readonly )?(\w+)[(<?:]/gm)].map((m) => m[1]));
+  // Every public member of the class (server.js).
+  const server = code(sources.find(([f]) => f === "server.js")[1]);
+  const klass = server.slice(server.indexOf("export class Idempotency"));
+  const members = [...klass.matchAll(/^ {2}(?:async |get )?([a-zA-Z]\w*)\(/gm)].map((m) => m[1]).filter((n) => n !== "constructor");
+  assert.ok(members.length >= 15, members.join(", "));
+  for (const name of members) assert.ok(declared.has(name), `types/index.d.ts does not declare Idempotency#${name}`);
+  // Every member an adapter calls (the Fetch wrapper, the body reader, Express, the inbox).
+  const called = new Set();
+  for (const [file, text] of sources) {
+    for (const [, name] of code(text).matchAll(/\bidem\.(\w+)/g)) {
+      assert.ok(declared.has(name), `${file} calls Idempotency#${name}, which types/index.d.ts does not declare`);
+      called.add(name);
+    }
+  }
+  for (const name of ["keyOf", "keyHeader", "lowWaterHeader", "protects", "refuseBody", "begin", "principalOf", "serve", "handle", "mappedRefusal", "responseOf", "deliver"]) {
+    assert.ok(called.has(name), `no adapter calls ${name}`);
+  }
+  // `npm run typecheck` compiles a use of each.
+  const check = readFileSync(join(root, "types", "check.ts"), "utf8");
+  for (const name of called) assert.match(check, new RegExp(`\\.${name}\\b`), `types/check.ts never uses Idempotency#${name}`);
 });

@@ -37,13 +37,19 @@ fn at(ms: u64) -> UnixMillis {
     UnixMillis(1_700_000_000_000 + ms)
 }
 
-/// The reply bytes of a slot: status, headers, body.
+/// The reply bytes of a slot: status, headers, body. Its replay flag is checked against its
+/// headers: a replay, and only a replay, ends with `Idempotent-Replayed: true`.
 fn reply(h: &mut Host, t: u32) -> (u32, Vec<(String, String)>, Vec<u8>) {
     let bytes = h.reply(t).to_vec();
-    let status = u32::from_le_bytes(bytes[..4].try_into().unwrap());
-    let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-    let head = pairs(std::str::from_utf8(&bytes[8..8 + len]).unwrap()).unwrap();
-    (status, head, bytes[8 + len..].to_vec())
+    let replayed = bytes[0] & ReplyFlag::Replayed as u8 != 0;
+    let status = u32::from_le_bytes(bytes[1..5].try_into().unwrap());
+    let len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
+    let head = pairs(std::str::from_utf8(&bytes[9..9 + len]).unwrap()).unwrap();
+    let marked = head
+        .last()
+        .is_some_and(|(n, v)| n == idem_core::REPLAYED_HEADER && v == "true");
+    assert_eq!(replayed, marked, "{head:?}");
+    (status, head, bytes[9 + len..].to_vec())
 }
 
 fn events(h: &mut Host, t: u32) -> Vec<&'static str> {

@@ -310,17 +310,23 @@ fn replies_encode_status_head_and_body() {
         body: b"made".to_vec(),
     }));
     let bytes = encode_reply(&reply);
-    assert_eq!(&bytes[..4], &201u32.to_le_bytes());
-    let head_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-    let head = std::str::from_utf8(&bytes[8..8 + head_len]).unwrap();
+    assert_eq!(bytes[0], ReplyFlag::Replayed as u8);
+    assert_eq!(&bytes[1..5], &201u32.to_le_bytes());
+    let head_len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
+    let head = std::str::from_utf8(&bytes[9..9 + head_len]).unwrap();
     assert_eq!(
         pairs(head).unwrap(),
         [
             ("content-type".to_string(), "text/plain; ü".to_string()),
-            ("idempotent-replayed".to_string(), "true".to_string())
+            (idem_core::REPLAYED_HEADER.to_string(), "true".to_string())
         ]
     );
-    assert_eq!(&bytes[8 + head_len..], b"made");
+    assert_eq!(&bytes[9 + head_len..], b"made");
+    // A refusal is no replay, whatever its headers.
+    let refusal = idem_core::Refusal::new(idem_core::Problem::IN_PROGRESS, "busy").reply();
+    let bytes = encode_reply(&refusal);
+    assert_eq!(bytes[0], 0);
+    assert_eq!(&bytes[1..5], &409u32.to_le_bytes());
 }
 
 #[test]
@@ -522,6 +528,40 @@ fn retry_options_and_entry_outcomes() {
         (EntryState::Created, None),
     ];
     for (state, outcome) in cases {
-        assert_eq!(entry_outcome(&state), outcome, "{state:?}");
+        let of_state = FetchOutcome::of_state(&state);
+        assert_eq!(of_state.map(FetchOutcome::name), outcome, "{state:?}");
+        // The state's own name crosses as an enum of the same meaning.
+        let (kind, over) = match state {
+            EntryState::Answered { .. } => (OutboxState::Answered, true),
+            EntryState::Processed { .. } => (OutboxState::Processed, true),
+            EntryState::Failed { .. } => (OutboxState::Failed, true),
+            EntryState::Undetermined { .. } => (OutboxState::Undetermined, true),
+            EntryState::Sent => (OutboxState::Sent, false),
+            EntryState::Created => (OutboxState::Created, false),
+            EntryState::Waiting { .. } => (OutboxState::Waiting, false),
+        };
+        assert_eq!((OutboxState::of(&state), of_state.is_some()), (kind, over));
     }
+    // The names are indexed by the enum, and a next step ends with the outcome its entry has.
+    let names = outcome_names();
+    for (i, o) in FetchOutcome::ALL.iter().enumerate() {
+        assert_eq!(*o as usize, i);
+        assert_eq!(names.split(',').nth(i), Some(o.name()));
+    }
+    let complete = idem_core::NextStep::Complete {
+        class: Completion::Rejected,
+        status: 409,
+    };
+    assert_eq!(NextKind::of(&complete), NextKind::Complete);
+    assert_eq!(
+        FetchOutcome::of_next(&complete),
+        Some(FetchOutcome::Rejected)
+    );
+    let retry = idem_core::NextStep::Retry {
+        at: idem_core::UnixMillis(5),
+    };
+    assert_eq!(
+        (NextKind::of(&retry), FetchOutcome::of_next(&retry)),
+        (NextKind::Retry, None)
+    );
 }

@@ -9,9 +9,12 @@ import {
   MemoryStore,
   StoreFullError,
   idempotencyOf,
+  methodNotAllowed,
+  plainProblem,
   withIdempotency,
   type IdempotencyEvent,
   type IdempotencyStore,
+  type PlainReply,
   type StoreWrite,
 } from "./index.js";
 import { idempotentFetch, type IdempotentFetchResult } from "./client.js";
@@ -60,6 +63,26 @@ void plain.handle({ method: "POST", target: "/pay", key: '"k"', account: "acct_1
   return [replayed, body];
 });
 
+// An adapter of its own, through the methods the package's adapters call.
+const adapter = new Idempotency<Request>({ store, principal: "none" });
+const guard = async (request: Request): Promise<Response | undefined> => {
+  const headers = request.headers;
+  const key: string | null = adapter.keyOf(headers.get(adapter.keyHeader), headers);
+  if (!adapter.protects(request.method, key !== null)) return undefined;
+  const answer = (reply: PlainReply): Response => adapter.mappedRefusal(reply) ?? adapter.responseOf(reply);
+  const tooLarge: number | undefined = adapter.refuseBody(Number(headers.get("content-length") ?? 0));
+  if (tooLarge !== undefined) return adapter.serve(tooLarge, answer);
+  const principal: string | undefined = await adapter.principalOf(request);
+  const lowWater: string | null = headers.get(adapter.lowWaterHeader);
+  const slot: number = adapter.begin(key, principal, request.method, adapter.route ? "/orders" : "/", "/orders", headers.get("content-type"), headers, new Uint8Array(), lowWater);
+  return adapter.serve(slot, answer, async (context) => new Response(context.key));
+};
+void guard;
+void adapter
+  .deliver({ source: "stripe", id: "evt_2", body: new Uint8Array() }, ({ recovered, fence }) => void [recovered, fence])
+  .then((d) => d.acknowledge);
+void plain.handle({ method: "POST", target: "/pay", key: '"k2"', account: "acct_2" }, () => ({ status: 204 })).then((reply: PlainReply) => reply.executed);
+
 declare const namespace: { idFromName(name: string): unknown; get(id: unknown): { fetch(input: string, init?: RequestInit): Promise<Response> } };
 const doStore = new DurableObjectStore(namespace);
 const kept: number = doStore.maxResponseBytes;
@@ -81,6 +104,10 @@ void withIdempotency(
   { store: local, principal: "none" },
 );
 void local.alarm();
+const routing: Response[] = [plainProblem(404, "no route for /refunds"), methodNotAllowed("POST")];
+void routing;
+// @ts-expect-error
+void plainProblem(418, "a teapot has no about:blank problem of the core's");
 const full: string = new StoreFullError().code;
 void full;
 

@@ -253,6 +253,9 @@ export class Idempotency<R = PlainRequest> {
   readonly route: IdempotencyOptions["route"];
   /** The key header's name, lower case. */
   readonly keyHeader: string;
+  /** The header of a counter client's low-water mark (`idempotency-low-water`, idem-core's
+   * name), lower case: what an adapter passes as `lowWater`. */
+  readonly lowWaterHeader: string;
   /** The engine's reply as a Response (refusals through `options.problem`). */
   responseOf(reply: PlainReply): Response;
   /** A refusal of the engine's own mapped by `options.problem`, or undefined. */
@@ -277,6 +280,26 @@ export class Idempotency<R = PlainRequest> {
   /** The header that carries the key, for a request with headers `headers` (with
    * `timeKeys.clientHeader`, that header's value goes before a bare timestamp). */
   keyOf(key: string | null, headers: { get(name: string): string | null }): string | null;
+  /** The caller of `request` (and the handler's other arguments) as `options.principal`
+   * states it, as a string (empty when it says nothing usable: refused, IDEM-SCOPE-3);
+   * undefined for a single tenant (`"none"`). For adapters. */
+  principalOf(request: R, ...rest: unknown[]): Promise<string | undefined>;
+  /** Identifies a request and opens its slot, for `serve`: the raw key header value (or
+   * null), the principal (`principalOf`), method, route, target (path and query), content
+   * type, headers (only the fingerprint headers are read), body, and a counter client's raw
+   * low-water mark. A request that cannot be identified gets a slot too, whose first step is
+   * its refusal. For adapters. */
+  begin(
+    key: string | null | undefined,
+    principal: string | undefined,
+    method: string,
+    route: string,
+    target: string,
+    contentType: string | null | undefined,
+    headers: PlainRequest["headers"] | null | undefined,
+    body: Uint8Array,
+    lowWater?: string | null,
+  ): number;
   /** A slot answering 413 for a body of `length` bytes announced before it is read, or
    * undefined when it may be read (IDEM-LIMIT-1). For adapters. */
   refuseBody(length: number): number | undefined;
@@ -410,6 +433,16 @@ export class DurableObjectLocalStore implements IdempotencyStore {
    * request whose context is `context` (`idempotencyOf(request)`), or never. */
   transaction<T>(context: IdempotencyContext, fn: (tx: ObjectTransaction) => Promise<T>): Promise<T>;
 }
+
+/** An `about:blank` problem+json Response (RFC 9457) of `status` (400, 404, 405, 500 or 503),
+ * titled with the status's reason phrase, with `detail`, rendered by the core: for what a
+ * host refuses that idem has no type of its own for (a route that does not exist, a failure
+ * of the host). Throws a RangeError (IDEM-JS-1) for another status. */
+export function plainProblem(status: 400 | 404 | 405 | 500 | 503, detail: string): Response;
+
+/** 405 Method Not Allowed, `about:blank`, naming the methods the resource takes (`allow`, for
+ * example `"POST"` or `"GET, POST"`) in `Allow`. */
+export function methodNotAllowed(allow: string): Response;
 
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */
 export class StoreFullError extends Error {

@@ -16,12 +16,14 @@ export const DEFAULTS = Object.freeze({
   ORDER_DELAY_MS: "0",
   ORDER_WRITES_ONLY: "on",
   UNPROTECTED_ROUTE: "off",
-  IDEM_TIME_MAX_AHEAD_MS: "300000",
-  IDEM_TIME_MAX_AGE_MS: "86400000",
   IDEM_COUNTER_BITS: "32",
   IDEM_COUNTER_WINDOW: "8",
   IDEM_TOKEN_TTL_MS: "3600000",
 });
+
+/** The variables the worker reads that have no default of its own: unset, the engine's
+ * default applies (the time-key bounds: fitted to the key retention by the engine). */
+export const ENGINE_DEFAULTS = Object.freeze(["IDEM_TIME_MAX_AHEAD_MS", "IDEM_TIME_MAX_AGE_MS"]);
 
 /** The token secret: a secret (`wrangler secret put`), never a `[vars]` entry. */
 const TOKEN_SECRET = "IDEM_TOKEN_SECRET";
@@ -47,6 +49,12 @@ function wholeNumber(env, name, { min = 1, max = Number.MAX_SAFE_INTEGER } = {})
   const n = Number(raw);
   if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, not ${n}`);
   return n;
+}
+
+/** `options[key]` set to the whole number of `name` when it is set (see `ENGINE_DEFAULTS`). */
+function given(options, key, env, name) {
+  if (text(env, name) !== undefined) options[key] = wholeNumber(env, name);
+  return options;
 }
 
 function oneOf(env, name, allowed) {
@@ -80,22 +88,20 @@ export function readConfig(env) {
   if (secret !== "" && !/^[0-9a-fA-F]{64}$/.test(secret)) {
     throw new ConfigError(TOKEN_SECRET, "must be 32 random bytes as 64 hex digits");
   }
-  // The kinds' bounds never outlast the key retention: a purged time key could run again,
-  // and a token would outlive its record.
-  const maxAhead = Math.min(wholeNumber(env, "IDEM_TIME_MAX_AHEAD_MS", { min: 0 }), Math.floor(keyTtl / 4));
+  // The kinds' bounds must not outlast the key retention (a purged time key could run again,
+  // a token outlive its record): the engine fits its own defaults to it, and refuses bounds
+  // given here that do not fit, as a misconfiguration with its own error.
+  const timeKeys = given(given({}, "maxAhead", env, "IDEM_TIME_MAX_AHEAD_MS"), "maxAge", env, "IDEM_TIME_MAX_AGE_MS");
   return {
     kinds: {
-      timeKeys: {
-        maxAhead,
-        maxAge: Math.max(1, Math.min(wholeNumber(env, "IDEM_TIME_MAX_AGE_MS"), keyTtl - maxAhead)),
-      },
+      timeKeys,
       counter: {
         bits: wholeNumber(env, "IDEM_COUNTER_BITS", { min: 8, max: 64 }),
         window: wholeNumber(env, "IDEM_COUNTER_WINDOW", { max: 1024 }),
       },
       // Without a secret the token routes answer 500 misconfigured: a default secret would
       // let anyone who read this file forge tokens.
-      token: secret === "" ? null : { secret, ttl: Math.min(wholeNumber(env, "IDEM_TOKEN_TTL_MS"), keyTtl) },
+      token: secret === "" ? null : { secret, ttl: wholeNumber(env, "IDEM_TOKEN_TTL_MS") },
     },
     idempotency: {
       keys: oneOf(env, "IDEM_KEYS", ["required", "optional"]),
@@ -121,8 +127,8 @@ const keys = new WeakMap();
 export function configKey(env) {
   let key = typeof env === "object" && env !== null ? keys.get(env) : undefined;
   if (key !== undefined) return key;
-  key = Object.keys(DEFAULTS)
-    .map((name) => `${name}=${text(env, name)}`)
+  key = [...Object.keys(DEFAULTS), ...ENGINE_DEFAULTS]
+    .map((name) => `${name}=${text(env, name) ?? ""}`)
     .concat(`${TOKEN_SECRET}=${env?.[TOKEN_SECRET] ?? ""}`)
     .join("\n");
   if (typeof env === "object" && env !== null) keys.set(env, key);

@@ -5,8 +5,8 @@ import { idempotencyOf } from "../../../dist/workerd.js";
 
 const EXAMPLE_PROBLEM = "urn:idem-example:problem:";
 
-/** An `application/problem+json` response (RFC 9457) for refusals of the example itself;
- * idem-wasm renders its own (`urn:idem:problem:*`). */
+/** An `application/problem+json` response (RFC 9457) for refusals of the example itself,
+ * under a type prefix of its own; idem renders its own problems with the core's types. */
 export function problem(status, slug, title, detail, headers = {}) {
   return new Response(JSON.stringify({ type: EXAMPLE_PROBLEM + slug, title, status, detail }), {
     status,

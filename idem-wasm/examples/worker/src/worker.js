@@ -42,6 +42,8 @@ import {
   Idempotency,
   IdempotencyShard,
   Inbox,
+  methodNotAllowed,
+  plainProblem,
   withIdempotency,
 } from "../../../dist/workerd.js";
 import { ConfigError, configKey, readConfig } from "./config.js";
@@ -180,25 +182,37 @@ function prepare(env) {
     config = readConfig(env);
     const options = idempotencyOptions(config, new DurableObjectStore(env.IDEM));
     handler = (request, env) => createOrder(request, config.orderDelayMs, () => ledger(env).record());
+    // Webhook events are remembered as long as keys: longer than any provider retries. Its
+    // engine is built first: it checks the retentions and the lease every route shares, so
+    // that an error of theirs is not taken for one of a kind's bounds below.
+    const inbox = new Inbox({
+      store: options.store,
+      responseTtl: config.idempotency.responseTtl,
+      keyTtl: config.idempotency.keyTtl,
+      lease: config.idempotency.lease,
+    });
     // The other key kinds: the same handler and store, each route with its own kind. Their
-    // records live in scopes of their own, so the shards keep them apart.
-    const kind = (extra) => new Idempotency({ ...options, keyKind: undefined, ...extra });
-    const payments = kind({ keyKind: "unix-time", timeKeys: config.kinds.timeKeys });
-    const transfers = kind({ keyKind: "counter", counter: config.kinds.counter });
-    const checkout = config.kinds.token === null ? null : kind({ keyKind: "token", token: config.kinds.token });
+    // records live in scopes of their own, so the shards keep them apart. The engine checks
+    // each kind's bounds against the key retention: a bound that does not fit is refused with
+    // the engine's own error, named by the settings it comes from.
+    const kind = (variables, extra) => {
+      try {
+        return new Idempotency({ ...options, keyKind: undefined, ...extra });
+      } catch (err) {
+        if (/^IDEM-/.test(err?.code ?? "")) throw new ConfigError(variables, err.message);
+        throw err;
+      }
+    };
+    const payments = kind("IDEM_TIME_MAX_AHEAD_MS, IDEM_TIME_MAX_AGE_MS", { keyKind: "unix-time", timeKeys: config.kinds.timeKeys });
+    const transfers = kind("IDEM_COUNTER_BITS, IDEM_COUNTER_WINDOW", { keyKind: "counter", counter: config.kinds.counter });
+    const checkout = config.kinds.token === null ? null : kind("IDEM_TOKEN_TTL_MS", { keyKind: "token", token: config.kinds.token });
     entry = {
       payments: withIdempotency(handler, payments),
       transfers: withIdempotency(handler, transfers),
       sessions: transfers,
       checkout: checkout === null ? null : withIdempotency(handler, checkout),
       tokens: checkout,
-      // Webhook events are remembered as long as keys: longer than any provider retries.
-      inbox: new Inbox({
-        store: options.store,
-        responseTtl: config.idempotency.responseTtl,
-        keyTtl: config.idempotency.keyTtl,
-        lease: config.idempotency.lease,
-      }),
+      inbox,
     };
   } catch (err) {
     if (!(err instanceof ConfigError || /^IDEM-/.test(err?.code ?? ""))) throw err;
@@ -236,10 +250,6 @@ async function receiveEvent(request, env, inbox) {
   return delivery.response;
 }
 
-function methodNotAllowed(allow) {
-  return problem(405, "method-not-allowed", "Method not allowed", `use ${allow}`, { allow });
-}
-
 export default {
   async fetch(request, env, ctx) {
     try {
@@ -248,7 +258,7 @@ export default {
       // When the order handler threw, withIdempotency has recorded the unknown outcome
       // before the error got here: the retry with the same key takes over as recovered.
       console.error("request failed", err);
-      return problem(500, "internal", "The request failed", "an internal error stopped the request; retry with the same key");
+      return plainProblem(500, "an internal error stopped the request; retry with the same key");
     }
   },
 };
@@ -312,5 +322,5 @@ async function route(request, env, ctx) {
     default:
       break;
   }
-  return problem(404, "not-found", "Not found", `no route for ${pathname}`);
+  return plainProblem(404, `no route for ${pathname}`);
 }

@@ -161,12 +161,18 @@ test("orders that are not JSON objects are refused by the handler, stored, and n
   }
 });
 
-test("unknown routes and methods get problem+json, and the benchmark routes are off by default", async () => {
-  await refused(() => fetch(`${worker.url}/orders`, { signal: AbortSignal.timeout(10_000) }), 405, "urn:idem-example:problem:method-not-allowed");
-  await refused(() => post(worker.url, { key: fresh(), path: "/count" }), 405, "urn:idem-example:problem:method-not-allowed");
-  await refused(() => post(worker.url, { key: fresh(), path: "/refunds" }), 404, "urn:idem-example:problem:not-found");
-  await refused(() => post(worker.url, { path: "/unprotected/orders" }), 404, "urn:idem-example:problem:not-found");
-  await refused(() => post(worker.url, { path: "/unprotected/runs" }), 404, "urn:idem-example:problem:not-found");
+test("unknown routes and methods get the core's about:blank problems, and the benchmark routes are off by default", async () => {
+  const wrongMethod = await refused(() => fetch(`${worker.url}/orders`, { signal: AbortSignal.timeout(10_000) }), 405, "about:blank");
+  assert.equal(wrongMethod.title, "Method Not Allowed");
+  const allow = await fetch(`${worker.url}/webhooks/payments`, { signal: AbortSignal.timeout(10_000) });
+  assert.equal(allow.status, 405);
+  assert.equal(allow.headers.get("allow"), "POST");
+  await allow.arrayBuffer();
+  await refused(() => post(worker.url, { key: fresh(), path: "/count" }), 405, "about:blank");
+  const notFound = await refused(() => post(worker.url, { key: fresh(), path: "/refunds" }), 404, "about:blank");
+  assert.deepEqual(notFound, { detail: "no route for /refunds", status: 404, title: "Not Found", type: "about:blank" });
+  await refused(() => post(worker.url, { path: "/unprotected/orders" }), 404, "about:blank");
+  await refused(() => post(worker.url, { path: "/unprotected/runs" }), 404, "about:blank");
 });
 
 test("a misconfigured worker answers 500 problem+json naming the variable, and runs nothing", async () => {
@@ -174,6 +180,11 @@ test("a misconfigured worker answers 500 problem+json naming the variable, and r
     [{ IDEM_LEASE_MS: "soon" }, "IDEM_LEASE_MS"],
     [{ IDEM_RESPONSE_TTL_MS: "5000", IDEM_KEY_TTL_MS: "1000" }, "IDEM_KEY_TTL_MS"],
     [{ IDEM_IN_FLIGHT: "wait" }, "IDEM_IN_FLIGHT"],
+    // Kinds' bounds that do not fit the key retention: the engine's own error, not a clamp.
+    [{ IDEM_RESPONSE_TTL_MS: "1000", IDEM_KEY_TTL_MS: "2000", IDEM_LEASE_MS: "500", IDEM_TIME_MAX_AGE_MS: "5000" }, "IDEM_TIME_MAX_AGE_MS.*key retention"],
+    // A lease longer than the key retention is the shared settings' error, not a kind's.
+    [{ IDEM_RESPONSE_TTL_MS: "1000", IDEM_KEY_TTL_MS: "2000" }, "^lease must not exceed key_ttl"],
+    [{ IDEM_KEY_TTL_MS: "86400000", IDEM_TOKEN_SECRET: "ab".repeat(32), IDEM_TOKEN_TTL_MS: "86400001" }, "IDEM_TOKEN_TTL_MS.*key retention"],
   ]) {
     const bad = await startWorker({ vars });
     try {

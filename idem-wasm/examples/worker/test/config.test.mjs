@@ -3,20 +3,22 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ConfigError, DEFAULTS, configKey, readConfig } from "../src/config.js";
+import { ConfigError, DEFAULTS, ENGINE_DEFAULTS, configKey, readConfig } from "../src/config.js";
+import { Idempotency, MemoryStore } from "../../../dist/node.js";
 import { EXAMPLE_DIR } from "./runtime.mjs";
 
 const { unstable_getMiniflareWorkerOptions } = await import("wrangler");
 
-test("wrangler.toml sets every variable the worker reads, to its default", () => {
+test("wrangler.toml sets every variable the worker has a default for, to it, and leaves the engine's unset", () => {
   const { bindings } = unstable_getMiniflareWorkerOptions(join(EXAMPLE_DIR, "wrangler.toml")).workerOptions;
   assert.deepEqual(bindings, { ...DEFAULTS });
+  for (const name of ENGINE_DEFAULTS) assert.equal(name in DEFAULTS, false, name);
 });
 
 test("the defaults become withIdempotency options", () => {
   assert.deepEqual(readConfig({}), {
     kinds: {
-      timeKeys: { maxAhead: 300_000, maxAge: 86_400_000 },
+      timeKeys: {},
       counter: { bits: 32, window: 8 },
       token: null,
     },
@@ -104,7 +106,35 @@ test("the cache key changes with every variable and ignores others", () => {
   const base = configKey({});
   assert.equal(configKey({ OTHER: "x" }), base);
   assert.equal(configKey({ IDEM_LEASE_MS: "60000" }), base, "a default spelled out is the default");
-  for (const name of Object.keys(DEFAULTS)) {
+  for (const name of [...Object.keys(DEFAULTS), ...ENGINE_DEFAULTS]) {
     assert.notEqual(configKey({ [name]: "changed" }), base, name);
   }
+});
+
+test("the kinds' bounds are passed as given, never cut to fit: the engine fits its defaults and refuses what does not fit", () => {
+  const store = new MemoryStore();
+  const timeKeys = (env) => ({ ...readConfig(env).idempotency, store, principal: "none", keyKind: "unix-time", timeKeys: readConfig(env).kinds.timeKeys });
+  // Unset, the engine's defaults, fitted to a key retention shorter than them.
+  const short = { IDEM_RESPONSE_TTL_MS: "1000", IDEM_KEY_TTL_MS: "2000", IDEM_LEASE_MS: "500" };
+  assert.deepEqual(readConfig(short).kinds.timeKeys, {});
+  assert.ok(new Idempotency(timeKeys(short)));
+  // Given, as given.
+  const given = { ...short, IDEM_TIME_MAX_AHEAD_MS: "500", IDEM_TIME_MAX_AGE_MS: "5000" };
+  assert.deepEqual(readConfig(given).kinds.timeKeys, { maxAhead: 500, maxAge: 5000 });
+  assert.throws(
+    () => new Idempotency(timeKeys(given)),
+    (err) => err.code === "IDEM-JS-1" && /key retention/.test(err.message),
+  );
+  assert.deepEqual(readConfig({ ...given, IDEM_TIME_MAX_AGE_MS: "1500" }).kinds.timeKeys, { maxAhead: 500, maxAge: 1500 });
+  assert.ok(new Idempotency(timeKeys({ ...given, IDEM_TIME_MAX_AGE_MS: "1500" })));
+  // A token's validity too.
+  const secret = "ab".repeat(32);
+  const tokens = readConfig({ ...short, IDEM_TOKEN_SECRET: secret, IDEM_TOKEN_TTL_MS: "3000" });
+  assert.deepEqual(tokens.kinds.token, { secret, ttl: 3000 });
+  assert.throws(
+    () => new Idempotency({ ...tokens.idempotency, store, principal: "none", keyKind: "token", token: tokens.kinds.token }),
+    (err) => err.code === "IDEM-JS-1" && /key retention/.test(err.message),
+  );
+  // A zero bound is the worker's to refuse, naming the variable.
+  assert.throws(() => readConfig({ IDEM_TIME_MAX_AHEAD_MS: "0" }), (err) => err instanceof ConfigError && err.variable === "IDEM_TIME_MAX_AHEAD_MS");
 });

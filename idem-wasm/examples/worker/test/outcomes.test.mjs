@@ -26,7 +26,7 @@ test('"reexecute" (the default): a thrown handler answers 500 problem+json, and 
     const failed = await post(url, { key, body: order("error") });
     assert.equal(failed.status, 500);
     assert.equal(failed.headers.get("content-type"), "application/problem+json");
-    assert.equal((await failed.json()).type, "urn:idem-example:problem:internal");
+    assert.equal((await failed.json()).type, "about:blank");
     assert.equal(await count(url), 1);
     const retry = await post(url, { key, body: order("error") });
     assert.equal(retry.status, 201);

@@ -1,8 +1,9 @@
-//! The client side of the module: the outbox that `idempotentFetch` drives, and counter
-//! numbering.
+//! The client's bindings: [`Outbox`], the core's outbox entry that `idempotentFetch` drives,
+//! and [`Next`], what it says to do after a result.
 
-use crate::interop::{self, ErrorParts};
-use crate::{given, js, number, JsResult};
+use crate::from_js::retry_policy;
+use crate::interop::{self, ErrorParts, FetchOutcome, NextKind, OutboxState};
+use crate::{js, JsResult};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use wasm_bindgen::prelude::*;
@@ -23,28 +24,17 @@ pub struct Next {
 
 #[wasm_bindgen]
 impl Next {
-    /// `complete`, `retry`, `failed` or `undetermined`.
+    /// Complete, retry, failed or undetermined.
     #[wasm_bindgen(getter)]
-    pub fn kind(&self) -> String {
-        String::from(match self.next {
-            idem_core::NextStep::Complete { .. } => "complete",
-            idem_core::NextStep::Retry { .. } => "retry",
-            idem_core::NextStep::Failed { .. } => "failed",
-            idem_core::NextStep::Undetermined { .. } => "undetermined",
-        })
+    pub fn kind(&self) -> NextKind {
+        NextKind::of(&self.next)
     }
 
-    /// For `complete`: whether the final response was a success (2xx/3xx) rather than a
-    /// deterministic refusal (4xx).
+    /// The outcome the interaction ends with (`undefined` for a retry): for `Complete`,
+    /// whether the final response was a success (2xx/3xx) or a deterministic refusal (4xx).
     #[wasm_bindgen(getter)]
-    pub fn succeeded(&self) -> bool {
-        matches!(
-            self.next,
-            idem_core::NextStep::Complete {
-                class: idem_core::Completion::Succeeded,
-                ..
-            }
-        )
+    pub fn outcome(&self) -> Option<FetchOutcome> {
+        FetchOutcome::of_next(&self.next)
     }
 
     /// For `failed` and `undetermined`: `deadline`, `budget` or `key-forgotten`.
@@ -149,17 +139,16 @@ impl Outbox {
         String::from(self.entry.key())
     }
 
-    /// `created`, `sent`, `waiting`, `answered`, `processed`, `failed` or `undetermined`.
+    /// Where the entry stands.
     #[wasm_bindgen(getter)]
-    pub fn state(&self) -> String {
-        String::from(interop::state_name(&self.entry.state()))
+    pub fn state(&self) -> OutboxState {
+        OutboxState::of(&self.entry.state())
     }
 
-    /// The outcome of an entry that is over (`completed`, `rejected`, `failed`,
-    /// `undetermined`), or `undefined` while it is not.
+    /// The outcome of an entry that is over, or `undefined` while it is not.
     #[wasm_bindgen(getter)]
-    pub fn outcome(&self) -> Option<String> {
-        interop::entry_outcome(&self.entry.state()).map(String::from)
+    pub fn outcome(&self) -> Option<FetchOutcome> {
+        FetchOutcome::of_state(&self.entry.state())
     }
 
     /// Sends so far.
@@ -269,96 +258,8 @@ impl Outbox {
     }
 }
 
-/// The retry policy from the `retry` options object (`undefined` for the defaults).
-fn retry_policy(retry: &JsValue) -> Result<idem_core::RetryPolicy, ErrorParts> {
-    if !given(retry) {
-        return interop::retry_policy(&interop::RetryOptions::default());
-    }
-    if !retry.is_object() {
-        return Err(ErrorParts::options("options.retry must be an object"));
-    }
-    interop::retry_policy(&interop::RetryOptions {
-        base: number(retry, "base")
-            .map_err(|_| ErrorParts::options("retry.base must be a number"))?,
-        cap: number(retry, "cap").map_err(|_| ErrorParts::options("retry.cap must be a number"))?,
-        max_attempts: number(retry, "maxAttempts")
-            .map_err(|_| ErrorParts::options("retry.maxAttempts must be a number"))?,
-        deadline: number(retry, "deadline")
-            .map_err(|_| ErrorParts::options("retry.deadline must be a number"))?,
-    })
-}
-
 fn digest32(bytes: &[u8]) -> JsResult<[u8; 32]> {
     bytes
         .try_into()
         .map_err(|_| js(ErrorParts::options("a payload digest has 32 bytes")))
-}
-
-/// One client's numbering for counter keys (idem-core's `CounterSequence`): the next number
-/// for each new logical request, and the low-water mark to send. Numbers cross as decimal
-/// text: they may not fit a JavaScript number.
-#[wasm_bindgen]
-pub struct CounterSequence {
-    inner: idem_core::CounterSequence,
-}
-
-#[wasm_bindgen]
-impl CounterSequence {
-    /// The numbering of `client` in session `epoch` (decimal text), `bits` wide, from
-    /// `firstSeq` (decimal text). Throws a `RangeError` (`IDEM-CTR-1`).
-    #[wasm_bindgen(constructor)]
-    pub fn new(client: &str, epoch: &str, bits: u8, first_seq: &str) -> JsResult<CounterSequence> {
-        let epoch = interop::decimal("epoch", epoch).map_err(js)?;
-        let first = interop::decimal("firstSeq", first_seq).map_err(js)?;
-        idem_core::CounterSequence::new(client, epoch, bits, first)
-            .map(|inner| CounterSequence { inner })
-            .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::session(&e))))
-    }
-
-    /// The client id.
-    #[wasm_bindgen(getter)]
-    pub fn client(&self) -> String {
-        String::from(self.inner.client())
-    }
-
-    /// The session epoch, decimal.
-    #[wasm_bindgen(getter)]
-    pub fn epoch(&self) -> String {
-        self.inner.epoch().to_string()
-    }
-
-    /// The number for a new logical request, decimal.
-    pub fn take(&mut self) -> String {
-        self.inner.take().to_string()
-    }
-
-    /// The key of number `seq`: `client:epoch:seq`.
-    pub fn key(&self, seq: &str) -> JsResult<String> {
-        Ok(self.inner.key(interop::decimal("seq", seq).map_err(js)?))
-    }
-
-    /// The low-water mark to send, decimal.
-    #[wasm_bindgen(js_name = lowWater)]
-    pub fn low_water(&self) -> String {
-        self.inner.low_water().to_string()
-    }
-
-    /// The answer for `seq` arrived (or it was given up for good).
-    pub fn done(&mut self, seq: &str) -> JsResult<()> {
-        self.inner.done(interop::decimal("seq", seq).map_err(js)?);
-        Ok(())
-    }
-
-    /// The state, to persist after every change.
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(&self.inner).unwrap_or_default()
-    }
-
-    /// A persisted state. Throws a `RangeError` (`IDEM-JS-2`) for bytes that are not one.
-    #[wasm_bindgen(js_name = fromBytes)]
-    pub fn from_bytes(bytes: &[u8]) -> JsResult<CounterSequence> {
-        postcard::from_bytes(bytes)
-            .map(|inner| CounterSequence { inner })
-            .map_err(|_| js(ErrorParts::wire("counter sequence")))
-    }
 }

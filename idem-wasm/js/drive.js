@@ -1,0 +1,272 @@
+// The drive loop: the one loop that drives every operation of the engine (a guarded request,
+// a token, a session, an inbox delivery) from its slot to its answer, and the context a
+// handler runs with.
+//
+// Every rule is idem-core's request machine (compiled to WebAssembly): this file only moves
+// data. It asks the machine for the next step and does it (read or write the store, sleep,
+// run the handler, send the reply), reporting each result back. With the MemoryStore every
+// store step runs inside the module.
+import { HeartbeatState, Ran, StepKind as Step, eventNames, securityMask } from "./idem_wasm.js";
+import { random32, sleep } from "./common.js";
+import { bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
+
+let events = null;
+function eventName(index) {
+  events ??= { names: eventNames().split(","), security: securityMask() };
+  return events.names[index];
+}
+function securityRelevant(index) {
+  eventName(0);
+  return (events.security & (1 << index)) !== 0;
+}
+
+/** Responses built by a context's `respond` or `json` → the bytes they were built from, so
+ * that `withIdempotency` stores them without reading the body back (IDEM-JS-5). */
+export const builtBodies = new WeakMap();
+
+/**
+ * Drives slots of one engine on one store: `serve` polls a slot's machine and performs each
+ * step until it answers or runs the handler. `Idempotency` opens the slots (a request, a
+ * token, a session, a delivery) and serves them here.
+ */
+export class Driver {
+  #engine;
+  #optionsText;
+  #store;
+  #records;
+  #onEvent;
+  #now;
+
+  /** `records` is the MemoryStore's records inside the module (or null for other stores);
+   * `optionsText` the engine options, for a store that claims itself (a Durable Object). */
+  constructor(engine, store, records, optionsText, now, onEvent) {
+    this.#engine = engine;
+    this.#optionsText = optionsText;
+    this.#store = store;
+    this.#records = records;
+    this.#onEvent = onEvent;
+    this.#now = now;
+  }
+
+  #emit(slot, extra) {
+    const engine = this.#engine;
+    for (let i = engine.event(slot); i >= 0; i = engine.event(slot)) {
+      const name = eventName(i);
+      let key = null;
+      try {
+        key = engine.key(slot) || null;
+      } catch {}
+      const event = { name, key, securityRelevant: securityRelevant(i), ...extra };
+      if (name === "rejected") {
+        const code = engine.refusalCode(slot);
+        if (code !== undefined) event.code = code;
+      }
+      try {
+        this.#onEvent(event);
+      } catch {
+        // A failing hook never changes how a request is answered.
+      }
+    }
+  }
+
+  /** Drives the slot's request and answers: `execute(context)` when this request runs, or
+   * `answer(reply)` with the engine's reply (replay, 409, 422, 410, 413, 503, …). Ends the
+   * slot. */
+  async serve(slot, answer, execute) {
+    const engine = this.#engine;
+    const request = { slot, busy: null, ended: false, outcome: undefined };
+    try {
+      for (;;) {
+        // The memory store answers at once: no await on the common path.
+        const step = this.#records !== null ? this.#driveIn(slot) : await this.#advance(request);
+        if (step === Step.WaitUntil) {
+          await sleep(Math.max(0, engine.waitUntil(slot) - this.#now()));
+          continue;
+        }
+        if (step === Step.Reply) {
+          return answer(takeReply(engine, slot));
+        }
+        if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
+        const context = new RunContext(
+          engine,
+          request,
+          (ran, status, headers, body) => this.#finish(request, ran, status, headers, body),
+          (context) => this.#extend(request, context),
+        );
+        return await execute(context);
+      }
+    } finally {
+      request.ended = true;
+      // A store that keeps something for an attempt (a handler's transaction) lets go of it
+      // when the attempt's request is over, however it ended (IDEM-STORE-7).
+      const store = this.#store;
+      const key = request.attempt !== undefined && typeof store.end === "function" ? engine.storageKey(slot) : null;
+      const close = () => {
+        engine.end(slot);
+        if (key !== null) {
+          try {
+            Promise.resolve(store.end(key, request.attempt)).catch(() => {});
+          } catch {
+            // A store's failure to let go is its own; the answer stands.
+          }
+        }
+      };
+      // A heartbeat or completion still on its way ends the slot when it is done.
+      if (request.busy === null) close();
+      else request.busy.finally(close);
+    }
+  }
+
+  /** Polls and performs the store steps until the machine asks for something else: run,
+   * wait, reply, done, or an input (idle). One pump per request at a time, so that a
+   * heartbeat and a completion are written one after the other, as the machine orders them. */
+  async #advance(request) {
+    if (this.#records !== null) return this.#driveIn(request.slot);
+    while (request.busy !== null) await request.busy;
+    const run = this.#pump(request);
+    request.busy = run.then(
+      () => {},
+      () => {},
+    );
+    try {
+      return await run;
+    } finally {
+      request.busy = null;
+    }
+  }
+
+  async #pump(request) {
+    const slot = request.slot;
+    const engine = this.#engine;
+    const store = this.#store;
+    for (;;) {
+      const step = engine.poll(slot, this.#now());
+      if (this.#onEvent !== null) this.#emit(slot);
+      if (step !== Step.Claim && step !== Step.Load && step !== Step.Apply) return step;
+      try {
+        if (step === Step.Apply) {
+          const write = takeWrite(engine, slot);
+          // The completion says so, and whose it is: a store that commits it in the
+          // handler's own transaction (PostgresStore#transaction) tells it from a heartbeat,
+          // and one attempt's transaction from another's.
+          const info = request.outcome === undefined ? undefined : { outcome: request.outcome, fence: engine.fence(slot), attempt: request.attempt };
+          const applied = await store.apply(engine.storageKey(slot), write, this.#now(), info);
+          engine.applied(slot, this.#now(), applied === true);
+        } else if (step === Step.Claim && typeof store.claim === "function") {
+          const bytes = await store.claim(engine.storageKey(slot), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
+          engine.claimed(slot, this.#now(), bytes);
+        } else {
+          const current = await store.load(engine.storageKey(slot));
+          engine.record(slot, this.#now(), current?.value ?? undefined);
+        }
+      } catch (err) {
+        if (err?.code === "IDEM-REC-1" || err?.code === "IDEM-JS-2") throw err;
+        engine.storeFailed(slot, err?.code === "IDEM-STORE-3");
+        if (this.#onEvent !== null) this.#emit(slot, { error: err });
+      }
+    }
+  }
+
+  /** Records the handler's outcome (IDEM-OUT-5: before the response leaves). With the
+   * memory store it is done at once; otherwise it returns a promise. Its result is null
+   * when the handler's answer goes out, or the engine's reply to send instead when another
+   * attempt took the lease over (IDEM-LEASE-5: the key's outcome, never this attempt's). */
+  #finish(request, ran, status, headers, body) {
+    const engine = this.#engine;
+    request.outcome = ran === Ran.Threw ? "threw" : "answered";
+    engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
+    if (this.#records !== null) return this.#instead(request, this.#driveIn(request.slot));
+    return this.#advance(request).then((step) => this.#instead(request, step));
+  }
+
+  /** After the outcome: the reply that replaces the handler's answer, or null. */
+  #instead(request, step) {
+    if (step !== Step.Done) return null;
+    return takeReply(this.#engine, request.slot);
+  }
+
+  /** Every store step in the memory store, at once. */
+  #driveIn(slot) {
+    const step = this.#engine.driveIn(this.#records, slot, this.#now());
+    if (this.#onEvent !== null) this.#emit(slot);
+    return step;
+  }
+
+  async #extend(request, context) {
+    const engine = this.#engine;
+    if (request.ended) throw rangeError("IDEM-LEASE-3", "the request is over: its lease has ended");
+    const refused = engine.heartbeat(request.slot, this.#now());
+    if (refused === HeartbeatState.Quiet) await this.#advance(request);
+    const state = refused === HeartbeatState.Quiet ? engine.heartbeatState(request.slot) : refused;
+    if (state === HeartbeatState.Extended) {
+      context.leaseExpires = engine.leaseExpires(request.slot);
+      return;
+    }
+    if (state === HeartbeatState.FencedOut) throw rangeError("IDEM-LEASE-2", "the lease was taken over by another attempt");
+    if (state === HeartbeatState.Expired) throw rangeError("IDEM-LEASE-3", "the lease had ended before the heartbeat");
+    const err = new Error("the idempotency store failed; the lease may not have been extended");
+    err.code = "IDEM-STORE-4";
+    throw err;
+  }
+}
+
+/** What a handler runs with: its key, whether it recovers from an attempt whose lease
+ * ended, the fence and end of its lease, and `extend()`. `finish` and `storageKey` are not
+ * the handler's data: they sit on the prototype, so they are not enumerated (and a class
+ * instance is made far faster than an object given properties one by one). */
+class RunContext {
+  #engine;
+  #request;
+  #finish;
+  constructor(engine, request, finish, extend) {
+    // One call for the four, not one each.
+    const { key, recovered, fence, leaseExpires, attempt } = takeContext(engine, request.slot);
+    this.key = key;
+    this.recovered = recovered;
+    this.fence = fence;
+    this.leaseExpires = leaseExpires;
+    request.attempt = attempt;
+    // Its own property, so that `const { extend } = context` works.
+    this.extend = () => extend(this);
+    this.#engine = engine;
+    this.#request = request;
+    this.#finish = finish;
+  }
+
+  /** Records the handler's outcome (what the adapters call once the handler is done). */
+  finish(ran, status, headers, body) {
+    return this.#finish(ran, status, headers, body);
+  }
+
+  /** The record's storage key, for a handler that asks for it (PostgresStore#transaction). */
+  get storageKey() {
+    if (this.#request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
+    return this.#engine.storageKey(this.#request.slot);
+  }
+
+  /** This attempt's identity (16 hex digits), unique across every attempt at every key: what
+   * a store keys something it keeps for the attempt by (PostgresStore#transaction). */
+  get attempt() {
+    return this.#request.attempt;
+  }
+
+  /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
+   * without reading the body back, and which it returns as it is (IDEM-JS-5). */
+  respond(body, init) {
+    const response = new Response(body, init);
+    const bytes = bytesNow(body);
+    // The response took its own copy of a buffer; so does the record, so that a buffer the
+    // handler changes afterwards changes neither. Streams, blobs and forms are read back.
+    if (bytes !== undefined) builtBodies.set(response, ArrayBuffer.isView(body) || body instanceof ArrayBuffer ? bytes.slice() : bytes);
+    return response;
+  }
+
+  /** `Response.json(value, init)`, stored as `respond` stores its body. */
+  json(value, init) {
+    const text = JSON.stringify(value);
+    if (text === undefined) throw new TypeError("the value has no JSON form");
+    const headers = new Headers(init?.headers);
+    if (!headers.has("content-type")) headers.set("content-type", "application/json");
+    return this.respond(text, { ...init, headers });
+  }
+}

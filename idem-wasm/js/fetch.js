@@ -1,0 +1,109 @@
+// The Fetch adapter: `withIdempotency(handler, options)` for Fetch-standard handlers
+// (`Request` → `Response`: Workers, Deno, Bun, Node), and `idempotencyOf(request)` for the
+// handler it runs. It reads the key, the body and the target from the `Request`, and the
+// `Idempotency` class (server.js) does the rest.
+import { Ran } from "./idem_wasm.js";
+import { readBody } from "./body.js";
+import { builtBodies } from "./drive.js";
+import { Idempotency, routeOf } from "./server.js";
+import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
+
+const EMPTY = new Uint8Array(0);
+
+/** Per-request idempotency context, for handlers: see `idempotencyOf`. */
+const contexts = new WeakMap();
+
+/**
+ * The idempotency context of a request that `withIdempotency` is executing: the key, whether
+ * this execution takes over from an attempt whose lease expired (`recovered`: reconcile
+ * before acting), the fencing number, when the lease ends, and `extend()`, a heartbeat for
+ * long handlers. `undefined` for requests that pass through (no key, or a method that is
+ * not guarded).
+ */
+export function idempotencyOf(request) {
+  return contexts.get(request);
+}
+
+/** Path and query of a request URL, as `url.pathname + url.search` gives them (a URL that
+ * is not plain http(s) goes through the URL parser). */
+function targetOf(href) {
+  const scheme = href.startsWith("https://") ? 8 : href.startsWith("http://") ? 7 : 0;
+  const path = scheme === 0 ? -1 : href.indexOf("/", scheme);
+  if (path < 0) {
+    const url = new URL(href);
+    return url.pathname + url.search;
+  }
+  let end = href.indexOf("#", path);
+  if (end < 0) end = href.length;
+  // An empty query ("?" alone) is no query, as `url.search` says.
+  if (href.charCodeAt(end - 1) === 63 && href.indexOf("?", path) === end - 1) end--;
+  return href.slice(path, end);
+}
+
+/**
+ * Wraps a Fetch handler `(request, ...rest) => Response` with Idempotency-Key semantics.
+ * Guarded requests (POST and PATCH by default) with a key are claimed before the handler
+ * runs; a retry gets the stored response with `Idempotent-Replayed: true`; a duplicate in
+ * flight gets 409 with `Retry-After` (or waits, with `inFlight: { wait }`); a changed payload
+ * gets 422; a bad key or body gets 400/413. All refusals are `application/problem+json`.
+ * The response is stored before it is returned. `options.principal` says who sent each
+ * request (see `Idempotency`).
+ */
+export function withIdempotency(handler, options) {
+  if (typeof handler !== "function") throw rangeError("IDEM-JS-1", "handler must be a function");
+  // An Idempotency of its own, or one the caller also uses (to issue tokens, open sessions).
+  const idem = options instanceof Idempotency ? options : new Idempotency(options);
+  const route = options.route ?? null;
+  const answer = (reply) => idem.responseOf(reply);
+  return async function idempotent(request, ...rest) {
+    const method = request.method;
+    const headers = request.headers;
+    const key = idem.keyOf(headers.get(idem.keyHeader), headers);
+    if (!idem.protects(method, key !== null)) return handler(request, ...rest);
+    const body = await readBody(idem, headers.get("content-length"), request);
+    if (typeof body === "number") return idem.serve(body, answer);
+    const href = request.url;
+    const target = targetOf(href);
+    const slot = idem.begin(
+      key,
+      await idem.principalOf(request, ...rest),
+      method,
+      route ? await route(request, new URL(href)) : routeOf(target),
+      target,
+      headers.get("content-type"),
+      headers,
+      body,
+      headers.get(idem.lowWaterHeader) ?? undefined,
+    );
+    return idem.serve(slot, answer, async (context) => {
+      // The handler gets a request it can read: the body was read for the fingerprint.
+      const forHandler = request.body !== null ? new Request(request, { body }) : request;
+      contexts.set(forHandler, context);
+      let response;
+      let bytes;
+      let built;
+      try {
+        response = await handler(forHandler, ...rest);
+        if (!(response instanceof Response)) throw rangeError("IDEM-JS-1", "the handler must return a Response");
+        built = response.bodyUsed ? undefined : builtBodies.get(response);
+        // The body is read to store it, unless the context built it (IDEM-JS-5): no await
+        // on the body, so writes the handler left pending go to storage with the completion.
+        // A body that fails is a failed attempt, like a throw.
+        bytes =
+          NULL_BODY_STATUS.has(response.status) || response.body === null
+            ? null
+            : (built ?? new Uint8Array(await response.arrayBuffer()));
+      } catch (err) {
+        await context.finish(Ran.Threw, 0, null, EMPTY);
+        throw err;
+      }
+      let instead = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
+      if (instead instanceof Promise) instead = await instead;
+      if (instead !== null) return answer(instead);
+      // A body that was read to store it is given to the caller again, in a new response.
+      return bytes === null || built !== undefined
+        ? response
+        : new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
+    });
+  };
+}

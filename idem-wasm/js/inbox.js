@@ -1,0 +1,79 @@
+// The inbox: `Inbox`, a receiver's inbox for webhooks and at-least-once queues, and what a
+// delivery came to (the core's delivery outcome and its receipt). Each delivery is an
+// operation that `Idempotency#deliver` opens and the drive loop serves.
+import { acknowledgedMask, deliveryNames } from "./idem_wasm.js";
+// A cycle (server.js imports `delivered` from here): neither module uses the other's names
+// before a call.
+import { Idempotency } from "./server.js";
+import { rangeError, toResponse } from "./util.js";
+
+const EMPTY = new Uint8Array(0);
+const textEncoder = new TextEncoder();
+
+const INBOX_OPTIONS = ["store", "responseTtl", "keyTtl", "lease", "unknownOutcome", "fingerprint", "onEvent", "now"];
+
+let deliveries = null;
+/** A delivery outcome's name and whether its sender is told it was received (the core's). */
+function deliveryOf(index) {
+  deliveries ??= { names: deliveryNames().split(","), acknowledged: acknowledgedMask() };
+  return { outcome: deliveries.names[index], acknowledge: (deliveries.acknowledged & (1 << index)) !== 0 };
+}
+
+/**
+ * A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
+ * processed, redeliveries are acknowledged without processing. A message is named by its
+ * source (the sender) and the id the source gives it. Each delivery is an operation of the
+ * engine's request machine, as in every host: its record (under `<source>#inbox` and the
+ * id) is claimed before processing and stored as processed after, and what became of it is
+ * the engine's, never read back from a reply.
+ */
+export class Inbox {
+  #idem;
+
+  constructor(options) {
+    if (options === null || typeof options !== "object") throw rangeError("IDEM-JS-1", "options must be an object with a store");
+    for (const name of Object.keys(options)) {
+      if (!INBOX_OPTIONS.includes(name)) throw rangeError("IDEM-JS-1", `unknown option "${name}"`);
+    }
+    // The key retention is how long a message id is remembered: it must outlast the
+    // source's redelivery horizon.
+    this.#idem = new Idempotency({ ...options, principal: "none" });
+  }
+
+  /**
+   * Receives one delivery `{ source, id, body?, contentType? }` (body: the payload bytes or
+   * text, so that the same id with another payload is a conflict; a JSON payload is
+   * compared canonically) and runs `process(context)` for the first one. Resolves to
+   * `{ outcome, acknowledge, retryAfter?, response }`: `processed` (it ran now),
+   * `duplicate` (already processed, also after its stored answer expired while its id is
+   * remembered: acknowledge and do nothing, IDEM-INBOX-1), `in-progress` (another delivery
+   * is being processed: do not acknowledge, so that the source sends it again,
+   * IDEM-INBOX-2), `conflict` (the id came with another payload: acknowledged, not
+   * processed; log it, IDEM-INBOX-3), `held` (an earlier delivery's outcome is unknown and
+   * held), `refused` (a malformed id, or the store failed); `response` is the engine's
+   * receipt to answer the sender with. If `process` throws, the error is rethrown (answer
+   * the source with an error: it redelivers, and the next delivery runs as `recovered`).
+   */
+  async receive({ source, id, body, contentType }, process) {
+    if (typeof source !== "string" || source === "" || typeof id !== "string") {
+      throw rangeError("IDEM-JS-1", "receive needs { source, id }: the sender and its message id");
+    }
+    if (contentType !== undefined && typeof contentType !== "string") throw rangeError("IDEM-JS-1", "contentType must be a string");
+    const bytes = typeof body === "string" ? textEncoder.encode(body) : (body ?? EMPTY);
+    return this.#idem.deliver({ source, id, contentType, body: bytes }, process);
+  }
+}
+
+/** What became of the delivery in `slot`, with its receipt `reply`. */
+export function delivered(engine, slot, reply) {
+  const { outcome, acknowledge } = deliveryOf(engine.delivery(slot));
+  const result = { outcome, acknowledge, response: toResponse(reply) };
+  const retryAfter = headerOf(reply, "retry-after");
+  if (retryAfter !== undefined) result.retryAfter = Number(retryAfter);
+  return result;
+}
+
+function headerOf(reply, name) {
+  for (let i = 0; i < reply.headers.length; i += 2) if (reply.headers[i] === name) return reply.headers[i + 1];
+  return undefined;
+}

@@ -1,0 +1,121 @@
+//! What JavaScript reads from a slot: the write of an `Apply` step, the bytes a Durable Object
+//! exchanges, the events, the handler's context, and the reply and context bytes it reads in
+//! place from the host's buffer.
+
+use super::{no_slot, numbered, HeartbeatState, Host};
+use crate::interop::{self, ErrorParts, StoreWrite};
+use alloc::string::String;
+use alloc::vec::Vec;
+use idem_core::{Event, Refusal, UnixMillis};
+
+impl Host {
+    /// The write of the last [`Apply`](idem_core::Step::Apply) step, as the store interface
+    /// takes it.
+    pub fn take_write(&mut self, t: u32) -> Result<StoreWrite, ErrorParts> {
+        let slot = self.slot_mut(t)?;
+        let stores_response = slot
+            .req
+            .completing()
+            .is_some_and(|c| c.finish == idem_core::Finish::Stored);
+        slot.write
+            .take()
+            .map(|w| StoreWrite {
+                stores_response,
+                ..StoreWrite::from_core(&w)
+            })
+            .ok_or_else(no_slot)
+    }
+
+    /// What a Durable Object sends back after the claim of a resumed slot.
+    pub fn claimed_bytes(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
+        let claimed = self.slot(t)?.req.claimed().ok_or_else(no_slot)?;
+        Ok(interop::encode_claimed(&claimed))
+    }
+
+    /// The ticket a Durable Object needs to claim for this request.
+    pub fn ticket(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
+        Ok(interop::encode_ticket(&self.slot(t)?.req.ticket()))
+    }
+
+    /// Where the heartbeats stand.
+    pub fn heartbeat_state(&self, t: u32) -> Result<HeartbeatState, ErrorParts> {
+        Ok(HeartbeatState::of(self.slot(t)?.req.heartbeat_state()))
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self, t: u32) -> Result<Option<Event>, ErrorParts> {
+        Ok(self.slot_mut(t)?.req.poll_event())
+    }
+
+    /// The handler's context while it runs: whether it recovers, the fence, and when the
+    /// lease ends.
+    pub fn context(&self, t: u32) -> Result<idem_core::Context, ErrorParts> {
+        self.slot(t)?.req.context().ok_or_else(no_slot)
+    }
+
+    /// When the last [`Step::WaitUntil`](idem_core::Step::WaitUntil) asked to be polled again.
+    pub fn wait_until(&self, t: u32) -> Result<UnixMillis, ErrorParts> {
+        Ok(self.slot(t)?.wait_until)
+    }
+
+    /// What the last [`Step::Done`](idem_core::Step::Done) said.
+    pub fn done(&self, t: u32) -> Result<Option<idem_core::Finish>, ErrorParts> {
+        Ok(self.slot(t)?.done.clone())
+    }
+
+    /// The key the store keeps the record under
+    /// ([`RecordKey::storage_key`](idem_core::RecordKey::storage_key)).
+    pub fn storage_key(&self, t: u32) -> Result<String, ErrorParts> {
+        Ok(self.slot(t)?.req.key().storage_key())
+    }
+
+    /// The idempotency key as parsed (a UUID in lowercase).
+    pub fn key(&self, t: u32) -> Result<&str, ErrorParts> {
+        Ok(&self.slot(t)?.req.key().key)
+    }
+
+    /// The requirement of the refusal that answered the request, if one did.
+    pub fn refusal(&self, t: u32) -> Result<Option<&Refusal>, ErrorParts> {
+        Ok(self.slot(t)?.req.refusal())
+    }
+
+    /// The reply bytes of a request answered without its handler (a
+    /// [`Reply`](idem_core::Step::Reply) step), written into a buffer the host keeps (at
+    /// [`Host::out_ptr`], valid until the next call), so that JavaScript reads them in place
+    /// instead of receiving a copy. Empty when there is none.
+    pub fn reply(&mut self, t: u32) -> &[u8] {
+        let out = &mut self.out;
+        out.clear();
+        if let Some(reply) = self
+            .slots
+            .get(t as usize)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.req.reply())
+        {
+            interop::encode_reply_into(out, &reply);
+        }
+        out
+    }
+
+    /// The running handler's context and key as context bytes (see [`interop`]), where
+    /// [`Host::reply`] writes, so that JavaScript reads them in one call.
+    pub fn context_out(&mut self, t: u32) -> Result<&[u8], ErrorParts> {
+        let Host { slots, out, .. } = self;
+        let req = &numbered(slots, t)?.req;
+        let context = req.context().ok_or_else(no_slot)?;
+        interop::encode_context_into(out, &context, &req.key().key);
+        Ok(out)
+    }
+
+    /// `write` as write bytes (see [`interop`]), where [`Host::reply`] writes, so that
+    /// JavaScript reads them in place.
+    pub fn write_out(&mut self, write: &StoreWrite) -> &[u8] {
+        write.encode_into(&mut self.out);
+        &self.out
+    }
+
+    /// Where the last [`Host::reply`] was written (an address in the module's memory).
+    pub fn out_ptr(&self) -> usize {
+        self.out.as_ptr() as usize
+    }
+}

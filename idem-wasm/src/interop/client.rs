@@ -1,0 +1,209 @@
+//! The client's side of the boundary: the retry options, the outbox entry's states, next
+//! steps and outcomes as `#[wasm_bindgen]` enums (and the outcome names JavaScript reports),
+//! the client's errors and its UUID v7 keys.
+
+use super::options::{duration, whole};
+use super::ErrorParts;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use idem_core::UnixMillis;
+
+/// The client's retry options as read from JavaScript (`retry: { base, cap, maxAttempts,
+/// deadline }`, ms), each `None` for the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RetryOptions {
+    /// `base`.
+    pub base: Option<f64>,
+    /// `cap`.
+    pub cap: Option<f64>,
+    /// `maxAttempts`.
+    pub max_attempts: Option<f64>,
+    /// `deadline`.
+    pub deadline: Option<f64>,
+}
+
+/// The client's retry policy (`IDEM-JS-1` for a bad value).
+pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorParts> {
+    let d = idem_core::RetryPolicy::default();
+    let attempts = match o.max_attempts {
+        None => d.max_attempts,
+        Some(n) if whole(n) && (1.0..=1_000_000.0).contains(&n) => n as u32,
+        Some(_) => {
+            return Err(ErrorParts::options(
+                "retry.maxAttempts must be a whole number from 1 to 1000000",
+            ))
+        }
+    };
+    Ok(idem_core::RetryPolicy {
+        base: duration("retry.base", o.base, d.base)?,
+        cap: duration("retry.cap", o.cap, d.cap)?,
+        max_attempts: attempts,
+        deadline: duration("retry.deadline", o.deadline, d.deadline)?,
+    })
+}
+
+/// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
+/// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// A final 2xx or 3xx.
+    Completed = 0,
+    /// A deterministic 4xx.
+    Rejected = 1,
+    /// Given up, and nothing can have been processed.
+    Failed = 2,
+    /// Given up, and some attempt may have been processed.
+    Undetermined = 3,
+}
+
+impl FetchOutcome {
+    /// Every outcome, by index.
+    pub const ALL: [FetchOutcome; 4] = [
+        FetchOutcome::Completed,
+        FetchOutcome::Rejected,
+        FetchOutcome::Failed,
+        FetchOutcome::Undetermined,
+    ];
+
+    /// Its name in the result of `idempotentFetch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FetchOutcome::Completed => "completed",
+            FetchOutcome::Rejected => "rejected",
+            FetchOutcome::Failed => "failed",
+            FetchOutcome::Undetermined => "undetermined",
+        }
+    }
+
+    fn of_class(class: idem_core::Completion) -> FetchOutcome {
+        match class {
+            idem_core::Completion::Succeeded => FetchOutcome::Completed,
+            idem_core::Completion::Rejected => FetchOutcome::Rejected,
+        }
+    }
+
+    /// The outcome of an entry that is over, or `None` while it is not.
+    pub fn of_state(s: &idem_core::EntryState) -> Option<FetchOutcome> {
+        use idem_core::EntryState as S;
+        match s {
+            S::Answered { class, .. } | S::Processed { class, .. } => {
+                Some(FetchOutcome::of_class(*class))
+            }
+            S::Failed { .. } => Some(FetchOutcome::Failed),
+            S::Undetermined { .. } => Some(FetchOutcome::Undetermined),
+            _ => None,
+        }
+    }
+
+    /// The outcome a next step ends the interaction with, or `None` for a retry.
+    pub fn of_next(n: &idem_core::NextStep) -> Option<FetchOutcome> {
+        use idem_core::NextStep as N;
+        match n {
+            N::Complete { class, .. } => Some(FetchOutcome::of_class(*class)),
+            N::Failed { .. } => Some(FetchOutcome::Failed),
+            N::Undetermined { .. } => Some(FetchOutcome::Undetermined),
+            N::Retry { .. } => None,
+        }
+    }
+}
+
+/// The names of the outcomes in index order, comma-separated.
+pub fn outcome_names() -> String {
+    let names: Vec<&str> = FetchOutcome::ALL.iter().map(|o| o.name()).collect();
+    names.join(",")
+}
+
+/// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
+/// `Next.kind`.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextKind {
+    /// The interaction is complete: act on the response.
+    Complete = 0,
+    /// Send again after the backoff.
+    Retry = 1,
+    /// Given up, and nothing can have been processed.
+    Failed = 2,
+    /// Given up, and some attempt may have been processed.
+    Undetermined = 3,
+}
+
+impl NextKind {
+    /// The kind of a core next step.
+    pub fn of(n: &idem_core::NextStep) -> NextKind {
+        use idem_core::NextStep as N;
+        match n {
+            N::Complete { .. } => NextKind::Complete,
+            N::Failed { .. } => NextKind::Failed,
+            N::Undetermined { .. } => NextKind::Undetermined,
+            N::Retry { .. } => NextKind::Retry,
+        }
+    }
+}
+
+/// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
+/// `Outbox.state`.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutboxState {
+    /// Not sent yet.
+    Created = 0,
+    /// Sent, and no result reported: its effect is unknown.
+    Sent = 1,
+    /// Waiting to be sent again.
+    Waiting = 2,
+    /// A final response arrived.
+    Answered = 3,
+    /// The application acted on the final response.
+    Processed = 4,
+    /// Given up, and nothing can have been processed.
+    Failed = 5,
+    /// Given up, and some attempt may have been processed.
+    Undetermined = 6,
+}
+
+impl OutboxState {
+    /// The state of a core entry.
+    pub fn of(s: &idem_core::EntryState) -> OutboxState {
+        use idem_core::EntryState as S;
+        match s {
+            S::Created => OutboxState::Created,
+            S::Sent => OutboxState::Sent,
+            S::Waiting { .. } => OutboxState::Waiting,
+            S::Answered { .. } => OutboxState::Answered,
+            S::Processed { .. } => OutboxState::Processed,
+            S::Failed { .. } => OutboxState::Failed,
+            S::Undetermined { .. } => OutboxState::Undetermined,
+        }
+    }
+}
+
+/// The `code` of a client error: `IDEM-CLIENT-1` for a changed payload, `IDEM-KEY-1` for a
+/// bad key, `IDEM-CLIENT-7` for a call in the wrong state.
+pub fn client_error(e: &idem_core::ClientError) -> ErrorParts {
+    use idem_core::ClientError as E;
+    let code = match e {
+        E::PayloadChanged => "IDEM-CLIENT-1",
+        E::InvalidKey(_) => "IDEM-KEY-1",
+        E::InvalidStatus(_) => "IDEM-CLIENT-2",
+        _ => "IDEM-CLIENT-7",
+    };
+    ErrorParts::range(code, e.to_string())
+}
+
+/// A UUID v7 key (RFC 9562 §5.7) from the time and 80 random bits.
+pub fn uuid_v7_key(now: UnixMillis, random: [u8; 10]) -> String {
+    let uuid = uuid::Builder::from_unix_timestamp_millis(now.0, &random).into_uuid();
+    let mut buf = uuid::Uuid::encode_buffer();
+    String::from(uuid.hyphenated().encode_lower(&mut buf))
+}
+
+/// A give-up reason's name for JavaScript.
+pub fn give_up_name(g: idem_core::GiveUp) -> &'static str {
+    match g {
+        idem_core::GiveUp::Deadline => "deadline",
+        idem_core::GiveUp::Budget => "budget",
+        idem_core::GiveUp::KeyForgotten => "key-forgotten",
+    }
+}

@@ -1,0 +1,50 @@
+//! Every conversion between JavaScript values and idem-core types, in one place.
+//!
+//! This module is plain Rust, one file per topic, so it is tested natively by `cargo test -p
+//! idem-wasm` (`tests/interop.rs`): [`errors`] (core errors → [`ErrorParts`]), [`codes`]
+//! (steps, outcomes, heartbeat states, deliveries and events), [`options`] (engine options →
+//! a [`Policy`](idem_core::Policy)), [`layout`] (list texts, reply, write and context bytes),
+//! [`wire`] (the Durable Object wire format) and [`client`] (the client's options, states and
+//! outcomes). What reads JavaScript values is in `from_js.rs`; the bindings themselves are in
+//! the modules beside it.
+//!
+//! # What crosses the boundary
+//!
+//! Every code that crosses is defined here or in idem-core, once: the steps of the request
+//! machine, the handler's outcome, the heartbeat states, the delivery outcomes and the
+//! client's states and outcomes are `#[wasm_bindgen]` enums the JavaScript side imports by
+//! name; the engine options are read from the options object by the names in
+//! [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`](idem_core::Event::ALL); header
+//! names and the problem type prefix are idem-core's, exported by the module. Four byte
+//! layouts remain, for speed, and `test/boundary.test.mjs` checks both sides against each
+//! other:
+//!
+//! * **List text**: a list of strings as one string, each item written as its length in
+//!   UTF-16 code units (a JavaScript string's `length`), a colon, and the item:
+//!   `["ab", "c"]` is `2:ab1:c`. Header lists are flat `[name, value, …]` lists.
+//! * **Reply bytes**: a `u8` of [`ReplyFlag`]s (what the engine says of the reply, so that
+//!   JavaScript never infers it from the headers), `u32` status, `u32` byte length of the
+//!   head, the head (the header list as list text, UTF-8), then the body. Integers are
+//!   little-endian.
+//! * **Write bytes** (a store write, [`StoreWrite`]): a `u8` of [`WriteFlag`]s, `f64`
+//!   deadline, `f64` expiry, `u32` byte length of the head, the head (list text: the version,
+//!   then the expected version when [`WriteFlag::Expect`] is set), then the record bytes when
+//!   [`WriteFlag::Value`] is set. Numbers are little-endian.
+//! * **Context bytes** (what a running handler is told): `f64` fencing number, `f64` end of
+//!   the lease (milliseconds since the epoch), `u64` the attempt's identity
+//!   ([`idem_core::Context::attempt`]), a `u8` that is 1 when the handler takes over from an
+//!   attempt whose lease expired, then the key (UTF-8). Numbers are little-endian.
+
+pub mod client;
+pub mod codes;
+pub mod errors;
+pub mod layout;
+pub mod options;
+pub mod wire;
+
+pub use client::*;
+pub use codes::*;
+pub use errors::*;
+pub use layout::*;
+pub use options::*;
+pub use wire::*;
