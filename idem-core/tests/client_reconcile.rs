@@ -286,12 +286,13 @@ fn order(policy: &Policy, nonce: u64) -> Request<'static> {
 
 /// Asks about the key with `settle`, and reads the answer as a client does: from the bytes.
 fn ask(policy: &Policy, store: &mut MemoryStore, now: UnixMillis) -> Option<KeyStatus> {
+    let field = StatusQuery::field("POST", true);
     let mut query = policy.status(
         &StatusQuery {
             principal: Some("alice"),
             route: "/orders",
             keys: &[b"\"order-1\""],
-            status: b"POST; settle",
+            status: field.as_bytes(),
         },
         99,
     );

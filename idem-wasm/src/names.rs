@@ -20,6 +20,20 @@ pub fn low_water_header() -> String {
     String::from(idem_core::LOW_WATER_HEADER)
 }
 
+/// The field that makes a `GET` a status query, lowercase (idem-core's
+/// [`STATUS_HEADER`](idem_core::STATUS_HEADER)).
+#[wasm_bindgen(js_name = statusHeader)]
+pub fn status_header() -> String {
+    String::from(idem_core::STATUS_HEADER)
+}
+
+/// The media type of a status document (idem-core's
+/// [`STATUS_MEDIA_TYPE`](idem_core::STATUS_MEDIA_TYPE)).
+#[wasm_bindgen(js_name = statusMediaType)]
+pub fn status_media_type() -> String {
+    String::from(idem_core::STATUS_MEDIA_TYPE)
+}
+
 /// The names of the engine options, comma-separated: the JavaScript side refuses any option
 /// that is neither one of these nor one of its own (`IDEM-JS-1`).
 #[cfg(feature = "server")]

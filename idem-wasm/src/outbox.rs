@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use wasm_bindgen::prelude::*;
 
 /// One logical client request: the core's outbox entry (`IDEM-CLIENT-1` to
-/// `IDEM-CLIENT-7`) with its retry policy. `idempotentFetch` drives it.
+/// `IDEM-CLIENT-8`) with its retry policy. `idempotentFetch` drives it.
 #[wasm_bindgen]
 pub struct Outbox {
     entry: idem_core::OutboxEntry,
@@ -24,7 +24,7 @@ pub struct Next {
 
 #[wasm_bindgen]
 impl Next {
-    /// Complete, retry, failed or undetermined.
+    /// Complete, retry, failed, undetermined, ask again, executed or not executed.
     #[wasm_bindgen(getter)]
     pub fn kind(&self) -> NextKind {
         NextKind::of(&self.next)
@@ -35,6 +35,15 @@ impl Next {
     #[wasm_bindgen(getter)]
     pub fn outcome(&self) -> Option<FetchOutcome> {
         FetchOutcome::of_next(&self.next)
+    }
+
+    /// For `executed`: the stored response's status, when the server still had it.
+    #[wasm_bindgen(getter)]
+    pub fn status(&self) -> Option<u16> {
+        match self.next {
+            idem_core::NextStep::Executed { status } => status,
+            _ => None,
+        }
     }
 
     /// For `failed` and `undetermined`: `deadline`, `budget` or `key-forgotten`.
@@ -244,6 +253,51 @@ impl Outbox {
                 interop::millis(now),
                 interop::u64_from_halves(hi, lo),
                 result,
+            )
+            .map_err(|e| js(interop::client_error(&e)))?;
+        Ok(Next { next })
+    }
+
+    /// When a status query about the key is due (`IDEM-CLIENT-8`): now for an undetermined
+    /// entry, the end of the wait for one asking again, `undefined` otherwise.
+    #[wasm_bindgen(js_name = nextAsk)]
+    pub fn next_ask(&self, now: f64) -> Option<f64> {
+        self.entry
+            .next_ask(interop::millis(now))
+            .map(interop::to_ms)
+    }
+
+    /// The `Idempotency-Status` field of a status query about this entry's request, made
+    /// with `method`: it asks to settle the key if the server never saw it.
+    #[wasm_bindgen(js_name = statusField)]
+    pub fn status_field(method: &str) -> String {
+        idem_core::StatusQuery::field(method, true)
+    }
+
+    /// Reports the answer to a status query about the key (`IDEM-CLIENT-8`): the body of a
+    /// status document (a 200 of the status media type), or `undefined` when the answer was
+    /// not one (the server does not answer status queries). `canResend`: whether the payload
+    /// is at hand, so that a completed key's replay can be fetched with the same key.
+    #[wasm_bindgen(js_name = onStatus)]
+    pub fn on_status(
+        &mut self,
+        now: f64,
+        random_hi: u32,
+        random_lo: u32,
+        document: Option<Vec<u8>>,
+        can_resend: bool,
+    ) -> JsResult<Next> {
+        let found = document
+            .as_deref()
+            .and_then(idem_core::KeyStatus::from_document);
+        let next = self
+            .entry
+            .on_status(
+                &self.policy,
+                interop::millis(now),
+                interop::u64_from_halves(random_hi, random_lo),
+                found.as_ref(),
+                can_resend,
             )
             .map_err(|e| js(interop::client_error(&e)))?;
         Ok(Next { next })

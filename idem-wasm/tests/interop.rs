@@ -524,6 +524,16 @@ fn retry_options_and_entry_outcomes() {
             },
             Some("undetermined"),
         ),
+        (EntryState::Executed { status: Some(201) }, Some("executed")),
+        (EntryState::Executed { status: None }, Some("executed")),
+        (EntryState::NotExecuted, Some("not-executed")),
+        (
+            EntryState::Asking {
+                until: idem_core::UnixMillis(5),
+                asks: 1,
+            },
+            None,
+        ),
         (EntryState::Sent, None),
         (EntryState::Created, None),
     ];
@@ -539,6 +549,9 @@ fn retry_options_and_entry_outcomes() {
             EntryState::Sent => (OutboxState::Sent, false),
             EntryState::Created => (OutboxState::Created, false),
             EntryState::Waiting { .. } => (OutboxState::Waiting, false),
+            EntryState::Asking { .. } => (OutboxState::Asking, false),
+            EntryState::Executed { .. } => (OutboxState::Executed, true),
+            EntryState::NotExecuted => (OutboxState::NotExecuted, true),
         };
         assert_eq!((OutboxState::of(&state), of_state.is_some()), (kind, over));
     }
@@ -564,4 +577,29 @@ fn retry_options_and_entry_outcomes() {
         (NextKind::of(&retry), FetchOutcome::of_next(&retry)),
         (NextKind::Retry, None)
     );
+    let steps = [
+        (
+            idem_core::NextStep::AskStatus {
+                at: idem_core::UnixMillis(5),
+            },
+            NextKind::AskStatus,
+            None,
+        ),
+        (
+            idem_core::NextStep::Executed { status: None },
+            NextKind::Executed,
+            Some(FetchOutcome::Executed),
+        ),
+        (
+            idem_core::NextStep::NotExecuted,
+            NextKind::NotExecuted,
+            Some(FetchOutcome::NotExecuted),
+        ),
+    ];
+    for (step, kind, outcome) in steps {
+        assert_eq!(
+            (NextKind::of(&step), FetchOutcome::of_next(&step)),
+            (kind, outcome)
+        );
+    }
 }

@@ -214,6 +214,18 @@ impl Policy {
     }
 }
 
+impl StatusQuery<'_> {
+    /// The `Idempotency-Status` field a client sends to ask about a request with `method`:
+    /// `POST`, or `POST; settle` to settle the key if the server never saw it.
+    pub fn field(method: &str, settle: bool) -> String {
+        let mut field = String::from(method);
+        if settle {
+            field.push_str("; settle");
+        }
+        field
+    }
+}
+
 /// `METHOD` or `METHOD; settle` (RFC 8941: a token item, its boolean parameter `settle`).
 fn parse_status_field(value: &[u8]) -> Option<(&str, bool)> {
     let text = core::str::from_utf8(value).ok()?;

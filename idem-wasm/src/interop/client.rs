@@ -55,15 +55,21 @@ pub enum FetchOutcome {
     Failed = 2,
     /// Given up, and some attempt may have been processed.
     Undetermined = 3,
+    /// The server says it ran, and its response is not at hand (`IDEM-CLIENT-8`).
+    Executed = 4,
+    /// The server settled the key: it never ran and never will; a new key is safe.
+    NotExecuted = 5,
 }
 
 impl FetchOutcome {
     /// Every outcome, by index.
-    pub const ALL: [FetchOutcome; 4] = [
+    pub const ALL: [FetchOutcome; 6] = [
         FetchOutcome::Completed,
         FetchOutcome::Rejected,
         FetchOutcome::Failed,
         FetchOutcome::Undetermined,
+        FetchOutcome::Executed,
+        FetchOutcome::NotExecuted,
     ];
 
     /// Its name in the result of `idempotentFetch`.
@@ -73,6 +79,8 @@ impl FetchOutcome {
             FetchOutcome::Rejected => "rejected",
             FetchOutcome::Failed => "failed",
             FetchOutcome::Undetermined => "undetermined",
+            FetchOutcome::Executed => "executed",
+            FetchOutcome::NotExecuted => "not-executed",
         }
     }
 
@@ -92,18 +100,23 @@ impl FetchOutcome {
             }
             S::Failed { .. } => Some(FetchOutcome::Failed),
             S::Undetermined { .. } => Some(FetchOutcome::Undetermined),
-            _ => None,
+            S::Executed { .. } => Some(FetchOutcome::Executed),
+            S::NotExecuted => Some(FetchOutcome::NotExecuted),
+            S::Created | S::Sent | S::Waiting { .. } | S::Asking { .. } => None,
         }
     }
 
-    /// The outcome a next step ends the interaction with, or `None` for a retry.
+    /// The outcome a next step ends the interaction with, or `None` for a retry or another
+    /// status query.
     pub fn of_next(n: &idem_core::NextStep) -> Option<FetchOutcome> {
         use idem_core::NextStep as N;
         match n {
             N::Complete { class, .. } => Some(FetchOutcome::of_class(*class)),
             N::Failed { .. } => Some(FetchOutcome::Failed),
             N::Undetermined { .. } => Some(FetchOutcome::Undetermined),
-            N::Retry { .. } => None,
+            N::Executed { .. } => Some(FetchOutcome::Executed),
+            N::NotExecuted => Some(FetchOutcome::NotExecuted),
+            N::Retry { .. } | N::AskStatus { .. } => None,
         }
     }
 }
@@ -127,6 +140,12 @@ pub enum NextKind {
     Failed = 2,
     /// Given up, and some attempt may have been processed.
     Undetermined = 3,
+    /// Ask the server about the key again, at `Outbox.nextAsk`.
+    AskStatus = 4,
+    /// The server says it ran; its response is not at hand.
+    Executed = 5,
+    /// The server settled the key: it never ran.
+    NotExecuted = 6,
 }
 
 impl NextKind {
@@ -138,6 +157,9 @@ impl NextKind {
             N::Failed { .. } => NextKind::Failed,
             N::Undetermined { .. } => NextKind::Undetermined,
             N::Retry { .. } => NextKind::Retry,
+            N::AskStatus { .. } => NextKind::AskStatus,
+            N::Executed { .. } => NextKind::Executed,
+            N::NotExecuted => NextKind::NotExecuted,
         }
     }
 }
@@ -161,6 +183,12 @@ pub enum OutboxState {
     Failed = 5,
     /// Given up, and some attempt may have been processed.
     Undetermined = 6,
+    /// The server found the key in progress: ask it again.
+    Asking = 7,
+    /// The server says it ran; its response is not at hand.
+    Executed = 8,
+    /// The server settled the key: it never ran.
+    NotExecuted = 9,
 }
 
 impl OutboxState {
@@ -175,18 +203,23 @@ impl OutboxState {
             S::Processed { .. } => OutboxState::Processed,
             S::Failed { .. } => OutboxState::Failed,
             S::Undetermined { .. } => OutboxState::Undetermined,
+            S::Asking { .. } => OutboxState::Asking,
+            S::Executed { .. } => OutboxState::Executed,
+            S::NotExecuted => OutboxState::NotExecuted,
         }
     }
 }
 
 /// The `code` of a client error: `IDEM-CLIENT-1` for a changed payload, `IDEM-KEY-1` for a
-/// bad key, `IDEM-CLIENT-7` for a call in the wrong state.
+/// bad key, `IDEM-CLIENT-8` for a status answer the entry cannot take, `IDEM-CLIENT-7` for
+/// another call in the wrong state.
 pub fn client_error(e: &idem_core::ClientError) -> ErrorParts {
     use idem_core::ClientError as E;
     let code = match e {
         E::PayloadChanged => "IDEM-CLIENT-1",
         E::InvalidKey(_) => "IDEM-KEY-1",
         E::InvalidStatus(_) => "IDEM-CLIENT-2",
+        E::NothingToReconcile(_) => "IDEM-CLIENT-8",
         _ => "IDEM-CLIENT-7",
     };
     ErrorParts::range(code, e.to_string())
