@@ -55,6 +55,9 @@ pub enum GiveUp {
     /// The server no longer knows the key (its response expired, the key is stale, the
     /// session or epoch is unknown), after an attempt that may have been processed.
     KeyForgotten,
+    /// The client stopped (a crash, a restart) while an attempt was in flight or due, and
+    /// the server could not tell what became of it (`IDEM-CLIENT-8`).
+    Interrupted,
 }
 
 /// Where an entry is. Entries in `Answered`, `Processed`, `Failed` and `Undetermined` are
@@ -453,13 +456,20 @@ impl OutboxEntry {
             EntryState::Waiting { .. } => {}
             other => return Err(ClientError::NotSendable(other)),
         }
-        if payload != &self.payload {
-            return Err(ClientError::PayloadChanged);
-        }
+        self.check_payload(payload)?;
         self.state = EntryState::Sent;
         self.attempts = self.attempts.saturating_add(1);
         self.first_sent.get_or_insert(now);
         Ok(self.attempts)
+    }
+
+    /// Refuses a payload digest other than the entry's (`IDEM-CLIENT-1`): check it before
+    /// anything about the request goes out, a status query included.
+    pub fn check_payload(&self, payload: &[u8; 32]) -> Result<(), ClientError> {
+        if payload != &self.payload {
+            return Err(ClientError::PayloadChanged);
+        }
+        Ok(())
     }
 
     /// Decides what the result of the send in flight means, without changing the entry.
@@ -505,7 +515,7 @@ impl OutboxEntry {
     /// | completed, no longer replayed  | executed (its status) | executed (its status) |
     /// | expired                        | executed         | executed               |
     /// | not-executed (settled)         | not executed     | not executed           |
-    /// | in-progress                    | ask again after `Retry-After`, backoff-bounded, at most `max_attempts` asks | the same |
+    /// | in-progress                    | ask again after `Retry-After`, backoff-bounded, at most [`MAX_STATUS_ASKS`] asks | the same |
     /// | released, held, unknown, none  | undetermined     | undetermined           |
     ///
     /// Allowed once the entry was sent and while its outcome is open: sent (a response lost
@@ -520,7 +530,7 @@ impl OutboxEntry {
         can_resend: bool,
     ) -> Result<NextStep, ClientError> {
         let (asks, reason) = match self.state {
-            EntryState::Sent | EntryState::Waiting { .. } => (0, GiveUp::Budget),
+            EntryState::Sent | EntryState::Waiting { .. } => (0, GiveUp::Interrupted),
             EntryState::Undetermined { reason } => (0, reason),
             EntryState::Asking { asks, .. } => (asks, GiveUp::Budget),
             other => return Err(ClientError::NothingToReconcile(other)),
@@ -538,7 +548,7 @@ impl OutboxEntry {
             },
             Some(KeyStatus::Expired) => NextStep::Executed { status: None },
             Some(KeyStatus::NotExecuted) => NextStep::NotExecuted,
-            Some(KeyStatus::InProgress { .. }) if asks >= policy.max_attempts => {
+            Some(KeyStatus::InProgress { .. }) if asks >= MAX_STATUS_ASKS => {
                 NextStep::Undetermined {
                     reason: GiveUp::Budget,
                 }
@@ -640,6 +650,11 @@ impl OutboxEntry {
         }
     }
 }
+
+/// The most status queries an entry makes while the server finds its key in progress
+/// (`IDEM-CLIENT-8`), each at least `Retry-After` after the last and backed off like a retry:
+/// a key still in progress at the last one is left undetermined.
+pub const MAX_STATUS_ASKS: u32 = 10;
 
 /// How a response with `status` ends the interaction (`IDEM-CLIENT-2`): 2xx and 3xx
 /// succeed, a deterministic 4xx rejects; `None` for what a retry may change (408, 409, 425,

@@ -107,7 +107,7 @@ pub use time::UnixMillis;
 pub use client::{
     backoff_ms, decode_entry, encode_entry, uuid_v4_key, ClientError, ClientResponse, Completion,
     EntryDecodeError, EntryState, GiveUp, KeyAnswer, NetworkError, NextStep, OutboxEntry,
-    RetryPolicy, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES,
+    RetryPolicy, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES, MAX_STATUS_ASKS,
 };
 pub use counter::{
     parse_counter_key, serial_cmp, CounterAttempt, CounterClaim, CounterConfig, CounterDecision,

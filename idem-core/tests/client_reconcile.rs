@@ -163,10 +163,13 @@ fn a_key_in_progress_is_asked_about_again_and_the_asks_are_bounded() {
     assert!(!e.is_final());
     assert_eq!(e.next_ask(at(0)), Some(first));
     assert_eq!(e.next_send(at(0)), None, "asking is not sending");
-    let NextStep::AskStatus { .. } = e.on_status(&p, first, 0, Some(&busy), true).unwrap() else {
-        panic!("asks again")
-    };
-    // The third ask still finds it busy: the budget is spent, still undetermined.
+    for ask in 2..MAX_STATUS_ASKS {
+        let NextStep::AskStatus { .. } = e.on_status(&p, first, 0, Some(&busy), true).unwrap()
+        else {
+            panic!("ask {ask} asks again")
+        };
+    }
+    // The last ask still finds it busy: the asks are spent, still undetermined.
     let last = e.on_status(&p, at(60_000), 0, Some(&busy), true).unwrap();
     assert_eq!(
         last,
@@ -197,10 +200,19 @@ fn only_an_entry_sent_and_still_open_is_reconciled() {
     // Found in flight after a restart: asked about instead of resent.
     let mut restarted = OutboxEntry::new("order-1", PAYLOAD).unwrap();
     restarted.send(T0, &PAYLOAD).unwrap();
+    let mut unanswered = restarted.clone();
     assert_eq!(
         restarted.on_status(&p, at(1), 0, Some(&KeyStatus::NotExecuted), false),
         Ok(NextStep::NotExecuted)
     );
+    // Asked after a restart, and the server could not tell: interrupted, not out of budget.
+    assert_eq!(
+        unanswered.on_status(&p, at(1), 0, None, true),
+        Ok(NextStep::Undetermined {
+            reason: GiveUp::Interrupted
+        })
+    );
+    assert_eq!(unanswered.next_ask(at(2)), Some(at(2)));
     let mut answered = OutboxEntry::new("order-1", PAYLOAD).unwrap();
     answered.send(T0, &PAYLOAD).unwrap();
     let ok = ClientResponse {

@@ -3,7 +3,18 @@
 // sends, reports each result, waits as told, and persists the entry between sends.
 import { random32, sleep } from "./common.js";
 import { rangeError } from "./errors.js";
-import { CounterSequence, FetchOutcome, NextKind, Outbox, OutboxState, keyHeader, lowWaterHeader, outcomeNames } from "./idem_client.js";
+import {
+  CounterSequence,
+  FetchOutcome,
+  NextKind,
+  Outbox,
+  OutboxState,
+  keyHeader,
+  lowWaterHeader,
+  outcomeNames,
+  statusHeader,
+  statusMediaType,
+} from "./idem_client.js";
 
 let names = null;
 
@@ -67,6 +78,38 @@ function fetchOptions(input, template, init) {
 /** The reason `signal` gives for its abort, as `fetch` rejects with it. */
 function abortReason(signal) {
   return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
+}
+
+/** Request fields that describe a body: a status query, which has none, leaves them out. */
+const BODY_FIELDS = ["content-type", "content-length", "content-encoding", "content-language", "content-location", "digest", "content-digest"];
+
+/**
+ * Asks the server what became of `entry`'s key with a settling status query (IDEM-CLIENT-8):
+ * a `GET` of the request's URL with its headers (credentials, the principal's) and options,
+ * its key and `Idempotency-Status`. Reports the answer to the entry and resolves to its next
+ * step: a status document when the server answered one, nothing otherwise (a server without
+ * the query, or none reachable). Rejects only when `signal` aborts.
+ */
+async function askStatus(entry, request, canResend) {
+  const { doFetch, url, method, template, sendOptions, keyValue, signal, now } = request;
+  const headers = new Headers(template.headers);
+  for (const name of BODY_FIELDS) headers.delete(name);
+  headers.set(keyHeader(), keyValue(entry.key));
+  headers.set(statusHeader(), Outbox.statusField(method));
+  let document;
+  try {
+    const response = await doFetch(url, { ...sendOptions, method: "GET", headers, body: undefined, signal });
+    const type = (response.headers.get("content-type") ?? "").toLowerCase();
+    if (response.status === 200 && type.split(";")[0].trim() === statusMediaType()) {
+      document = new Uint8Array(await response.arrayBuffer());
+    } else {
+      await response.arrayBuffer().catch(() => {});
+    }
+  } catch (err) {
+    if (signal?.aborted) throw err;
+  }
+  if (signal?.aborted) throw abortReason(signal);
+  return entry.onStatus(now(), random32(), random32(), document, canResend);
 }
 
 function newKey(version, now) {
@@ -137,6 +180,45 @@ function checkOptions(options) {
   }
   if (options.clientId !== undefined && typeof options.clientId !== "string") throw rangeError("IDEM-JS-1", "options.clientId must be a string");
   if (options.signal !== undefined) throw rangeError("IDEM-JS-1", "options.signal is not an option: pass the AbortSignal in init, as to fetch (init.signal)");
+  if (options.reconcile !== undefined && typeof options.reconcile !== "boolean") throw rangeError("IDEM-JS-1", "options.reconcile must be true or false");
+}
+
+/** What a call resolves to once `entry` is over with `outcome`: the persisted entry deleted
+ * (kept while the outcome is undetermined and may still be reconciled), a counter number
+ * given back once its answer is known. */
+async function finishWith(entry, options, seq, keep, outcome, fields) {
+  if (options.persist && !keep) await options.persist.delete(options.id);
+  // Its answer arrived (or nothing can have run): the number no longer holds the low-water
+  // mark back. An undetermined one keeps it until reconciled.
+  if (seq !== null && outcome !== FetchOutcome.Undetermined) {
+    await withSequence(options.counter, options.persist, (sequence) => sequence.done(seq));
+  }
+  const result = { outcome: outcomeName(outcome), key: entry.key, attempts: entry.attempts, ...fields };
+  entry.free();
+  return result;
+}
+
+/** The request fields both calls share: the template Request, its send options and signal. */
+function prepare(input, init, options) {
+  checkOptions(options);
+  // fetch's own signal: init's, else the input Request's (an explicit null is none).
+  const signal = (init.signal !== undefined ? init.signal : input instanceof Request ? input.signal : undefined) ?? undefined;
+  if (signal?.aborted) throw abortReason(signal);
+  const template = new Request(input, init);
+  const kind = options.keyKind ?? "uuid";
+  // Kind keys are sent bare; opaque keys as sf-strings unless keyFormat says otherwise.
+  const bare = kind !== "uuid" || options.keyFormat === "bare";
+  return {
+    doFetch: options.fetch ?? globalThis.fetch,
+    now: options.now ?? Date.now,
+    signal,
+    template,
+    sendOptions: fetchOptions(input, template, init),
+    method: template.method,
+    url: template.url,
+    kind,
+    keyValue: (key) => (bare ? key : `"${key}"`),
+  };
 }
 
 /**
@@ -151,29 +233,28 @@ function checkOptions(options) {
  * when `init.signal` (or the input Request's signal) aborts, nothing more is sent and the
  * call rejects at once with the signal's reason, the persisted entry kept (IDEM-JS-8).
  *
+ * When an attempt ends without an answer (the retry budget or deadline spent after a send
+ * that may have run, or an entry resumed after a restart), it asks the server what became of
+ * the key (IDEM-CLIENT-8; `reconcile: false` turns this off): a completed key's replay is
+ * fetched with the same key, a key in progress is asked about again, and a key the server
+ * never saw is settled so that it never runs.
+ *
  * Resolves to `{ outcome, key, attempts, response?, status?, reason? }` where `outcome` is
  * `completed` (2xx/3xx), `rejected` (a deterministic 4xx), `failed` (given up, and nothing
- * can have been processed) or `undetermined` (given up, and some attempt may have been
- * processed: reconcile before trying again with a new key).
+ * can have been processed), `executed` (the server says it ran; its response is gone, its
+ * `status` when known), `not-executed` (settled: it never ran and never will; send again
+ * under a new key) or `undetermined` (some attempt may have been processed and the server
+ * could not say; with `persist`, the entry is kept, and the same `id` asks again).
  */
 export async function idempotentFetch(input, init = {}, options = {}) {
-  checkOptions(options);
-  const now = options.now ?? Date.now;
-  const doFetch = options.fetch ?? globalThis.fetch;
+  const request = prepare(input, init, options);
+  const { doFetch, now, signal, template, sendOptions, method, url, kind, keyValue } = request;
+  const reconcile = options.reconcile ?? true;
   // The retry options are read (and checked) by the module.
   const retry = options.retry;
-  // fetch's own signal: init's, else the input Request's (an explicit null is none).
-  const signal = (init.signal !== undefined ? init.signal : input instanceof Request ? input.signal : undefined) ?? undefined;
-  if (signal?.aborted) throw abortReason(signal);
-
-  const template = new Request(input, init);
-  const sendOptions = fetchOptions(input, template, init);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
-  const method = template.method;
-  const url = template.url;
   const digest = Outbox.digest(method, url, template.headers.get("content-type") ?? undefined, body ?? new Uint8Array(0));
 
-  const kind = options.keyKind ?? "uuid";
   let entry = null;
   if (options.persist) {
     const saved = await options.persist.load(options.id);
@@ -190,45 +271,67 @@ export async function idempotentFetch(input, init = {}, options = {}) {
     }
     entry = new Outbox(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
   }
-  // Kind keys are sent bare; opaque keys as sf-strings unless keyFormat says otherwise.
-  const bare = kind !== "uuid" || options.keyFormat === "bare";
   const seq = kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.encode());
   };
-  /** The result `{ outcome, ...fields }` of an entry that is over with `outcome`. */
-  const finish = async (outcome, fields) => {
-    if (options.persist) await options.persist.delete(options.id);
-    // Its answer arrived (or nothing can have run): the number no longer holds the
-    // low-water mark back. An undetermined one keeps it until reconciled.
-    if (seq !== null && outcome !== FetchOutcome.Undetermined) {
-      await withSequence(options.counter, options.persist, (sequence) => sequence.done(seq));
-    }
-    entry.free();
-    return { outcome: outcomeName(outcome), ...fields };
-  };
+  const finish = (outcome, fields) =>
+    finishWith(entry, options, seq, reconcile && outcome === FetchOutcome.Undetermined, outcome, {
+      status: entry.lastStatus,
+      ...fields,
+    });
 
   try {
     let next = null;
-    if (entry.state === OutboxState.Sent) {
-      // Saved in flight: the process stopped before the response arrived. Its effect is unknown.
+    // Whether the server was asked in this call: an undetermined step after that ends it.
+    let asked = false;
+    const resumable = entry.state === OutboxState.Sent || entry.state === OutboxState.Undetermined || entry.state === OutboxState.Asking;
+    // Another payload under this id is refused before anything goes out (IDEM-CLIENT-1).
+    if (entry.outcome === undefined || resumable) entry.checkPayload(digest);
+    if (resumable && reconcile) {
+      // Saved in flight or unreconciled: the process stopped, and the effect is unknown.
+      next = await askStatus(entry, request, true);
+      asked = true;
+      await save();
+    } else if (entry.state === OutboxState.Sent) {
       next = entry.onNetworkError(now(), random32(), random32(), true);
       await save();
     } else if (entry.outcome !== undefined) {
       // Saved when it was over (the process stopped before deleting it): report what it was,
       // a deterministic refusal included.
-      return await finish(entry.outcome, { key: entry.key, attempts: entry.attempts, status: entry.lastStatus });
+      return await finish(entry.outcome, {});
     }
     for (;;) {
       if (next !== null) {
-        const kind = next.kind;
-        if (kind === NextKind.Failed || kind === NextKind.Undetermined) {
-          const outcome = next.outcome;
-          const reason = next.reason;
+        const step = next.kind;
+        if (step === NextKind.Undetermined && reconcile && !asked) {
           next.free();
-          return await finish(outcome, { key: entry.key, attempts: entry.attempts, status: entry.lastStatus, reason });
+          next = await askStatus(entry, request, true);
+          asked = true;
+          await save();
+          continue;
         }
+        if (step === NextKind.AskStatus) {
+          next.free();
+          next = null;
+          for (let due = entry.nextAsk(now()); due !== undefined && due > now() && !signal?.aborted; ) {
+            await sleep(due - now() + 1, signal);
+          }
+          if (signal?.aborted) throw abortReason(signal);
+          next = await askStatus(entry, request, true);
+          await save();
+          continue;
+        }
+        if (step !== NextKind.Retry) {
+          const outcome = next.outcome;
+          const fields = { reason: next.reason, status: step === NextKind.Executed ? next.status : entry.lastStatus };
+          next.free();
+          return await finish(outcome, fields);
+        }
+        // A retry, the replay fetch after a status query included (if that ends undetermined
+        // too, the call ends: the server is not asked twice in one call).
         next.free();
+        next = null;
       }
       // Timers may fire a little early against the clock: wait until the backoff has ended.
       for (let due = entry.nextSend(now()); due !== undefined && due > now() && !signal?.aborted; ) {
@@ -238,7 +341,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       entry.send(now(), digest);
       await save();
       const headers = new Headers(template.headers);
-      headers.set(keyHeader(), bare ? entry.key : `"${entry.key}"`);
+      headers.set(keyHeader(), keyValue(entry.key));
       if (seq !== null) {
         headers.set(lowWaterHeader(), await withSequence(options.counter, options.persist, (sequence) => sequence.lowWater()));
       }
@@ -269,15 +372,62 @@ export async function idempotentFetch(input, init = {}, options = {}) {
         const outcome = next.outcome;
         next.free();
         entry.markProcessed();
-        return await finish(outcome, {
-          key: entry.key,
-          attempts: entry.attempts,
-          status: response.status,
-          response,
-        });
+        return await finish(outcome, { status: response.status, response });
       }
       // A response that does not end the interaction is not returned: drain it.
       await response.arrayBuffer().catch(() => {});
+    }
+  } catch (err) {
+    if (entry.__wbg_ptr !== 0) entry.free();
+    throw err;
+  }
+}
+
+/**
+ * Asks what became of the request persisted under `options.id` without sending it again
+ * (its payload is gone: the page that made it was closed, the process crashed), with a
+ * settling status query (IDEM-CLIENT-8). `input` and `init` are the original request's URL,
+ * method and headers (its credentials); a body is ignored.
+ *
+ * Resolves to `{ outcome, key, attempts, status?, reason? }`: `executed` (it ran; `status`
+ * is its stored status when the server still has it), `not-executed` (settled: it never ran
+ * and never will), or `undetermined` (the server could not say, or could not be reached: the
+ * entry is kept, ask again later); an entry that was already over reports its outcome, and
+ * `null` when nothing is persisted under `id`.
+ */
+export async function reconcile(input, init = {}, options = {}) {
+  if (!options.persist || typeof options.id !== "string") {
+    throw rangeError("IDEM-JS-1", "reconcile needs options.persist and options.id: the entry to ask about");
+  }
+  const request = prepare(input, init, options);
+  const saved = await options.persist.load(options.id);
+  if (saved == null) return null;
+  const entry = Outbox.fromBytes(saved, options.retry);
+  const seq = request.kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
+  try {
+    if (entry.outcome !== undefined && entry.state !== OutboxState.Undetermined) {
+      return await finishWith(entry, options, seq, false, entry.outcome, { status: entry.lastStatus });
+    }
+    if (entry.state === OutboxState.Created) {
+      // Never sent: nothing can have run.
+      await options.persist.delete(options.id);
+      const result = { outcome: "not-executed", key: entry.key, attempts: 0 };
+      entry.free();
+      return result;
+    }
+    for (;;) {
+      const due = entry.nextAsk(request.now());
+      for (let at = due; at !== undefined && at > request.now() && !request.signal?.aborted; ) {
+        await sleep(at - request.now() + 1, request.signal);
+      }
+      const next = await askStatus(entry, request, false);
+      await options.persist.save(options.id, entry.encode());
+      const step = next.kind;
+      const fields = { reason: next.reason, status: next.status ?? undefined };
+      const outcome = next.outcome;
+      next.free();
+      if (step === NextKind.AskStatus) continue;
+      return await finishWith(entry, options, seq, outcome === FetchOutcome.Undetermined, outcome, fields);
     }
   } catch (err) {
     if (entry.__wbg_ptr !== 0) entry.free();

@@ -41,6 +41,11 @@ export function idempotency(options) {
 async function serve(idem, skip, req, res, next, held) {
   if (skip !== undefined && (await skip(req))) return next();
   const headers = { get: (name) => req.get(name) ?? null };
+  const field = req.method === "GET" && idem.statusQueries ? req.get(idem.statusHeader) : undefined;
+  if (field !== undefined) {
+    // A status query about the request this URL guards: answered from the store.
+    return send(res, await idem.status({ req, target: req.originalUrl, key: req.get(idem.keyHeader) ?? null, status: field }), idem);
+  }
   const key = idem.keyOf(req.get(idem.keyHeader) ?? null, headers);
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();

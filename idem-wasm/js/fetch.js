@@ -47,7 +47,9 @@ function targetOf(href) {
  * flight gets 409 with `Retry-After` (or waits, with `inFlight: { wait }`); a changed payload
  * gets 422; a bad key or body gets 400/413. All refusals are `application/problem+json`.
  * The response is stored before it is returned. `options.principal` says who sent each
- * request (see `Idempotency`).
+ * request (see `Idempotency`). A `GET` with `Idempotency-Status` is a status query about the
+ * key it carries, answered from the store without calling the handler (see
+ * `Idempotency#status`; `statusQueries: false` lets it through to the handler).
  */
 export function withIdempotency(handler, options) {
   if (typeof handler !== "function") throw rangeError("IDEM-JS-1", "handler must be a function");
@@ -58,6 +60,16 @@ export function withIdempotency(handler, options) {
   return async function idempotent(request, ...rest) {
     const method = request.method;
     const headers = request.headers;
+    if (method === "GET" && idem.statusQueries) {
+      const field = headers.get(idem.statusHeader);
+      if (field !== null) {
+        // A status query about the request this URL guards: answered from the store.
+        const target = targetOf(request.url);
+        const principal = await idem.principalOf(request, ...rest);
+        const queried = route ? await route(request, new URL(request.url)) : routeOf(target);
+        return idem.serve(idem.statusSlot(headers.get(idem.keyHeader), principal, queried, field), answer);
+      }
+    }
     const key = idem.keyOf(headers.get(idem.keyHeader), headers);
     if (!idem.protects(method, key !== null)) return handler(request, ...rest);
     const body = await readBody(idem, headers.get("content-length"), request);

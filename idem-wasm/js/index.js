@@ -8,3 +8,4 @@ export { methodNotAllowed, plainProblem } from "./edge.js";
 export { MemoryStore, expire, redisResponseKey, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
+export { keyHeader, lowWaterHeader, statusHeader, statusMediaType } from "./idem_wasm.js";

@@ -4,7 +4,7 @@ import { Engine, engineOptionNames } from "./idem_wasm.js";
 import { rangeError } from "./util.js";
 
 /** The options the JavaScript side reads itself; the engine options are read by the module. */
-export const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem"];
+export const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem", "statusQueries"];
 /** An HTTP field name (RFC 9110 token). */
 export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
@@ -40,6 +40,9 @@ export function checkOptions(options) {
   }
   if (options.keyHeader !== undefined && (typeof options.keyHeader !== "string" || !HEADER_NAME.test(options.keyHeader))) {
     throw rangeError("IDEM-JS-1", "options.keyHeader must be a header name");
+  }
+  if (options.statusQueries !== undefined && typeof options.statusQueries !== "boolean") {
+    throw rangeError("IDEM-JS-1", "options.statusQueries must be true or false");
   }
   for (const fn of ["route", "onEvent", "now", "problem"]) {
     if (options[fn] !== undefined && typeof options[fn] !== "function") {

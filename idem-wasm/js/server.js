@@ -5,7 +5,7 @@
 //
 // Every rule is idem-core's request machine (compiled to WebAssembly): this file only moves
 // data.
-import { Ran, keyHeader, lowWaterHeader } from "./idem_wasm.js";
+import { Ran, keyHeader, lowWaterHeader, statusHeader } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
 import { random32 } from "./common.js";
 import { Driver } from "./drive.js";
@@ -15,6 +15,7 @@ import { flatHeaders, listText, rangeError, takeReply, toResponse } from "./util
 
 const EMPTY = new Uint8Array(0);
 let lowWaterName = null;
+let statusName = null;
 const textEncoder = new TextEncoder();
 const textDecoder = new TextDecoder();
 
@@ -33,6 +34,7 @@ export class Idempotency {
   #clientHeader;
   #keyHeader;
   #problem;
+  #statusQueries;
 
   constructor(options) {
     checkOptions(options);
@@ -49,6 +51,7 @@ export class Idempotency {
     this.#route = options.route;
     this.#keyHeader = (options.keyHeader ?? keyHeader()).toLowerCase();
     this.#problem = options.problem ?? null;
+    this.#statusQueries = options.statusQueries ?? true;
     const clientHeader = options.timeKeys?.clientHeader;
     if (clientHeader !== undefined && (typeof clientHeader !== "string" || !HEADER_NAME.test(clientHeader))) {
       throw rangeError("IDEM-JS-1", "options.timeKeys.clientHeader must be a header name");
@@ -75,6 +78,19 @@ export class Idempotency {
   get lowWaterHeader() {
     lowWaterName ??= lowWaterHeader();
     return lowWaterName;
+  }
+
+  /** The field that makes a `GET` a status query (idem-core's `idempotency-status`), lower
+   * case. */
+  get statusHeader() {
+    statusName ??= statusHeader();
+    return statusName;
+  }
+
+  /** Whether the adapters answer status queries (`options.statusQueries`, default true): a
+   * `GET` with `Idempotency-Status` on a route they guard. */
+  get statusQueries() {
+    return this.#statusQueries;
   }
 
   /** The engine's reply `{ status, headers, body, replayed }` as a Fetch Response: a refusal
@@ -167,6 +183,27 @@ export class Idempotency {
       if (instead !== null) return plainReply(instead);
       return { status: out.status, headers, body, replayed: false, executed: true };
     });
+  }
+
+  /**
+   * Answers a status query given as plain data (IDEM-STATUS-1): `{ target, route?, key,
+   * status }` (plus whatever `options.principal` reads), where `key` is the raw
+   * `Idempotency-Key` header value and `status` the raw `Idempotency-Status` value, naming
+   * the method of the request asked about (`POST`, or `POST; settle` to settle a key never
+   * seen so that it never runs). Resolves to `{ status, headers, body }` as `handle` does:
+   * 200 with what became of the key (`application/vnd.idem.key-status+json`: completed,
+   * in-progress, released, held, expired, unknown, not-executed), in the asker's scope only,
+   * or the core's problem. Nothing runs and nothing is claimed.
+   */
+  async status(input) {
+    const route = input.route ?? routeOf(input.target);
+    const slot = this.statusSlot(input.key, await this.principalOf(input), route, input.status);
+    return this.serve(slot, plainReply);
+  }
+
+  /** Opens the slot of a status query: `key` and `field` are the raw header values. */
+  statusSlot(key, principal, route, field) {
+    return this.#engine.status(principal, route, key ?? undefined, field ?? "", random32(), random32());
   }
 
   /** Identifies a request and opens its slot (an integer). A request that cannot be

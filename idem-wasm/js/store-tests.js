@@ -1,5 +1,6 @@
 // `idem/store-tests`: the rules every store must keep (IDEM-STORE-1, IDEM-STORE-3,
-// IDEM-STORE-4, IDEM-STORE-5, IDEM-TTL-1..4, IDEM-LEASE-4), as tests to run against a store.
+// IDEM-STORE-4, IDEM-STORE-5, IDEM-TTL-1..4, IDEM-LEASE-4, IDEM-STATUS-1..3), as tests to run
+// against a store.
 // It registers its tests with the `test(name, fn)` function it is given (node:test's, Deno's
 // and Bun's all fit) and checks with node:assert (which Node, Deno and Bun all have).
 //
@@ -169,6 +170,62 @@ export function storeTests(test, { name, open, outage, shared = true, selfExpiri
       assert.equal(retry.headers.get("idempotent-replayed"), "true");
       assert.equal(runs - before, 1);
     }
+  });
+
+  test(label("a status query tells what became of a key in the asker's scope, and a settle racing the original lets exactly one of them win (IDEM-STATUS-1, IDEM-STATUS-2, IDEM-STATUS-3)"), async () => {
+    const stores = shared ? [await open(), await open()] : [await open()];
+    let runs = 0;
+    const handlers = stores.map((store) =>
+      withIdempotency(
+        async (request) => {
+          runs++;
+          await request.json();
+          return Response.json({ run: runs }, { status: 201 });
+        },
+        { store, principal: (request) => request.headers.get("x-user") ?? "alice" },
+      ),
+    );
+    const ask = async (handler, key, field, who = "alice") => {
+      const answer = await handler(
+        new Request("http://store.test/orders", {
+          headers: { "idempotency-key": `"${key}"`, "idempotency-status": field, "x-user": who },
+        }),
+      );
+      assert.equal(answer.status, 200, await answer.clone().text());
+      assert.equal(answer.headers.get("content-type"), "application/vnd.idem.key-status+json");
+      return answer.json();
+    };
+    const key = uniqueKey("status");
+    assert.equal((await ask(handlers[0], key, "POST")).status, "unknown");
+    assert.equal((await handlers[0](post(key))).status, 201);
+    const done = await ask(handlers[handlers.length - 1], key, "POST");
+    assert.deepEqual(done, { key, response: { replayable: true, status: 201 }, status: "completed" });
+    // Another principal's key is unknown to the asker, and a settle stays in the asker's scope.
+    assert.equal((await ask(handlers[0], key, "POST; settle", "bob")).status, "not-executed");
+    assert.equal((await handlers[0](post(key))).headers.get("idempotent-replayed"), "true");
+    const before = runs;
+    let settled = 0;
+    for (let round = 0; round < 16; round++) {
+      // The settle and the original released together, through different stores.
+      const raced = uniqueKey("settle-race");
+      const [query, original] = await Promise.all([
+        ask(handlers[round % handlers.length], raced, "POST; settle"),
+        handlers[(round + 1) % handlers.length](post(raced)),
+      ]);
+      const ran = original.status === 201;
+      if (query.status === "not-executed") {
+        settled++;
+        assert.equal(ran, false, `round ${round}: settled and executed`);
+        assert.equal(original.status, 409);
+        assert.equal((await original.json()).type, "urn:idem:problem:key-settled");
+      } else {
+        assert.equal(ran, true, `round ${round}: neither settled nor executed (${query.status}, ${original.status})`);
+        assert.ok(query.status === "in-progress" || query.status === "completed", query.status);
+      }
+      // Asked again, it says the same.
+      assert.equal((await ask(handlers[0], raced, "POST")).status, ran ? "completed" : "not-executed");
+    }
+    assert.equal(runs - before, 16 - settled, "each original ran at most once");
   });
 
   test(label("deadlines and expiry: the response replays until it expires, then 410 while the key lives, then the key is new (IDEM-TTL-1, IDEM-TTL-2, IDEM-TTL-3, IDEM-TTL-4)"), async () => {

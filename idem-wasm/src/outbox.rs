@@ -180,6 +180,15 @@ impl Outbox {
         self.entry.last_status()
     }
 
+    /// Throws a `RangeError` (`IDEM-CLIENT-1`) when `payload` is not the digest of the
+    /// entry's payload: checked before anything about the request goes out.
+    #[wasm_bindgen(js_name = checkPayload)]
+    pub fn check_payload(&self, payload: &[u8]) -> JsResult<()> {
+        self.entry
+            .check_payload(&digest32(payload)?)
+            .map_err(|e| js(interop::client_error(&e)))
+    }
+
     /// Records a send of the payload with this digest; throws a `RangeError`
     /// (`IDEM-CLIENT-1` when the payload changed, `IDEM-CLIENT-7` when not sendable now).
     pub fn send(&mut self, now: f64, payload: &[u8]) -> JsResult<u32> {

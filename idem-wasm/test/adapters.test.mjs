@@ -46,6 +46,7 @@ function expressApp({ customKey = false, mapped = false } = {}) {
     }
     res.status(201).set("x-order-id", String(id)).json({ id, order: req.body, key: req.idempotency?.key });
   });
+  app.get("/api/orders", (req, res) => res.json({ orders: state.count }));
   app.post("/api/search", (req, res) => res.json({ searched: true, body: req.body }));
   app.post("/open/orders", (req, res) => {
     state.count++;
@@ -82,6 +83,7 @@ function honoApp({ customKey = false, mapped = false } = {}) {
     if (order === null || typeof order !== "object" || Array.isArray(order)) return c.json({ error: "invalid order" }, 400);
     return c.json({ id, order }, 201, { "x-order-id": String(id) });
   });
+  app.get("/api/orders", (c) => c.json({ orders: state.count }));
   app.post("/api/search", async (c) => c.json({ searched: true, body: await c.req.json() }));
   app.post("/open/orders", (c) => {
     state.count++;
@@ -217,6 +219,33 @@ for (const [name, make] of [
       assert.equal(retry.headers.get("content-type"), first.headers.get("content-type"));
       assert.equal(await retry.text(), body);
       assert.equal(await count(), Number(id));
+    });
+
+    test("a GET with Idempotency-Status is answered from the store in the asker's scope, and a settled key refuses its late original (IDEM-STATUS-1 to IDEM-STATUS-4)", async () => {
+      const ask = (key, field, user = "alice") =>
+        fetch(`${server.url}/api/orders`, { headers: { "idempotency-key": key, "idempotency-status": field, "x-user": user } });
+      const document = async (r) => {
+        const text = await r.text();
+        assert.equal(r.status, 200, text);
+        assert.equal(r.headers.get("content-type"), "application/vnd.idem.key-status+json");
+        assert.equal(r.headers.get("cache-control"), "no-store");
+        return JSON.parse(text);
+      };
+      const key = fresh();
+      assert.equal((await document(await ask(key, "POST"))).status, "unknown");
+      assert.equal((await post(server.url, { key })).status, 201);
+      const done = await document(await ask(key, "POST"));
+      assert.deepEqual(done.response, { replayable: true, status: 201 });
+      assert.equal((await document(await ask(key, "POST", "bob"))).status, "unknown");
+      const lost = fresh();
+      assert.equal((await document(await ask(lost, "POST; settle"))).status, "not-executed");
+      await refused(() => post(server.url, { key: lost }), 409, "urn:idem:problem:key-settled");
+      await refused(() => ask(key, "POST; later"), 400, "about:blank");
+      await refused(() => ask(key, "GET"), 400, "about:blank");
+      await refused(() => ask("not a key", "POST"), 400, "urn:idem:problem:malformed-key");
+      // A GET without the field is the route's own.
+      const list = await fetch(`${server.url}/api/orders`, { headers: { "x-user": "alice" } });
+      assert.deepEqual(await list.json(), { orders: app.state.count });
     });
 
     test("16 concurrent duplicates over separate connections run once", async () => {

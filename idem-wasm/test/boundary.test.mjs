@@ -258,12 +258,13 @@ test("the engine flags its replies as replays: JavaScript never infers it from t
 
 test("the client's states and outcomes cross as the module's enums, its outcome names as the types say", () => {
   const members = (e) => Object.keys(e).filter((k) => Number.isNaN(Number(k)));
-  assert.deepEqual(members(clientGlue.OutboxState), ["Created", "Sent", "Waiting", "Answered", "Processed", "Failed", "Undetermined"]);
-  assert.deepEqual(members(clientGlue.NextKind), ["Complete", "Retry", "Failed", "Undetermined"]);
+  assert.deepEqual(members(clientGlue.OutboxState), ["Created", "Sent", "Waiting", "Answered", "Processed", "Failed", "Undetermined", "Asking", "Executed", "NotExecuted"]);
+  assert.deepEqual(members(clientGlue.NextKind), ["Complete", "Retry", "Failed", "Undetermined", "AskStatus", "Executed", "NotExecuted"]);
   const outcomes = members(clientGlue.FetchOutcome);
   const names = clientGlue.outcomeNames().split(",");
   assert.equal(names.length, outcomes.length);
-  for (const o of outcomes) assert.equal(names[clientGlue.FetchOutcome[o]], o.toLowerCase());
+  const kebab = (name) => name.replace(/([a-z])([A-Z])/g, "$1-$2").toLowerCase();
+  for (const o of outcomes) assert.equal(names[clientGlue.FetchOutcome[o]], kebab(o));
   // types/client.d.ts documents exactly these outcomes.
   const types = readFileSync(join(root, "types", "client.d.ts"), "utf8");
   const result = types.slice(types.indexOf("export type IdempotentFetchResult"), types.indexOf("/** `fetch` with an Idempotency-Key"));
@@ -290,7 +291,7 @@ test("the typings declare every member of Idempotency, and types/check.ts uses e
   // Every member an adapter calls (the Fetch wrapper, the body reader, Express, the inbox).
   const called = new Set();
   for (const [file, text] of sources) {
-    for (const [, name] of code(text).matchAll(/\bidem\.(\w+)/g)) {
+    for (const [, name] of code(text).matchAll(/(?<![\w.])idem\.(\w+)/g)) {
       assert.ok(declared.has(name), `${file} calls Idempotency#${name}, which types/index.d.ts does not declare`);
       called.add(name);
     }

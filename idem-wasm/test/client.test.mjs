@@ -162,17 +162,20 @@ describe("idempotentFetch", () => {
       assert.ok(saved.has("order-7"));
       assert.equal(state.executions, 1);
 
+      const sentBefore = state.requests;
       await assert.rejects(
         idempotentFetch(`${server.url}/orders`, order({ sku: "other", qty: 9 }), { retry: FAST, id: "order-7", persist }),
         (e) => e instanceof RangeError && e.code === "IDEM-CLIENT-1",
       );
-      const sentBefore = state.requests;
 
+      assert.equal(state.requests, sentBefore, "a changed payload sends nothing, not even a status query");
+
+      // Resumed: it asks what became of the key (IDEM-CLIENT-8), then fetches the replay.
       const resumed = await idempotentFetch(`${server.url}/orders`, order(), { retry: FAST, id: "order-7", persist });
       assert.equal(resumed.outcome, "completed");
       assert.equal(resumed.response.headers.get("idempotent-replayed"), "true");
-      assert.equal(state.keys.at(-1), firstKey);
-      assert.equal(state.requests, sentBefore + 1);
+      assert.deepEqual(state.keys.slice(-2), [firstKey, firstKey]);
+      assert.equal(state.requests, sentBefore + 2);
       assert.equal(state.executions, 1);
       assert.equal(saved.has("order-7"), false, "a finished entry is deleted");
 

@@ -9,15 +9,19 @@ import {
   MemoryStore,
   StoreFullError,
   idempotencyOf,
+  keyHeader,
+  lowWaterHeader,
   methodNotAllowed,
   plainProblem,
+  statusHeader,
+  statusMediaType,
   withIdempotency,
   type IdempotencyEvent,
   type IdempotencyStore,
   type PlainReply,
   type StoreWrite,
 } from "./index.js";
-import { idempotentFetch, type IdempotentFetchResult } from "./client.js";
+import { idempotentFetch, reconcile, type IdempotentFetchResult } from "./client.js";
 import initClient, * as clientManual from "./client-manual.js";
 import initAsync, * as manual from "./manual.js";
 
@@ -67,6 +71,8 @@ void plain.handle({ method: "POST", target: "/pay", key: '"k"', account: "acct_1
 const adapter = new Idempotency<Request>({ store, principal: "none" });
 const guard = async (request: Request): Promise<Response | undefined> => {
   const headers = request.headers;
+  const field: string | null = adapter.statusQueries ? headers.get(adapter.statusHeader) : null;
+  if (field !== null) return adapter.serve(adapter.statusSlot(headers.get(adapter.keyHeader), undefined, "/orders", field), (reply) => adapter.responseOf(reply));
   const key: string | null = adapter.keyOf(headers.get(adapter.keyHeader), headers);
   if (!adapter.protects(request.method, key !== null)) return undefined;
   const answer = (reply: PlainReply): Response => adapter.mappedRefusal(reply) ?? adapter.responseOf(reply);
@@ -82,6 +88,7 @@ void adapter
   .deliver({ source: "stripe", id: "evt_2", body: new Uint8Array() }, ({ recovered, fence }) => void [recovered, fence])
   .then((d) => d.acknowledge);
 void plain.handle({ method: "POST", target: "/pay", key: '"k2"', account: "acct_2" }, () => ({ status: 204 })).then((reply: PlainReply) => reply.executed);
+void plain.status({ method: "GET", target: "/pay", key: '"k2"', status: "POST; settle", account: "acct_2" }).then((reply: PlainReply) => reply.status);
 
 declare const namespace: { idFromName(name: string): unknown; get(id: unknown): { fetch(input: string, init?: RequestInit): Promise<Response> } };
 const doStore = new DurableObjectStore(namespace);
@@ -227,3 +234,15 @@ void (async () => {
   const sent: IdempotentFetchResult = await clientManual.idempotentFetch("https://api.example/orders", { method: "POST" });
   void sent;
 })();
+
+// The names idem's requests and answers use, for a CORS list.
+const allowHeaders: string = [keyHeader(), lowWaterHeader(), statusHeader()].join(", ");
+const statusType: string = statusMediaType();
+void [allowHeaders, statusType];
+// A request whose payload is gone, asked about after a restart.
+declare const pending: { load(id: string): Uint8Array | null; save(id: string, b: Uint8Array): void; delete(id: string): void };
+void reconcile("https://api.example/orders", { method: "POST" }, { id: "order-1", persist: pending }).then((r) => {
+  if (r === null) return "nothing pending";
+  const outcome: IdempotentFetchResult["outcome"] = r.outcome;
+  return outcome === "executed" || outcome === "not-executed" ? outcome : r.key;
+});

@@ -36,6 +36,10 @@ export interface IdempotentFetchOptions {
   persist?: OutboxPersistence;
   /** The logical request's id under which `persist` keeps its entry. */
   id?: string;
+  /** Whether an attempt that ends without an answer asks the server what became of its key
+   * (default true): after the retry budget or deadline, and when an entry is resumed after a
+   * restart. See `reconcile`. */
+  reconcile?: boolean;
   /** Not an option: the signal is `init.signal` (or the input Request's), as for `fetch`.
    * Given here, the call is refused (`IDEM-JS-1`). */
   signal?: never;
@@ -45,12 +49,22 @@ export interface IdempotentFetchOptions {
   now?: () => number;
 }
 
+/** Why an entry gave up without a definite answer. */
+export type GiveUpReason = "deadline" | "budget" | "key-forgotten" | "interrupted";
+
 export type IdempotentFetchResult =
   | { outcome: "completed" | "rejected"; key: string; attempts: number; status: number; response?: Response }
-  | { outcome: "failed" | "undetermined"; key: string; attempts: number; status?: number; reason?: "deadline" | "budget" | "key-forgotten" };
+  | { outcome: "failed" | "undetermined"; key: string; attempts: number; status?: number; reason?: GiveUpReason }
+  | { outcome: "executed"; key: string; attempts: number; status?: number }
+  | { outcome: "not-executed"; key: string; attempts: number };
 
 /** `fetch` with an Idempotency-Key kept across retries, driven by the core's client state
- * machine. `undetermined` means some attempt may have been processed. Every attempt is sent
+ * machine. An attempt that ends without an answer (the budget spent, a restart) asks the
+ * server what became of its key with a settling status query: `completed` (the replay
+ * fetched with the same key), `executed` (it ran; the response is gone), `not-executed`
+ * (settled: it never ran and never will; send again under a new key), or `undetermined` (some
+ * attempt may have been processed and the server could not say; a persisted entry is kept
+ * for the next call with its `id`). Every attempt is sent
  * with all of `init`'s options (`credentials`, `mode`, `keepalive`, the runtime's own …) and
  * an input Request's. When `init.signal` (or the input Request's signal) aborts, nothing
  * more is sent and the promise rejects at once with the signal's reason (an `AbortError`
@@ -61,3 +75,13 @@ export function idempotentFetch(
   init?: RequestInit,
   options?: IdempotentFetchOptions,
 ): Promise<IdempotentFetchResult>;
+
+/** Asks what became of the request persisted under `options.id`, without sending it again
+ * (its payload is gone): `input` and `init` are the original's URL, method and headers (its
+ * credentials). Resolves to `executed`, `not-executed` or `undetermined` (the entry kept), an
+ * entry already over to its outcome, and `null` when nothing is persisted under `id`. */
+export function reconcile(
+  input: RequestInfo | URL,
+  init: RequestInit | undefined,
+  options: Omit<IdempotentFetchOptions, "reconcile" | "persist" | "id"> & { persist: OutboxPersistence; id: string },
+): Promise<IdempotentFetchResult | null>;

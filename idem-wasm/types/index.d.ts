@@ -173,6 +173,10 @@ export interface IdempotencyOptions<R = Request> {
   /** Maps a refusal (the engine's RFC 9457 problem: 400, 409, 410, 413, 422, 503, …) to
    * the host's own error format; replays and the handler's own answers are never mapped. */
   problem?: (problem: { type: string; title?: string; status: number; detail?: string; [member: string]: unknown }, reply: PlainReply) => Response;
+  /** Whether the adapters answer status queries (default true): a `GET` with
+   * `Idempotency-Status` is answered from the store with what became of its key, never by
+   * the handler. */
+  statusQueries?: boolean;
 }
 
 /** What a handler learns about the execution it runs. */
@@ -256,6 +260,20 @@ export class Idempotency<R = PlainRequest> {
   /** The header of a counter client's low-water mark (`idempotency-low-water`, idem-core's
    * name), lower case: what an adapter passes as `lowWater`. */
   readonly lowWaterHeader: string;
+  /** The field that makes a `GET` a status query (`idempotency-status`, idem-core's name),
+   * lower case. */
+  readonly statusHeader: string;
+  /** The `statusQueries` option: whether adapters answer status queries. */
+  readonly statusQueries: boolean;
+  /** Answers a status query given as plain data (IDEM-STATUS-1): `key` and `status` are the
+   * raw `Idempotency-Key` and `Idempotency-Status` values (`POST`, or `POST; settle` to
+   * settle a key never seen so that it never runs). 200 with the key's status document
+   * (`application/vnd.idem.key-status+json`), in the asker's scope only, or the core's
+   * problem. Nothing runs. */
+  status(input: R & { target: string; route?: string; key: string | null | undefined; status: string }): Promise<PlainReply>;
+  /** Opens the slot of a status query, for `serve`: the raw key and status field values.
+   * For adapters. */
+  statusSlot(key: string | null | undefined, principal: string | undefined, route: string, field: string): number;
   /** The engine's reply as a Response (refusals through `options.problem`). */
   responseOf(reply: PlainReply): Response;
   /** A refusal of the engine's own mapped by `options.problem`, or undefined. */
@@ -443,6 +461,16 @@ export function plainProblem(status: 400 | 404 | 405 | 500 | 503, detail: string
 /** 405 Method Not Allowed, `about:blank`, naming the methods the resource takes (`allow`, for
  * example `"POST"` or `"GET, POST"`) in `Allow`. */
 export function methodNotAllowed(allow: string): Response;
+
+/** The header names and the media type idem's requests and answers use (idem-core's), lower
+ * case: for CORS lists, routers and logs. `Idempotency-Key`. */
+export function keyHeader(): string;
+/** `Idempotency-Low-Water`: a counter client's oldest number whose answer has not arrived. */
+export function lowWaterHeader(): string;
+/** `Idempotency-Status`: the field that makes a `GET` a status query. */
+export function statusHeader(): string;
+/** `application/vnd.idem.key-status+json`: the media type of a status document. */
+export function statusMediaType(): string;
 
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */
 export class StoreFullError extends Error {

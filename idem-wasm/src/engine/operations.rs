@@ -1,6 +1,6 @@
 //! The operations beside the guarded request, each opened in a slot and driven like any
 //! request: a token issued, a counter session opened, a message delivered to the inbox, a
-//! body refused by its declared or read size.
+//! status query answered, a body refused by its declared or read size.
 
 use super::Engine;
 use crate::interop::{self, DeliveryOutcome};
@@ -107,6 +107,29 @@ impl Engine {
         };
         self.host
             .deliver(&message, interop::u64_from_halves(nonce_hi, nonce_lo))
+    }
+
+    /// Opens the slot of a status query (`IDEM-STATUS-1`, a `GET` with `Idempotency-Status`)
+    /// about the key in the key header value `key` (`undefined` when there is none) of the
+    /// requests of `principal` to `route`; `field` is the `Idempotency-Status` value. Driven
+    /// like any request, it answers 200 with the status document
+    /// (`application/vnd.idem.key-status+json`), or the core's refusal.
+    pub fn status(
+        &mut self,
+        principal: Option<String>,
+        route: &str,
+        key: Option<String>,
+        field: &str,
+        nonce_hi: u32,
+        nonce_lo: u32,
+    ) -> u32 {
+        self.host.status(
+            principal.as_deref(),
+            route,
+            key.as_deref(),
+            field,
+            interop::u64_from_halves(nonce_hi, nonce_lo),
+        )
     }
 
     /// What became of the delivery in `slot`, once it is over (`undefined` before).

@@ -1,10 +1,10 @@
 //! The operations a host serves beside the guarded request, each opened in a slot and driven
 //! like any request: issuing a token, opening a counter session, delivering a message to an
-//! inbox.
+//! inbox, answering a status query.
 
 use super::Host;
 use crate::interop::{self, ErrorParts};
-use idem_core::{Delivery, Inbox, Message, Refusal, Request, Target, UnixMillis};
+use idem_core::{Delivery, Inbox, Message, Refusal, Request, StatusQuery, Target, UnixMillis};
 
 impl Host {
     /// Opens a slot for the operation that issues a token for `principal`'s requests with
@@ -85,6 +85,32 @@ impl Host {
         let inbox = Inbox::new(self.policy.engine().clone())
             .with_fingerprint(self.policy.fingerprint_spec().clone());
         let req = inbox.deliver(message, nonce);
+        self.open(req)
+    }
+
+    /// Opens a slot for a status query (`IDEM-STATUS-1`): what became of the key in the key
+    /// header value `key` of `principal`'s requests to `route`, with the `Idempotency-Status`
+    /// field `field` naming their method (and `settle`). Driven like any request, it answers
+    /// with the status document, or the core's refusal.
+    pub fn status(
+        &mut self,
+        principal: Option<&str>,
+        route: &str,
+        key: Option<&str>,
+        field: &str,
+        nonce: u64,
+    ) -> u32 {
+        let keys: &[&[u8]] = match key {
+            Some(k) => &[k.as_bytes()],
+            None => &[],
+        };
+        let query = StatusQuery {
+            principal,
+            route,
+            keys,
+            status: field.as_bytes(),
+        };
+        let req = self.policy.status(&query, nonce);
         self.open(req)
     }
 

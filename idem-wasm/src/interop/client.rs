@@ -238,5 +238,6 @@ pub fn give_up_name(g: idem_core::GiveUp) -> &'static str {
         idem_core::GiveUp::Deadline => "deadline",
         idem_core::GiveUp::Budget => "budget",
         idem_core::GiveUp::KeyForgotten => "key-forgotten",
+        idem_core::GiveUp::Interrupted => "interrupted",
     }
 }

@@ -18,6 +18,9 @@
 //   POST /sessions            {"client": "…", "firstSeq": n} → 201 {"client", "epoch", "firstSeq"}
 //   POST /checkout            the same, keyed by a token from
 //   POST /idempotency-tokens  → 201 {"token", "expiresAt", "ttl"} (needs IDEM_TOKEN_SECRET)
+//   GET  /orders (and /payments, /transfers, /checkout) with Idempotency-Status: POST and a
+//                             request's Idempotency-Key: what became of that request
+//                             (a status query; `POST; settle` settles a key never seen)
 //   POST /webhooks/payments   a payment provider's events: each event id is processed once
 //                             (one ledger entry), redeliveries are acknowledged unprocessed
 //   GET  /count               how many times the order handler has run (the side-effect
@@ -44,6 +47,7 @@ import {
   Inbox,
   methodNotAllowed,
   plainProblem,
+  statusHeader,
   withIdempotency,
 } from "../../../dist/workerd.js";
 import { ConfigError, configKey, readConfig } from "./config.js";
@@ -263,6 +267,9 @@ export default {
   },
 };
 
+/** The routes that answer an operation of their own, never a status query. */
+const OPERATIONS = new Set(["/sessions", "/idempotency-tokens"]);
+
 /** Dispatches a request to its route. */
 async function route(request, env, ctx) {
   const { pathname } = new URL(request.url);
@@ -284,7 +291,10 @@ async function route(request, env, ctx) {
     "/idempotency-tokens": setup.tokens,
   };
   if (pathname in guarded) {
-    if (request.method !== "POST") return methodNotAllowed("POST");
+    // A GET with Idempotency-Status on a guarded route is a status query about one of its
+    // requests, answered by withIdempotency from that route's store.
+    const asking = request.method === "GET" && !OPERATIONS.has(pathname) && request.headers.has(statusHeader());
+    if (request.method !== "POST" && !asking) return methodNotAllowed("POST");
     if (accountOf(request) === null) {
       return problem(401, "unauthenticated", "An API key is required", "send Authorization: Bearer <api key>", {
         "www-authenticate": "Bearer",
