@@ -25,6 +25,20 @@ pub const REDIS_LOAD: &str = include_str!("../stores/redis-load.lua");
 /// its hash tag.
 pub const REDIS_RESPONSE_SUFFIX: &str = ":response";
 
+/// What a Redis store's keys start with unless its host says otherwise.
+pub const REDIS_PREFIX: &str = "idem:";
+
+/// The Redis keys of the record with `storage_key` under `prefix`, `KEYS[1]` and `KEYS[2]` of
+/// [`REDIS_APPLY`] and [`REDIS_LOAD`]: the record's, `<prefix>{<storage key>}` (the braces
+/// are a hash tag, so that the record and its response share a cluster slot), and its
+/// response's, that and [`REDIS_RESPONSE_SUFFIX`]. Every store on Redis, in every language,
+/// names its keys so, and so shares its records with the others.
+pub fn redis_keys(prefix: &str, storage_key: &str) -> [alloc::string::String; 2] {
+    let record = alloc::format!("{prefix}{{{storage_key}}}");
+    let response = alloc::format!("{record}{REDIS_RESPONSE_SUFFIX}");
+    [record, response]
+}
+
 /// For a store that drops a response when it expires, apart from its record
 /// (`IDEM-STORE-9`): the record as it stands once its response has expired (its tombstone,
 /// with the same version, so that a compare-and-set on it still holds), and when the
@@ -88,6 +102,9 @@ mod tests {
         assert_eq!(postgres_statement("nothing"), None);
         assert!(REDIS_APPLY.contains("PEXPIREAT"));
         assert!(REDIS_LOAD.contains("HMGET"));
+        let [record, response] = redis_keys(REDIS_PREFIX, "acct#POST#/orders#k");
+        assert_eq!(record, "idem:{acct#POST#/orders#k}");
+        assert_eq!(response, "idem:{acct#POST#/orders#k}:response");
     }
 
     #[test]

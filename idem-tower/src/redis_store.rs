@@ -11,7 +11,7 @@
 //! (`IDEM-STORE-9`). Reads are one script too ([`idem_core::stores::REDIS_LOAD`]). A Rust
 //! service and a JavaScript one can share one Redis.
 
-use idem_core::stores::{response_apart, REDIS_RESPONSE_SUFFIX};
+use idem_core::stores::{redis_keys, response_apart, REDIS_PREFIX};
 use idem_core::{
     decode_record, encode_record, Applied, AsyncStore, Precondition, Record, RecordKey, UnixMillis,
     Write, WriteOp,
@@ -73,11 +73,12 @@ impl RedisStore {
         Ok(RedisStore::new(ConnectionManager::new(client).await?))
     }
 
-    /// A store on a connection manager you made. Record keys start with `idem:`.
+    /// A store on a connection manager you made. Record keys start with `idem:`
+    /// ([`REDIS_PREFIX`]).
     pub fn new(conn: ConnectionManager) -> RedisStore {
         RedisStore {
             conn,
-            prefix: "idem:".to_owned(),
+            prefix: REDIS_PREFIX.to_owned(),
             apply: Script::new(idem_core::stores::REDIS_APPLY),
             load: Script::new(idem_core::stores::REDIS_LOAD),
         }
@@ -89,17 +90,11 @@ impl RedisStore {
         self
     }
 
-    /// The Redis key of a record: `<prefix>{<storage key>}` (the braces are a hash tag).
-    pub fn redis_key(&self, key: &RecordKey) -> String {
-        format!("{}{{{}}}", self.prefix, key.storage_key())
-    }
-
-    /// The Redis key of a record's response, kept apart while it lasts: the record's key and
-    /// `:response` (the same hash slot).
-    pub fn response_key(&self, key: &RecordKey) -> String {
-        let mut k = self.redis_key(key);
-        k.push_str(REDIS_RESPONSE_SUFFIX);
-        k
+    /// The Redis keys of a record and of its response, kept apart while it lasts
+    /// (idem-core's [`redis_keys`]: `<prefix>{<storage key>}` and that with `:response`, one
+    /// hash slot).
+    pub fn redis_keys(&self, key: &RecordKey) -> [String; 2] {
+        redis_keys(&self.prefix, &key.storage_key())
     }
 }
 
@@ -111,8 +106,9 @@ impl AsyncStore for RedisStore {
         key: &RecordKey,
     ) -> impl Future<Output = Result<Option<Record>, RedisStoreError>> + Send {
         let mut conn = self.conn.clone();
-        let mut invocation = self.load.key(self.redis_key(key));
-        invocation.key(self.response_key(key));
+        let [record, response] = self.redis_keys(key);
+        let mut invocation = self.load.key(record);
+        invocation.key(response);
         async move {
             let found: Option<(Vec<u8>, Vec<u8>)> = invocation.invoke_async(&mut conn).await?;
             found
@@ -127,8 +123,9 @@ impl AsyncStore for RedisStore {
         write: Write,
     ) -> impl Future<Output = Result<Applied, RedisStoreError>> + Send {
         let mut conn = self.conn.clone();
-        let mut invocation = self.apply.key(self.redis_key(&write.key));
-        invocation.key(self.response_key(&write.key));
+        let [record, response] = self.redis_keys(&write.key);
+        let mut invocation = self.apply.key(record);
+        invocation.key(response);
         match write.precondition {
             Precondition::Absent => invocation.arg(""),
             Precondition::Version(v) => invocation.arg(v.to_string()),

@@ -72,10 +72,9 @@ async fn redis_records_are_hash_tagged_hashes_with_the_keys_retention_as_ttl() {
         .scope(None, "POST", "/orders")
         .expect("a scope");
     let key = RecordKey::new(scope, "k1");
-    assert_eq!(
-        store.redis_key(&key),
-        format!("app:{{{}}}", key.storage_key())
-    );
+    let [record, response] = store.redis_keys(&key);
+    assert_eq!(record, format!("app:{{{}}}", key.storage_key()));
+    assert_eq!(response, format!("app:{{{}}}:response", key.storage_key()));
     let write = idem_tower::store_tests::claims("k1", 1).remove(0);
     assert_eq!(write.key, key);
     assert_eq!(
@@ -91,7 +90,7 @@ async fn redis_records_are_hash_tagged_hashes_with_the_keys_retention_as_ttl() {
         .await
         .expect("a connection");
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(store.redis_key(&key))
+        .arg(&record)
         .query_async(&mut conn)
         .await
         .expect("pttl");

@@ -5,7 +5,7 @@ export { Idempotency } from "./server.js";
 export { idempotencyOf, withIdempotency } from "./fetch.js";
 export { Inbox } from "./inbox.js";
 export { methodNotAllowed, plainProblem } from "./edge.js";
-export { MemoryStore, expire, redisResponseKey, responseApart } from "./stores.js";
+export { MemoryStore, expire, redisKeys, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
 export { keyHeader, lowWaterHeader, statusHeader, statusMediaType } from "./idem_wasm.js";

@@ -1,6 +1,7 @@
 // `idem/redis`: a store on Redis or Valkey, shared by every process that talks to it.
 //
-// Each record is one hash (`v`: its version, `r`: its bytes) under `<prefix>{<storage key>}`:
+// Each record is one hash (`v`: its version, `r`: its bytes) under `<prefix>{<storage key>}`
+// (idem-core's names for a record's Redis keys, shared with the Rust store):
 // the braces are a hash tag, so that whatever else a record ever needs stays in its slot of
 // a cluster. Writes are one Lua script (idem-core/stores/redis-apply.lua, shared with the
 // Rust store), so the version check and the write are one step. The record's time-to-live
@@ -9,7 +10,7 @@
 // record's response is kept apart, under the record's key and `:response`, and expires with
 // the response (IDEM-STORE-9): its bytes are gone from Redis when the response retention
 // ends, while the key's tombstone stays. Reads are one script too (redis-load.lua).
-import { redisResponseKey, responseApart } from "idem";
+import { redisKeys, responseApart } from "idem";
 import APPLY from "../../idem-core/stores/redis-apply.lua";
 import LOAD from "../../idem-core/stores/redis-load.lua";
 import { rangeError } from "./errors.js";
@@ -25,11 +26,11 @@ export class RedisStore {
    * @param redis an ioredis `Redis` or `Cluster`
    * @param options `{ prefix }`: what every record key starts with (default `"idem:"`)
    */
-  constructor(redis, { prefix = "idem:" } = {}) {
+  constructor(redis, { prefix } = {}) {
     if (redis == null || typeof redis.hmgetBuffer !== "function" || typeof redis.defineCommand !== "function") {
       throw rangeError("IDEM-JS-1", "RedisStore needs an ioredis client (new Redis(url) or new Redis.Cluster(nodes))");
     }
-    if (typeof prefix !== "string") throw rangeError("IDEM-JS-1", "options.prefix must be a string");
+    if (prefix !== undefined && typeof prefix !== "string") throw rangeError("IDEM-JS-1", "options.prefix must be a string");
     this.#redis = redis;
     this.#prefix = prefix;
     // ioredis sends the scripts by their SHA-1 and loads them on the server when missing.
@@ -37,29 +38,29 @@ export class RedisStore {
     if (typeof redis[READ] !== "function") redis.defineCommand(READ, { numberOfKeys: 2, lua: LOAD });
   }
 
-  /** The Redis key of a storage key. */
+  /** The Redis key of a storage key's record. */
   redisKey(key) {
-    return `${this.#prefix}{${key}}`;
+    return redisKeys(this.#prefix, key)[0];
   }
 
   async load(key) {
-    const redisKey = this.redisKey(key);
-    const found = await this.#redis[`${READ}Buffer`](redisKey, redisResponseKey(redisKey));
+    const [record, response] = redisKeys(this.#prefix, key);
+    const found = await this.#redis[`${READ}Buffer`](record, response);
     if (found === null) return null;
     const [version, value] = found;
     return { version: version.toString("latin1"), value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
   }
 
   async apply(key, write, _now) {
-    const redisKey = this.redisKey(key);
+    const [record, response] = redisKeys(this.#prefix, key);
     const put = write.value !== null;
     // A completed record whose response expires before it (`deadline` < `expires`): the
     // record without its response is kept for the key's retention, the whole record until
     // the response expires.
     const held = put && write.deadline < write.expires ? responseApart(write.value) : undefined;
     const done = await this.#redis[SCRIPT](
-      redisKey,
-      redisResponseKey(redisKey),
+      record,
+      response,
       write.expect ?? "",
       put ? write.version : "",
       put ? buffer(held ?? write.value) : "",

@@ -9,7 +9,7 @@
 //
 // A write puts `write.value` with `write.version`, or deletes the record when `value` is
 // null. `write.deadline` says when the record next changes on its own (IDEM-TTL-4).
-import { Records, expire as expireRecord, redisResponseSuffix, responseApart as responseApartOf } from "./idem_wasm.js";
+import { Records, expire as expireRecord, redisKeys as redisKeysOf, responseApart as responseApartOf } from "./idem_wasm.js";
 import { StoreFullError, rangeError, readWrite } from "./util.js";
 
 /** The records of a MemoryStore (inside the WebAssembly module), or null for other stores:
@@ -107,7 +107,8 @@ export function responseApart(value) {
   return responseApartOf(value);
 }
 
-/** What the Redis key of a record's response adds to the record's key (idem-core's; the
- * Rust RedisStore uses the same). */
-export const redisResponseKey = (recordKey) => recordKey + (suffix ??= redisResponseSuffix());
-let suffix;
+/** The Redis keys `[record, response]` of a storage key under `prefix` (undefined: `idem:`),
+ * as every Redis store names them, the Rust one included (idem-core's). */
+export function redisKeys(prefix, storageKey) {
+  return redisKeysOf(prefix, storageKey);
+}

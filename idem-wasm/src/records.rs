@@ -131,9 +131,11 @@ pub fn response_apart(value: &[u8]) -> JsResult<Option<Vec<u8>>> {
     Ok(idem_core::stores::response_apart(&record).map(|(held, _)| idem_core::encode_record(&held)))
 }
 
-/// What the Redis key of a record's response adds to the record's key
-/// ([`idem_core::stores::REDIS_RESPONSE_SUFFIX`]).
-#[wasm_bindgen(js_name = redisResponseSuffix)]
-pub fn redis_response_suffix() -> String {
-    String::from(idem_core::stores::REDIS_RESPONSE_SUFFIX)
+/// The Redis keys of the record with `storage_key` under `prefix` (`undefined`: idem-core's
+/// default, `idem:`): the record's and its response's, as every Redis store names them
+/// ([`idem_core::stores::redis_keys`]).
+#[wasm_bindgen(js_name = redisKeys)]
+pub fn redis_keys(prefix: Option<String>, storage_key: &str) -> Vec<String> {
+    let prefix = prefix.as_deref().unwrap_or(idem_core::stores::REDIS_PREFIX);
+    idem_core::stores::redis_keys(prefix, storage_key).to_vec()
 }

@@ -75,9 +75,10 @@ export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
  * `expires` (IDEM-STORE-9). */
 export function responseApart(value: Uint8Array): Uint8Array | undefined;
 
-/** The Redis key of a record's response, kept apart while it lasts, from the record's Redis
- * key (the same hash slot). */
-export function redisResponseKey(recordKey: string): string;
+/** The Redis keys `[record, response]` of a storage key under `prefix` (undefined: `idem:`):
+ * the record's, `<prefix>{<storage key>}`, and its response's, kept apart while it lasts (the
+ * same hash slot). Every Redis store names its keys so, the Rust one included. */
+export function redisKeys(prefix: string | undefined, storageKey: string): [string, string];
 
 /** The store contract (IDEM-STORE-1). `apply` resolves to false, changing nothing, when the
  * precondition fails. A store that cannot take a new key throws `StoreFullError`. Expiry is
