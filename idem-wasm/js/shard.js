@@ -31,6 +31,8 @@ import { rangeError, takeWrite } from "./util.js";
 const RECORD = "r:";
 const CHUNK = "c:";
 const DEADLINE = "d:";
+/** Where an object that shares its alarm with the records keeps the time of its own alarm. */
+const OWN_ALARM = "a:own";
 const CACHE_LIMIT = 10_000;
 const BASE = "https://idem-shard.invalid";
 
@@ -88,14 +90,19 @@ export class IdempotencyShard {
   #held = null;
   #engines = new Map();
   #alarm = undefined;
+  /** Whether the object's one alarm is shared with a host of its own (see `setOwnAlarm`). */
+  #shared = false;
 
   /** `options.prefix` goes before every storage key of the records (none for an object
    * that holds records only). With `options.held`, a claim of a key that has no record in
-   * storage is kept in this object's memory, not written (IDEM-STORE-8). */
+   * storage is kept in this object's memory, not written (IDEM-STORE-8). With
+   * `options.sharedAlarm`, the object's alarm is the host's too: the host sets its own
+   * through `setOwnAlarm`, and `alarm()` says when that is due. */
   constructor(state, _env, options = {}) {
     this.#storage = state.storage;
     this.#prefix = options.prefix ?? "";
     if (options.held === true) this.#held = new Map();
+    this.#shared = options.sharedAlarm === true;
   }
 
   /** The object's HTTP face for `DurableObjectStore`. */
@@ -333,7 +340,28 @@ export class IdempotencyShard {
     return entry === null ? null : { version: entry.version, value: entry.value };
   }
 
-  /** Expires every record that is due, then sets the alarm for the next deadline. */
+  /** With a shared alarm: the host object's own alarm, at `time` (ms since the epoch), or
+   * none with null. The object's one alarm is then set to the earlier of it and the next
+   * record deadline; `alarm()` resolves true once it is due. */
+  async setOwnAlarm(time) {
+    const key = this.#prefix + OWN_ALARM;
+    if (time === null) {
+      await this.#storage.delete(key);
+      return;
+    }
+    if (!Number.isFinite(time)) throw rangeError("IDEM-JS-1", "an alarm time is a number of milliseconds since the epoch, or null");
+    await this.#storage.put(key, time);
+    await this.#schedule(time);
+  }
+
+  /** With a shared alarm: the host object's own alarm time, or null. */
+  async getOwnAlarm() {
+    return (await this.#storage.get(this.#prefix + OWN_ALARM)) ?? null;
+  }
+
+  /** Expires every record that is due, then sets the alarm for the next deadline (or the
+   * host's own alarm, when it is earlier). Resolves to whether the host's own alarm
+   * (`setOwnAlarm`) is due: then it is spent, and the host does its own alarm work. */
   async alarm() {
     const now = Date.now();
     const p = this.#prefix;
@@ -353,14 +381,25 @@ export class IdempotencyShard {
       if (ops !== null) await Promise.all(ops);
     }
     const next = await this.#storage.list({ start: p + DEADLINE, end: p + DEADLINE + "\uffff", limit: 1 });
-    this.#alarm = null;
-    if (next.size === 0) await this.#storage.deleteAlarm();
+    let at = null;
     for (const [indexKey] of next) {
-      const at = p.length + DEADLINE.length;
-      const deadline = Number(indexKey.slice(at, at + 16));
-      this.#alarm = Math.max(deadline, now + 1);
-      await this.#storage.setAlarm(this.#alarm);
+      const from = p.length + DEADLINE.length;
+      at = Math.max(Number(indexKey.slice(from, from + 16)), now + 1);
     }
+    let ownDue = false;
+    if (this.#shared) {
+      let own = await this.getOwnAlarm();
+      if (own !== null && own <= now) {
+        ownDue = true;
+        own = null;
+        await this.#storage.delete(p + OWN_ALARM);
+      }
+      if (own !== null && (at === null || own < at)) at = own;
+    }
+    this.#alarm = at;
+    if (at === null) await this.#storage.deleteAlarm();
+    else await this.#storage.setAlarm(at);
+    return ownDue;
   }
 }
 
@@ -444,7 +483,9 @@ export const TRANSACTION_KEYS = 32;
  * worker one round trip to the object; and `transaction(context, fn)` commits the handler's
  * own writes in the same atomic write as the completion that stores its response (the
  * reason idem records writes, not actions). Create one per object, in its constructor, and
- * call its `alarm()` from the object's `alarm()` (expiry).
+ * call its `alarm()` from the object's `alarm()` (expiry). The object's one alarm is shared:
+ * set an alarm of the object's own with the store's `setAlarm(time)`, and do its work when
+ * the store's `alarm()` resolves true.
  *
  * `writesOnly: true` is for a handler whose every effect is a write of its transaction: a
  * claim is then kept in the object's memory, and a fresh request writes once, at its
@@ -479,7 +520,7 @@ export class DurableObjectLocalStore {
     }
     this.#storage = state.storage;
     this.#prefix = prefix;
-    this.#shard = new IdempotencyShard(state, undefined, { prefix, held: writesOnly });
+    this.#shard = new IdempotencyShard(state, undefined, { prefix, held: writesOnly, sharedAlarm: true });
   }
 
   claim(_key, ticket, optionsText, now, hi, lo) {
@@ -519,9 +560,24 @@ export class DurableObjectLocalStore {
     this.#open.delete(attemptOf(key, attempt));
   }
 
-  /** Expires what is due; call it from the object's `alarm()`. */
+  /** Expires what is due; call it from the object's `alarm()`. The object has one alarm,
+   * shared with the records: an object with an alarm of its own sets it with `setAlarm`
+   * (never `storage.setAlarm`, which would move the records' expiry), and does its own alarm
+   * work when this resolves true. */
   alarm() {
     return this.#shard.alarm();
+  }
+
+  /** The object's own alarm at `time` (ms since the epoch), or none with null: kept beside
+   * the records' deadlines, so that neither moves the other. `alarm()` resolves true when it
+   * is due. */
+  setAlarm(time) {
+    return this.#shard.setOwnAlarm(time);
+  }
+
+  /** The object's own alarm time (`setAlarm`), or null. */
+  getAlarm() {
+    return this.#shard.getOwnAlarm();
   }
 
   /**

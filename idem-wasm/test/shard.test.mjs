@@ -239,6 +239,46 @@ function insideObject(storage, { gate, status, fail = () => false, idem = {} } =
   return { handler, state, store };
 }
 
+describe("DurableObjectLocalStore shares the object's one alarm (IDEM-TTL-4)", () => {
+  test("the object's own alarm and the records' deadlines never move each other: each fires, the object's once", async () => {
+    const clock = manualClock(Date.now());
+    const storage = new FakeStorage();
+    const { handler, store } = insideObject(storage, { idem: { responseTtl: 1000, keyTtl: 3000, lease: 1000, now: clock } });
+    const t0 = clock();
+    // The object's own alarm, ten seconds out, set before any record exists.
+    await store.setAlarm(t0 + 10_000);
+    assert.equal(storage.alarm, t0 + 10_000);
+    assert.equal((await handler(post('"own"'))).status, 201);
+    assert.equal(storage.alarm, t0 + 1000, "the records' first deadline comes first");
+    // The runtime fires the one alarm whenever it is due; the object calls the store.
+    const fired = [];
+    const realNow = Date.now;
+    try {
+      while (storage.alarm !== null) {
+        const at = storage.alarm;
+        Date.now = () => at;
+        storage.alarm = null; // spent, as the runtime spends it
+        fired.push([at - t0, await store.alarm()]);
+      }
+    } finally {
+      Date.now = realNow;
+    }
+    // Response expiry, key expiry, then the object's own alarm: due once, then nothing left.
+    assert.deepEqual(fired, [
+      [1000, false],
+      [3000, false],
+      [10_000, true],
+    ]);
+    assert.equal(await store.getAlarm(), null);
+    assert.deepEqual([...storage.map.keys()].filter((k) => k.startsWith("idem:r:")), [], "the record expired");
+    // An own alarm set later than the records' next deadline stays behind it, and unset is gone.
+    await store.setAlarm(clock() + 5000);
+    await store.setAlarm(null);
+    assert.equal(await store.getAlarm(), null);
+    await assert.rejects(store.setAlarm("soon"), (e) => e.code === "IDEM-JS-1");
+  });
+});
+
 /** FakeStorage that lists every write it is asked for: puts (by their keys), deletes and
  * alarms. */
 function countingStorage() {

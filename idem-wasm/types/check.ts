@@ -99,6 +99,8 @@ declare const state: ConstructorParameters<typeof IdempotencyShard>[0];
 const shard = new IdempotencyShard(state);
 void shard.alarm();
 const local = new DurableObjectLocalStore(state, { prefix: "idem:", writesOnly: true });
+void local.setAlarm(Date.now() + 60_000).then(() => local.getAlarm()).then((at: number | null) => at);
+void local.alarm().then((own: boolean) => (own ? "the object's own alarm work" : "records expired"));
 void withIdempotency(
   (request) =>
     local.transaction(idempotencyOf(request)!, async (tx) => {

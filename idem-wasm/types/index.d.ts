@@ -401,7 +401,9 @@ export class IdempotencyShard {
   claim(ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
   load(key: string): Promise<StoredRecord | null>;
-  alarm(): Promise<void>;
+  /** Expires what is due and sets the alarm for the next deadline; resolves true when the
+   * host's own alarm (a shared alarm's, see DurableObjectLocalStore) is due. */
+  alarm(): Promise<boolean>;
 }
 
 /** The store a worker uses: each key belongs to one of a fixed set of IdempotencyShard
@@ -431,7 +433,9 @@ export const TRANSACTION_KEYS: number;
 /** The store for a handler whose data lives in a Durable Object: records in the object's
  * own storage (under `prefix`, default `"idem:"`), claims and completions next to it, and
  * `transaction` to commit the handler's writes with its stored response. Call `alarm()` from
- * the object's `alarm()`. */
+ * the object's `alarm()`; the object's one alarm is shared with the records, so an alarm of
+ * the object's own is set with `setAlarm(time)` and its work done when `alarm()` resolves
+ * true. */
 export class DurableObjectLocalStore implements IdempotencyStore {
   constructor(
     state: DurableObjectStateLike,
@@ -447,7 +451,13 @@ export class DurableObjectLocalStore implements IdempotencyStore {
   load(key: string): Promise<StoredRecord | null>;
   apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number }): Promise<boolean>;
   claim(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
-  alarm(): Promise<void>;
+  /** Expires what is due; resolves true when the object's own alarm (`setAlarm`) is due. */
+  alarm(): Promise<boolean>;
+  /** The object's own alarm at `time` (ms since the epoch), or none with null; never
+   * `storage.setAlarm`, which would move the records' expiry. */
+  setAlarm(time: number | null): Promise<void>;
+  /** The object's own alarm time, or null. */
+  getAlarm(): Promise<number | null>;
   /** Runs `fn(tx)`; its writes commit with the completion that stores the response of the
    * request whose context is `context` (`idempotencyOf(request)`), or never. */
   transaction<T>(context: IdempotencyContext, fn: (tx: ObjectTransaction) => Promise<T>): Promise<T>;
