@@ -12,6 +12,7 @@ import {
   keyHeader,
   lowWaterHeader,
   outcomeNames,
+  problemMediaType,
   statusHeader,
   statusMediaType,
 } from "./idem_client.js";
@@ -45,7 +46,7 @@ function retryAfterSeconds(value, now) {
 
 async function problemType(response) {
   const type = response.headers.get("content-type") ?? "";
-  if (!type.toLowerCase().startsWith("application/problem+json")) return undefined;
+  if (!type.toLowerCase().startsWith(problemMediaType())) return undefined;
   try {
     const body = await response.clone().json();
     return typeof body?.type === "string" ? body.type : undefined;

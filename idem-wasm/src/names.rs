@@ -34,6 +34,13 @@ pub fn status_media_type() -> String {
     String::from(idem_core::STATUS_MEDIA_TYPE)
 }
 
+/// The media type of a problem answer (idem-core's [`PROBLEM_JSON`](idem_core::PROBLEM_JSON),
+/// RFC 9457): a client reads an answer's problem `type` only from such a body.
+#[wasm_bindgen(js_name = problemMediaType)]
+pub fn problem_media_type() -> String {
+    String::from(idem_core::PROBLEM_JSON)
+}
+
 /// The names of the engine options, comma-separated: the JavaScript side refuses any option
 /// that is neither one of these nor one of its own (`IDEM-JS-1`).
 #[cfg(feature = "server")]

@@ -189,11 +189,14 @@ test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty
   assert.equal(events[0].code, "IDEM-KEY-5");
 });
 
-test("header names and the problem type prefix are the core's, read from the module, and no JavaScript writes them", async () => {
+test("header names, media types and the problem type prefix are the core's, read from the module, and no JavaScript writes them", async () => {
   // Both modules name the same headers.
   assert.equal(clientGlue.keyHeader(), glue.keyHeader());
   assert.equal(clientGlue.lowWaterHeader(), glue.lowWaterHeader());
-  const names = [glue.keyHeader(), glue.replayedHeader(), glue.lowWaterHeader(), glue.problemTypePrefix()];
+  assert.equal(clientGlue.statusHeader(), glue.statusHeader());
+  assert.equal(clientGlue.statusMediaType(), glue.statusMediaType());
+  assert.equal(clientGlue.problemMediaType(), glue.problemMediaType());
+  const names = [glue.keyHeader(), glue.replayedHeader(), glue.lowWaterHeader(), glue.problemTypePrefix(), glue.statusHeader(), glue.statusMediaType()];
   assert.ok(glue.problemTypePrefix().endsWith(":"), glue.problemTypePrefix());
   // The store test kit checks the HTTP contract from outside, as a client does: it states the
   // names as the draft does. Every other file reads them from the module.
