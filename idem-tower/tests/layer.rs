@@ -11,6 +11,9 @@ use idem_tower::{BuildError, IdempotencyContext, IdempotencyLayer, MemoryStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+mod http;
+
+use http::{exchange, parse, request, Answer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -86,69 +89,13 @@ async fn start() -> App {
     App { port, runs, task }
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn problem_type(&self) -> String {
-        assert_eq!(
-            self.header("content-type"),
-            Some("application/problem+json"),
-            "{}",
-            self.body
-        );
-        let v: serde_json::Value = serde_json::from_str(&self.body).expect("a JSON problem");
-        assert_eq!(v["status"].as_u64(), Some(u64::from(self.status)));
-        v["type"].as_str().expect("a type").to_owned()
-    }
-}
-
-/// One HTTP/1.1 request written byte for byte on a connection of its own.
+/// One request to /orders/acme on a connection of its own, with the header lines `head`.
 async fn raw(port: u16, head: &[&[u8]], body: &[u8]) -> Answer {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("a connection");
-    let mut request = format!("POST /orders/acme HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len()).into_bytes();
-    for line in head {
-        request.extend_from_slice(line);
-        request.extend_from_slice(b"\r\n");
-    }
-    request.extend_from_slice(b"\r\n");
-    request.extend_from_slice(body);
-    stream.write_all(&request).await.expect("the request");
-    let mut out = Vec::new();
-    let _ = stream.read_to_end(&mut out).await;
-    parse(&out)
-}
-
-fn parse(bytes: &[u8]) -> Answer {
-    let text = String::from_utf8_lossy(bytes);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+    let head: Vec<&str> = head
+        .iter()
+        .map(|l| std::str::from_utf8(l).expect("a header line"))
         .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
+    exchange(port, &request("POST", "/orders/acme", &head, body)).await
 }
 
 async fn order(port: u16, key: &str, body: &str) -> Answer {

@@ -9,8 +9,10 @@ use idem_core::STATUS_MEDIA_TYPE;
 use idem_tower::{IdempotencyLayer, MemoryStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+mod http;
+
+use http::{exchange, request, Answer};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 struct App {
@@ -65,69 +67,20 @@ async fn start(status_queries: bool) -> App {
     }
 }
 
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
+/// The status document's `status`, checking the document's framing.
+fn key_status(answer: &Answer) -> String {
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.header("content-type"), Some(STATUS_MEDIA_TYPE));
+    assert_eq!(answer.header("cache-control"), Some("no-store"));
+    answer.json()["status"]
+        .as_str()
+        .expect("a status")
+        .to_owned()
 }
 
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    /// The status document's `status`, checking the document's framing.
-    fn key_status(&self) -> String {
-        assert_eq!(self.status, 200, "{self:?}");
-        assert_eq!(self.header("content-type"), Some(STATUS_MEDIA_TYPE));
-        assert_eq!(self.header("cache-control"), Some("no-store"));
-        self.json()["status"].as_str().expect("a status").to_owned()
-    }
-}
-
-/// One HTTP/1.1 request on a connection of its own.
 async fn send(port: u16, method: &str, head: &[String], body: &str) -> Answer {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("a connection");
-    let mut request = format!(
-        "{method} /orders HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for line in head {
-        request.push_str(line);
-        request.push_str("\r\n");
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).await.expect("sent");
-    let mut out = Vec::new();
-    let _ = stream.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
+    let head: Vec<&str> = head.iter().map(String::as_str).collect();
+    exchange(port, &request(method, "/orders", &head, body.as_bytes())).await
 }
 
 async fn order(app: &App, who: &str, key: &str, body: &str) -> Answer {
@@ -153,19 +106,19 @@ async fn a_get_with_idempotency_status_tells_what_became_of_the_key() {
     // IDEM-STATUS-1 IDEM-STATUS-2 IDEM-STATUS-4
     let app = start(true).await;
     assert_eq!(
-        ask(&app, "alice", "\"k1\"", "POST").await.key_status(),
+        key_status(&ask(&app, "alice", "\"k1\"", "POST").await),
         "unknown"
     );
     assert_eq!(order(&app, "alice", "\"k1\"", "{}").await.status, 201);
     let done = ask(&app, "alice", "\"k1\"", "POST").await;
-    assert_eq!(done.key_status(), "completed");
+    assert_eq!(key_status(&done), "completed");
     assert_eq!(
         done.json()["response"],
         serde_json::json!({"status": 201, "replayable": true})
     );
     // Another principal asking about the same key learns nothing.
     let bob = ask(&app, "bob", "\"k1\"", "POST").await;
-    assert_eq!(bob.key_status(), "unknown");
+    assert_eq!(key_status(&bob), "unknown");
     assert!(!bob.body.contains("201"), "{}", bob.body);
 
     // In flight: in progress, with when to ask again; then completed.
@@ -179,11 +132,11 @@ async fn a_get_with_idempotency_status_tells_what_became_of_the_key() {
         send(port, "POST", &head, r#"{"slow":true}"#).await
     });
     let mut busy = ask(&app, "alice", "\"k2\"", "POST").await;
-    while busy.key_status() == "unknown" {
+    while key_status(&busy) == "unknown" {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         busy = ask(&app, "alice", "\"k2\"", "POST").await;
     }
-    assert_eq!(busy.key_status(), "in-progress");
+    assert_eq!(key_status(&busy), "in-progress");
     let after: u64 = busy
         .header("retry-after")
         .expect("Retry-After")
@@ -193,7 +146,7 @@ async fn a_get_with_idempotency_status_tells_what_became_of_the_key() {
     app.gate.add_permits(1);
     assert_eq!(slow.await.unwrap().status, 201);
     assert_eq!(
-        ask(&app, "alice", "\"k2\"", "POST").await.key_status(),
+        key_status(&ask(&app, "alice", "\"k2\"", "POST").await),
         "completed"
     );
     assert_eq!(app.runs.load(Ordering::SeqCst), 2, "asking ran nothing");
@@ -211,7 +164,7 @@ async fn a_settled_key_refuses_the_late_original_and_it_never_runs() {
     // IDEM-STATUS-3
     let app = start(true).await;
     let settled = ask(&app, "alice", "\"lost\"", "POST; settle").await;
-    assert_eq!(settled.key_status(), "not-executed");
+    assert_eq!(key_status(&settled), "not-executed");
     let late = order(&app, "alice", "\"lost\"", "{}").await;
     assert_eq!(late.status, 409);
     assert_eq!(late.json()["type"], "urn:idem:problem:key-settled");
@@ -220,7 +173,7 @@ async fn a_settled_key_refuses_the_late_original_and_it_never_runs() {
     assert_eq!(order(&app, "bob", "\"lost\"", "{}").await.status, 201);
     // A key that ran is reported, never settled.
     let ran = ask(&app, "bob", "\"lost\"", "POST; settle").await;
-    assert_eq!(ran.key_status(), "completed");
+    assert_eq!(key_status(&ran), "completed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
