@@ -9,10 +9,13 @@
 //   GET  /idem/*               the package's client entry for browsers: client-web.js,
 //                              idem_client.js, the client's .wasm
 //   POST /orders               creates an order, once per Idempotency-Key (withIdempotency)
+//   GET  /orders               with Idempotency-Key and Idempotency-Status: what became of
+//                              the key (a status query, answered by withIdempotency)
 //   GET  /count                {"count": N, "byKey": {key: runs}}: the handler's runs
-//   GET  /log                  every POST /orders received: its key, and what came of it
-//   POST /switch               {"drop": n, "delay": ms}: drop the next n answers (after the
-//                              order ran and its answer was stored), hold each order ms
+//   GET  /log                  every request to /orders: its key, and what came of it
+//   POST /switch               {"drop": n, "delay": ms}: drop the next n answers from
+//                              /orders (after the order ran and its answer was stored, or
+//                              the query was answered), hold each order ms
 //   POST /reset                forget the switch, the log and the counts (not the keys)
 import { createServer } from "node:http";
 import { readFile } from "node:fs/promises";
@@ -43,6 +46,26 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 /** The demo's state: the switch, the count oracle and the log. */
 function freshState() {
   return { drop: 0, delay: 0, count: 0, byKey: {}, log: [], orders: 0 };
+}
+
+function headersOf(req) {
+  const headers = new Headers();
+  for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
+  return headers;
+}
+
+/** A log entry for a request to /orders and its answer: the key, the status, whether it
+ * was a replay, the problem type of a refusal, and for a status query the field it asked
+ * with and what the server answered. */
+async function logEntry(method, headers, response) {
+  const entry = { method, key: headers.get("idempotency-key"), status: response.status, replayed: response.headers.get("idempotent-replayed") === "true" };
+  const type = (response.headers.get("content-type") ?? "").split(";")[0].trim();
+  if (type === "application/problem+json") entry.problem = (await response.clone().json()).type;
+  if (method === "GET") {
+    entry.query = headers.get("idempotency-status");
+    if (type === "application/vnd.idem.key-status+json") entry.answer = (await response.clone().json()).status;
+  }
+  return entry;
 }
 
 export function createOrderServer() {
@@ -84,10 +107,10 @@ export function createOrderServer() {
     }
     switch (url.pathname) {
       case "/orders": {
-        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
-        const headers = new Headers();
-        for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
-        return orders(new Request(`http://localhost${req.url}`, { method: "POST", headers, body }));
+        // A status query (a GET with Idempotency-Status) is withIdempotency's to answer.
+        const query = req.method === "GET" && req.headers["idempotency-status"] !== undefined;
+        if (req.method !== "POST" && !query) return problem(405, "method-not-allowed", "Method not allowed", "use POST, or GET with Idempotency-Status (a status query)");
+        return orders(new Request(`http://localhost${req.url}`, { method: req.method, headers: headersOf(req), body: query ? undefined : body }));
       }
       case "/count":
         return Response.json({ count: state.count, byKey: state.byKey }, { headers: { "cache-control": "no-store" } });
@@ -121,18 +144,21 @@ export function createOrderServer() {
   return createServer(async (req, res) => {
     const chunks = [];
     for await (const c of req) chunks.push(c);
+    const body = Buffer.concat(chunks);
+    const toOrders = new URL(req.url, "http://localhost").pathname === "/orders";
     let response;
     try {
-      response = await route(req, Buffer.concat(chunks));
+      response = await route(req, body);
     } catch (err) {
       console.error("request failed", err);
       response = problem(500, "internal", "The request failed", "retry with the same key");
     }
-    if (new URL(req.url, "http://localhost").pathname === "/orders" && req.method === "POST") {
-      const entry = { key: req.headers["idempotency-key"] ?? null, status: response.status, replayed: response.headers.get("idempotent-replayed") === "true" };
+    if (toOrders) {
+      const entry = await logEntry(req.method, headersOf(req), response);
       state.log.push(entry);
       if (state.drop > 0) {
-        // The order ran and its answer is stored; the answer is lost on the way back.
+        // The order ran (or the query was answered) and is stored; the answer is lost on
+        // the way back.
         state.drop -= 1;
         entry.dropped = true;
         req.socket.destroy();

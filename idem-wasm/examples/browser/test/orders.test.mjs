@@ -48,6 +48,16 @@ async function pageKey(page) {
 }
 
 const keysOf = (log) => [...new Set(log.map((e) => e.key))];
+/** The orders sent (POST), and the status queries (a GET with Idempotency-Status). */
+const sends = (log) => log.filter((e) => e.method === "POST");
+const queries = (log) => log.filter((e) => e.method === "GET");
+
+/** What the server saw, for the test's report: sends, status queries (with what each was
+ * answered, "lost" for an answer dropped) and executions. */
+function seen(log, count) {
+  const answers = queries(log).map((q) => (q.dropped ? "lost" : q.answer));
+  return `sends ${sends(log).length}, status queries ${answers.length}${answers.length ? ` (${answers.join(", ")})` : ""}, executions ${count}`;
+}
 
 test("a lost response: the page retries with the same key and shows the order, placed once", { timeout: 60_000 }, async (t) => {
   await withSetup(async ({ url, state }) => {
@@ -56,13 +66,14 @@ test("a lost response: the page retries with the same key and shows the order, p
     await order(page, "grinder", 2);
     await page.waitForSelector(OUTCOME("completed"), { timeout: 20_000 });
     const log = await getJson(`${url}/log`);
-    assert.equal(log.length, 2, JSON.stringify(log));
+    assert.equal(sends(log).length, 2, JSON.stringify(log));
+    assert.equal(queries(log).length, 0, "the retry got the answer: nothing to ask");
     assert.deepEqual(keysOf(log), [await pageKey(page)], "one key for both sends");
     assert.equal(log[0].dropped, true, "the first answer was lost after the order ran");
     assert.equal(log[1].replayed, true, "the retry got the stored answer");
     const { count } = await getJson(`${url}/count`);
     assert.equal(count, 1);
-    t.diagnostic(`sends ${log.length}, executions ${count}`);
+    t.diagnostic(seen(log, count));
     assert.match(await page.$eval("#outcome", (el) => el.textContent), /Order placed.*2 × grinder/s);
     if (process.env.IDEM_SCREENSHOTS === "1") {
       await page.screenshot({ path: join(EXAMPLE_DIR, "screenshot.png") });
@@ -79,12 +90,14 @@ test("a reload while the order is in flight: the page resumes it with the same k
     await page.reload({ waitUntil: "load" });
     await page.waitForSelector(OUTCOME("completed"), { timeout: 30_000 });
     const log = await getJson(`${url}/log`);
-    assert.deepEqual(keysOf(log), [await pageKey(page)], `one key for every send: ${JSON.stringify(log)}`);
-    assert.ok(log.length >= 2, "the page sent again after the reload");
-    assert.equal(log.at(-1).replayed, true);
+    assert.deepEqual(keysOf(log), [await pageKey(page)], `one key for every request: ${JSON.stringify(log)}`);
+    assert.equal(sends(log).length, 2, "the order, and its replay fetched after the reload");
+    assert.equal(sends(log).at(-1).replayed, true);
+    assert.equal(queries(log).at(-1).answer, "completed", "the resumed page asked before sending again");
+    assert.ok(queries(log).every((q) => q.query === "POST; settle"));
     const { count } = await getJson(`${url}/count`);
     assert.equal(count, 1);
-    t.diagnostic(`sends ${log.length}, executions ${count}`);
+    t.diagnostic(seen(log, count));
   });
 });
 
@@ -112,10 +125,12 @@ test("a browser killed mid-request: restarted on the same profile, the page resu
       await page.waitForSelector(OUTCOME("completed"), { timeout: 40_000 });
       const log = await getJson(`${url}/log`);
       assert.deepEqual(keysOf(log), [await pageKey(page)], `one key before and after the restart: ${JSON.stringify(log)}`);
-      assert.equal(log.at(-1).replayed, true);
+      assert.equal(sends(log).length, 2, "the order, and its replay fetched after the restart");
+      assert.equal(sends(log).at(-1).replayed, true);
+      assert.equal(queries(log).at(-1).answer, "completed", "the restarted page asked before sending again");
       const { count } = await getJson(`${url}/count`);
       assert.equal(count, 1);
-      t.diagnostic(`sends ${log.length}, executions ${count}`);
+      t.diagnostic(seen(log, count));
     },
     { LEASE_MS: "20000" },
   );
@@ -138,7 +153,7 @@ test("a changed order resubmitted under the same id: refused as a changed payloa
     );
     const { count } = await getJson(`${url}/count`);
     assert.equal(count, 1, "the changed order did not run");
-    t.diagnostic(`sends ${log.length}, executions ${count}`);
+    t.diagnostic(seen(log, count));
   });
 });
 
@@ -149,13 +164,18 @@ test("no answer ever comes: the page reports the outcome as undetermined, and th
     await order(page, "kettle", 2);
     await page.waitForSelector(OUTCOME("undetermined"), { timeout: 20_000 });
     const log = await getJson(`${url}/log`);
-    assert.equal(log.length, 3, "three sends, as the page's retry budget says");
+    assert.equal(sends(log).length, 3, "three sends, as the page's retry budget says");
+    assert.deepEqual(
+      queries(log).map((q) => [q.query, q.dropped]),
+      [["POST; settle", true]],
+      "then one status query, its answer lost too",
+    );
     assert.deepEqual(keysOf(log), [await pageKey(page)]);
     assert.ok(log.every((e) => e.dropped));
     assert.match(await page.$eval("#outcome", (el) => el.textContent), /may or may not have been placed/);
     const { count } = await getJson(`${url}/count`);
     assert.equal(count, 1);
-    t.diagnostic(`sends ${log.length}, executions ${count}`);
+    t.diagnostic(seen(log, count));
   });
 });
 
