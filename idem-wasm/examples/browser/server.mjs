@@ -1,6 +1,6 @@
 // The order demo's server: the page (index.html, app.mjs), the idem package's client entry
 // for the browser, and a protected `POST /orders` with a count oracle and a switch that drops
-// or delays its answers.
+// or delays its answers, or loses orders on their way in and delivers them late.
 //
 //   node server.mjs            listens on 127.0.0.1 on a port the OS chooses (PORT=8080 to
 //                              pick one) and prints its URL first; LEASE_MS sets the lease
@@ -13,10 +13,15 @@
 //                              the key (a status query, answered by withIdempotency)
 //   GET  /count                {"count": N, "byKey": {key: runs}}: the handler's runs
 //   GET  /log                  every request to /orders: its key, and what came of it
-//   POST /switch               {"drop": n, "delay": ms}: drop the next n answers from
-//                              /orders (after the order ran and its answer was stored, or
-//                              the query was answered), hold each order ms
-//   POST /reset                forget the switch, the log and the counts (not the keys)
+//   POST /switch               {"drop": n, "delay": ms, "swallow": n}: drop the next n
+//                              answers from /orders (after the order ran and its answer was
+//                              stored, or the query was answered), hold each order ms, lose
+//                              the next n orders on their way in (kept, their connections
+//                              left open)
+//   POST /deliver-late         delivers the lost orders to the API now, as a network that
+//                              held them would: what each got
+//   POST /reset                forget the switch, the log, the counts and the lost orders
+//                              (not the keys)
 import { createServer } from "node:http";
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -43,9 +48,10 @@ function problem(status, slug, title, detail) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The demo's state: the switch, the count oracle and the log. */
+/** The demo's state: the switch, the count oracle, the log and the orders the network lost
+ * on their way in (`held`: each with its request and its connection). */
 function freshState() {
-  return { drop: 0, delay: 0, count: 0, byKey: {}, log: [], orders: 0 };
+  return { drop: 0, delay: 0, swallow: 0, count: 0, byKey: {}, log: [], orders: 0, held: [] };
 }
 
 function headersOf(req) {
@@ -125,15 +131,34 @@ export function createOrderServer() {
           input = null;
         }
         const whole = (v) => v === undefined || (Number.isSafeInteger(v) && v >= 0);
-        if (input === null || typeof input !== "object" || Array.isArray(input) || !whole(input.drop) || !whole(input.delay)) {
-          return problem(400, "invalid-switch", "The switch is not valid", 'send {"drop": n, "delay": ms}, whole numbers ≥ 0');
+        if (input === null || typeof input !== "object" || Array.isArray(input) || !whole(input.drop) || !whole(input.delay) || !whole(input.swallow)) {
+          return problem(400, "invalid-switch", "The switch is not valid", 'send {"drop": n, "delay": ms, "swallow": n}, whole numbers ≥ 0');
         }
         state.drop = input.drop ?? state.drop;
         state.delay = input.delay ?? state.delay;
-        return Response.json({ drop: state.drop, delay: state.delay });
+        state.swallow = input.swallow ?? state.swallow;
+        return Response.json({ drop: state.drop, delay: state.delay, swallow: state.swallow });
+      }
+      case "/deliver-late": {
+        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        if (body.length > 0) return problem(400, "invalid-delivery", "The delivery takes no input", "send no body: every order held is delivered");
+        const held = state.held;
+        state.held = [];
+        const delivered = [];
+        for (const copy of held) {
+          // The connection it came on is lost with it; the copy reaches the API now.
+          copy.socket.destroy();
+          const response = await orders(new Request(`http://localhost${copy.url}`, { method: "POST", headers: copy.headers, body: copy.body }));
+          const entry = { ...(await logEntry("POST", copy.headers, response)), late: true };
+          state.log.push(entry);
+          await response.arrayBuffer();
+          delivered.push({ key: entry.key, status: entry.status, problem: entry.problem ?? null });
+        }
+        return Response.json(delivered, { headers: { "cache-control": "no-store" } });
       }
       case "/reset":
         if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        for (const copy of state.held) copy.socket.destroy();
         state = freshState();
         return new Response(null, { status: 204 });
       default:
@@ -146,6 +171,15 @@ export function createOrderServer() {
     for await (const c of req) chunks.push(c);
     const body = Buffer.concat(chunks);
     const toOrders = new URL(req.url, "http://localhost").pathname === "/orders";
+    if (toOrders && req.method === "POST" && state.swallow > 0) {
+      // Lost on its way in: the API never sees it, and the client waits for an answer that
+      // does not come. The copy is kept for /deliver-late.
+      state.swallow -= 1;
+      const headers = headersOf(req);
+      state.held.push({ url: req.url, headers, body, socket: req.socket });
+      state.log.push({ method: "POST", key: headers.get("idempotency-key"), status: null, replayed: false, swallowed: true });
+      return;
+    }
     let response;
     try {
       response = await route(req, body);

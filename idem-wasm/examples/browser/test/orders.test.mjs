@@ -179,10 +179,10 @@ test("no answer ever comes: the page reports the outcome as undetermined, and th
   });
 });
 
-test("the server refuses bad switch input with problem+json", { timeout: 30_000 }, async () => {
+test("the server refuses bad input to its switch, its late delivery and its routes with problem+json", { timeout: 30_000 }, async () => {
   const server = await startServer();
   try {
-    for (const body of ["not json", '{"drop": -1}', '{"delay": 1.5}', "[]"]) {
+    for (const body of ["not json", '{"drop": -1}', '{"delay": 1.5}', '{"swallow": -1}', '{"swallow": "1"}', "[]"]) {
       const r = await fetch(`${server.url}/switch`, { method: "POST", body });
       assert.equal(r.status, 400, body);
       assert.equal(r.headers.get("content-type"), "application/problem+json");
@@ -191,11 +191,50 @@ test("the server refuses bad switch input with problem+json", { timeout: 30_000 
     const bad = await fetch(`${server.url}/orders`, { method: "POST", headers: { "idempotency-key": '"k-1"', "content-type": "application/json" }, body: '{"item": 3}' });
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).type, "urn:idem-example:problem:invalid-order");
+    const delivery = await fetch(`${server.url}/deliver-late`, { method: "POST", body: "{}" });
+    assert.equal(delivery.status, 400);
+    assert.equal(delivery.headers.get("content-type"), "application/problem+json");
+    assert.equal((await delivery.json()).type, "urn:idem-example:problem:invalid-delivery");
+    // A GET is a status query only with Idempotency-Status; /deliver-late takes only POST.
+    for (const path of ["/orders", "/deliver-late"]) {
+      const r = await fetch(`${server.url}${path}`);
+      assert.equal(r.status, 405, path);
+      assert.equal((await r.json()).type, "urn:idem-example:problem:method-not-allowed");
+    }
     assert.equal((await getJson(`${server.url}/count`)).count, 0);
     const missing = await fetch(`${server.url}/nowhere`);
     assert.equal(missing.status, 404);
     await missing.arrayBuffer();
   } finally {
+    await server.stop();
+  }
+});
+
+test("an order lost on its way in never reaches the API, and runs when delivered late if nothing settled its key", { timeout: 30_000 }, async () => {
+  const server = await startServer();
+  const client = new AbortController();
+  try {
+    await postJson(`${server.url}/switch`, { swallow: 1 });
+    const headers = { "idempotency-key": '"k-late"', "content-type": "application/json" };
+    const sent = fetch(`${server.url}/orders`, { method: "POST", headers, body: '{"item": "kettle", "quantity": 1}', signal: client.signal });
+    sent.catch(() => {});
+    await until(async () => ((await getJson(`${server.url}/log`)).length === 1 ? true : undefined), 10_000, "the order to be lost");
+    assert.equal((await getJson(`${server.url}/count`)).count, 0, "held, not run");
+    // The client gives up waiting; the network still holds its copy.
+    client.abort();
+    const r = await fetch(`${server.url}/deliver-late`, { method: "POST" });
+    assert.deepEqual(await r.json(), [{ key: '"k-late"', status: 201, problem: null }]);
+    assert.deepEqual(
+      (await getJson(`${server.url}/log`)).map((e) => [e.key, e.status, Boolean(e.swallowed), Boolean(e.late)]),
+      [
+        ['"k-late"', null, true, false],
+        ['"k-late"', 201, false, true],
+      ],
+    );
+    assert.equal((await getJson(`${server.url}/count`)).count, 1);
+    assert.deepEqual(await (await fetch(`${server.url}/deliver-late`, { method: "POST" })).json(), [], "delivered once");
+  } finally {
+    client.abort();
     await server.stop();
   }
 });
