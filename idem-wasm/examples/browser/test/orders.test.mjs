@@ -11,6 +11,8 @@ import { join } from "node:path";
 import { EXAMPLE_DIR, getJson, launchChromium, postJson, removeDir, startServer, tempDir, until } from "./browser.mjs";
 
 const OUTCOME = (o) => `#outcome[data-outcome="${o}"]`;
+/** Order `id` in the page's list of orders, in `state`. */
+const ORDER = (id, state) => `#orders li[data-order="${id}"][data-state="${state}"]`;
 
 /** Runs `fn({ url, browser, profile })` with a server and a browser of its own, and stops
  * both (and removes the profile) whatever happens. */
@@ -75,8 +77,13 @@ test("a lost response: the page retries with the same key and shows the order, p
     assert.equal(count, 1);
     t.diagnostic(seen(log, count));
     assert.match(await page.$eval("#outcome", (el) => el.textContent), /Order placed.*2 × grinder/s);
+    assert.deepEqual(
+      await page.$$eval("#orders li", (items) => items.map((li) => [li.dataset.state, `"${li.dataset.key}"`])),
+      [["placed", await pageKey(page)]],
+      "the list of orders shows it placed",
+    );
     if (process.env.IDEM_SCREENSHOTS === "1") {
-      await page.screenshot({ path: join(EXAMPLE_DIR, "screenshot.png") });
+      await page.screenshot({ path: join(EXAMPLE_DIR, "screenshot.png"), fullPage: true });
     }
   });
 });
@@ -173,6 +180,7 @@ test("no answer ever comes: the page reports the outcome as undetermined, and th
     assert.deepEqual(keysOf(log), [await pageKey(page)]);
     assert.ok(log.every((e) => e.dropped));
     assert.match(await page.$eval("#outcome", (el) => el.textContent), /may or may not have been placed/);
+    await page.waitForSelector(ORDER(await page.$eval("#outcome", (el) => el.dataset.order), "unknown"));
     const { count } = await getJson(`${url}/count`);
     assert.equal(count, 1);
     t.diagnostic(seen(log, count));
