@@ -1,14 +1,18 @@
 // The order page in headless Chromium against the demo server: a lost response, a reload and
 // a killed browser in the middle of a request (the entry saved before the send, decoded after
-// the restart and retried with its key: IDEM-CLIENT-6, IDEM-CLIENT-3), a changed order under
-// the same id (IDEM-FP-1), and an answer that never comes (IDEM-CLIENT-4). The server's log
-// shows the key of every request and its count oracle how many times the order ran.
+// the restart, asked about and its answer fetched with its key: IDEM-CLIENT-6, IDEM-CLIENT-8,
+// IDEM-CLIENT-3), a browser killed with two orders in flight, one of them lost on its way in,
+// and reopened offline then online (the page tells which ran; the lost one is settled and its
+// late copy refused: IDEM-CLIENT-8), a changed order under the same id (IDEM-FP-1), and an
+// answer that never comes (IDEM-CLIENT-4). The server's log shows the key of every request
+// and its count oracle how many times the order ran.
 //
-// `IDEM_SCREENSHOTS=1 npm test` also writes screenshot.png (the placed order) for the README.
+// `IDEM_SCREENSHOTS=1 npm test` also writes screenshot.png (the placed order) and
+// screenshot-restart.png (the orders after the restart) for the README.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { EXAMPLE_DIR, getJson, launchChromium, postJson, removeDir, startServer, tempDir, until } from "./browser.mjs";
+import { EXAMPLE_DIR, getJson, launchChromium, postJson, removeDir, startServer, tempDir, until, untilOnDisk } from "./browser.mjs";
 
 const OUTCOME = (o) => `#outcome[data-outcome="${o}"]`;
 /** Order `id` in the page's list of orders, in `state`. */
@@ -49,16 +53,30 @@ async function pageKey(page) {
   return `"${key}"`;
 }
 
+/** Kills `state.browser` with SIGKILL, as a crash would, and waits until it is gone. */
+async function killChromium(state) {
+  const child = state.browser.process();
+  const exited = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once("exit", resolve));
+  child.kill("SIGKILL");
+  // The connection can close before the process is reaped; its exit is what says it died.
+  await exited;
+  assert.equal(child.signalCode, "SIGKILL", "the browser was killed, not stopped");
+  await until(() => (state.browser.connected ? undefined : true), 10_000, "the connection to close");
+}
+
 const keysOf = (log) => [...new Set(log.map((e) => e.key))];
 /** The orders sent (POST), and the status queries (a GET with Idempotency-Status). */
 const sends = (log) => log.filter((e) => e.method === "POST");
 const queries = (log) => log.filter((e) => e.method === "GET");
 
-/** What the server saw, for the test's report: sends, status queries (with what each was
- * answered, "lost" for an answer dropped) and executions. */
+/** What the server saw, for the test's report: the page's sends, its status queries (with
+ * what each was answered, "lost" for an answer dropped), the copies the network delivered
+ * late (with their statuses) and the executions. */
 function seen(log, count) {
+  const list = (items) => `${items.length}${items.length ? ` (${items.join(", ")})` : ""}`;
+  const late = sends(log).filter((e) => e.late);
   const answers = queries(log).map((q) => (q.dropped ? "lost" : q.answer));
-  return `sends ${sends(log).length}, status queries ${answers.length}${answers.length ? ` (${answers.join(", ")})` : ""}, executions ${count}`;
+  return `sends ${sends(log).length - late.length}, status queries ${list(answers)}${late.length ? `, late copies ${list(late.map((e) => e.status))}` : ""}, executions ${count}`;
 }
 
 test("a lost response: the page retries with the same key and shows the order, placed once", { timeout: 60_000 }, async (t) => {
@@ -120,13 +138,7 @@ test("a browser killed mid-request: restarted on the same profile, the page resu
       // kill comes after that, while the order still runs.
       await new Promise((resolve) => setTimeout(resolve, 6500));
       assert.equal((await getJson(`${url}/log`)).length, 0, "no answer yet: the order is in flight");
-      const child = state.browser.process();
-      const exited = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGKILL");
-      // The connection can close before the process is reaped; its exit is what says it died.
-      await exited;
-      assert.equal(child.signalCode, "SIGKILL", "the browser was killed, not stopped");
-      await until(() => (state.browser.connected ? undefined : true), 10_000, "the connection to close");
+      await killChromium(state);
       state.browser = await launchChromium(profile);
       page = await openPage(state.browser, `${url}/`);
       await page.waitForSelector(OUTCOME("completed"), { timeout: 40_000 });
@@ -138,6 +150,108 @@ test("a browser killed mid-request: restarted on the same profile, the page resu
       const { count } = await getJson(`${url}/count`);
       assert.equal(count, 1);
       t.diagnostic(seen(log, count));
+    },
+    { LEASE_MS: "20000" },
+  );
+});
+
+test("a browser killed with two orders in flight, reopened offline, then online: the page tells which ran, and the lost one never runs", { timeout: 120_000 }, async (t) => {
+  await withSetup(
+    async ({ url, state, profile }) => {
+      // A reaches the API and runs; its answer is held back 12 s, so it is in flight.
+      await postJson(`${url}/switch`, { delay: 12_000 });
+      let page = await openPage(state.browser, `${url}/`);
+      await order(page, "grinder", 1);
+      const a = await page.$eval("#outcome", (el) => el.dataset.order);
+      await until(async () => ((await getJson(`${url}/count`)).count === 1 ? true : undefined), 10_000, "order A to reach the API");
+      // B is lost on its way in: the API never sees it, and the page waits for its answer.
+      await postJson(`${url}/switch`, { swallow: 1 });
+      await order(page, "kettle", 2);
+      const b = await page.$eval("#outcome", (el) => el.dataset.order);
+      assert.notEqual(a, b);
+      await until(async () => ((await getJson(`${url}/log`)).some((e) => e.swallowed) ? true : undefined), 10_000, "order B to be lost");
+      await page.waitForSelector(ORDER(a, "placing"));
+      await page.waitForSelector(ORDER(b, "placing"));
+      // Both orders and both entries in the profile on disk, then a crash.
+      await untilOnDisk(profile, [`order:${a}`, `idem-entry:${a}`, `order:${b}`, `idem-entry:${b}`], 20_000);
+      assert.deepEqual(
+        (await getJson(`${url}/log`)).map((e) => [e.method, e.status, e.swallowed]),
+        [["POST", null, true]],
+        "A is still running, B was lost: neither was answered",
+      );
+      await killChromium(state);
+      // A ends on the server while no browser runs: the answer nobody receives.
+      await until(async () => ((await getJson(`${url}/log`)).some((e) => e.status === 201) ? true : undefined), 20_000, "order A to complete");
+      const before = await getJson(`${url}/log`);
+
+      // Reopened with the network cut: the page and its modules load, /orders is unreachable.
+      state.browser = await launchChromium(profile);
+      page = await state.browser.newPage();
+      let online = false;
+      const cut = [];
+      await page.setRequestInterception(true);
+      page.on("request", (request) => {
+        if (online || new URL(request.url()).pathname !== "/orders") return void request.continue();
+        const headers = request.headers();
+        cut.push([request.method(), headers["idempotency-status"] ?? null, headers["idempotency-key"]]);
+        void request.abort("internetdisconnected");
+      });
+      await page.goto(`${url}/`, { waitUntil: "load" });
+      await page.waitForSelector("body[data-ready]", { timeout: 15_000 });
+      await page.waitForSelector(ORDER(a, "unknown"), { timeout: 20_000 });
+      await page.waitForSelector(ORDER(b, "unknown"), { timeout: 20_000 });
+      assert.match(await page.$eval("#outcome", (el) => el.textContent), /could not be reached to ask about this order/);
+      // Each order was asked about (a settling status query), nothing was sent again.
+      const keyOf = (id) => page.$eval(`#orders li[data-order="${id}"]`, (li) => `"${li.dataset.key}"`);
+      const [keyA, keyB] = [await keyOf(a), await keyOf(b)];
+      assert.deepEqual(
+        cut.sort(),
+        [
+          ["GET", "POST; settle", keyA],
+          ["GET", "POST; settle", keyB],
+        ].sort(),
+      );
+      assert.deepEqual(await getJson(`${url}/log`), before, "nothing reached the API while it was cut");
+
+      // Reloaded with the network back: the page asks again, and tells which orders ran.
+      online = true;
+      await page.reload({ waitUntil: "load" });
+      await page.waitForSelector(ORDER(a, "placed"), { timeout: 20_000 });
+      await page.waitForSelector(ORDER(b, "not-placed"), { timeout: 20_000 });
+      // A's answer, fetched again with its key: the order the server made before the crash.
+      assert.match(await page.$eval(ORDER(a, "placed"), (li) => li.textContent), /1 × grinder.*ord_0001/);
+      assert.equal(await page.$eval(OUTCOME("not-executed"), (el) => el.dataset.order), b);
+      if (process.env.IDEM_SCREENSHOTS === "1") {
+        await page.screenshot({ path: join(EXAMPLE_DIR, "screenshot-restart.png"), fullPage: true });
+      }
+
+      // B's copy, held by the network all along, arrives now: refused, never run.
+      const late = await (await fetch(`${url}/deliver-late`, { method: "POST" })).json();
+      assert.deepEqual(late, [{ key: keyB, status: 409, problem: "urn:idem:problem:key-settled" }]);
+      const log = await getJson(`${url}/log`);
+      const { count, byKey } = await getJson(`${url}/count`);
+      assert.equal(count, 1, "A ran once, B never");
+      assert.deepEqual(Object.keys(byKey), [keyA.slice(1, -1)]);
+      assert.deepEqual(keysOf(log).sort(), [keyA, keyB].sort(), "one key per order");
+      const story = (key) =>
+        log
+          .filter((e) => e.key === key)
+          .map((e) => (e.method === "GET" ? `${e.query}: ${e.answer}` : e.swallowed ? "lost on its way in" : `${e.status}${e.replayed ? " replayed" : ""}${e.late ? " late" : ""}`));
+      assert.deepEqual(story(keyA), ["201", "POST; settle: completed", "201 replayed"]);
+      assert.deepEqual(story(keyB), ["lost on its way in", "POST; settle: not-executed", "409 late"]);
+      t.diagnostic(`${seen(log, count)}; reopened offline: ${cut.length} status queries cut, nothing sent`);
+      t.diagnostic(`A: ${story(keyA).join(" → ")}; B: ${story(keyB).join(" → ")}`);
+
+      // Placed again, B's contents go out as a new order under a key of their own.
+      await page.click(`#orders li[data-order="${b}"] button.again`);
+      const c = await page.$eval("#outcome", (el) => el.dataset.order);
+      assert.notEqual(c, b);
+      await page.waitForSelector(ORDER(c, "placed"), { timeout: 20_000 });
+      const keyC = await keyOf(c);
+      assert.ok(keyC !== keyA && keyC !== keyB);
+      assert.match(await page.$eval(`#orders li[data-order="${c}"]`, (li) => li.textContent), /2 × kettle/);
+      assert.equal((await getJson(`${url}/count`)).count, 2);
+      t.diagnostic("B placed again as a new order: executions 2");
     },
     { LEASE_MS: "20000" },
   );
