@@ -1,16 +1,18 @@
-// The order form. Each order has a logical id, made once; `idempotentFetch` sends it with one
+// The order page. Each order has a logical id, made once; `idempotentFetch` sends it with one
 // Idempotency-Key for every retry and saves its pending entry in localStorage before every
 // send, so that after a reload (or a browser that was killed) the page resumes the order with
-// the same key instead of placing it again. An answer that never came is reported as
-// undetermined, never guessed.
+// the same key instead of placing it again. A resumed order is asked about first: the server
+// says whether it ran (its answer is fetched with the same key), or settles a key it never
+// saw so that a late copy can never run. When the server cannot be reached, the order is
+// shown as unknown, never guessed, and asked about again on the next load.
 //
 // Retries: ?maxAttempts=N&base=MS&cap=MS&deadline=MS in the page's URL (defaults: 6 sends,
 // 200 ms first backoff, 2 s at most, 60 s in all).
 import { idempotentFetch } from "idem/client";
 
 const ENTRY = "idem-entry:"; // idempotentFetch's saved entries, by order id
-const ORDER = "order:"; // the page's orders: { body, state, key?, result? }
-const CURRENT = "current-order";
+const ORDER = "order:"; // the page's orders: { body, state, created, key?, ... } (below)
+const CURRENT = "current-order"; // the order in the form
 
 const params = new URL(location.href).searchParams;
 const number = (name, fallback) => (params.has(name) ? Number(params.get(name)) : fallback);
@@ -34,18 +36,42 @@ const persist = {
   delete: (id) => localStorage.removeItem(ENTRY + id),
 };
 
+/**
+ * What the page knows of an order, by `state`: `placing` (sent, no answer yet), `placed`
+ * (`result`: the server's order, `attempts`), `executed` (it ran, its answer is gone;
+ * `status` when known), `not-placed` (the server never got it and never will run it; `again`:
+ * the order id it was placed again under), `unknown` (the server could not be asked or could
+ * not tell, `reason`: asked again on the next load), `refused` (`status`, `title`) and
+ * `failed` (nothing was placed, `reason`).
+ */
 const orders = {
   get: (id) => JSON.parse(localStorage.getItem(ORDER + id) ?? "null"),
-  set: (id, order) => localStorage.setItem(ORDER + id, JSON.stringify(order)),
-  pending: () =>
+  set: (id, order) => {
+    localStorage.setItem(ORDER + id, JSON.stringify(order));
+    render();
+  },
+  all: () =>
     Object.keys(localStorage)
       .filter((k) => k.startsWith(ORDER))
-      .map((k) => k.slice(ORDER.length))
-      .filter((id) => orders.get(id)?.state === "pending"),
+      .map((k) => ({ id: k.slice(ORDER.length), ...orders.get(k.slice(ORDER.length)) }))
+      .sort((a, b) => (a.created ?? 0) - (b.created ?? 0)),
+  /** Orders whose fate the page does not know yet: resumed on load. */
+  open: () => orders.all().filter((o) => o.state === "placing" || o.state === "unknown"),
+};
+
+const LABELS = {
+  placing: "placing…",
+  placed: "placed",
+  executed: "ran, answer gone",
+  "not-placed": "not placed",
+  unknown: "unknown",
+  refused: "refused",
+  failed: "failed",
 };
 
 const $ = (id) => document.getElementById(id);
 const form = $("order");
+const plural = (n) => `${n} attempt${n === 1 ? "" : "s"}`;
 
 function formBody() {
   return { item: $("item").value, quantity: Number($("quantity").value) };
@@ -60,8 +86,33 @@ function showForm(id, order) {
   }
 }
 
-/** Shows what became of order `id`. */
+/** The outcome box's words for a stored order: [outcome, title, detail]. */
+function describe(order) {
+  switch (order.state) {
+    case "placing":
+      return ["pending", "Placing the order…", "Waiting for the server. Reloading the page is safe: it resumes with the same key."];
+    case "placed": {
+      const r = order.result;
+      return ["completed", "Order placed", `${r.id}: ${r.quantity} × ${r.item}${order.attempts ? ` (${plural(order.attempts)})` : ""}`];
+    }
+    case "executed":
+      return ["executed", "Order placed, answer gone", `The server ran this order${order.status ? ` (${order.status})` : ""} but no longer keeps its answer.`];
+    case "not-placed":
+      return ["not-executed", "Order not placed", "The server never got this order, and it will never run it. Place it again: it goes out as a new order."];
+    case "unknown":
+      return order.reason === "interrupted"
+        ? ["undetermined", "Outcome unknown", "The server could not be reached to ask about this order: it may or may not have been placed. The page asks again when it next loads."]
+        : ["undetermined", "Outcome unknown", `No answer after ${plural(order.attempts)} (${order.reason ?? "gave up"}): the order may or may not have been placed. The page asks the server again when it next loads.`];
+    case "refused":
+      return ["rejected", "Order refused", `${order.status} ${order.title ?? ""}`];
+    default:
+      return ["failed", "Order not placed", `The server could not be reached (${order.reason ?? "gave up"}); nothing was placed. Place it again.`];
+  }
+}
+
+/** Shows what became of order `id` in the outcome box, when it is the order in the form. */
 function show(id, outcome, title, detail, key) {
+  if (id !== localStorage.getItem(CURRENT)) return;
   const box = $("outcome");
   box.hidden = false;
   box.dataset.outcome = outcome;
@@ -78,17 +129,47 @@ function show(id, outcome, title, detail, key) {
   box.append(h, p, small);
 }
 
-/** Sends order `id` with `body` (again, after a reload: the saved entry keeps its key) and
- * shows the outcome. `key` reuses the key of an order that already completed. */
+const showStored = (id) => show(id, ...describe(orders.get(id)), orders.get(id).key);
+
+/** The list of every order the page knows, each `li[data-order][data-state][data-key]`. */
+function render() {
+  const items = orders.all().map((order) => {
+    const li = document.createElement("li");
+    li.dataset.order = order.id;
+    li.dataset.state = order.state;
+    li.dataset.key = order.key ?? "";
+    const state = document.createElement("span");
+    state.className = "state";
+    state.textContent = LABELS[order.state] ?? order.state;
+    const what = document.createElement("span");
+    what.textContent = ` ${order.body.quantity} × ${order.body.item}`;
+    const detail = document.createElement("span");
+    detail.className = "muted";
+    detail.textContent = order.state === "placed" ? ` ${order.result.id} · order ${order.id}` : ` order ${order.id}`;
+    li.title = describe(order)[2];
+    li.append(state, what, detail);
+    if ((order.state === "not-placed" || order.state === "failed") && !order.again) {
+      const again = document.createElement("button");
+      again.type = "button";
+      again.className = "secondary again";
+      again.textContent = "Place again";
+      again.addEventListener("click", () => placeAgain(order.id));
+      li.append(" ", again);
+    } else if (order.again) {
+      detail.textContent += ` · placed again as ${order.again}`;
+    }
+    return li;
+  });
+  $("orders").replaceChildren(...items);
+  $("orders-empty").hidden = items.length > 0;
+}
+
+/** Sends order `id` with `body` (again, after a reload: the saved entry keeps its key and is
+ * asked about first) and records what became of it. `key` reuses the key of a placed order. */
 async function place(id, body, key) {
   const before = orders.get(id);
-  orders.set(id, { ...(before ?? {}), body, state: "pending" });
-  show(id, "pending", "Placing the order…", "Waiting for the server. Reloading the page is safe: it resumes with the same key.");
-  // A changed order under an id already sent: refused, and the order stays as it was.
-  const refuseChanged = (detail, shownKey) => {
-    orders.set(id, before?.state === "completed" ? before : { ...before, body, state: "refused" });
-    show(id, "changed-payload", "Changed order refused", detail, shownKey);
-  };
+  orders.set(id, { created: Date.now(), ...before, body, state: "placing" });
+  showStored(id);
   let result;
   try {
     result = await idempotentFetch(
@@ -98,29 +179,46 @@ async function place(id, body, key) {
     );
   } catch (err) {
     if (err?.code !== "IDEM-CLIENT-1") throw err;
-    refuseChanged("This order is still being sent with other contents; a changed order needs a new order id.");
+    // Another payload under an id still being sent: refused before anything went out, and
+    // the order stays as it was.
+    if (before) orders.set(id, before);
+    show(id, "changed-payload", "Changed order refused", "This order is still being sent with other contents; a changed order needs a new order id.");
     return;
   }
-  if (result.outcome === "completed") {
-    const created = await result.response.json();
-    orders.set(id, { body, state: "completed", key: result.key, result: created });
-    show(id, "completed", "Order placed", `${created.id}: ${created.quantity} × ${created.item} (${result.attempts} attempt${result.attempts === 1 ? "" : "s"})`, result.key);
-  } else if (result.outcome === "rejected") {
+  const { outcome, key: sentKey, attempts } = result;
+  const order = { created: orders.get(id).created, body, key: sentKey, attempts };
+  if (outcome === "completed") {
+    orders.set(id, { ...order, state: "placed", result: await result.response.json() });
+  } else if (outcome === "rejected") {
     const problem = await result.response?.json().catch(() => null);
     if (problem?.type === "urn:idem:problem:key-reuse-mismatch") {
-      // The server has this key with other contents: nothing new runs.
-      refuseChanged(`The server already has this order with other contents (${result.status} ${problem.title ?? ""}). Nothing new was placed.`, result.key);
-    } else {
-      orders.set(id, { body, state: "rejected", key: result.key });
-      show(id, "rejected", "Order refused", `${result.status} ${problem?.title ?? ""}`, result.key);
+      // The server has this key with other contents: nothing new runs, and a placed order
+      // stays placed.
+      orders.set(id, before?.state === "placed" ? before : { ...order, state: "refused", status: result.status, title: problem.title });
+      show(id, "changed-payload", "Changed order refused", `The server already has this order with other contents (${result.status} ${problem.title ?? ""}). Nothing new was placed.`, sentKey);
+      return;
     }
-  } else if (result.outcome === "undetermined") {
-    orders.set(id, { body, state: "undetermined", key: result.key });
-    show(id, "undetermined", "Outcome unknown", `No answer after ${result.attempts} attempts (${result.reason ?? "gave up"}): the order may or may not have been placed. Check your orders before placing it again.`, result.key);
+    orders.set(id, { ...order, state: "refused", status: result.status, title: problem?.title });
+  } else if (outcome === "executed") {
+    orders.set(id, { ...order, state: "executed", status: result.status });
+  } else if (outcome === "not-executed") {
+    orders.set(id, { ...order, state: "not-placed" });
+  } else if (outcome === "undetermined") {
+    orders.set(id, { ...order, state: "unknown", reason: result.reason });
   } else {
-    orders.set(id, { body, state: "failed", key: result.key });
-    show(id, "failed", "Order not placed", `The server could not be reached (${result.reason ?? "gave up"}); nothing was placed. Try again.`, result.key);
+    orders.set(id, { ...order, state: "failed", reason: result.reason });
   }
+  showStored(id);
+}
+
+/** Places order `id`'s contents again as a new order, with an id (and a key) of its own. */
+function placeAgain(id) {
+  const old = orders.get(id);
+  const fresh = crypto.randomUUID();
+  orders.set(id, { ...old, again: fresh });
+  localStorage.setItem(CURRENT, fresh);
+  showForm(fresh, old);
+  void place(fresh, old.body);
 }
 
 form.addEventListener("submit", (event) => {
@@ -135,7 +233,7 @@ $("resubmit").addEventListener("click", () => {
   const id = localStorage.getItem(CURRENT);
   if (id === null) return;
   const order = orders.get(id);
-  void place(id, formBody(), order?.state === "completed" ? order.key : undefined);
+  void place(id, formBody(), order?.state === "placed" ? order.key : undefined);
 });
 
 $("new").addEventListener("click", () => {
@@ -144,14 +242,14 @@ $("new").addEventListener("click", () => {
   $("outcome").hidden = true;
 });
 
-// After a reload: show the current order, and resume every order still pending.
+// On load: list every order, show the one in the form, and resume every order whose fate is
+// open (each is asked about first).
+render();
 const current = localStorage.getItem(CURRENT);
 if (current !== null) {
   const order = orders.get(current);
   showForm(current, order);
-  if (order?.state === "completed") {
-    show(current, "completed", "Order placed", `${order.result.id}: ${order.result.quantity} × ${order.result.item}`, order.key);
-  }
+  if (order) showStored(current);
 }
-for (const id of orders.pending()) void place(id, orders.get(id).body);
+for (const { id, body } of orders.open()) void place(id, body);
 document.body.dataset.ready = "true";

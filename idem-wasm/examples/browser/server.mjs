@@ -1,6 +1,6 @@
 // The order demo's server: the page (index.html, app.mjs), the idem package's client entry
 // for the browser, and a protected `POST /orders` with a count oracle and a switch that drops
-// or delays its answers.
+// or delays its answers, or loses orders on their way in and delivers them late.
 //
 //   node server.mjs            listens on 127.0.0.1 on a port the OS chooses (PORT=8080 to
 //                              pick one) and prints its URL first; LEASE_MS sets the lease
@@ -9,11 +9,19 @@
 //   GET  /idem/*               the package's client entry for browsers: client-web.js,
 //                              idem_client.js, the client's .wasm
 //   POST /orders               creates an order, once per Idempotency-Key (withIdempotency)
+//   GET  /orders               with Idempotency-Key and Idempotency-Status: what became of
+//                              the key (a status query, answered by withIdempotency)
 //   GET  /count                {"count": N, "byKey": {key: runs}}: the handler's runs
-//   GET  /log                  every POST /orders received: its key, and what came of it
-//   POST /switch               {"drop": n, "delay": ms}: drop the next n answers (after the
-//                              order ran and its answer was stored), hold each order ms
-//   POST /reset                forget the switch, the log and the counts (not the keys)
+//   GET  /log                  every request to /orders: its key, and what came of it
+//   POST /switch               {"drop": n, "delay": ms, "swallow": n}: drop the next n
+//                              answers from /orders (after the order ran and its answer was
+//                              stored, or the query was answered), hold each order ms, lose
+//                              the next n orders on their way in (kept, their connections
+//                              left open)
+//   POST /deliver-late         delivers the lost orders to the API now, as a network that
+//                              held them would: what each got
+//   POST /reset                forget the switch, the log, the counts and the lost orders
+//                              (not the keys)
 import { createServer } from "node:http";
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -40,9 +48,30 @@ function problem(status, slug, title, detail) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The demo's state: the switch, the count oracle and the log. */
+/** The demo's state: the switch, the count oracle, the log and the orders the network lost
+ * on their way in (`held`: each with its request and its connection). */
 function freshState() {
-  return { drop: 0, delay: 0, count: 0, byKey: {}, log: [], orders: 0 };
+  return { drop: 0, delay: 0, swallow: 0, count: 0, byKey: {}, log: [], orders: 0, held: [] };
+}
+
+function headersOf(req) {
+  const headers = new Headers();
+  for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
+  return headers;
+}
+
+/** A log entry for a request to /orders and its answer: the key, the status, whether it
+ * was a replay, the problem type of a refusal, and for a status query the field it asked
+ * with and what the server answered. */
+async function logEntry(method, headers, response) {
+  const entry = { method, key: headers.get("idempotency-key"), status: response.status, replayed: response.headers.get("idempotent-replayed") === "true" };
+  const type = (response.headers.get("content-type") ?? "").split(";")[0].trim();
+  if (type === "application/problem+json") entry.problem = (await response.clone().json()).type;
+  if (method === "GET") {
+    entry.query = headers.get("idempotency-status");
+    if (type === "application/vnd.idem.key-status+json") entry.answer = (await response.clone().json()).status;
+  }
+  return entry;
 }
 
 export function createOrderServer() {
@@ -84,10 +113,10 @@ export function createOrderServer() {
     }
     switch (url.pathname) {
       case "/orders": {
-        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
-        const headers = new Headers();
-        for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
-        return orders(new Request(`http://localhost${req.url}`, { method: "POST", headers, body }));
+        // A status query (a GET with Idempotency-Status) is withIdempotency's to answer.
+        const query = req.method === "GET" && req.headers["idempotency-status"] !== undefined;
+        if (req.method !== "POST" && !query) return problem(405, "method-not-allowed", "Method not allowed", "use POST, or GET with Idempotency-Status (a status query)");
+        return orders(new Request(`http://localhost${req.url}`, { method: req.method, headers: headersOf(req), body: query ? undefined : body }));
       }
       case "/count":
         return Response.json({ count: state.count, byKey: state.byKey }, { headers: { "cache-control": "no-store" } });
@@ -102,15 +131,34 @@ export function createOrderServer() {
           input = null;
         }
         const whole = (v) => v === undefined || (Number.isSafeInteger(v) && v >= 0);
-        if (input === null || typeof input !== "object" || Array.isArray(input) || !whole(input.drop) || !whole(input.delay)) {
-          return problem(400, "invalid-switch", "The switch is not valid", 'send {"drop": n, "delay": ms}, whole numbers ≥ 0');
+        if (input === null || typeof input !== "object" || Array.isArray(input) || !whole(input.drop) || !whole(input.delay) || !whole(input.swallow)) {
+          return problem(400, "invalid-switch", "The switch is not valid", 'send {"drop": n, "delay": ms, "swallow": n}, whole numbers ≥ 0');
         }
         state.drop = input.drop ?? state.drop;
         state.delay = input.delay ?? state.delay;
-        return Response.json({ drop: state.drop, delay: state.delay });
+        state.swallow = input.swallow ?? state.swallow;
+        return Response.json({ drop: state.drop, delay: state.delay, swallow: state.swallow });
+      }
+      case "/deliver-late": {
+        if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        if (body.length > 0) return problem(400, "invalid-delivery", "The delivery takes no input", "send no body: every order held is delivered");
+        const held = state.held;
+        state.held = [];
+        const delivered = [];
+        for (const copy of held) {
+          // The connection it came on is lost with it; the copy reaches the API now.
+          copy.socket.destroy();
+          const response = await orders(new Request(`http://localhost${copy.url}`, { method: "POST", headers: copy.headers, body: copy.body }));
+          const entry = { ...(await logEntry("POST", copy.headers, response)), late: true };
+          state.log.push(entry);
+          await response.arrayBuffer();
+          delivered.push({ key: entry.key, status: entry.status, problem: entry.problem ?? null });
+        }
+        return Response.json(delivered, { headers: { "cache-control": "no-store" } });
       }
       case "/reset":
         if (req.method !== "POST") return problem(405, "method-not-allowed", "Method not allowed", "use POST");
+        for (const copy of state.held) copy.socket.destroy();
         state = freshState();
         return new Response(null, { status: 204 });
       default:
@@ -121,18 +169,30 @@ export function createOrderServer() {
   return createServer(async (req, res) => {
     const chunks = [];
     for await (const c of req) chunks.push(c);
+    const body = Buffer.concat(chunks);
+    const toOrders = new URL(req.url, "http://localhost").pathname === "/orders";
+    if (toOrders && req.method === "POST" && state.swallow > 0) {
+      // Lost on its way in: the API never sees it, and the client waits for an answer that
+      // does not come. The copy is kept for /deliver-late.
+      state.swallow -= 1;
+      const headers = headersOf(req);
+      state.held.push({ url: req.url, headers, body, socket: req.socket });
+      state.log.push({ method: "POST", key: headers.get("idempotency-key"), status: null, replayed: false, swallowed: true });
+      return;
+    }
     let response;
     try {
-      response = await route(req, Buffer.concat(chunks));
+      response = await route(req, body);
     } catch (err) {
       console.error("request failed", err);
       response = problem(500, "internal", "The request failed", "retry with the same key");
     }
-    if (new URL(req.url, "http://localhost").pathname === "/orders" && req.method === "POST") {
-      const entry = { key: req.headers["idempotency-key"] ?? null, status: response.status, replayed: response.headers.get("idempotent-replayed") === "true" };
+    if (toOrders) {
+      const entry = await logEntry(req.method, headersOf(req), response);
       state.log.push(entry);
       if (state.drop > 0) {
-        // The order ran and its answer is stored; the answer is lost on the way back.
+        // The order ran (or the query was answered) and is stored; the answer is lost on
+        // the way back.
         state.drop -= 1;
         entry.dropped = true;
         req.socket.destroy();

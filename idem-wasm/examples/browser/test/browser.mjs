@@ -3,7 +3,7 @@
 // uses the installed browser and downloads nothing). Each is stopped by its `stop()`, and a
 // test stops what it started also when it fails.
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -114,4 +114,29 @@ export async function until(probe, ms, what) {
     if (Date.now() >= end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/**
+ * Resolves once every one of `keys` is in the `localStorage` that Chromium keeps on disk in
+ * profile `userDataDir` (a LevelDB under `Default/Local Storage`, where a key is written as
+ * its Latin-1 bytes). Chromium writes a change there some seconds after the page made it; a
+ * browser killed before that loses it.
+ */
+export function untilOnDisk(userDataDir, keys, ms) {
+  const dir = join(userDataDir, "Default", "Local Storage", "leveldb");
+  const wanted = keys.map((k) => Buffer.from(k, "latin1"));
+  return until(
+    () => {
+      const files = (existsSync(dir) ? readdirSync(dir) : []).flatMap((f) => {
+        try {
+          return [readFileSync(join(dir, f))];
+        } catch {
+          return []; // Removed since it was listed (a compaction).
+        }
+      });
+      return wanted.every((k) => files.some((f) => f.includes(k))) ? true : undefined;
+    },
+    ms,
+    `${keys.join(", ")} on disk`,
+  );
 }
