@@ -613,8 +613,10 @@ pub async fn send_and_drop(req: &Req, http: &Http, linger: Duration) -> Result<(
     Ok(())
 }
 
-/// A connection opened ahead of time (TLS handshake included), ready to send one request.
-pub(crate) struct Prepared {
+/// A connection opened ahead of time (TLS handshake included), ready to send one request:
+/// requests released together by a barrier race on the server, not in the connect.
+#[derive(Debug)]
+pub struct Prepared {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     request: hyper::Request<Full<Bytes>>,
     timeout: Duration,
@@ -623,7 +625,7 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Connects and completes the TLS and HTTP/1.1 handshakes for `req`.
-    pub(crate) async fn open(req: &Req, http: &Http) -> Result<Prepared, HarnessError> {
+    pub async fn open(req: &Req, http: &Http) -> Result<Prepared, HarnessError> {
         let (stream, host) = http.connect(&req.url).await?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -648,7 +650,7 @@ impl Prepared {
     }
 
     /// Sends the prepared request and reads the response within the deadline and the cap.
-    pub(crate) async fn send(mut self) -> Result<Resp, HarnessError> {
+    pub async fn send(mut self) -> Result<Resp, HarnessError> {
         let timeout = self.timeout;
         let max_body = self.max_body;
         let work = async move {

@@ -28,11 +28,7 @@ fn serve_on(store: &str, extra: &[&str]) -> (Served, u16) {
     args.extend_from_slice(&TIMES);
     args.extend_from_slice(extra);
     let (served, lines) = served::serve(&args, 1);
-    let port = served::word_after(&lines[0], "http://127.0.0.1:")
-        .trim_start_matches("http://127.0.0.1:")
-        .parse()
-        .unwrap_or_else(|_| panic!("no port in {:?}", lines[0]));
-    (served, port)
+    (served, served::port(&lines[0]))
 }
 
 /// Two `serve` processes on `store` (with `extra` arguments) behind a round-robin proxy:

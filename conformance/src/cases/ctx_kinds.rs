@@ -103,9 +103,22 @@ impl Ctx<'_> {
         req: &Req,
         requirement: &'static str,
     ) -> Result<Check, HarnessError> {
+        self.expect_refusal_of(label, || req.clone(), requirement)
+            .await
+    }
+
+    /// [`Ctx::expect_refusal`] of the request `make` builds right before it is sent, after
+    /// the count oracle's first reading: a timestamp taken then is as far from the server's
+    /// clock as it was meant to be, however slow the oracle.
+    pub(crate) async fn expect_refusal_of(
+        &self,
+        label: &str,
+        make: impl FnOnce() -> Req,
+        requirement: &'static str,
+    ) -> Result<Check, HarnessError> {
         let want = spec(requirement).status.unwrap_or(400);
         let before = self.count().await?;
-        let r = self.send(label, req).await?;
+        let r = self.send(label, &make()).await?;
         let after = self.count().await?;
         if let Some(n) = runs(before, after).filter(|n| *n > 0) {
             return Ok(miss(

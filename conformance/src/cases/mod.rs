@@ -14,6 +14,7 @@ mod concurrent;
 mod counter;
 mod ctx;
 mod ctx_kinds;
+mod ctx_status;
 mod errors;
 mod expiry;
 mod keys;
@@ -22,6 +23,7 @@ mod lost;
 mod mismatch;
 mod replay;
 mod scope;
+mod status;
 mod time;
 mod token;
 
@@ -109,6 +111,11 @@ pub const SECTIONS: &[Section] = &[
         name: "scope",
         title: "Cross-principal isolation",
         cases: scope::CASES,
+    },
+    Section {
+        name: "status",
+        title: "The status query (where offered)",
+        cases: status::CASES,
     },
     Section {
         name: "lease",
@@ -239,6 +246,9 @@ pub(crate) fn miss(
 #[derive(Debug)]
 pub(crate) struct Breach {
     pub(crate) kind: Safety,
+    /// The requirement it breaks where that is not the spec's for its kind (a status query
+    /// that discloses a record breaks `IDEM-STATUS-2`); `None` for the spec's.
+    pub(crate) requirement: Option<&'static str>,
     pub(crate) confidence: Confidence,
     pub(crate) why: String,
     pub(crate) expected: String,
@@ -281,6 +291,7 @@ impl Safety {
 pub(crate) fn unsafe_(expected: impl Into<String>, observed: impl Into<String>) -> Check {
     Check::Safety(Breach {
         kind: Safety::Unsafe,
+        requirement: None,
         confidence: Confidence::High,
         why: "an oracle saw it: the count URL counted the executions, or the created resources' ids differ".into(),
         expected: expected.into(),
@@ -312,6 +323,7 @@ pub(crate) fn two_answers(
     };
     Check::Safety(Breach {
         kind: Safety::Unsafe,
+        requirement: None,
         confidence,
         why: why.into(),
         expected: expected.into(),
@@ -321,8 +333,18 @@ pub(crate) fn two_answers(
 
 /// One principal's record disclosed to another: certain, since the answer shows it.
 pub(crate) fn leak(expected: impl Into<String>, observed: impl Into<String>) -> Check {
+    leak_of(None, expected, observed)
+}
+
+/// A disclosure that breaks `requirement` (the spec's for leaks when `None`).
+pub(crate) fn leak_of(
+    requirement: Option<&'static str>,
+    expected: impl Into<String>,
+    observed: impl Into<String>,
+) -> Check {
     Check::Safety(Breach {
         kind: Safety::Leak,
+        requirement,
         confidence: Confidence::High,
         why: "the other principal's answer reveals the first principal's record with this key"
             .into(),
@@ -428,6 +450,7 @@ mod tests {
             include_str!("mod.rs"),
             include_str!("ctx.rs"),
             include_str!("ctx_kinds.rs"),
+            include_str!("ctx_status.rs"),
             include_str!("concurrent.rs"),
             include_str!("errors.rs"),
             include_str!("expiry.rs"),
@@ -437,6 +460,7 @@ mod tests {
             include_str!("mismatch.rs"),
             include_str!("replay.rs"),
             include_str!("scope.rs"),
+            include_str!("status.rs"),
             include_str!("time.rs"),
             include_str!("counter.rs"),
             include_str!("token.rs"),

@@ -42,9 +42,10 @@ fn margin(bound: Duration) -> u64 {
 }
 
 async fn collision<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
-    let k = key(&client_id(), unix_ms());
     let body = ctx.t.body.clone();
     let before = ctx.count().await?;
+    // Taken after the oracle's reading, so that a slow oracle does not age the key.
+    let k = key(&client_id(), unix_ms());
     let first = ctx
         .send("fresh timestamp", &ctx.kind_request(&k, &body, &[]))
         .await?;
@@ -114,11 +115,11 @@ async fn skew<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
         ));
     };
     let client = client_id();
-    let ahead = unix_ms() + skew.as_millis() as u64 + margin(skew);
+    let ahead = || unix_ms() + skew.as_millis() as u64 + margin(skew);
     let refused = ctx
-        .expect_refusal(
+        .expect_refusal_of(
             "a timestamp beyond the skew",
-            &ctx.kind_request(&key(&client, ahead), &ctx.t.body, &[]),
+            || ctx.kind_request(&key(&client, ahead()), &ctx.t.body, &[]),
             "IDEM-TIME-2",
         )
         .await?;
@@ -151,10 +152,10 @@ async fn stale<'c>(ctx: &'c Ctx<'c>) -> Result<Check, HarnessError> {
             "needs --time-max-age: the oldest timestamp the server accepts".into(),
         ));
     };
-    let old = unix_ms().saturating_sub(max_age.as_millis() as u64 + margin(max_age));
-    ctx.expect_refusal(
+    let old = || unix_ms().saturating_sub(max_age.as_millis() as u64 + margin(max_age));
+    ctx.expect_refusal_of(
         "a timestamp past the purge horizon",
-        &ctx.kind_request(&key(&client_id(), old), &ctx.t.body, &[]),
+        || ctx.kind_request(&key(&client_id(), old()), &ctx.t.body, &[]),
         "IDEM-TIME-3",
     )
     .await

@@ -116,6 +116,10 @@ pub(super) struct SuiteArgs {
     /// Tokens: how long an issued token is valid, in seconds (enables token/3).
     #[arg(long, value_name = "SECS")]
     pub(super) token_ttl: Option<f64>,
+    /// Status queries: the URL (or path) that answers them, when it is not the endpoint's
+    /// own (the default: a GET on the endpoint with Idempotency-Status).
+    #[arg(long, value_name = "URL")]
+    pub(super) status_url: Option<String>,
     /// How the server is graded: ietf (draft-07's levels, 400/409/422), idem (idem's
     /// stricter levels), stripe (Stripe's choices accepted: keys optional, 400/409/400,
     /// stored 5xx), or BAD_KEY/CONFLICT/MISMATCH codes such as 400/409/400 with the ietf
@@ -317,6 +321,7 @@ pub(super) fn configure(t: &mut Target, a: &SuiteArgs, against_url: bool) -> Res
     for (name, src, dst) in [
         ("session-url", &a.session_url, &mut t.session_url),
         ("token-url", &a.token_url, &mut t.token_url),
+        ("status-url", &a.status_url, &mut t.status_url),
     ] {
         if let Some(u) = src {
             *dst = Some(t.url.join(u).map_err(|e| format!("--{name} {u:?}: {e}"))?);

@@ -76,9 +76,14 @@ impl Operation {
         let url = Url::parse(self.url.as_deref()?).ok()?;
         let mut t = base.clone();
         // Relative oracle and kind URLs follow the operation's server.
-        for u in [&mut t.count_url, &mut t.session_url, &mut t.token_url]
-            .into_iter()
-            .flatten()
+        for u in [
+            &mut t.count_url,
+            &mut t.session_url,
+            &mut t.token_url,
+            &mut t.status_url,
+        ]
+        .into_iter()
+        .flatten()
         {
             if u.host_str() == Some(OPTION_BASE_HOST) {
                 if let Ok(joined) = url.join(&relative(u)) {

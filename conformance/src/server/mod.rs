@@ -298,7 +298,14 @@ where
             route,
             scoped: !app.config.fault.is_some_and(|f| f.apply().unscoped),
         };
-        endpoint = endpoint.get(move |req: Request<Body>| async move { status.answer(req).await });
+        let mut query = get(move |req: Request<Body>| async move { status.answer(req).await });
+        if let Some(fault) = app.config.fault.filter(|f| f.apply().queries()) {
+            query = query.route_layer(axum::middleware::from_fn_with_state(
+                (Arc::clone(app), route, fault),
+                faults::misask,
+            ));
+        }
+        endpoint = endpoint.merge(query);
         router = router.route(route.path(), endpoint.fallback(use_post));
     }
     router

@@ -277,7 +277,9 @@ fn grade(
         Ok(Check::Safety(breach)) => {
             // Graded the same under every profile, whatever the level of the case's own
             // requirement: the spec names the requirement each breach misses.
-            let requirement = breach.kind.requirement();
+            let requirement = breach
+                .requirement
+                .unwrap_or_else(|| breach.kind.requirement());
             result.verdict = breach.kind.verdict();
             result.confidence = Some(breach.confidence);
             result.reason = Some(breach.why);

@@ -139,6 +139,9 @@ pub struct Target {
     pub token_url: Option<Url>,
     /// Tokens: how long an issued token is valid (enables `token/3`).
     pub token_ttl: Option<Duration>,
+    /// Where status queries are sent (`GET` with `Idempotency-Status`): the endpoint's own
+    /// URL when `None`, as the spec's default shape has it.
+    pub status_url: Option<Url>,
 }
 
 impl Target {
@@ -179,6 +182,7 @@ impl Target {
             counter_window: None,
             token_url: None,
             token_ttl: None,
+            status_url: None,
         }
     }
 
@@ -217,6 +221,7 @@ impl Target {
             ("count oracle", &self.count_url),
             ("sessions", &self.session_url),
             ("tokens", &self.token_url),
+            ("status queries", &self.status_url),
         ];
         for (name, url) in urls {
             if let Some(u) = url {

@@ -41,3 +41,13 @@ pub(crate) fn word_after<'a>(line: &'a str, prefix: &str) -> &'a str {
         .find(|w| w.starts_with(prefix))
         .unwrap_or_else(|| panic!("no {prefix} in {line:?}"))
 }
+
+/// The port of the `http://127.0.0.1:PORT` address in `serve`'s banner `line`.
+// Not every test that includes this module reads ports.
+#[allow(dead_code)]
+pub(crate) fn port(line: &str) -> u16 {
+    word_after(line, "http://127.0.0.1:")
+        .trim_start_matches("http://127.0.0.1:")
+        .parse()
+        .unwrap_or_else(|_| panic!("no port in {line:?}"))
+}

@@ -1,11 +1,13 @@
-//! The middleware around a faulty server's layer: the fault's [`Apply::before`],
-//! [`Apply::ignores`] and [`Apply::after`].
+//! The middleware around a faulty server's layer (the fault's [`Apply::before`],
+//! [`Apply::ignores`] and [`Apply::after`]), and around its status query
+//! ([`Apply::query`], [`Apply::query_runs`]).
 
 use super::super::{principal_of, render, run_handler, App, Route};
 use super::{Answer, Fault, Incoming};
 use axum::body::Body;
 use axum::extract::State;
 use axum::middleware::Next;
+use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::CONTENT_TYPE;
 use hyper::{Request, Response};
@@ -77,6 +79,33 @@ pub(crate) async fn misbehave(
         },
     );
     Response::from_parts(head, answer)
+}
+
+/// Answers the status query `req` (`next`) as the fault changes it.
+pub(crate) async fn misask(
+    State((app, route, fault)): State<(Arc<App>, Route, Fault)>,
+    req: Request<Body>,
+    next: Next,
+) -> Response<Body> {
+    let apply = fault.apply();
+    let (mut parts, body) = req.into_parts();
+    let principal = principal_of(&parts.headers);
+    let key = parts.headers.get(KEY_HEADER).map(|v| v.as_bytes().to_vec());
+    let empty = Bytes::new();
+    let incoming = Incoming {
+        route,
+        principal: &principal,
+        key: key.as_deref(),
+        body: &empty,
+    };
+    if let Some(query) = apply.query {
+        query(&app.faults, &incoming, &mut parts.headers);
+    }
+    if apply.query_runs {
+        // Its answer is dropped: the query is answered as if nothing ran.
+        let _ = run_handler(&app, &empty, false).await;
+    }
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// The `type` of a problem+json answer.

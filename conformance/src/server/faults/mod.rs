@@ -5,9 +5,9 @@
 //!
 //! A fault is made from outside idem-tower's layer, which has no fault hooks: a wrapper
 //! around the store the layer is given ([`Apply::load`], [`Apply::write`]), a middleware
-//! around the layer ([`Apply::before`], [`Apply::ignores`], [`Apply::after`]), or a
-//! configuration mistake ([`Apply::engine`], [`Apply::fingerprint`], [`Apply::time_keys`],
-//! [`Apply::unscoped`]).
+//! around the layer ([`Apply::before`], [`Apply::ignores`], [`Apply::after`]) or around the
+//! status query ([`Apply::query`], [`Apply::query_runs`]), or a configuration mistake
+//! ([`Apply::engine`], [`Apply::fingerprint`], [`Apply::time_keys`], [`Apply::unscoped`]).
 
 mod middleware;
 mod registry;
@@ -15,7 +15,7 @@ mod store;
 
 pub use registry::FAULTS;
 
-pub(super) use middleware::misbehave;
+pub(super) use middleware::{misask, misbehave};
 pub(super) use store::FaultyStore;
 
 use super::Route;
@@ -292,6 +292,9 @@ pub(crate) type WriteHook = fn(Write, Option<Record>) -> Option<Write>;
 /// Before the layer: a refusal to send instead, after changing the request's headers.
 pub(crate) type BeforeHook = fn(&Memory, &Incoming<'_>, &mut HeaderMap) -> Option<Refusal>;
 
+/// Before a status query is answered: what it changes in the query's headers.
+pub(crate) type QueryHook = fn(&Memory, &Incoming<'_>, &mut HeaderMap);
+
 /// How a fault is made: each hook is optional, and [`Apply::NONE`] changes nothing.
 #[derive(Clone, Copy)]
 pub(crate) struct Apply {
@@ -316,6 +319,11 @@ pub(crate) struct Apply {
     pub(crate) ignores: Option<fn(Route) -> &'static [Problem]>,
     /// After the layer: what it changes in the answer, and remembers of it.
     pub(crate) after: Option<fn(&Memory, &Incoming<'_>, &mut Answer<'_>)>,
+    /// Before a status query is answered (a middleware on the route's `GET`): what it
+    /// changes in the query's headers (whose credential it carries, what it asks).
+    pub(crate) query: Option<QueryHook>,
+    /// A status query runs the handler first, as if it were the request it asks about.
+    pub(crate) query_runs: bool,
 }
 
 impl Apply {
@@ -330,11 +338,18 @@ impl Apply {
         before: None,
         ignores: None,
         after: None,
+        query: None,
+        query_runs: false,
     };
 
     /// Whether the fault needs its middleware around the layer.
     pub(crate) fn middleware(&self) -> bool {
         self.before.is_some() || self.ignores.is_some() || self.after.is_some()
+    }
+
+    /// Whether the fault needs its middleware around the status query.
+    pub(crate) fn queries(&self) -> bool {
+        self.query.is_some() || self.query_runs
     }
 }
 

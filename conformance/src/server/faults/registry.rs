@@ -2,12 +2,12 @@
 //! fail with and without an oracle (the others pass). `tests/faults.rs` runs the whole suite
 //! against each, both ways, and README's fault table is this one, rendered.
 
-use super::{broken, digest, fails, leaks, related, unsafe_, Apply, FaultDef};
+use super::{broken, digest, fails, leaks, related, unsafe_, Apply, FaultDef, Want};
 use crate::server::Route;
-use hyper::header::{HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, LOCATION, RETRY_AFTER};
 use idem_core::{
     parse_opaque_lenient, KeyError, Precondition, Problem, Record, RecordState, Refusal, SlotState,
-    UnixMillis, Write, WriteOp, REPLAYED_HEADER, TOKEN_PREFIX,
+    UnixMillis, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER, STATUS_HEADER, TOKEN_PREFIX,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +47,10 @@ pub const FAULTS: &[FaultDef] = &[
             related("lost-response/1"),
             related("concurrent/2"),
             related("lease/1"),
+            // No claim is written, so no query sees the key in flight (status/2 skips) and a
+            // failed request leaves nothing behind (status/3 reads unknown).
+            related("status/2"),
+            related("status/3"),
         ],
     },
     FaultDef {
@@ -82,6 +86,8 @@ pub const FAULTS: &[FaultDef] = &[
             unsafe_("time/1"),
             // The consumed token is deleted with the response: the retry is refused.
             fails("token/1"),
+            // A completed key is forgotten: the query answers unknown.
+            fails("status/1"),
             related("replay/3"),
             related("mismatch/1"),
             related("lease/1"),
@@ -106,6 +112,8 @@ pub const FAULTS: &[FaultDef] = &[
         // tokens are opened for the caller's scope, which the layer no longer uses.
         expect: &[
             leaks("scope/1"),
+            // The status query is unscoped with the layer.
+            leaks("status/6"),
             related("counter/2"),
             related("counter/3"),
             related("counter/4"),
@@ -174,7 +182,8 @@ pub const FAULTS: &[FaultDef] = &[
             engine: Some(|c| c.unknown_outcome = idem_core::UnknownOutcomePolicy::Store),
             ..Apply::NONE
         },
-        expect: &[fails("errors/2")],
+        // The query reports the stored 503 as completed.
+        expect: &[fails("errors/2"), fails("status/3")],
     },
     FaultDef {
         name: "lost-lease",
@@ -183,8 +192,9 @@ pub const FAULTS: &[FaultDef] = &[
             load: Some(|_, r| Some(endless(r))),
             ..Apply::NONE
         },
-        // A 503 leaves its key to the lease under the default policy: it never ends.
-        expect: &[fails("lease/1"), related("errors/2")],
+        // A 503 leaves its key to the lease under the default policy: it never ends, and the
+        // query finds the failed key in progress for good.
+        expect: &[fails("lease/1"), related("errors/2"), fails("status/3")],
     },
     FaultDef {
         name: "forget-early",
@@ -220,6 +230,8 @@ pub const FAULTS: &[FaultDef] = &[
             related("lease/1"),
             related("concurrent/1"),
             related("concurrent/2"),
+            // A completed key is forgotten after a tenth of a second.
+            related("status/1"),
             // The kinds' bounds shrink with the key retention: time keys, counter sessions
             // and tokens live a tenth of a second.
             broken("counter/2"),
@@ -369,6 +381,8 @@ pub const FAULTS: &[FaultDef] = &[
             fails("time/1"),
             fails("counter/2"),
             fails("token/1"),
+            // The retry of a released key, as the query said, gets 422.
+            fails("status/3"),
             related("concurrent/2"),
             related("counter/3"),
             related("counter/6"),
@@ -400,7 +414,7 @@ pub const FAULTS: &[FaultDef] = &[
             }),
             ..Apply::NONE
         },
-        expect: &[fails("errors/2"), fails("lease/1")],
+        expect: &[fails("errors/2"), fails("lease/1"), fails("status/3")],
     },
     FaultDef {
         name: "counter-no-wrap-check",
@@ -450,6 +464,108 @@ pub const FAULTS: &[FaultDef] = &[
         },
         expect: &[unsafe_("token/1")],
     },
+    FaultDef {
+        name: "status-across-principals",
+        defect: "status queries look keys up by key alone: a query is answered from the record of whoever used the key last",
+        apply: Apply {
+            // Who used each key last...
+            before: Some(|memory, incoming, _| {
+                memory.with(incoming, |note| note.principal = incoming.principal.to_owned());
+                None
+            }),
+            // ...is whom a status query about it is answered for.
+            query: Some(|memory, incoming, headers| {
+                let owner = memory
+                    .with(incoming, |note| note.principal.clone())
+                    .filter(|p| !p.is_empty() && p != incoming.principal);
+                if let Some(owner) = owner {
+                    match credential_of(&owner) {
+                        Some(v) => headers.insert(AUTHORIZATION, v),
+                        None => headers.remove(AUTHORIZATION),
+                    };
+                }
+            }),
+            ..Apply::NONE
+        },
+        expect: &[leaks("status/6")],
+    },
+    FaultDef {
+        name: "settle-records-nothing",
+        defect: "a settle answers not-executed but records nothing: the late original runs",
+        apply: Apply {
+            write: Some(|w, _| {
+                let settles = matches!(&w.op, WriteOp::Put(r) if r.state == RecordState::Settled);
+                (!settles).then_some(w)
+            }),
+            ..Apply::NONE
+        },
+        expect: &[fails("status/5")],
+    },
+    FaultDef {
+        name: "status-settles-always",
+        defect: "every status query settles an unknown key, asked to or not",
+        apply: Apply {
+            query: Some(|_, _, headers| {
+                let field = headers.get(STATUS_HEADER).and_then(|v| v.to_str().ok());
+                if let Some(method) = field.filter(|f| !f.contains("settle")) {
+                    if let Ok(v) = HeaderValue::from_str(&format!("{method}; settle")) {
+                        headers.insert(STATUS_HEADER, v);
+                    }
+                }
+            }),
+            ..Apply::NONE
+        },
+        // The request claims its key before the first query arrives, as a rule: status/2 may
+        // see it or not.
+        expect: &[related("status/2"), fails("status/4"), fails("status/6")],
+    },
+    FaultDef {
+        name: "status-runs-handler",
+        defect: "a status query runs the handler (the request asked about) before it answers",
+        apply: Apply {
+            query_runs: true,
+            ..Apply::NONE
+        },
+        // Only the count oracle sees it: the answers are right.
+        expect: &[
+            fails("status/1").blind(Want::Pass),
+            // The query runs the handler before it answers, so the request may be done
+            // before any query sees it in flight.
+            fails("status/2").blind(Want::Any),
+            fails("status/3").blind(Want::Pass),
+            fails("status/4").blind(Want::Pass),
+            fails("status/5").blind(Want::Pass),
+            fails("status/7").blind(Want::Pass),
+        ],
+    },
+    FaultDef {
+        name: "lenient-status",
+        defect: "status queries are read leniently: the first of several keys is taken, and a malformed `Idempotency-Status` is read as its method",
+        apply: Apply {
+            query: Some(|_, _, headers| {
+                if let Some(first) = headers.get(KEY_HEADER).cloned() {
+                    headers.insert(KEY_HEADER, first);
+                }
+                let field = headers.get(STATUS_HEADER).and_then(|v| v.to_str().ok());
+                let Some(field) = field else { return };
+                let method: String = field
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .filter(char::is_ascii_alphabetic)
+                    .collect();
+                let plain = field.trim() == method || field.trim() == format!("{method}; settle");
+                if !plain {
+                    if let Ok(v) = HeaderValue::from_str(&method) {
+                        headers.insert(STATUS_HEADER, v);
+                    }
+                }
+            }),
+            ..Apply::NONE
+        },
+        expect: &[fails("status/7")],
+    },
 ];
 
 fn in_flight(r: &Record) -> bool {
@@ -466,6 +582,20 @@ fn forgotten(r: &Record) -> bool {
         RecordState::Tombstone => true,
         _ => false,
     }
+}
+
+/// The `Authorization` value that names `principal` as the server reads it, `None` for the
+/// anonymous one.
+fn credential_of(principal: &str) -> Option<HeaderValue> {
+    let value = match (
+        principal.strip_prefix("bearer "),
+        principal.strip_prefix("authorization "),
+    ) {
+        (Some(token), _) => format!("Bearer {token}"),
+        (None, Some(value)) => value.to_owned(),
+        (None, None) => return None,
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 /// `r` with a lease, once taken, that never ends.
