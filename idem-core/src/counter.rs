@@ -1082,3 +1082,94 @@ impl CounterSequence {
         &self.open
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryStore;
+    use crate::store::Applied;
+
+    /// A slot held as outcome-unknown is refused and blocks the window until it is
+    /// reconciled: only a held slot can be reconciled, a final outcome is then replayed, and
+    /// the window moves on.
+    #[test]
+    fn a_held_slot_is_reconciled_by_resolve() {
+        // IDEM-OUT-3 IDEM-CTR-10
+        let engine = Engine::new(Config {
+            unknown_outcome: UnknownOutcomePolicy::Hold,
+            ..Config::default()
+        })
+        .unwrap();
+        let counters = Counters::new(engine, CounterConfig { bits: 8, window: 4 }).unwrap();
+        let scope = Scope::new("alice", "POST", "/t");
+        let key = counters.session_key(&scope, "c1");
+        let mut store = MemoryStore::default();
+        let now = UnixMillis(1_700_000_000_000);
+        let opened = counters.open(now, &scope, "c1", 0, None, 42).unwrap();
+        assert_eq!(store.apply(now, opened.write), Ok(Applied::Applied));
+        let counter_key = |seq: u64| CounterKey {
+            client: String::from("c1"),
+            epoch: opened.epoch,
+            seq,
+        };
+        let decide = |store: &MemoryStore, seq: u64| {
+            let k = counter_key(seq);
+            let f = Fingerprint::from_digest([seq as u8; 32]);
+            let attempt = CounterAttempt {
+                scope: &scope,
+                key: &k,
+                fingerprint: &f,
+                low_water: None,
+            };
+            counters.decide(now, &attempt, store.get(&key))
+        };
+        let run = |store: &mut MemoryStore, seq: u64, outcome: Outcome| {
+            let CounterDecision::Execute { lease, write, .. } = decide(store, seq) else {
+                panic!("{seq} runs")
+            };
+            assert_eq!(store.apply(now, write), Ok(Applied::Applied));
+            let (write, finish) = counters
+                .complete_shared(now, &lease, SharedOutcome::from(outcome), store.get(&key))
+                .unwrap();
+            assert_eq!(store.apply(now, write), Ok(Applied::Applied));
+            finish
+        };
+        let ok = |body: &str| {
+            Outcome::Final(StoredResponse {
+                status: 200,
+                headers: Vec::new(),
+                body: body.as_bytes().to_vec(),
+            })
+        };
+        assert_eq!(
+            run(&mut store, 0, Outcome::Unknown(None)),
+            Finish::OutcomeUnknown
+        );
+        for seq in 1..4 {
+            assert_eq!(run(&mut store, seq, ok("x")), Finish::Stored);
+        }
+        assert_eq!(
+            decide(&store, 0),
+            CounterDecision::Rejected(RejectReason::OutcomeUnknown)
+        );
+        assert!(matches!(
+            decide(&store, 4),
+            CounterDecision::Rejected(RejectReason::WindowFull { .. })
+        ));
+        assert_eq!(
+            counters
+                .resolve(now, &key, 1, Outcome::Retryable, store.get(&key))
+                .unwrap_err(),
+            CounterError::NotOutcomeUnknown
+        );
+        let write = counters
+            .resolve(now, &key, 0, ok("a"), store.get(&key))
+            .unwrap();
+        assert_eq!(store.apply(now, write), Ok(Applied::Applied));
+        assert!(matches!(
+            decide(&store, 0),
+            CounterDecision::Replay(r) if r.body == b"a"
+        ));
+        assert_eq!(run(&mut store, 4, ok("y")), Finish::Stored);
+    }
+}

@@ -725,3 +725,93 @@ fn in_flight(lease: &Lease, lease_expires: UnixMillis) -> Record {
         state: RecordState::InFlight { lease_expires },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryStore;
+    use crate::store::{Applied, Store};
+
+    fn ok(body: &str) -> StoredResponse {
+        StoredResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    /// A key claimed and its handler's outcome held as unknown, under `engine`.
+    fn held(engine: &Engine, store: &mut MemoryStore, attempt: &Attempt<'_>, now: UnixMillis) {
+        let Decision::Execute { lease, write, .. } = engine.decide(now, attempt, None) else {
+            panic!("a new key executes")
+        };
+        assert_eq!(store.apply(now, *write), Ok(Applied::Applied));
+        let write = engine
+            .complete(now, &lease, Outcome::Unknown(None))
+            .unwrap();
+        assert_eq!(store.apply(now, write), Ok(Applied::Applied));
+    }
+
+    /// A record held as outcome-unknown stays refused until it is reconciled: a final
+    /// outcome is then replayed, a retryable one releases the key, and only a held record can
+    /// be reconciled.
+    #[test]
+    fn a_held_outcome_is_reconciled_by_resolve() {
+        // IDEM-OUT-3
+        let engine = Engine::new(Config {
+            unknown_outcome: UnknownOutcomePolicy::Hold,
+            ..Config::default()
+        })
+        .unwrap();
+        let mut store = MemoryStore::default();
+        let now = UnixMillis(1_000_000);
+        let later = UnixMillis(1_060_000);
+        let key = RecordKey::new(crate::key::Scope::new("a", "POST", "/orders"), "k");
+        let fingerprint = Fingerprint::from_digest([1; 32]);
+        let attempt = Attempt {
+            key: &key,
+            fingerprint: &fingerprint,
+            nonce: 7,
+        };
+        held(&engine, &mut store, &attempt, now);
+        let record = store.get(&key).unwrap().clone();
+        assert_eq!(
+            engine.decide(later, &attempt, Some(&record)),
+            Decision::Rejected(RejectReason::OutcomeUnknown)
+        );
+        let write = engine
+            .resolve(later, &key, &record, Outcome::Final(ok("reconciled")))
+            .unwrap();
+        assert_eq!(store.apply(later, write), Ok(Applied::Applied));
+        let record = store.get(&key).unwrap().clone();
+        assert!(matches!(
+            engine.decide(later, &attempt, Some(&record)),
+            Decision::Replay(r) if r.body == b"reconciled"
+        ));
+        assert_eq!(
+            engine.resolve(later, &key, &record, Outcome::Retryable),
+            Err(CompleteError::NotOutcomeUnknown)
+        );
+
+        let key = RecordKey::new(crate::key::Scope::new("a", "POST", "/orders"), "k2");
+        let attempt = Attempt {
+            key: &key,
+            ..attempt
+        };
+        held(&engine, &mut store, &attempt, now);
+        let record = store.get(&key).unwrap().clone();
+        let write = engine
+            .resolve(later, &key, &record, Outcome::Retryable)
+            .unwrap();
+        assert_eq!(write.op, WriteOp::Delete);
+        assert_eq!(store.apply(later, write), Ok(Applied::Applied));
+        assert!(store.get(&key).is_none());
+        assert!(matches!(
+            engine.decide(later, &attempt, None),
+            Decision::Execute {
+                recovered: false,
+                ..
+            }
+        ));
+    }
+}
