@@ -163,17 +163,4 @@ impl Request<'_> {
             rounds: 0,
         });
     }
-
-    /// [`Request::handle_record`] for a driver that has read the record and decided on it
-    /// itself, by the same rules (`Engine::decide` for the attempt).
-    pub(super) fn handle_decision(
-        &mut self,
-        now: UnixMillis,
-        decision: Decision,
-        waiters: &mut Waiters,
-    ) {
-        if let State::Reading { lost, wait } = self.state {
-            self.decided(now, Decided::Decision(decision), lost, wait, waiters);
-        }
-    }
 }

@@ -58,13 +58,6 @@ impl Held<'_> {
             Held::Slot(l) => Hold::Slot(l.clone().into_owned()),
         }
     }
-
-    pub(super) fn into_hold(self) -> Hold {
-        match self {
-            Held::Record(l) => Hold::Record(l.into_owned()),
-            Held::Slot(l) => Hold::Slot(l.into_owned()),
-        }
-    }
 }
 
 impl From<Hold> for Held<'_> {

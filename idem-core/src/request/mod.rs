@@ -14,7 +14,7 @@ use crate::kind::{parse_decimal, KindConfigError};
 use crate::problem::Problem;
 use crate::record::{Record, RecordState, StoredResponse, Write};
 use crate::reply::{Plain, Refusal, Reply, StoreFailure};
-use crate::store::{Applied, Claim, Completing, Finish, Store};
+use crate::store::{Applied, Completing, Finish, Store};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
@@ -34,7 +34,6 @@ mod input;
 mod intake;
 mod policy;
 mod session;
-mod sync;
 #[cfg(test)]
 mod tests;
 mod token;
@@ -51,9 +50,7 @@ use token::Issuing;
 pub use deliver::Message;
 pub use hold::{Claimed, Context, Heartbeat, Hold};
 pub use intake::{BodyReader, Intake, Target, Ticket};
-pub use policy::{
-    principal_digest, InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES,
-};
+pub use policy::{InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES};
 pub use waiters::Waiters;
 
 /// Lost races a claim tolerates before it answers [`Decision::CONTENDED`]. Each lost race
@@ -159,7 +156,7 @@ enum State<'a> {
 ///
 /// # Driving it
 ///
-/// Make one with [`Policy::request`] (or [`Policy::resume`], [`Request::for_attempt`]), then
+/// Make one with [`Policy::request`] (or [`Policy::resume`]), then
 /// call [`poll`](Request::poll) with the current time and do what the [`Step`] says, feeding
 /// the result back through the matching `handle_*` method, until it says
 /// [`Step::Reply`] or [`Step::Done`]:
@@ -263,18 +260,6 @@ impl<'a> Request<'a> {
         self.operation
     }
 
-    /// The machine for an attempt the host identified itself, with `engine`'s rules and no
-    /// waiting ([`Store::claim`] drives it).
-    pub fn for_attempt(engine: &Engine, attempt: &Attempt<'a>) -> Request<'a> {
-        Request::with_rules(
-            Rules::Record(engine.clone()),
-            Cow::Borrowed(attempt.key),
-            Cow::Borrowed(attempt.fingerprint),
-            Subject::Record,
-            attempt.nonce,
-        )
-    }
-
     fn with_rules(
         rules: Rules,
         key: Cow<'a, RecordKey>,
@@ -299,37 +284,6 @@ impl<'a> Request<'a> {
             },
             events: Events::default(),
         }
-    }
-
-    /// The machine of a handler that already holds `lease` (a host that claimed with
-    /// [`Store::claim`] and completes with [`Store::finish`]).
-    pub fn holding(engine: &Engine, lease: &'a Lease) -> Request<'a> {
-        Request::held(
-            Rules::Record(engine.clone()),
-            Cow::Borrowed(&lease.key),
-            Held::Record(Cow::Borrowed(lease)),
-        )
-    }
-
-    fn held(rules: Rules, key: Cow<'a, RecordKey>, hold: Held<'a>) -> Request<'a> {
-        let mut req = Request::with_rules(
-            rules,
-            key,
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
-            Subject::Record,
-            0,
-        );
-        req.state = State::Holding(Holding {
-            hold,
-            recovered: false,
-            started: true,
-            outcome: None,
-            heartbeat: Heartbeat::Quiet,
-            wants_heartbeat: false,
-            op: Op::None,
-            rounds: 0,
-        });
-        req
     }
 
     /// The record this request reads and writes.
@@ -538,19 +492,6 @@ impl<'a> Request<'a> {
         now: UnixMillis,
         waiters: &mut Waiters,
     ) -> Result<Step, S::Error> {
-        self.drive_then(store, now, waiters, |step| step)
-    }
-
-    /// [`Request::drive`], handing the step it stops at to `then` where it stands (the
-    /// drivers that only need the state it leaves pass `drop`, and no step is moved).
-    #[inline]
-    fn drive_then<S: Store + ?Sized, T>(
-        &mut self,
-        store: &mut S,
-        now: UnixMillis,
-        waiters: &mut Waiters,
-        then: impl FnOnce(Step) -> T,
-    ) -> Result<T, S::Error> {
         loop {
             let result = match self.poll(now, waiters) {
                 Step::Claim | Step::Load => store
@@ -559,7 +500,7 @@ impl<'a> Request<'a> {
                 Step::Apply(write) => store
                     .apply(now, write)
                     .map(|a| self.handle_applied(now, a, waiters)),
-                other => return Ok(then(other)),
+                other => return Ok(other),
             };
             if let Err(e) = result {
                 self.handle_store_error(S::failure(&e), waiters);

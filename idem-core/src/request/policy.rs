@@ -337,7 +337,7 @@ impl Policy {
 
 /// The principal as it enters a scope: the first 16 bytes of its SHA-256 digest in hex, so
 /// that credentials never reach a store (`IDEM-SCOPE-2`).
-pub fn principal_digest(principal: &str) -> String {
+pub(crate) fn principal_digest(principal: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(principal.as_bytes());
     let mut hex = String::with_capacity(32);
