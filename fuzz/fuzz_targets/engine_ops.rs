@@ -30,7 +30,7 @@ fuzz_target!(|ops: Vec<Operation>| {
     let mut store = MemoryStore::new(MemoryStoreLimits { max_entries: 4, max_bytes: 1 << 20 });
     let mut waiters = Waiters::default();
     // The machines of the requests whose handlers run.
-    let mut handlers: Vec<Request<'static>> = Vec::new();
+    let mut handlers: Vec<Request> = Vec::new();
     let mut stored: HashMap<RecordKey, StoredResponse> = HashMap::new();
     let mut now = UnixMillis(1_000_000);
     for op in ops {

@@ -39,7 +39,7 @@ fn scope(policy: &Policy) -> Scope {
 }
 
 /// Drives `req` over `store` until it runs, then records a 201.
-fn run(req: &mut Request<'static>, store: &mut MemoryStore) -> Finish {
+fn run(req: &mut Request, store: &mut MemoryStore) -> Finish {
     let mut waiters = Waiters::default();
     let Ok(Step::Run(_)) = req.drive(store, NOW, &mut waiters) else {
         unreachable!()

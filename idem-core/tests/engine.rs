@@ -60,7 +60,7 @@ impl Rig {
         now: UnixMillis,
         key: &RecordKey,
         fp: &Fingerprint,
-    ) -> (Request<'static>, Claimed) {
+    ) -> (Request, Claimed) {
         self.nonce = self
             .nonce
             .wrapping_mul(6364136223846793005)
@@ -78,17 +78,17 @@ impl Rig {
         self.attempt(now, key, fp).1
     }
     /// The machine of an attempt that runs its handler.
-    fn run(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Request<'static> {
+    fn run(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Request {
         match self.attempt(now, key, fp) {
             (req, Claimed::Execute { .. }) => req,
             (_, other) => panic!("expected execute, got {other:?}"),
         }
     }
-    fn finish(&mut self, now: UnixMillis, req: &mut Request<'static>, outcome: Outcome) -> Finish {
+    fn finish(&mut self, now: UnixMillis, req: &mut Request, outcome: Outcome) -> Finish {
         common::finish(req, &mut self.store, now, outcome).unwrap()
     }
     /// A machine holding `lease` for the request of `like` (a lease kept from before).
-    fn holding(&self, now: UnixMillis, like: &Request<'static>, lease: &Lease) -> Request<'static> {
+    fn holding(&self, now: UnixMillis, like: &Request, lease: &Lease) -> Request {
         common::holding(
             &self.policy,
             like.ticket(),

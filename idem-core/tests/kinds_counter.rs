@@ -80,12 +80,7 @@ where
 
 /// The machine of alice's request with the counter key `key`, `body`, and the low-water
 /// mark `low_water` if any.
-fn request(
-    policy: &Policy,
-    key: &CounterKey,
-    body: &str,
-    low_water: Option<u64>,
-) -> Request<'static> {
+fn request(policy: &Policy, key: &CounterKey, body: &str, low_water: Option<u64>) -> Request {
     let text = format!("{}:{}:{}", key.client, key.epoch, key.seq);
     let mark = low_water.map(|w| w.to_string());
     policy.request(
@@ -158,7 +153,7 @@ impl H {
         key: &CounterKey,
         body: &str,
         low_water: Option<u64>,
-    ) -> (Request<'static>, Claimed) {
+    ) -> (Request, Claimed) {
         let mut req = request(&self.policy, key, body, low_water);
         let claimed = common::claim(&mut req, &mut self.store, self.now).unwrap();
         (req, claimed)
@@ -168,7 +163,7 @@ impl H {
         self.attempt_with(key, body, low_water).1
     }
 
-    fn attempt(&mut self, seq: u64, body: &str) -> (Request<'static>, Claimed) {
+    fn attempt(&mut self, seq: u64, body: &str) -> (Request, Claimed) {
         let key = self.key(seq);
         self.attempt_with(&key, body, None)
     }
@@ -178,7 +173,7 @@ impl H {
     }
 
     /// The machine of a new request that runs.
-    fn run(&mut self, seq: u64, body: &str) -> Request<'static> {
+    fn run(&mut self, seq: u64, body: &str) -> Request {
         match self.attempt(seq, body) {
             (
                 req,
@@ -191,11 +186,11 @@ impl H {
         }
     }
 
-    fn finish_with(&mut self, req: &mut Request<'static>, outcome: Outcome) -> Finish {
+    fn finish_with(&mut self, req: &mut Request, outcome: Outcome) -> Finish {
         common::finish(req, &mut self.store, self.now, outcome).unwrap()
     }
 
-    fn finish(&mut self, req: &mut Request<'static>, body: &str) -> Finish {
+    fn finish(&mut self, req: &mut Request, body: &str) -> Finish {
         self.finish_with(req, Outcome::Final(resp(body)))
     }
 
@@ -1056,7 +1051,7 @@ proptest! {
         // (epoch, abs) -> payload that ran first
         let mut ran: HashMap<(u64, u64), String> = HashMap::new();
         // Handlers that hold (or held) a lease: their request's machine, logical index.
-        let mut running: Vec<(Request<'static>, usize)> = Vec::new();
+        let mut running: Vec<(Request, usize)> = Vec::new();
         // The current epoch's low-water mark: absolute number, and as a sequence.
         let mut low = (230u64, 230u64);
 

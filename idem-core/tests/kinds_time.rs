@@ -27,13 +27,7 @@ fn text(key: &TimeKey) -> String {
 }
 
 /// The machine of a request from `principal` with the time key `key` and `body`.
-fn request(
-    policy: &Policy,
-    principal: &str,
-    key: &str,
-    body: &str,
-    nonce: u64,
-) -> Request<'static> {
+fn request(policy: &Policy, principal: &str, key: &str, body: &str, nonce: u64) -> Request {
     policy.request(
         &Intake {
             principal: Some(principal),
@@ -58,7 +52,7 @@ fn claim(
     key: &TimeKey,
     body: &str,
     nonce: u64,
-) -> (Request<'static>, Claimed) {
+) -> (Request, Claimed) {
     let mut req = request(policy, "alice", &text(key), body, nonce);
     let claimed = common::claim(&mut req, store, now).unwrap();
     (req, claimed)
@@ -517,7 +511,7 @@ proptest! {
         // (client, timestamp) -> the payload that ran first
         let mut ran: HashMap<(Option<String>, u64), u8> = HashMap::new();
         // The machines of the requests whose handlers run, and their payloads.
-        let mut running: Vec<(Request<'static>, u8)> = Vec::new();
+        let mut running: Vec<(Request, u8)> = Vec::new();
         for op in ops {
             let request = match op {
                 Op::Send { client, offset_ms, payload } => {

@@ -51,7 +51,7 @@ impl Store for Counting {
 }
 
 /// The token document a finished issuing answered with: the token and its expiry.
-fn document(req: &Request<'static>) -> (String, UnixMillis) {
+fn document(req: &Request) -> (String, UnixMillis) {
     let reply = req.reply().unwrap();
     assert_eq!(reply.status(), 201);
     let v: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
@@ -93,7 +93,7 @@ fn lost(policy: &Policy, now: UnixMillis, random: [u64; 2]) -> String {
 }
 
 /// The machine of alice's request that presents `token` with `body`.
-fn request(policy: &Policy, token: &str, body: &str, nonce: u64) -> Request<'static> {
+fn request(policy: &Policy, token: &str, body: &str, nonce: u64) -> Request {
     policy.request(
         &Intake {
             principal: Some("alice"),
@@ -118,7 +118,7 @@ fn claim(
     token: &str,
     body: &str,
     nonce: u64,
-) -> (Request<'static>, Claimed) {
+) -> (Request, Claimed) {
     let mut req = request(policy, token, body, nonce);
     let claimed = common::claim(&mut req, store, now).unwrap();
     (req, claimed)

@@ -177,7 +177,7 @@ impl Model {
 /// A request whose handler runs: its machine holds the lease.
 struct Handler {
     k: (u8, u8),
-    req: Request<'static>,
+    req: Request,
     lease_id: u64,
 }
 

@@ -52,7 +52,7 @@ fn ok(body: &str) -> StoredResponse {
     }
 }
 
-fn request(policy: &Policy, key: &str, body: &str, nonce: u64) -> Request<'static> {
+fn request(policy: &Policy, key: &str, body: &str, nonce: u64) -> Request {
     policy.request(
         &intake(Some("alice"), &[key.as_bytes()], body.as_bytes()),
         nonce,
@@ -60,11 +60,11 @@ fn request(policy: &Policy, key: &str, body: &str, nonce: u64) -> Request<'stati
 }
 
 /// Drives a request to its first non-store step on a MemoryStore.
-fn drive(req: &mut Request<'_>, store: &mut MemoryStore, now: UnixMillis) -> Step {
+fn drive(req: &mut Request, store: &mut MemoryStore, now: UnixMillis) -> Step {
     req.drive(store, now, &mut Waiters::default()).unwrap()
 }
 
-fn events(req: &mut Request<'_>) -> Vec<&'static str> {
+fn events(req: &mut Request) -> Vec<&'static str> {
     std::iter::from_fn(|| req.poll_event())
         .map(|e| e.name())
         .collect()

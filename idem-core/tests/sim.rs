@@ -51,7 +51,7 @@ struct Logical {
 /// A handler between claim and finish: its request's machine holds the lease.
 struct Handler {
     logical: usize,
-    req: Request<'static>,
+    req: Request,
     /// The lease, as of the last heartbeat.
     lease: Lease,
     recovered: bool,

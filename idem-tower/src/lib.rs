@@ -417,10 +417,7 @@ pub fn render(reply: &idem_core::Reply) -> Response<Full<Bytes>> {
 /// for the endpoints a service serves beside the layer (a session endpoint, a token
 /// endpoint), on the layer's store. An operation that runs a handler (a delivery) is
 /// answered 500 here: use [`deliver`].
-pub async fn answer<St>(
-    store: &St,
-    mut request: idem_core::Request<'static>,
-) -> Response<Full<Bytes>>
+pub async fn answer<St>(store: &St, mut request: idem_core::Request) -> Response<Full<Bytes>>
 where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
@@ -522,7 +519,7 @@ where
 }
 
 /// The events of an operation, as the default hook logs them.
-fn log_events(request: &mut idem_core::Request<'static>) {
+fn log_events(request: &mut idem_core::Request) {
     while let Some(event) = request.poll_event() {
         drive::log(&event, request.key());
     }

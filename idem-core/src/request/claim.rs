@@ -18,7 +18,7 @@ pub(super) enum Decided {
     Slot(Box<(CounterLease, Write, bool)>),
 }
 
-impl Request<'_> {
+impl Request {
     /// Refusals that need no record: a time key outside its window, a forged token.
     pub(super) fn precheck(&self, now: UnixMillis) -> Option<Decision> {
         match (&self.rules, &self.subject) {
@@ -153,7 +153,7 @@ impl Request<'_> {
             Event::Executed
         });
         self.state = State::Holding(Holding {
-            hold: Held::from(hold),
+            hold,
             recovered,
             started: false,
             outcome: None,

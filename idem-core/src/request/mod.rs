@@ -18,7 +18,6 @@ use crate::store::{Applied, Completing, Finish, Store};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
-use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -42,7 +41,7 @@ mod waiters;
 use crate::engine::SharedOutcome;
 use claim::{Decided, Wait};
 use events::Events;
-use hold::{not_stored, Held, Holding, Op, Purpose};
+use hold::{not_stored, Holding, Op, Purpose};
 use policy::{Parse, Rules};
 use session::Opening;
 use token::Issuing;
@@ -119,7 +118,7 @@ enum Answer {
 }
 
 #[derive(Debug)]
-enum State<'a> {
+enum State {
     /// Next: read the record (or ask the store to claim).
     Claim { lost: usize, wait: Option<Wait> },
     /// The read is out.
@@ -134,7 +133,7 @@ enum State<'a> {
     /// Waiting for a request in flight.
     Waiting { next: UnixMillis, wait: Wait },
     /// The handler runs under the lease, or has run and its outcome is being recorded.
-    Holding(Holding<'a>),
+    Holding(Holding),
     /// Answered without running the handler.
     Answered(Answer),
     /// The handler's outcome is recorded, or could not be.
@@ -198,19 +197,19 @@ enum State<'a> {
 /// [`poll_event`]: Request::poll_event
 /// [`reply`]: Request::reply
 #[derive(Debug)]
-pub struct Request<'a> {
+pub struct Request {
     operation: Operation,
     rules: Rules,
     in_flight: InFlight,
     max_response_bytes: usize,
-    key: Cow<'a, RecordKey>,
-    fingerprint: Cow<'a, Fingerprint>,
+    key: RecordKey,
+    fingerprint: Fingerprint,
     subject: Subject,
     nonce: u64,
     /// Whether the handler ran as a recovery (for a delivery's result).
     recovered: bool,
     write: Option<Write>,
-    state: State<'a>,
+    state: State,
     events: Events,
 }
 
@@ -218,14 +217,14 @@ fn refused_key() -> RecordKey {
     RecordKey::new(Scope::custom(String::new()), String::new())
 }
 
-impl<'a> Request<'a> {
+impl Request {
     fn new(
         policy: &Policy,
-        key: Cow<'a, RecordKey>,
-        fingerprint: Cow<'a, Fingerprint>,
+        key: RecordKey,
+        fingerprint: Fingerprint,
         subject: Subject,
         nonce: u64,
-    ) -> Request<'a> {
+    ) -> Request {
         Request {
             in_flight: policy.in_flight,
             max_response_bytes: policy.max_response_bytes,
@@ -234,11 +233,11 @@ impl<'a> Request<'a> {
     }
 
     /// A request refused before it could be identified: it answers `refusal` at once.
-    pub fn refused(refusal: Refusal) -> Request<'static> {
+    pub fn refused(refusal: Refusal) -> Request {
         let mut req = Request::with_rules(
             Rules::Record(Engine::default()),
-            Cow::Owned(refused_key()),
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
+            refused_key(),
+            Fingerprint::from_digest([0; 32]),
             Subject::Record,
             0,
         );
@@ -249,7 +248,7 @@ impl<'a> Request<'a> {
 
     /// A machine that answers `reply` at once: an operation that cannot run here (a policy
     /// without the key kind it needs), or a request the HTTP edge refuses.
-    pub fn answered(reply: Reply) -> Request<'static> {
+    pub fn answered(reply: Reply) -> Request {
         let mut req = Request::refused(Refusal::store(StoreFailure::Unavailable));
         req.state = State::Answered(Answer::Reply(reply));
         req
@@ -262,11 +261,11 @@ impl<'a> Request<'a> {
 
     fn with_rules(
         rules: Rules,
-        key: Cow<'a, RecordKey>,
-        fingerprint: Cow<'a, Fingerprint>,
+        key: RecordKey,
+        fingerprint: Fingerprint,
         subject: Subject,
         nonce: u64,
-    ) -> Request<'a> {
+    ) -> Request {
         Request {
             operation: Operation::Guard,
             rules,
@@ -294,8 +293,8 @@ impl<'a> Request<'a> {
     /// What a store that claims for the host needs ([`Policy::resume`] on its side).
     pub fn ticket(&self) -> Ticket {
         Ticket {
-            key: self.key.clone().into_owned(),
-            fingerprint: self.fingerprint.clone().into_owned(),
+            key: self.key.clone(),
+            fingerprint: self.fingerprint.clone(),
             subject: self.subject.clone(),
         }
     }
@@ -316,7 +315,7 @@ impl<'a> Request<'a> {
     /// The lease held, while the handler runs.
     pub fn hold(&self) -> Option<Hold> {
         match &self.state {
-            State::Holding(h) => Some(h.hold.to_hold()),
+            State::Holding(h) => Some(h.hold.clone()),
             _ => None,
         }
     }
@@ -342,7 +341,7 @@ impl<'a> Request<'a> {
     pub fn claimed(&self) -> Option<Claimed> {
         match &self.state {
             State::Holding(h) => Some(Claimed::Execute {
-                hold: h.hold.to_hold(),
+                hold: h.hold.clone(),
                 recovered: h.recovered,
             }),
             State::Answered(Answer::Decision(d)) => Some(Claimed::Done(d.clone())),

@@ -284,15 +284,9 @@ impl Policy {
     /// that cannot be identified (no key, a malformed key or body, no principal) gets a
     /// machine that answers the refusal at once. `nonce` is a random value: the first
     /// version of a record this request creates.
-    pub fn request(&self, intake: &Intake<'_>, nonce: u64) -> Request<'static> {
+    pub fn request(&self, intake: &Intake<'_>, nonce: u64) -> Request {
         match self.identify(intake) {
-            Ok((key, fingerprint, subject)) => Request::new(
-                self,
-                Cow::Owned(key),
-                Cow::Owned(fingerprint),
-                subject,
-                nonce,
-            ),
+            Ok((key, fingerprint, subject)) => Request::new(self, key, fingerprint, subject, nonce),
             Err(refusal) => Request::refused(refusal),
         }
     }
@@ -324,14 +318,8 @@ impl Policy {
 
     /// The machine for an attempt that a host identified and a store that claims for it
     /// sent over (a Durable Object: see [`Request::ticket`]).
-    pub fn resume(&self, ticket: Ticket, nonce: u64) -> Request<'static> {
-        Request::new(
-            self,
-            Cow::Owned(ticket.key),
-            Cow::Owned(ticket.fingerprint),
-            ticket.subject,
-            nonce,
-        )
+    pub fn resume(&self, ticket: Ticket, nonce: u64) -> Request {
+        Request::new(self, ticket.key, ticket.fingerprint, ticket.subject, nonce)
     }
 }
 

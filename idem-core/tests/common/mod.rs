@@ -9,7 +9,7 @@ use idem_core::*;
 /// it, and returns what its claim came to: the lease it holds (the machine then waits for
 /// the handler's outcome: [`finish`]), or the decision that answered it.
 pub(crate) fn claim<S: Store>(
-    req: &mut Request<'static>,
+    req: &mut Request,
     store: &mut S,
     now: UnixMillis,
 ) -> Result<Claimed, S::Error> {
@@ -25,7 +25,7 @@ pub(crate) fn claim<S: Store>(
 /// Records the handler's `outcome` through the machine that holds the lease (after
 /// [`claim`] answered an execute), and returns what that came to.
 pub(crate) fn finish<S: Store>(
-    req: &mut Request<'static>,
+    req: &mut Request,
     store: &mut S,
     now: UnixMillis,
     outcome: Outcome,
@@ -40,7 +40,7 @@ pub(crate) fn finish<S: Store>(
 /// Asks for a heartbeat at `now` and drives it over `store`: where the heartbeats stand
 /// afterwards, or why the machine refused to send one.
 pub(crate) fn heartbeat<S: Store>(
-    req: &mut Request<'static>,
+    req: &mut Request,
     store: &mut S,
     now: UnixMillis,
 ) -> Result<Heartbeat, S::Error> {
@@ -53,12 +53,7 @@ pub(crate) fn heartbeat<S: Store>(
 
 /// The machine of `ticket`'s request holding `hold` with its handler running: what a host
 /// has once a store that claims for it (a Durable Object) hands back a lease.
-pub(crate) fn holding(
-    policy: &Policy,
-    ticket: Ticket,
-    hold: Hold,
-    now: UnixMillis,
-) -> Request<'static> {
+pub(crate) fn holding(policy: &Policy, ticket: Ticket, hold: Hold, now: UnixMillis) -> Request {
     let mut waiters = Waiters::default();
     let mut req = policy.resume(ticket, 0);
     assert_eq!(req.poll(now, &mut waiters), Step::Claim);
@@ -77,7 +72,7 @@ pub(crate) fn holding(
 }
 
 /// The record lease a machine holds while its handler runs.
-pub(crate) fn lease(req: &Request<'static>) -> Lease {
+pub(crate) fn lease(req: &Request) -> Lease {
     match req.hold() {
         Some(Hold::Record(lease)) => lease,
         other => panic!("no record lease: {other:?}"),
@@ -85,7 +80,7 @@ pub(crate) fn lease(req: &Request<'static>) -> Lease {
 }
 
 /// The counter slot's lease a machine holds while its handler runs.
-pub(crate) fn slot(req: &Request<'static>) -> CounterLease {
+pub(crate) fn slot(req: &Request) -> CounterLease {
     match req.hold() {
         Some(Hold::Slot(lease)) => lease,
         other => panic!("no slot lease: {other:?}"),
@@ -93,6 +88,6 @@ pub(crate) fn slot(req: &Request<'static>) -> CounterLease {
 }
 
 /// The events the machine has yielded since they were last read.
-pub(crate) fn events(req: &mut Request<'static>) -> Vec<Event> {
+pub(crate) fn events(req: &mut Request) -> Vec<Event> {
     std::iter::from_fn(|| req.poll_event()).collect()
 }
