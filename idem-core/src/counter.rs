@@ -6,7 +6,8 @@ use crate::engine::{Config, Engine, Outcome, RejectReason, UnknownOutcomePolicy,
 use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
 use crate::kind::{kind_scope, parse_decimal, valid_client_id, KindConfigError, KindKeyError};
-use crate::record::{Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
+use crate::record::{Precondition, Record, RecordState, Write, WriteOp};
+use crate::response::StoredResponse;
 use crate::store::Finish;
 use crate::time::UnixMillis;
 use alloc::string::String;

@@ -71,6 +71,7 @@ mod problem;
 mod record;
 mod reply;
 mod request;
+mod response;
 mod store;
 pub mod stores;
 mod time;
@@ -101,7 +102,7 @@ pub use key::{
 };
 pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats};
 pub use problem::Problem;
-pub use record::{Expiry, Precondition, Record, RecordState, StoredResponse, Write, WriteOp};
+pub use record::{Expiry, Precondition, Record, RecordState, Write, WriteOp};
 pub use reply::{
     Plain, Refusal, Reply, StoreFailure, ABOUT_BLANK, KEY_HEADER, LOW_WATER_HEADER, PROBLEM_JSON,
     REPLAYED_HEADER,
@@ -111,6 +112,7 @@ pub use request::{
     Operation, Policy, Request, Step, Subject, Target, Ticket, Waiters, DEFAULT_MAX_RESPONSE_BYTES,
     MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
+pub use response::StoredResponse;
 pub use store::{Applied, AsyncStore, Completing, Finish, Store};
 pub use time::UnixMillis;
 

@@ -567,7 +567,7 @@ mod tests {
             created: UnixMillis(0),
             key_expires: UnixMillis(key),
             state: RecordState::Completed {
-                response: Arc::new(crate::record::StoredResponse {
+                response: Arc::new(crate::response::StoredResponse {
                     status: 201,
                     headers: Vec::new(),
                     body: Vec::new(),

@@ -10,7 +10,7 @@ use crate::fingerprint::FingerprintError;
 use crate::key::KeyError;
 use crate::kind::KindKeyError;
 use crate::problem::Problem;
-use crate::record::StoredResponse;
+use crate::response::StoredResponse;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;

@@ -12,8 +12,9 @@ use crate::key::{
 };
 use crate::kind::{parse_decimal, KindConfigError};
 use crate::problem::Problem;
-use crate::record::{Record, RecordState, StoredResponse, Write};
+use crate::record::{Record, RecordState, Write};
 use crate::reply::{Plain, Refusal, Reply, StoreFailure};
+use crate::response::StoredResponse;
 use crate::store::{Applied, Completing, Finish, Store};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
