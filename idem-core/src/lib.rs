@@ -72,6 +72,7 @@ mod record;
 mod reply;
 mod request;
 mod response;
+mod session;
 mod store;
 pub mod stores;
 mod time;
@@ -113,6 +114,7 @@ pub use request::{
     MAX_COMPLETION_ROUNDS, MAX_LOST_RACES,
 };
 pub use response::StoredResponse;
+pub use session::{CounterSession, CounterSlot, SlotState, MAX_WINDOW};
 pub use store::{Applied, AsyncStore, Completing, Finish, Store};
 pub use time::UnixMillis;
 
@@ -123,7 +125,7 @@ pub use client::{
 };
 pub use counter::{
     parse_counter_key, serial_cmp, CounterConfig, CounterError, CounterKey, CounterLease,
-    CounterSequence, CounterSession, CounterSlot, SlotState, MAX_WINDOW,
+    CounterSequence,
 };
 pub use derive::{derive_key, sub_key, DeriveError, DERIVED_PREFIX, SUB_KEY_LABEL_LEN};
 pub use inbox::{Delivery, Inbox};

@@ -15,6 +15,7 @@
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::response::StoredResponse;
+use crate::session::CounterSession;
 use crate::time::UnixMillis;
 use alloc::sync::Arc;
 
@@ -71,7 +72,7 @@ pub enum RecordState {
     /// Its `fence` and `fingerprint` are unused: slots carry their own.
     Counter {
         /// The session.
-        session: Arc<crate::counter::CounterSession>,
+        session: Arc<CounterSession>,
     },
 }
 
