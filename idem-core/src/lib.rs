@@ -105,8 +105,7 @@ pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreSt
 pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, Write, WriteOp};
 pub use reply::{
-    Plain, Refusal, Reply, StoreFailure, ABOUT_BLANK, KEY_HEADER, LOW_WATER_HEADER, PROBLEM_JSON,
-    REPLAYED_HEADER,
+    Plain, Refusal, Reply, ABOUT_BLANK, KEY_HEADER, LOW_WATER_HEADER, PROBLEM_JSON, REPLAYED_HEADER,
 };
 pub use request::{
     BodyReader, Claimed, Context, Heartbeat, Hold, InFlight, Intake, KeyFallback, KeyKind, Message,
@@ -115,7 +114,7 @@ pub use request::{
 };
 pub use response::StoredResponse;
 pub use session::{CounterSession, CounterSlot, SlotState, MAX_WINDOW};
-pub use store::{Applied, AsyncStore, Completing, Finish, Store};
+pub use store::{Applied, AsyncStore, Completing, Finish, Store, StoreFailure};
 pub use time::UnixMillis;
 
 pub use client::{

@@ -3,7 +3,7 @@
 use crate::deadlines::{Deadlines, Due};
 use crate::key::{RecordKey, Scope};
 use crate::record::{Expiry, Precondition, Record, Write, WriteOp};
-use crate::reply::StoreFailure;
+use crate::store::StoreFailure;
 use crate::store::{Applied, Store};
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;

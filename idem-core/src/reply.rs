@@ -11,6 +11,7 @@ use crate::key::KeyError;
 use crate::kind::KindKeyError;
 use crate::problem::Problem;
 use crate::response::StoredResponse;
+use crate::store::StoreFailure;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
@@ -23,15 +24,6 @@ pub const KEY_HEADER: &str = "idempotency-key";
 /// The request header that carries a counter client's low-water mark (`IDEM-CTR-11`): every
 /// response below it was received. Lowercase.
 pub const LOW_WATER_HEADER: &str = "idempotency-low-water";
-
-/// How a store failed, as far as the answer is concerned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreFailure {
-    /// The store is full and refuses new records (`IDEM-STORE-3`).
-    Full,
-    /// Anything else: unreachable, timed out, refused (`IDEM-STORE-4`).
-    Unavailable,
-}
 
 /// A refusal before or instead of running the handler: the problem, the requirement it
 /// enforces (sometimes more specific than the problem's own, for example `IDEM-KEY-5` for a

@@ -6,7 +6,6 @@ use crate::engine::CompleteError;
 use crate::event::Event;
 use crate::key::RecordKey;
 use crate::record::{Record, Write, WriteOp};
-use crate::reply::StoreFailure;
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;
 use core::future::Future;
@@ -19,6 +18,15 @@ pub enum Applied {
     Applied,
     /// The precondition did not hold; nothing changed (a lost race, or a fenced-out lease).
     Conflict,
+}
+
+/// How a store failed, as far as the answer is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// The store is full and refuses new records (`IDEM-STORE-3`).
+    Full,
+    /// Anything else: unreachable, timed out, refused (`IDEM-STORE-4`).
+    Unavailable,
 }
 
 /// A place that keeps records: the one thing the engine needs from a database.

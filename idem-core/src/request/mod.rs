@@ -13,9 +13,9 @@ use crate::key::{
 use crate::kind::{parse_decimal, KindConfigError};
 use crate::problem::Problem;
 use crate::record::{Record, RecordState, Write};
-use crate::reply::{Plain, Refusal, Reply, StoreFailure};
+use crate::reply::{Plain, Refusal, Reply};
 use crate::response::StoredResponse;
-use crate::store::{Applied, Completing, Finish, Store};
+use crate::store::{Applied, Completing, Finish, Store, StoreFailure};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
