@@ -292,7 +292,9 @@ impl fmt::Display for RejectReason {
     }
 }
 
-/// The engine's answer to one attempt.
+/// The engine's answer to one attempt: what a request machine's claim ends with, when it does
+/// not run the handler ([`Request::decision`](crate::Request::decision),
+/// [`Claimed::Done`](crate::Claimed::Done)).
 #[must_use = "a Decision must be acted on: an Execute carries a claim that must be applied"]
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Decision {

@@ -156,10 +156,13 @@ enum State {
 ///
 /// # Driving it
 ///
-/// Make one with [`Policy::request`] (or [`Policy::resume`]), then
-/// call [`poll`](Request::poll) with the current time and do what the [`Step`] says, feeding
-/// the result back through the matching `handle_*` method, until it says
-/// [`Step::Reply`] or [`Step::Done`]:
+/// Make one with [`Policy::request`] (or, where a store claims for the host, with
+/// [`Policy::resume`] of the request's [`Ticket`]); the operations beside the guarded request
+/// come from [`Policy::open_session`], [`Policy::issue_token`] and
+/// [`Inbox::deliver`](crate::Inbox::deliver). Then call [`poll`](Request::poll) with the
+/// current time and do what the [`Step`] says, feeding the result back through the matching
+/// `handle_*` method, until it says [`Step::Reply`] or [`Step::Done`] (over a synchronous
+/// [`Store`], [`drive`](Request::drive) does this):
 ///
 /// * [`Step::Claim`] / [`Step::Load`]: read the record under [`Request::key`] →
 ///   [`handle_record`](Request::handle_record) (or, with a store that claims itself,

@@ -22,7 +22,8 @@ pub enum InFlight {
     },
 }
 
-/// How keys are read from the request, and which rules their records follow.
+/// How keys are read from the request, and which rules their records follow. The request
+/// machine applies the rules of the kind; `spec/KINDS.md` has them in full.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum KeyKind {
@@ -32,11 +33,24 @@ pub enum KeyKind {
     OpaqueStrict,
     /// A UUID, of the given version when one is named (`IDEM-KEY-4`).
     Uuid(Option<UuidVersion>),
-    /// A client timestamp (`IDEM-TIME-1` to `IDEM-TIME-5`).
+    /// A client timestamp, `<millis>` or `<client>:<millis>` ([`parse_time_key`],
+    /// `IDEM-TIME-1` to `IDEM-TIME-5`). It is accepted only inside a window around the
+    /// server's clock ([`TimeKeyConfig`]), which the key retention must outlive, so that a
+    /// key whose record was purged can never run again; the same timestamp with another
+    /// payload is a collision, never a replay.
     Time(TimeKeyConfig),
-    /// A wrapping per-client counter (`IDEM-CTR-1` to `IDEM-CTR-13`).
+    /// A wrapping per-client counter, `<client>:<epoch>:<seq>` ([`parse_counter_key`](crate::parse_counter_key),
+    /// `IDEM-CTR-1` to `IDEM-CTR-13`), sent with the client's low-water mark
+    /// ([`LOW_WATER_HEADER`](crate::LOW_WATER_HEADER)). The client opens its session first
+    /// ([`Policy::open_session`]); then a number below the mark is stale, one inside the
+    /// window is a retry (or a collision, with another payload), the next one runs, and a
+    /// gap of a whole window, or a window that would slide over a request still in flight,
+    /// is refused.
     Counter(CounterConfig),
-    /// A server-issued one-time token (`IDEM-TOKEN-1` to `IDEM-TOKEN-4`).
+    /// A server-issued one-time token (`IDEM-TOKEN-1` to `IDEM-TOKEN-4`), issued by the
+    /// token operation ([`Policy::issue_token`]). The first request that presents it
+    /// consumes it, and later ones are its retries; a token this server did not sign for the
+    /// scope is refused before anything is read, and an unknown or expired one after.
     Token {
         /// The signing secret.
         secret: TokenSecret,
