@@ -733,8 +733,6 @@ fn in_flight(lease: &Lease, lease_expires: UnixMillis) -> Record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryStore;
-    use crate::store::{Applied, Store};
 
     fn ok(body: &str) -> StoredResponse {
         StoredResponse {
@@ -744,16 +742,34 @@ mod tests {
         }
     }
 
-    /// A key claimed and its handler's outcome held as unknown, under `engine`.
-    fn held(engine: &Engine, store: &mut MemoryStore, attempt: &Attempt<'_>, now: UnixMillis) {
+    /// `write` applied to the record of its key, as a store applies it: its precondition
+    /// must hold.
+    fn apply(record: &mut Option<Record>, write: Write) {
+        let holds = match (write.precondition, record.as_ref()) {
+            (Precondition::Absent, None) => true,
+            (Precondition::Version(v), Some(r)) => r.version == v,
+            _ => false,
+        };
+        assert!(holds, "{:?} on {record:?}", write.precondition);
+        *record = match write.op {
+            WriteOp::Put(r) => Some(r),
+            WriteOp::Delete => None,
+        };
+    }
+
+    /// The record of a key claimed and its handler's outcome held as unknown, under
+    /// `engine`.
+    fn held(engine: &Engine, attempt: &Attempt<'_>, now: UnixMillis) -> Option<Record> {
+        let mut record = None;
         let Decision::Execute { lease, write, .. } = engine.decide(now, attempt, None) else {
             panic!("a new key executes")
         };
-        assert_eq!(store.apply(now, *write), Ok(Applied::Applied));
+        apply(&mut record, *write);
         let write = engine
             .complete_shared(now, &lease, Outcome::Unknown(None).into())
             .unwrap();
-        assert_eq!(store.apply(now, write), Ok(Applied::Applied));
+        apply(&mut record, write);
+        record
     }
 
     /// A record held as outcome-unknown stays refused until it is reconciled: a final
@@ -767,7 +783,6 @@ mod tests {
             ..Config::default()
         })
         .unwrap();
-        let mut store = MemoryStore::default();
         let now = UnixMillis(1_000_000);
         let later = UnixMillis(1_060_000);
         let key = RecordKey::new(crate::key::Scope::new("a", "POST", "/orders"), "k");
@@ -777,39 +792,33 @@ mod tests {
             fingerprint: &fingerprint,
             nonce: 7,
         };
-        held(&engine, &mut store, &attempt, now);
-        let record = store.get(&key).unwrap().clone();
+        let mut record = held(&engine, &attempt, now);
         assert_eq!(
-            engine.decide(later, &attempt, Some(&record)),
+            engine.decide(later, &attempt, record.as_ref()),
             Decision::Rejected(RejectReason::OutcomeUnknown)
         );
+        let held_record = record.clone().unwrap();
         let write = engine
-            .resolve(later, &key, &record, Outcome::Final(ok("reconciled")))
+            .resolve(later, &key, &held_record, Outcome::Final(ok("reconciled")))
             .unwrap();
-        assert_eq!(store.apply(later, write), Ok(Applied::Applied));
-        let record = store.get(&key).unwrap().clone();
+        apply(&mut record, write);
         assert!(matches!(
-            engine.decide(later, &attempt, Some(&record)),
+            engine.decide(later, &attempt, record.as_ref()),
             Decision::Replay(r) if r.body == b"reconciled"
         ));
         assert_eq!(
-            engine.resolve(later, &key, &record, Outcome::Retryable),
+            engine.resolve(later, &key, record.as_ref().unwrap(), Outcome::Retryable),
             Err(CompleteError::NotOutcomeUnknown)
         );
 
-        let key = RecordKey::new(crate::key::Scope::new("a", "POST", "/orders"), "k2");
-        let attempt = Attempt {
-            key: &key,
-            ..attempt
-        };
-        held(&engine, &mut store, &attempt, now);
-        let record = store.get(&key).unwrap().clone();
+        let mut record = held(&engine, &attempt, now);
+        let held_record = record.clone().unwrap();
         let write = engine
-            .resolve(later, &key, &record, Outcome::Retryable)
+            .resolve(later, &key, &held_record, Outcome::Retryable)
             .unwrap();
         assert_eq!(write.op, WriteOp::Delete);
-        assert_eq!(store.apply(later, write), Ok(Applied::Applied));
-        assert!(store.get(&key).is_none());
+        apply(&mut record, write);
+        assert!(record.is_none());
         assert!(matches!(
             engine.decide(later, &attempt, None),
             Decision::Execute {
