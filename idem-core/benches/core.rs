@@ -4,10 +4,13 @@
 //! measured from the process's resident set size around building a 1,000,000-key store, and
 //! the cost of a new key while a store grows from a million keys to two, beside a std
 //! HashMap growing alike.
+//!
+//! Every decision, claim and completion is a request machine's, as hosts drive it: made from
+//! the request's ticket (its own copy of the key and fingerprint, counted in the time), then
+//! polled, fed what the store answered, and dropped.
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use idem_core::*;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
 const NOW: UnixMillis = UnixMillis(1_700_000_000_000);
@@ -37,59 +40,70 @@ fn response() -> StoredResponse {
     }
 }
 
-fn completed(engine: &Engine, k: &RecordKey, fp: &Fingerprint) -> Record {
-    let Decision::Execute { lease, .. } = engine.decide(
-        NOW,
-        &Attempt {
-            key: k,
-            fingerprint: fp,
-            nonce: 1,
-        },
-        None,
-    ) else {
+/// The request of key `k` with fingerprint `fp`, as a host identified it.
+fn ticket(k: &RecordKey, fp: &Fingerprint) -> Ticket {
+    Ticket {
+        key: k.clone(),
+        fingerprint: fp.clone(),
+        subject: Subject::Record,
+    }
+}
+
+/// The record a request with fingerprint `fp` leaves under `engine` when it is claimed and
+/// completed at `NOW`, written by its machine. A record does not name its key: stores fill
+/// many keys with copies of it.
+fn completed(engine: &Engine, fp: &Fingerprint) -> Record {
+    let k = key(u64::MAX);
+    let mut store = MemoryStore::default();
+    let mut req = Policy::new(engine.clone()).resume(ticket(&k, fp), 1);
+    let mut waiters = Waiters::default();
+    let Ok(Step::Run(_)) = req.drive(&mut store, NOW, &mut waiters) else {
         unreachable!()
     };
-    match engine
-        .complete(NOW, &lease, Outcome::Final(response()))
-        .unwrap()
-        .op
-    {
-        WriteOp::Put(r) => r,
-        WriteOp::Delete => unreachable!(),
-    }
+    req.handle_outcome(Outcome::Final(response()));
+    let Ok(Step::Done(Finish::Stored)) = req.drive(&mut store, NOW, &mut waiters) else {
+        unreachable!()
+    };
+    store.get(&k).cloned().unwrap()
 }
 
 fn decisions(c: &mut Criterion) {
     let engine = Engine::default();
+    let policy = Policy::new(engine.clone());
     let k = key(1);
     let fp = Fingerprint::from_digest([9; 32]);
-    let record = completed(&engine, &k, &fp);
-    let attempt = Attempt {
-        key: &k,
-        fingerprint: &fp,
-        nonce: 5,
-    };
+    let record = completed(&engine, &fp);
+    let ticket = ticket(&k, &fp);
+    let mut waiters = Waiters::default();
+    let mut req = policy.resume(ticket.clone(), 5);
+    let _ = req.poll(NOW, &mut waiters);
+    req.handle_record(NOW, Some(&record), &mut waiters);
+    assert!(matches!(req.decision(), Some(Decision::Replay(_))));
     let mut g = c.benchmark_group("engine");
+    // The machine's decision on the record it read: a replay. A request owns its key and
+    // fingerprint, so their copy from the ticket is part of the work.
     g.bench_function("replay decision", |b| {
         b.iter(|| {
-            black_box(engine.decide(
-                black_box(NOW),
-                black_box(&attempt),
-                black_box(Some(&record)),
-            ))
+            let mut req = policy.resume(ticket.clone(), 5);
+            let _ = req.poll(NOW, &mut waiters);
+            req.handle_record(NOW, Some(black_box(&record)), &mut waiters);
+            black_box(req.decision().is_some())
         })
     });
+    // The machine's claim on no record, then its completion: both writes, no store.
     g.bench_function("execute + complete", |b| {
         b.iter_batched(
             response,
             |resp| {
-                let Decision::Execute { lease, write, .. } =
-                    engine.decide(NOW, black_box(&attempt), None)
-                else {
-                    unreachable!()
-                };
-                let _ = black_box(write);
-                black_box(engine.complete(NOW, &lease, Outcome::Final(resp)))
+                let mut req = policy.resume(black_box(&ticket).clone(), 5);
+                let _ = req.poll(NOW, &mut waiters);
+                req.handle_record(NOW, None, &mut waiters);
+                let claim = req.poll(NOW, &mut waiters);
+                req.handle_applied(NOW, Applied::Applied, &mut waiters);
+                let _ = req.poll(NOW, &mut waiters);
+                req.handle_outcome(Outcome::Final(resp));
+                let complete = req.poll(NOW, &mut waiters);
+                (black_box(claim), black_box(complete))
             },
             BatchSize::SmallInput,
         )
@@ -175,14 +189,11 @@ fn filled_store(engine: &Engine, n: u64) -> MemoryStore {
         max_bytes: usize::MAX,
     });
     let fp = Fingerprint::from_digest([3; 32]);
-    let resp = Arc::new(response());
+    // Every record shares one response body, so the measurement is of per-key overhead.
+    let record = completed(engine, &fp);
     for i in 0..n {
         let k = key(i);
-        let mut r = completed(engine, &k, &fp);
-        // Share one response body so the measurement is of per-key overhead.
-        if let RecordState::Completed { response, .. } = &mut r.state {
-            *response = Arc::clone(&resp);
-        }
+        let r = record.clone();
         let _ = store
             .apply(
                 NOW,
@@ -197,59 +208,61 @@ fn filled_store(engine: &Engine, n: u64) -> MemoryStore {
     store
 }
 
-/// A request with the new key `key(n)` at `now`: its claim, then its finish with a response.
+/// A request with the new key `key(n)` at `now`: its machine's claim, then its finish with
+/// a response.
 fn new_key(
     store: &mut MemoryStore,
-    engine: &Engine,
+    policy: &Policy,
     now: UnixMillis,
     n: u64,
     fp: &Fingerprint,
 ) -> Finish {
-    let k = key(n);
-    let Claim::Execute { lease, .. } = store
-        .claim(
-            engine,
-            now,
-            &Attempt {
-                key: &k,
-                fingerprint: fp,
-                nonce: n,
-            },
-        )
-        .unwrap()
-    else {
+    let ticket = Ticket {
+        key: key(n),
+        fingerprint: fp.clone(),
+        subject: Subject::Record,
+    };
+    let mut req = policy.resume(ticket, n);
+    let mut waiters = Waiters::default();
+    let Ok(Step::Run(_)) = req.drive(store, now, &mut waiters) else {
         unreachable!()
     };
-    store
-        .finish(engine, now, &lease, Outcome::Final(response()))
-        .unwrap()
+    req.handle_outcome(Outcome::Final(response()));
+    match req.drive(store, now, &mut waiters) {
+        Ok(Step::Done(finish)) => finish,
+        _ => unreachable!(),
+    }
 }
 
 fn store(c: &mut Criterion) {
     let engine = Engine::default();
+    let policy = Policy::new(engine.clone());
     let mut store = filled_store(&engine, MILLION);
     let fp = Fingerprint::from_digest([3; 32]);
     let mut g = c.benchmark_group("memory store (1M keys)");
     g.throughput(Throughput::Elements(1));
     // Keys are built before timing: a spread of 4096 of the million, visited in turn.
     let keys: Vec<RecordKey> = (0..4096u64).map(|j| key(j * 244_140 % MILLION)).collect();
+    let tickets: Vec<Ticket> = keys.iter().map(|k| ticket(k, &fp)).collect();
     let mut i = 0usize;
+    let mut waiters = Waiters::default();
+    let mut req = policy.resume(tickets[0].clone(), 7);
+    assert_eq!(req.drive(&mut store, NOW, &mut waiters), Ok(Step::Reply));
+    assert!(matches!(req.decision(), Some(Decision::Replay(_))));
+    // The machine's claim of a request whose key is completed: it reads the record, decides
+    // a replay, and has its reply. The request owns its key (copied from the ticket).
     g.bench_function("replay (claim of a completed key)", |b| {
         b.iter(|| {
-            i = (i + 1) % keys.len();
-            let attempt = Attempt {
-                key: &keys[i],
-                fingerprint: &fp,
-                nonce: i as u64,
-            };
-            black_box(store.claim(&engine, NOW, &attempt).unwrap())
+            i = (i + 1) % tickets.len();
+            let mut req = policy.resume(tickets[i].clone(), 7);
+            black_box(req.drive(&mut store, NOW, &mut waiters).unwrap())
         })
     });
     let mut n = MILLION;
     g.bench_function("new key: claim + finish", |b| {
         b.iter(|| {
             n += 1;
-            black_box(new_key(&mut store, &engine, NOW, n, &fp))
+            black_box(new_key(&mut store, &policy, NOW, n, &fp))
         })
     });
     g.finish();
@@ -291,9 +304,10 @@ fn store(c: &mut Criterion) {
                         ..Config::default()
                     })
                     .unwrap();
+                    let r = completed(&short, &fp);
                     for j in 0..expiring {
                         let k = key(200_000 + j);
-                        let r = completed(&short, &k, &fp);
+                        let r = r.clone();
                         let _ = s
                             .apply(
                                 NOW,
@@ -356,13 +370,14 @@ fn memory_report() {
 /// each side run twice, the two taking turns.
 fn growth_report() {
     let engine = Engine::default();
+    let policy = Policy::new(engine.clone());
     let fp = Fingerprint::from_digest([3; 32]);
     let per_key = |start: std::time::Instant| start.elapsed().as_secs_f64() * 1e6 / MILLION as f64;
     for _ in 0..2 {
         let mut store = filled_store(&engine, MILLION);
         let start = std::time::Instant::now();
         for n in MILLION..2 * MILLION {
-            black_box(new_key(&mut store, &engine, NOW, n, &fp));
+            black_box(new_key(&mut store, &policy, NOW, n, &fp));
         }
         let store_us = per_key(start);
         drop(store);
@@ -394,6 +409,7 @@ fn steady(c: &mut Criterion) {
         ..Config::default()
     })
     .unwrap();
+    let policy = Policy::new(engine);
     let mut store = MemoryStore::new(MemoryStoreLimits {
         max_entries: usize::MAX,
         max_bytes: usize::MAX,
@@ -402,7 +418,7 @@ fn steady(c: &mut Criterion) {
     let add = |store: &mut MemoryStore, n: u64| {
         new_key(
             store,
-            &engine,
+            &policy,
             NOW.saturating_add(Duration::from_millis(n)),
             n,
             &fp,

@@ -1,6 +1,7 @@
 //! Criterion benchmarks for the key kinds and the client: `cargo bench -p idem-core --bench
 //! kinds`. Counter-window decisions (the session record holds a full window), time-key and
-//! token decisions, sub-key derivation, and the client's retry decisions.
+//! token decisions, sub-key derivation, and the client's retry decisions. The decisions are a
+//! request machine's, made from a ticket (its copy counted in the time) as hosts make them.
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use idem_core::*;
 use std::hint::black_box;
@@ -21,114 +22,151 @@ fn fp(i: u64) -> Fingerprint {
     Fingerprint::from_digest(d)
 }
 
-/// A session with `window` completed slots, the last one `next - 1`.
-fn full_session(counters: &Counters, scope: &Scope, window: u64) -> (MemoryStore, u64) {
-    let mut store = MemoryStore::default();
-    // Opened with the rule, as the session operation does on an empty store.
-    let opened = counters.open(NOW, scope, "c1", 0, None, 42).unwrap();
-    assert_eq!(store.apply(NOW, opened.write).unwrap(), Applied::Applied);
-    let epoch = opened.epoch;
-    for seq in 0..window + 3 {
-        let key = CounterKey {
-            client: "c1".into(),
-            epoch,
-            seq,
-        };
-        let f = fp(seq);
-        let attempt = CounterAttempt {
-            scope,
-            key: &key,
-            fingerprint: &f,
-            low_water: None,
-        };
-        let CounterClaim::Execute { lease, .. } =
-            counters.claim(&mut store, NOW, &attempt).unwrap()
-        else {
-            unreachable!()
-        };
-        let _ = counters
-            .finish(&mut store, NOW, &lease, Outcome::Final(response()))
-            .unwrap();
+/// Whose requests the benches make: one tenant, so that no principal is hashed.
+const TARGET: Target<'static> = Target {
+    principal: None,
+    method: "POST",
+    route: "/v1/charges",
+};
+
+fn scope(policy: &Policy) -> Scope {
+    policy
+        .scope(TARGET.principal, TARGET.method, TARGET.route)
+        .unwrap()
+}
+
+/// Drives `req` over `store` until it runs, then records a 201.
+fn run(req: &mut Request, store: &mut MemoryStore) -> Finish {
+    let mut waiters = Waiters::default();
+    let Ok(Step::Run(_)) = req.drive(store, NOW, &mut waiters) else {
+        unreachable!()
+    };
+    req.handle_outcome(Outcome::Final(response()));
+    match req.drive(store, NOW, &mut waiters) {
+        Ok(Step::Done(finish)) => finish,
+        _ => unreachable!(),
     }
-    (store, epoch)
+}
+
+/// The request of counter client c1 with `seq` in `epoch` and fingerprint `f`, identified.
+fn counter_ticket(
+    policy: &Policy,
+    session: &RecordKey,
+    epoch: u64,
+    seq: u64,
+    f: Fingerprint,
+) -> Ticket {
+    Ticket {
+        key: session.clone(),
+        fingerprint: f,
+        subject: Subject::Counter {
+            scope: scope(policy),
+            key: CounterKey {
+                client: "c1".into(),
+                epoch,
+                seq,
+            },
+            low_water: None,
+        },
+    }
+}
+
+/// A session with `window` completed slots, the last one `next - 1`: the store, the
+/// session's record key and its epoch.
+fn full_session(policy: &Policy, window: u64) -> (MemoryStore, RecordKey, u64) {
+    let mut store = MemoryStore::default();
+    // Opened with the session operation on an empty store.
+    let mut opening = policy.open_session(&TARGET, "c1", 0, 42);
+    let Ok(Step::Reply) = opening.drive(&mut store, NOW, &mut Waiters::default()) else {
+        unreachable!()
+    };
+    let session = opening.key().clone();
+    let RecordState::Counter { session: s } = &store.get(&session).unwrap().state else {
+        unreachable!()
+    };
+    let epoch = s.epoch;
+    for seq in 0..window + 3 {
+        let mut req = policy.resume(counter_ticket(policy, &session, epoch, seq, fp(seq)), seq);
+        run(&mut req, &mut store);
+    }
+    (store, session, epoch)
 }
 
 fn counter_window(c: &mut Criterion) {
     let mut g = c.benchmark_group("counter");
+    let mut waiters = Waiters::default();
     for window in [8u32, 64] {
-        let counters =
-            Counters::new(Engine::default(), CounterConfig { bits: 32, window }).unwrap();
-        let scope = Scope::new("tenant-42", "POST", "/v1/charges");
-        let (store, epoch) = full_session(&counters, &scope, u64::from(window));
-        let record = store
-            .get(&counters.session_key(&scope, "c1"))
-            .cloned()
+        let policy = Policy::new(Engine::default())
+            .with_keys(KeyKind::Counter(CounterConfig { bits: 32, window }))
             .unwrap();
+        let (store, session, epoch) = full_session(&policy, u64::from(window));
+        let record = store.get(&session).cloned().unwrap();
         let next = u64::from(window) + 3;
-        let (scope_ref, counters_ref, record_ref) = (&scope, &counters, &record);
-        let decide = |seq: u64, f: Fingerprint| {
-            let (scope, counters, record) = (scope_ref, counters_ref, record_ref);
-            let key = CounterKey {
-                client: "c1".into(),
-                epoch,
-                seq,
+        // The machine's decision on the session record it read.
+        let mut decide = |name: String, seq: u64, f: Fingerprint, want: &str| {
+            let ticket = counter_ticket(&policy, &session, epoch, seq, f);
+            let mut req = policy.resume(ticket.clone(), 1);
+            let _ = req.poll(NOW, &mut waiters);
+            req.handle_record(NOW, Some(&record), &mut waiters);
+            let answer = match req.decision() {
+                Some(d) => format!("{d:?}"),
+                None => format!("{:?}", req.poll(NOW, &mut waiters)),
             };
-            move |b: &mut criterion::Bencher<'_>| {
-                let attempt = CounterAttempt {
-                    scope,
-                    key: &key,
-                    fingerprint: &f,
-                    low_water: None,
-                };
-                b.iter(|| black_box(counters.decide(NOW, black_box(&attempt), Some(record))))
-            }
+            assert!(answer.starts_with(want), "{name}: {answer}");
+            g.bench_function(name, |b| {
+                b.iter(|| {
+                    let mut req = policy.resume(ticket.clone(), 1);
+                    let _ = req.poll(NOW, &mut waiters);
+                    req.handle_record(NOW, Some(black_box(&record)), &mut waiters);
+                    black_box(req.poll(NOW, &mut waiters))
+                })
+            });
         };
-        g.bench_function(
+        decide(
             format!("replay (window {window})"),
-            decide(next - 2, fp(next - 2)),
+            next - 2,
+            fp(next - 2),
+            "Replay",
         );
-        g.bench_function(
+        decide(
             format!("execute next, slide (window {window})"),
-            decide(next, fp(next)),
+            next,
+            fp(next),
+            "Apply",
         );
-        g.bench_function(
+        decide(
             format!("collision (window {window})"),
-            decide(next - 1, fp(7)),
+            next - 1,
+            fp(7),
+            "Rejected(Collision)",
         );
-        g.bench_function(format!("stale (window {window})"), decide(0, fp(0)));
-        g.bench_function(
+        decide(
+            format!("stale (window {window})"),
+            0,
+            fp(0),
+            "Rejected(Stale)",
+        );
+        decide(
             format!("gap (window {window})"),
-            decide(next + 3 * u64::from(window), fp(1)),
+            next + 3 * u64::from(window),
+            fp(1),
+            "Rejected(SequenceGap",
         );
         // The whole cycle through a store: claim the next number, store its response.
         g.bench_function(
             format!("claim + finish via MemoryStore (window {window})"),
             |b| {
                 b.iter_batched(
-                    || (full_session(&counters, &scope, u64::from(window)).0, next),
-                    |(mut store, seq)| {
-                        let key = CounterKey {
-                            client: "c1".into(),
-                            epoch,
-                            seq,
-                        };
-                        let f = fp(seq);
-                        let attempt = CounterAttempt {
-                            scope: &scope,
-                            key: &key,
-                            fingerprint: &f,
-                            low_water: None,
-                        };
-                        let CounterClaim::Execute { lease, .. } =
-                            counters.claim(&mut store, NOW, &attempt).unwrap()
-                        else {
-                            unreachable!()
-                        };
-                        black_box(
-                            counters
-                                .finish(&mut store, NOW, &lease, Outcome::Final(response()))
-                                .unwrap(),
-                        );
+                    || {
+                        let store = full_session(&policy, u64::from(window)).0;
+                        (
+                            store,
+                            counter_ticket(&policy, &session, epoch, next, fp(next)),
+                        )
+                    },
+                    |(mut store, ticket)| {
+                        let mut req = policy.resume(ticket, next);
+                        black_box(run(&mut req, &mut store));
                         store
                     },
                     BatchSize::SmallInput,
@@ -141,58 +179,109 @@ fn counter_window(c: &mut Criterion) {
 
 fn time_and_tokens(c: &mut Criterion) {
     let mut g = c.benchmark_group("kinds");
-    let tk = TimeKeys::new(Engine::default(), TimeKeyConfig::default()).unwrap();
-    let scope = Scope::new("tenant-42", "POST", "/v1/charges");
-    let key = parse_time_key("c1:1700000000000").unwrap();
-    let rk = tk.record_key(&scope, &key);
-    let f = fp(1);
-    let attempt = Attempt {
-        key: &rk,
-        fingerprint: &f,
-        nonce: 1,
+    let mut waiters = Waiters::default();
+    let times = Policy::new(Engine::default())
+        .with_keys(KeyKind::Time(TimeKeyConfig::default()))
+        .unwrap();
+    let text = "c1:1700000000000";
+    let key = parse_time_key(text).unwrap();
+    // Where the key's record lives, as the policy identifies a request with it.
+    let record_key = times
+        .request(
+            &Intake {
+                principal: TARGET.principal,
+                method: TARGET.method,
+                route: TARGET.route,
+                target: TARGET.route,
+                keys: &[text.as_bytes()],
+                low_water: None,
+                content_type: None,
+                headers: &[],
+                body: b"",
+            },
+            1,
+        )
+        .key()
+        .clone();
+    let ticket = |f: Fingerprint| Ticket {
+        key: record_key.clone(),
+        fingerprint: f,
+        subject: Subject::Time(key.clone()),
     };
-    let Decision::Execute { lease, .. } = tk.decide(NOW, &key, &attempt, None) else {
-        unreachable!()
-    };
-    let WriteOp::Put(done) = tk
-        .engine()
-        .complete(NOW, &lease, Outcome::Final(response()))
-        .unwrap()
-        .op
-    else {
-        unreachable!()
-    };
+    let mut store = MemoryStore::default();
+    run(&mut times.resume(ticket(fp(1)), 1), &mut store);
+    let done = store.get(&record_key).cloned().unwrap();
     g.bench_function("time key: parse", |b| {
         b.iter(|| black_box(parse_time_key(black_box("c1:1700000000000"))))
     });
-    g.bench_function("time key: replay decision", |b| {
-        b.iter(|| black_box(tk.decide(NOW, &key, black_box(&attempt), Some(&done))))
-    });
-    let other = fp(2);
-    let collide = Attempt {
-        fingerprint: &other,
-        ..attempt
+    // The machine checks the key's window, then decides on the record it read.
+    let mut decide = |name: &str, t: Ticket, want: &str| {
+        let mut req = times.resume(t.clone(), 1);
+        let _ = req.poll(NOW, &mut waiters);
+        req.handle_record(NOW, Some(&done), &mut waiters);
+        let answer = format!("{:?}", req.decision());
+        assert!(answer.starts_with(want), "{name}: {answer}");
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut req = times.resume(t.clone(), 1);
+                let _ = req.poll(NOW, &mut waiters);
+                req.handle_record(NOW, Some(black_box(&done)), &mut waiters);
+                black_box(req.poll(NOW, &mut waiters))
+            })
+        });
     };
-    g.bench_function("time key: collision decision", |b| {
-        b.iter(|| black_box(tk.decide(NOW, &key, black_box(&collide), Some(&done))))
-    });
-    let tokens = Tokens::new(
-        Engine::default(),
-        TokenSecret([7; 32]),
-        std::time::Duration::from_secs(3600),
-    )
-    .unwrap();
+    decide("time key: replay decision", ticket(fp(1)), "Some(Replay");
+    decide(
+        "time key: collision decision",
+        ticket(fp(2)),
+        "Some(Rejected(Collision))",
+    );
+    let tokens = Policy::new(Engine::default())
+        .with_keys(KeyKind::Token {
+            secret: TokenSecret([7; 32]),
+            ttl: std::time::Duration::from_secs(3600),
+        })
+        .unwrap();
+    // The token operation up to the write that stores the token.
     g.bench_function("token: issue", |b| {
-        b.iter(|| black_box(tokens.issue(NOW, &scope, black_box([1, 2]))))
+        b.iter(|| {
+            let mut req = tokens.issue_token(&TARGET, NOW, black_box([1, 2]));
+            let step = req.poll(NOW, &mut waiters);
+            (req, black_box(step))
+        })
     });
-    let token = tokens.issue(NOW, &scope, [1, 2]).token;
-    g.bench_function("token: verify", |b| {
-        b.iter(|| black_box(tokens.verify(&scope, black_box(&token))))
-    });
-    g.bench_function("token: refuse a forged one", |b| {
-        let forged = token.replace('a', "b");
-        b.iter(|| black_box(tokens.verify(&scope, black_box(&forged))))
-    });
+    let mut issuing = tokens.issue_token(&TARGET, NOW, [1, 2]);
+    let Ok(Step::Reply) = issuing.drive(&mut MemoryStore::default(), NOW, &mut waiters) else {
+        unreachable!()
+    };
+    let document: serde_json::Value =
+        serde_json::from_slice(issuing.reply().unwrap().body()).unwrap();
+    let token = document["token"].as_str().unwrap().to_owned();
+    let presented = |token: &str| Ticket {
+        key: issuing.key().clone(),
+        fingerprint: fp(1),
+        subject: Subject::Token {
+            scope: scope(&tokens),
+            token: token.to_owned(),
+        },
+    };
+    // The machine verifies a presented token before it reads anything: the first poll asks
+    // for the record (authentic) or answers (forged).
+    let mut verify = |name: &str, t: Ticket, want: Step| {
+        assert_eq!(tokens.resume(t.clone(), 1).poll(NOW, &mut waiters), want);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut req = tokens.resume(t.clone(), 1);
+                black_box(req.poll(NOW, &mut waiters))
+            })
+        });
+    };
+    verify("token: verify", presented(&token), Step::Claim);
+    verify(
+        "token: refuse a forged one",
+        presented(&token.replace('a', "b")),
+        Step::Reply,
+    );
     g.bench_function("sub_key", |b| {
         b.iter(|| {
             black_box(sub_key(

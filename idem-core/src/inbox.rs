@@ -13,7 +13,7 @@ use crate::engine::{Engine, Outcome};
 use crate::fingerprint::FingerprintSpec;
 use crate::key::{KeyError, RecordKey, Scope, MAX_KEY_LEN};
 use crate::kind::kind_scope;
-use crate::record::StoredResponse;
+use crate::response::StoredResponse;
 use alloc::string::String;
 use alloc::vec::Vec;
 

@@ -3,7 +3,7 @@
 use crate::deadlines::{Deadlines, Due};
 use crate::key::{RecordKey, Scope};
 use crate::record::{Expiry, Precondition, Record, Write, WriteOp};
-use crate::reply::StoreFailure;
+use crate::store::StoreFailure;
 use crate::store::{Applied, Store};
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;
@@ -567,7 +567,7 @@ mod tests {
             created: UnixMillis(0),
             key_expires: UnixMillis(key),
             state: RecordState::Completed {
-                response: Arc::new(crate::record::StoredResponse {
+                response: Arc::new(crate::response::StoredResponse {
                     status: 201,
                     headers: Vec::new(),
                     body: Vec::new(),

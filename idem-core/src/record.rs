@@ -14,34 +14,10 @@
 
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
+use crate::response::StoredResponse;
+use crate::session::CounterSession;
 use crate::time::UnixMillis;
-use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::vec::Vec;
-
-/// A response kept for replay (`IDEM-REPLAY-1`): status, the headers the host chose to keep,
-/// and the body, byte for byte.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StoredResponse {
-    /// HTTP status code, 100 to 599.
-    pub status: u16,
-    /// Header fields in order (name, value).
-    pub headers: Vec<(String, String)>,
-    /// The body.
-    pub body: Vec<u8>,
-}
-
-impl StoredResponse {
-    /// Bytes held by this response, for store accounting.
-    pub fn size(&self) -> usize {
-        self.body.len()
-            + self
-                .headers
-                .iter()
-                .map(|(n, v)| n.len() + v.len() + 16)
-                .sum::<usize>()
-    }
-}
 
 /// The state of one (scope, key).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -96,7 +72,7 @@ pub enum RecordState {
     /// Its `fence` and `fingerprint` are unused: slots carry their own.
     Counter {
         /// The session.
-        session: Arc<crate::counter::CounterSession>,
+        session: Arc<CounterSession>,
     },
     /// A key nobody had used, settled by a status query as never to run
     /// (`IDEM-STATUS-3`): every request with it is refused until the key expires. Its

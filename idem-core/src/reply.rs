@@ -10,7 +10,8 @@ use crate::fingerprint::FingerprintError;
 use crate::key::KeyError;
 use crate::kind::KindKeyError;
 use crate::problem::Problem;
-use crate::record::StoredResponse;
+use crate::response::StoredResponse;
+use crate::store::StoreFailure;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
@@ -28,15 +29,6 @@ pub const LOW_WATER_HEADER: &str = "idempotency-low-water";
 pub const STATUS_HEADER: &str = "idempotency-status";
 /// The media type of a status document (`IDEM-STATUS-1`).
 pub const STATUS_MEDIA_TYPE: &str = "application/vnd.idem.key-status+json";
-
-/// How a store failed, as far as the answer is concerned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreFailure {
-    /// The store is full and refuses new records (`IDEM-STORE-3`).
-    Full,
-    /// Anything else: unreachable, timed out, refused (`IDEM-STORE-4`).
-    Unavailable,
-}
 
 /// A refusal before or instead of running the handler: the problem, the requirement it
 /// enforces (sometimes more specific than the problem's own, for example `IDEM-KEY-5` for a

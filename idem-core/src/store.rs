@@ -1,16 +1,13 @@
 //! The store contracts: synchronous ([`Store`]) and asynchronous ([`AsyncStore`]), with the
 //! same compare-and-set rules. Both are driven through the one request machine
-//! ([`Request`](crate::Request)).
+//! ([`Request`](crate::Request)): it reads and writes, a store only keeps records.
 
-use crate::engine::{Attempt, CompleteError, Decision, Engine, Lease, Outcome};
+use crate::engine::CompleteError;
 use crate::event::Event;
 use crate::key::RecordKey;
 use crate::record::{Record, Write, WriteOp};
-use crate::reply::StoreFailure;
-use crate::request::Request;
 use crate::time::UnixMillis;
 use alloc::borrow::Cow;
-use alloc::boxed::Box;
 use core::future::Future;
 
 /// Whether a [`Write`]'s precondition held.
@@ -21,6 +18,15 @@ pub enum Applied {
     Applied,
     /// The precondition did not hold; nothing changed (a lost race, or a fenced-out lease).
     Conflict,
+}
+
+/// How a store failed, as far as the answer is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// The store is full and refuses new records (`IDEM-STORE-3`).
+    Full,
+    /// Anything else: unreachable, timed out, refused (`IDEM-STORE-4`).
+    Unavailable,
 }
 
 /// A place that keeps records: the one thing the engine needs from a database.
@@ -67,30 +73,6 @@ pub trait Store {
     /// unavailable (`IDEM-STORE-4`, the default).
     fn failure(_error: &Self::Error) -> StoreFailure {
         StoreFailure::Unavailable
-    }
-
-    /// Reads, decides and claims, deciding again after a lost race (the request machine's
-    /// claim, without waiting). Returns [`Claim::Execute`] once this attempt holds the
-    /// lease.
-    fn claim(
-        &mut self,
-        engine: &Engine,
-        now: UnixMillis,
-        attempt: &Attempt<'_>,
-    ) -> Result<Claim, Self::Error> {
-        Request::claim_attempt(self, engine, now, attempt)
-    }
-
-    /// Records the outcome of the handler that ran under `lease` (the request machine's
-    /// completion).
-    fn finish(
-        &mut self,
-        engine: &Engine,
-        now: UnixMillis,
-        lease: &Lease,
-        outcome: Outcome,
-    ) -> Result<Finish, Self::Error> {
-        Request::holding(engine, lease).finish_on(self, now, outcome)
     }
 }
 
@@ -209,40 +191,9 @@ impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
     }
 }
 
-/// The result of [`Store::claim`].
-#[must_use = "an Execute claim holds a lease that must be finished"]
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Claim {
-    /// This attempt holds the lease: run the handler, then [`Store::finish`]. The lease is
-    /// boxed so that the other answers, a replay above all, move as small values.
-    Execute {
-        /// The lease.
-        lease: Box<Lease>,
-        /// Whether an earlier attempt may have started the work.
-        recovered: bool,
-    },
-    /// Anything but execute: replay, in progress, mismatch, rejected. Never holds
-    /// [`Decision::Execute`].
-    Done(Decision),
-}
-
-impl Claim {
-    /// The event for this claim.
-    pub fn event(&self) -> Event {
-        match self {
-            Claim::Execute {
-                recovered: false, ..
-            } => Event::Executed,
-            Claim::Execute {
-                recovered: true,
-                lease,
-            } => Event::TookOver { fence: lease.fence },
-            Claim::Done(d) => d.event(),
-        }
-    }
-}
-
-/// The result of [`Store::finish`].
+/// How the handler's outcome was recorded: the end of a request that ran its handler
+/// ([`Step::Done`](crate::Step::Done)), and what a completion write means to the store that
+/// applies it ([`Completing::finish`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
     /// The response is stored and will be replayed.
@@ -263,10 +214,9 @@ pub enum Finish {
 }
 
 impl Finish {
-    /// What applying a completion write from [`Engine::complete`] means, for hosts that
-    /// apply it themselves (an asynchronous store): stored, released or outcome-unknown.
-    /// A refused precondition is [`Finish::FencedOut`] instead.
-    pub fn of(write: &Write) -> Finish {
+    /// What applying a record's completion write means: stored, released or
+    /// outcome-unknown. A refused precondition is [`Finish::FencedOut`] instead.
+    pub(crate) fn of(write: &Write) -> Finish {
         match &write.op {
             WriteOp::Delete => Finish::Released,
             WriteOp::Put(r) if matches!(r.state, crate::RecordState::Completed { .. }) => {

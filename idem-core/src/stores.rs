@@ -111,7 +111,7 @@ mod tests {
     fn a_response_is_kept_apart_until_it_expires() {
         // IDEM-STORE-9
         use crate::fingerprint::Fingerprint;
-        use crate::record::StoredResponse;
+        use crate::response::StoredResponse;
         use alloc::sync::Arc;
         let completed = Record {
             version: 7,

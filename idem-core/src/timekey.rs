@@ -2,13 +2,10 @@
 //! (`IDEM-TIME-1` to `IDEM-TIME-5`).
 
 use crate::engine::{Attempt, Decision, Engine, RejectReason};
-use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
 use crate::kind::KindKeyError;
 use crate::kind::{kind_scope, parse_decimal, valid_client_id, KindConfigError};
 use crate::record::Record;
-use crate::request::Request;
-use crate::store::{Claim, Store};
 use crate::time::UnixMillis;
 use alloc::format;
 use alloc::string::String;
@@ -67,8 +64,9 @@ impl Default for TimeKeyConfig {
 }
 
 impl TimeKeyConfig {
-    /// These bounds fitted to a key retention of `key_ttl`, as [`TimeKeys::new`] requires
-    /// (`max_age + max_ahead <= key_ttl`): the clock skew at most a quarter of the retention,
+    /// These bounds fitted to a key retention of `key_ttl`, as a policy with time keys
+    /// requires ([`Policy::with_keys`](crate::Policy::with_keys): `max_age + max_ahead <=
+    /// key_ttl`): the clock skew at most a quarter of the retention,
     /// the maximum age at most what is left of it (and at least a millisecond). A host hands
     /// its settings here instead of clamping them itself.
     pub fn fit(self, key_ttl: Duration) -> TimeKeyConfig {
@@ -81,14 +79,14 @@ impl TimeKeyConfig {
     }
 }
 
-/// The engine for time keys: an [`Engine`] plus the time window.
+/// The rules of time keys: an [`Engine`] plus the time window.
 ///
-/// A host parses the key ([`parse_time_key`]), then either calls [`TimeKeys::claim`] on its
-/// [`Store`], or reads the record under [`TimeKeys::record_key`] and calls
-/// [`TimeKeys::decide`]. Completion, heartbeats and expiry go through
-/// [`TimeKeys::engine`] as for opaque keys (for example [`Store::finish`]). Never claim a
-/// time key with [`Store::claim`] or [`Engine::decide`] directly: they skip the window and
-/// would replay or run what this type refuses.
+/// A policy whose keys are timestamps ([`KeyKind::Time`](crate::KeyKind::Time)) parses the
+/// key ([`parse_time_key`]); its machine checks the window before it reads anything
+/// ([`TimeKeys::check`]), then decides on the record under [`TimeKeys::record_key`]
+/// ([`TimeKeys::decide`]). Completion, heartbeats and expiry go through
+/// [`TimeKeys::engine`] as for opaque keys. [`Engine::decide`] alone would skip the window
+/// and replay or run what this type refuses.
 ///
 /// A timestamp is a cheap key, but two clients (or one client twice) can pick the same
 /// millisecond for different requests, and a server that forgets old keys must not let an old
@@ -111,16 +109,15 @@ impl TimeKeyConfig {
 /// (scope, client, timestamp) with a different payload is a **collision**
 /// ([`RejectReason::Collision`], 422 `key-collision`), never a replay and never an execution.
 #[derive(Clone, Debug)]
-pub struct TimeKeys {
+pub(crate) struct TimeKeys {
     engine: Engine,
-    config: TimeKeyConfig,
     max_ahead_ms: u64,
     max_age_ms: u64,
 }
 
 impl TimeKeys {
     /// Time keys over `engine`; refuses a window that would outlive the key retention.
-    pub fn new(engine: Engine, config: TimeKeyConfig) -> Result<TimeKeys, KindConfigError> {
+    pub(crate) fn new(engine: Engine, config: TimeKeyConfig) -> Result<TimeKeys, KindConfigError> {
         if config.max_age.is_zero() {
             return Err(KindConfigError::ZeroDuration("max_age"));
         }
@@ -135,24 +132,18 @@ impl TimeKeys {
             max_ahead_ms: millis(config.max_ahead),
             max_age_ms: millis(config.max_age),
             engine,
-            config,
         })
     }
 
-    /// The engine (for [`Engine::complete`], [`Store::finish`], expiry).
-    pub fn engine(&self) -> &Engine {
+    /// The engine (for completion, heartbeats and expiry).
+    pub(crate) fn engine(&self) -> &Engine {
         &self.engine
-    }
-
-    /// The settings.
-    pub fn config(&self) -> &TimeKeyConfig {
-        &self.config
     }
 
     /// Where the record for `key` lives: in the time-key scope of `scope` (`IDEM-KIND-1`),
     /// under the client id and the timestamp as a canonical decimal, so `007` and `7` name
     /// the same record.
-    pub fn record_key(&self, scope: &Scope, key: &TimeKey) -> RecordKey {
+    pub(crate) fn record_key(&self, scope: &Scope, key: &TimeKey) -> RecordKey {
         RecordKey::new(
             kind_scope(scope, "time"),
             format!("{}:{}", key.client.as_deref().unwrap_or(""), key.at.0),
@@ -160,7 +151,7 @@ impl TimeKeys {
     }
 
     /// Whether `key` is inside the window at `now` (`IDEM-TIME-2`, `IDEM-TIME-3`).
-    pub fn check(&self, now: UnixMillis, key: &TimeKey) -> Result<(), RejectReason> {
+    pub(crate) fn check(&self, now: UnixMillis, key: &TimeKey) -> Result<(), RejectReason> {
         let ahead = now.until(key.at);
         if ahead > self.max_ahead_ms {
             return Err(RejectReason::FromFuture { ahead_ms: ahead });
@@ -174,7 +165,7 @@ impl TimeKeys {
     /// Decides an attempt whose `attempt.key` is [`TimeKeys::record_key`] of `key`, given the
     /// record read for it. Outside the window: rejected. Inside: as [`Engine::decide`],
     /// except that a different payload is a [`RejectReason::Collision`] (`IDEM-TIME-4`).
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         now: UnixMillis,
         key: &TimeKey,
@@ -188,20 +179,6 @@ impl TimeKeys {
             Decision::Mismatch { .. } => Decision::Rejected(RejectReason::Collision),
             other => other,
         }
-    }
-
-    /// Reads, decides and claims on `store`, deciding again after a lost race, like
-    /// [`Store::claim`]. An attempt outside the window never reads the store.
-    pub fn claim<S: Store + ?Sized>(
-        &self,
-        store: &mut S,
-        now: UnixMillis,
-        scope: &Scope,
-        key: &TimeKey,
-        fingerprint: &Fingerprint,
-        nonce: u64,
-    ) -> Result<Claim, S::Error> {
-        Request::for_time(self, scope, key, fingerprint, nonce).claim_record_on(store, now)
     }
 }
 

@@ -5,8 +5,6 @@ use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
 use crate::kind::{decode_hex, kind_scope, push_hex, KindConfigError};
 use crate::record::{Precondition, Record, RecordState, Write, WriteOp};
-use crate::request::Request;
-use crate::store::{Claim, Store};
 use crate::time::UnixMillis;
 use alloc::string::String;
 use core::fmt;
@@ -34,23 +32,24 @@ impl fmt::Debug for TokenSecret {
 /// A token just issued, and the write that stores it.
 #[must_use = "the token exists only once its write is applied"]
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IssuedToken {
+pub(crate) struct IssuedToken {
     /// The token to hand to the client.
-    pub token: String,
+    pub(crate) token: String,
     /// When it expires unless consumed.
-    pub expires: UnixMillis,
+    pub(crate) expires: UnixMillis,
     /// Apply this write before handing out the token. A conflict (the token already exists,
     /// with probability 2^-128) means: issue again with new random bytes.
-    pub write: Write,
+    pub(crate) write: Write,
 }
 
-/// The engine for server-issued tokens.
+/// The rules of server-issued tokens.
 ///
-/// Issue with [`Tokens::issue`] and apply its write; on each request call [`Tokens::claim`]
-/// (or read the record under [`Tokens::record_key`] and call [`Tokens::decide`]);
-/// complete through [`Tokens::engine`] as for any key ([`Store::finish`]). Never claim a
-/// token with [`Store::claim`] or [`Engine::decide`] directly: to them an unknown token is
-/// simply a new key, and it would run.
+/// The token operation ([`Policy::issue_token`](crate::Policy::issue_token)) issues with
+/// [`Tokens::issue`] and applies its write; a request's machine, under a policy whose keys
+/// are tokens ([`KeyKind::Token`](crate::KeyKind::Token)), verifies the token before it reads
+/// anything ([`Tokens::verify`]), then decides on the record under [`Tokens::record_key`]
+/// ([`Tokens::decide`]); completion goes through [`Tokens::engine`] as for any key. To
+/// [`Engine::decide`] alone an unknown token is simply a new key, and it would run.
 ///
 /// The server hands out a token (for example with the form that will submit the request);
 /// the client sends it back as its idempotency key. The first request that presents the
@@ -65,7 +64,7 @@ pub struct IssuedToken {
 /// `token-forged`); the expiry in the token says whether an unknown token expired (410
 /// `token-expired`) or was never stored (400 `token-unknown`).
 #[derive(Clone, Debug)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     engine: Engine,
     secret: TokenSecret,
     ttl: Duration,
@@ -76,7 +75,7 @@ impl Tokens {
     /// default TTL worth using is an hour (long enough to fill a form, short enough that a
     /// leaked token is soon useless); it may not exceed the key retention, so a consumed
     /// token is remembered for longer than an unconsumed one is valid.
-    pub fn new(
+    pub(crate) fn new(
         engine: Engine,
         secret: TokenSecret,
         ttl: Duration,
@@ -94,15 +93,15 @@ impl Tokens {
         })
     }
 
-    /// The engine (for [`Engine::complete`], [`Store::finish`], expiry).
-    pub fn engine(&self) -> &Engine {
+    /// The engine (for completion, heartbeats and expiry).
+    pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// Issues a token for `scope` at `now` from 128 random bits supplied by the caller
     /// (`IDEM-TOKEN-1`). The record it writes is in state [`RecordState::Issued`] until the
     /// first request consumes it, and disappears at the expiry if none does.
-    pub fn issue(&self, now: UnixMillis, scope: &Scope, random: [u64; 2]) -> IssuedToken {
+    pub(crate) fn issue(&self, now: UnixMillis, scope: &Scope, random: [u64; 2]) -> IssuedToken {
         let expires = now.saturating_add(self.ttl);
         let mut body = [0u8; 24];
         body[..8].copy_from_slice(&random[0].to_le_bytes());
@@ -139,7 +138,7 @@ impl Tokens {
     /// Checks that `token` was issued by this secret for `scope`, and returns its expiry.
     /// Any other string is [`RejectReason::TokenForged`] (`IDEM-TOKEN-3`). The comparison
     /// of the MAC takes the same time wherever it differs.
-    pub fn verify(&self, scope: &Scope, token: &str) -> Result<UnixMillis, RejectReason> {
+    pub(crate) fn verify(&self, scope: &Scope, token: &str) -> Result<UnixMillis, RejectReason> {
         let hex = token
             .strip_prefix(TOKEN_PREFIX)
             .ok_or(RejectReason::TokenForged)?;
@@ -166,7 +165,7 @@ impl Tokens {
     }
 
     /// Where the record for `token` lives: in the token scope of `scope` (`IDEM-KIND-1`).
-    pub fn record_key(&self, scope: &Scope, token: &str) -> RecordKey {
+    pub(crate) fn record_key(&self, scope: &Scope, token: &str) -> RecordKey {
         RecordKey::new(kind_scope(scope, "token"), token)
     }
 
@@ -180,7 +179,7 @@ impl Tokens {
     /// * issued and unexpired: [`Decision::Execute`], consuming it;
     /// * consumed: as [`Engine::decide`] for any key (replay, in-progress, mismatch, …),
     ///   whether or not the token's own expiry has passed.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         now: UnixMillis,
         scope: &Scope,
@@ -197,19 +196,5 @@ impl Tokens {
             None if now >= expires => Decision::Rejected(RejectReason::TokenExpired),
             None => Decision::Rejected(RejectReason::TokenUnknown),
         }
-    }
-
-    /// Verifies, reads, decides and claims on `store`, deciding again after a lost race. A
-    /// forged token never reads the store.
-    pub fn claim<S: Store + ?Sized>(
-        &self,
-        store: &mut S,
-        now: UnixMillis,
-        scope: &Scope,
-        token: &str,
-        fingerprint: &Fingerprint,
-        nonce: u64,
-    ) -> Result<Claim, S::Error> {
-        Request::for_token(self, scope, token, fingerprint, nonce).claim_record_on(store, now)
     }
 }

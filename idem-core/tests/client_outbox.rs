@@ -4,6 +4,8 @@ use idem_core::*;
 use proptest::prelude::*;
 use std::time::Duration;
 
+mod common;
+
 const T0: u64 = 1_700_000_000_000;
 const PAYLOAD: [u8; 32] = [3; 32];
 
@@ -516,7 +518,7 @@ proptest! {
     #[test]
     fn the_client_never_reports_more_than_it_knows(fates in proptest::collection::vec(fate(), 1..40)) {
         // IDEM-CLIENT-2 IDEM-CLIENT-3 IDEM-CLIENT-4 IDEM-EXEC-1
-        let engine = Engine::new(Config { lease: Duration::from_secs(5), ..Config::default() }).unwrap();
+        let server = Policy::new(Engine::new(Config { lease: Duration::from_secs(5), ..Config::default() }).unwrap());
         let policy = RetryPolicy { max_attempts: 8, deadline: Duration::from_secs(120), ..RetryPolicy::default() };
         let mut store = MemoryStore::default();
         let mut entry = OutboxEntry::new(uuid_v4_key([5, 6]), PAYLOAD).unwrap();
@@ -535,9 +537,10 @@ proptest! {
             let result: Result<ClientResponse, NetworkError> = if f.network == 0 {
                 Err(NetworkError::NotSent)
             } else {
-                let attempt = Attempt { key: &key, fingerprint: &fingerprint, nonce: i as u64 };
-                let reply = match store.claim(&engine, UnixMillis(now), &attempt).unwrap() {
-                    Claim::Execute { lease, recovered } => {
+                let ticket = Ticket { key: key.clone(), fingerprint: fingerprint.clone(), subject: Subject::Record };
+                let mut req = server.resume(ticket, i as u64);
+                let reply = match common::claim(&mut req, &mut store, UnixMillis(now)).unwrap() {
+                    Claimed::Execute { recovered, .. } => {
                         let stored = |status: u16| StoredResponse { status, headers: vec![], body: vec![] };
                         // A recovered handler reconciles first: if the effect happened, it
                         // reports success instead of refusing.
@@ -546,7 +549,7 @@ proptest! {
                             0 => {
                                 // A recovered handler reconciles: the effect happens once.
                                 if !recovered || effects == 0 { effects += 1; }
-                                let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Final(stored(201))).unwrap();
+                                let _ = common::finish(&mut req, &mut store, UnixMillis(now), Outcome::Final(stored(201))).unwrap();
                                 Some(ClientResponse { status: 201, retry_after_secs: None, answer: KeyAnswer::Unspecified })
                             }
                             1 => {
@@ -555,11 +558,11 @@ proptest! {
                             }
                             2 => None,
                             3 => {
-                                let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Final(stored(400))).unwrap();
+                                let _ = common::finish(&mut req, &mut store, UnixMillis(now), Outcome::Final(stored(400))).unwrap();
                                 Some(response(400))
                             }
                             _ => {
-                                let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Retryable).unwrap();
+                                let _ = common::finish(&mut req, &mut store, UnixMillis(now), Outcome::Retryable).unwrap();
                                 Some(ClientResponse {
                                     status: 503,
                                     retry_after_secs: Some(1),
@@ -568,8 +571,8 @@ proptest! {
                             }
                         }
                     }
-                    Claim::Done(Decision::Replay(r)) => Some(response(r.status)),
-                    Claim::Done(d) => {
+                    Claimed::Done(Decision::Replay(r)) => Some(response(r.status)),
+                    Claimed::Done(d) => {
                         let p = d.problem().unwrap();
                         Some(ClientResponse {
                             status: p.status,

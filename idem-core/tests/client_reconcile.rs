@@ -279,7 +279,7 @@ fn server() -> Policy {
     )
 }
 
-fn order(policy: &Policy, nonce: u64) -> Request<'static> {
+fn order(policy: &Policy, nonce: u64) -> Request {
     policy.request(
         &Intake {
             principal: Some("alice"),
@@ -316,7 +316,7 @@ fn ask(policy: &Policy, store: &mut MemoryStore, now: UnixMillis) -> Option<KeyS
 }
 
 /// Runs `req` to its end at `now`; a handler that runs counts an effect and answers 201.
-fn run(req: &mut Request<'static>, store: &mut MemoryStore, now: UnixMillis, effects: &mut u32) {
+fn run(req: &mut Request, store: &mut MemoryStore, now: UnixMillis, effects: &mut u32) {
     let mut waiters = Waiters::default();
     loop {
         match req.drive(store, now, &mut waiters).unwrap() {

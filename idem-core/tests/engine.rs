@@ -1,6 +1,9 @@
 //! The engine's transitions, one requirement at a time, with the reference store.
+use common::{events, lease};
 use idem_core::*;
 use std::time::Duration;
+
+mod common;
 
 const T0: UnixMillis = UnixMillis(1_000_000_000);
 
@@ -32,8 +35,10 @@ fn at(ms: u64) -> UnixMillis {
     UnixMillis(T0.0 + ms)
 }
 
+/// A host with a policy over the reference store: every attempt is a request machine,
+/// claimed by driving it over the store, its handler's outcome recorded through it.
 struct Rig {
-    engine: Engine,
+    policy: Policy,
     store: MemoryStore,
     nonce: u64,
 }
@@ -41,38 +46,55 @@ struct Rig {
 impl Rig {
     fn new(config: Config) -> Rig {
         Rig {
-            engine: Engine::new(config).unwrap(),
+            policy: Policy::new(Engine::new(config).unwrap()),
             store: MemoryStore::default(),
             nonce: 0,
         }
     }
-    fn claim(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Claim {
+    fn engine(&self) -> &Engine {
+        self.policy.engine()
+    }
+    /// An attempt at `key` with fingerprint `fp`: its machine, and what its claim came to.
+    fn attempt(
+        &mut self,
+        now: UnixMillis,
+        key: &RecordKey,
+        fp: &Fingerprint,
+    ) -> (Request, Claimed) {
         self.nonce = self
             .nonce
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        self.store
-            .claim(
-                &self.engine,
-                now,
-                &Attempt {
-                    key,
-                    fingerprint: fp,
-                    nonce: self.nonce,
-                },
-            )
-            .unwrap()
+        let ticket = Ticket {
+            key: key.clone(),
+            fingerprint: fp.clone(),
+            subject: Subject::Record,
+        };
+        let mut req = self.policy.resume(ticket, self.nonce);
+        let claimed = common::claim(&mut req, &mut self.store, now).unwrap();
+        (req, claimed)
     }
-    fn lease(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Lease {
-        match self.claim(now, key, fp) {
-            Claim::Execute { lease, .. } => *lease,
-            other => panic!("expected execute, got {other:?}"),
+    fn claim(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Claimed {
+        self.attempt(now, key, fp).1
+    }
+    /// The machine of an attempt that runs its handler.
+    fn run(&mut self, now: UnixMillis, key: &RecordKey, fp: &Fingerprint) -> Request {
+        match self.attempt(now, key, fp) {
+            (req, Claimed::Execute { .. }) => req,
+            (_, other) => panic!("expected execute, got {other:?}"),
         }
     }
-    fn finish(&mut self, now: UnixMillis, lease: &Lease, outcome: Outcome) -> Finish {
-        self.store
-            .finish(&self.engine, now, lease, outcome)
-            .unwrap()
+    fn finish(&mut self, now: UnixMillis, req: &mut Request, outcome: Outcome) -> Finish {
+        common::finish(req, &mut self.store, now, outcome).unwrap()
+    }
+    /// A machine holding `lease` for the request of `like` (a lease kept from before).
+    fn holding(&self, now: UnixMillis, like: &Request, lease: &Lease) -> Request {
+        common::holding(
+            &self.policy,
+            like.ticket(),
+            Hold::Record(lease.clone()),
+            now,
+        )
     }
 }
 
@@ -92,19 +114,26 @@ fn first_request_executes_and_duplicates_wait() {
     // IDEM-EXEC-1 IDEM-CONC-1 IDEM-EVT-1
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp(r#"{"n":1}"#));
-    let first = rig.claim(T0, &k, &f);
-    assert_eq!(first.event(), Event::Executed);
+    let (mut first, claimed) = rig.attempt(T0, &k, &f);
+    assert!(matches!(
+        claimed,
+        Claimed::Execute {
+            recovered: false,
+            ..
+        }
+    ));
+    assert_eq!(events(&mut first), [Event::Executed]);
     for (ms, secs) in [(0, 5), (1, 5), (4_000, 1), (4_999, 1)] {
-        let c = rig.claim(at(ms), &k, &f);
+        let (mut dup, c) = rig.attempt(at(ms), &k, &f);
         assert_eq!(
             c,
-            Claim::Done(Decision::InProgress {
+            Claimed::Done(Decision::InProgress {
                 retry_after_secs: secs
             }),
             "at {ms}"
         );
-        assert_eq!(c.event(), Event::InProgress);
-        let Claim::Done(d) = c else { unreachable!() };
+        assert_eq!(events(&mut dup), [Event::InProgress]);
+        let Claimed::Done(d) = c else { unreachable!() };
         assert_eq!(d.problem().unwrap(), Problem::IN_PROGRESS);
         assert_eq!(Problem::IN_PROGRESS.status, 409);
     }
@@ -115,17 +144,20 @@ fn completed_requests_replay_byte_for_byte() {
     // IDEM-REPLAY-1 IDEM-OUT-1 IDEM-TTL-1 IDEM-EVT-1
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let lease = rig.lease(T0, &k, &f);
+    let mut req = rig.run(T0, &k, &f);
     let resp = ok(201, "created #1");
     assert_eq!(
-        rig.finish(at(10), &lease, Outcome::Final(resp.clone())),
+        rig.finish(at(10), &mut req, Outcome::Final(resp.clone())),
         Finish::Stored
     );
+    assert_eq!(events(&mut req), [Event::Executed, Event::Completed]);
     assert_eq!(Finish::Stored.event(), Event::Completed);
     for ms in [10, 5_000, 10_009] {
-        match rig.claim(at(ms), &k, &f) {
-            Claim::Done(d @ Decision::Replay(_)) => {
+        let (mut retry, c) = rig.attempt(at(ms), &k, &f);
+        match c {
+            Claimed::Done(d @ Decision::Replay(_)) => {
                 assert_eq!(d.event(), Event::Replayed);
+                assert_eq!(events(&mut retry), [Event::Replayed]);
                 assert!(d.problem().is_none());
                 let Decision::Replay(r) = d else {
                     unreachable!()
@@ -143,24 +175,26 @@ fn deterministic_errors_are_replayed_and_retryable_ones_released() {
     let mut rig = Rig::new(short());
     let f = fp("{}");
     let k1 = key("a", "k1");
-    let lease = rig.lease(T0, &k1, &f);
+    let mut req = rig.run(T0, &k1, &f);
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::classify(ok(402, "card declined"))),
+        rig.finish(T0, &mut req, Outcome::classify(ok(402, "card declined"))),
         Finish::Stored
     );
-    assert!(matches!(rig.claim(T0, &k1, &f), Claim::Done(Decision::Replay(r)) if r.status == 402));
+    assert!(
+        matches!(rig.claim(T0, &k1, &f), Claimed::Done(Decision::Replay(r)) if r.status == 402)
+    );
 
     for status in [408, 425, 429] {
         let k = key("a", &format!("retryable-{status}"));
-        let lease = rig.lease(T0, &k, &f);
+        let mut req = rig.run(T0, &k, &f);
         assert_eq!(
-            rig.finish(T0, &lease, Outcome::classify(ok(status, ""))),
+            rig.finish(T0, &mut req, Outcome::classify(ok(status, ""))),
             Finish::Released
         );
         assert!(
             matches!(
                 rig.claim(T0, &k, &f),
-                Claim::Execute {
+                Claimed::Execute {
                     recovered: false,
                     ..
                 }
@@ -190,19 +224,20 @@ fn unknown_outcomes_follow_the_policy() {
     // Default: re-execute with recovery; a 5xx is never replayed.
     let mut rig = Rig::new(short());
     assert_eq!(
-        rig.engine.config().unknown_outcome,
+        rig.engine().config().unknown_outcome,
         UnknownOutcomePolicy::Reexecute
     );
-    let lease = rig.lease(T0, &k, &f);
+    let mut req = rig.run(T0, &k, &f);
+    let fence = lease(&req).fence;
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::classify(ok(502, "bad gateway"))),
+        rig.finish(T0, &mut req, Outcome::classify(ok(502, "bad gateway"))),
         Finish::OutcomeUnknown
     );
     match rig.claim(at(1), &k, &f) {
-        Claim::Execute {
+        Claimed::Execute {
             recovered: true,
-            lease: l2,
-        } => assert_eq!(l2.fence, lease.fence + 1),
+            hold,
+        } => assert_eq!(hold.fence(), fence + 1),
         other => panic!("{other:?}"),
     }
 
@@ -211,72 +246,38 @@ fn unknown_outcomes_follow_the_policy() {
         unknown_outcome: UnknownOutcomePolicy::Store,
         ..short()
     });
-    let lease = rig.lease(T0, &k, &f);
+    let mut req = rig.run(T0, &k, &f);
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::classify(ok(502, "bad gateway"))),
+        rig.finish(T0, &mut req, Outcome::classify(ok(502, "bad gateway"))),
         Finish::Stored
     );
     assert!(
-        matches!(rig.claim(at(1), &k, &f), Claim::Done(Decision::Replay(r)) if r.status == 502)
+        matches!(rig.claim(at(1), &k, &f), Claimed::Done(Decision::Replay(r)) if r.status == 502)
     );
 
-    // Hold: refused until reconciled, then replayed (or released).
+    // Hold: refused, also long after the lease, until the host reconciles the record (the
+    // reconciliation itself is a unit test of the engine).
     let mut rig = Rig::new(Config {
         unknown_outcome: UnknownOutcomePolicy::Hold,
         ..short()
     });
-    let lease = rig.lease(T0, &k, &f);
+    let mut req = rig.run(T0, &k, &f);
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::Unknown(None)),
+        rig.finish(T0, &mut req, Outcome::Unknown(None)),
         Finish::OutcomeUnknown
     );
-    let c = rig.claim(at(60_000), &k, &f);
+    assert!(matches!(
+        rig.store.get(&k).unwrap().state,
+        RecordState::OutcomeUnknown { .. }
+    ));
+    let (mut retry, c) = rig.attempt(at(60_000), &k, &f);
     assert_eq!(
         c,
-        Claim::Done(Decision::Rejected(RejectReason::OutcomeUnknown))
+        Claimed::Done(Decision::Rejected(RejectReason::OutcomeUnknown))
     );
-    assert_eq!(c.event(), Event::OutcomeUnknownHit);
-    let Claim::Done(d) = c else { unreachable!() };
+    assert_eq!(events(&mut retry), [Event::OutcomeUnknownHit]);
+    let Claimed::Done(d) = c else { unreachable!() };
     assert_eq!(d.problem().unwrap(), Problem::OUTCOME_UNKNOWN);
-    let record = rig.store.get(&k).unwrap().clone();
-    let w = rig
-        .engine
-        .resolve(
-            at(60_000),
-            &k,
-            &record,
-            Outcome::Final(ok(200, "reconciled")),
-        )
-        .unwrap();
-    assert_eq!(rig.store.apply(at(60_000), w).unwrap(), Applied::Applied);
-    assert!(
-        matches!(rig.claim(at(60_001), &k, &f), Claim::Done(Decision::Replay(r)) if r.body == b"reconciled")
-    );
-    let record = rig.store.get(&k).unwrap().clone();
-    assert_eq!(
-        rig.engine.resolve(at(1), &k, &record, Outcome::Retryable),
-        Err(CompleteError::NotOutcomeUnknown)
-    );
-
-    let k2 = key("a", "k2");
-    let lease = rig.lease(T0, &k2, &f);
-    assert_eq!(
-        rig.finish(T0, &lease, Outcome::Unknown(None)),
-        Finish::OutcomeUnknown
-    );
-    let record = rig.store.get(&k2).unwrap().clone();
-    let w = rig
-        .engine
-        .resolve(at(1), &k2, &record, Outcome::Retryable)
-        .unwrap();
-    assert_eq!(rig.store.apply(at(1), w).unwrap(), Applied::Applied);
-    assert!(matches!(
-        rig.claim(at(2), &k2, &f),
-        Claim::Execute {
-            recovered: false,
-            ..
-        }
-    ));
 }
 
 #[test]
@@ -285,24 +286,27 @@ fn payload_mismatch_never_executes_and_leaves_the_original() {
     let mut rig = Rig::new(short());
     let k = key("a", "k");
     let (a, b) = (fp(r#"{"amount":5}"#), fp(r#"{"amount":6}"#));
-    let lease = rig.lease(T0, &k, &a);
+    let mut req = rig.run(T0, &k, &a);
     // While in flight.
-    let c = rig.claim(T0, &k, &b);
+    let (mut other, c) = rig.attempt(T0, &k, &b);
     assert_eq!(
         c,
-        Claim::Done(Decision::Mismatch {
+        Claimed::Done(Decision::Mismatch {
             differing: vec!["amount".into()]
         })
     );
-    assert_eq!(c.event(), Event::Mismatch);
-    assert!(c.event().is_security_relevant());
+    let [event] = events(&mut other)[..] else {
+        panic!("one event")
+    };
+    assert_eq!(event, Event::Mismatch);
+    assert!(event.is_security_relevant());
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::Final(ok(200, "five"))),
+        rig.finish(T0, &mut req, Outcome::Final(ok(200, "five"))),
         Finish::Stored
     );
     let before = rig.store.get(&k).unwrap().clone();
     // After completion.
-    let Claim::Done(d) = rig.claim(at(1), &k, &b) else {
+    let Claimed::Done(d) = rig.claim(at(1), &k, &b) else {
         panic!()
     };
     assert_eq!(d.problem().unwrap().status, 422);
@@ -312,7 +316,7 @@ fn payload_mismatch_never_executes_and_leaves_the_original() {
         "the original record is unchanged"
     );
     assert!(
-        matches!(rig.claim(at(2), &k, &a), Claim::Done(Decision::Replay(r)) if r.body == b"five")
+        matches!(rig.claim(at(2), &k, &a), Claimed::Done(Decision::Replay(r)) if r.body == b"five")
     );
 }
 
@@ -321,41 +325,55 @@ fn expired_lease_is_taken_over_and_the_zombie_is_fenced_out() {
     // IDEM-LEASE-1 IDEM-LEASE-2 IDEM-STORE-1 IDEM-EVT-1
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let zombie = rig.lease(T0, &k, &f);
-    assert_eq!(zombie.fence, 1);
-    let c = rig.claim(at(5_000), &k, &f);
-    let Claim::Execute {
-        lease: winner,
+    let mut zombie = rig.run(T0, &k, &f);
+    let zombie_lease = lease(&zombie);
+    assert_eq!(zombie_lease.fence, 1);
+    let (mut winner, c) = rig.attempt(at(5_000), &k, &f);
+    let Claimed::Execute {
+        hold,
         recovered: true,
-    } = c.clone()
+    } = c
     else {
         panic!("{c:?}")
     };
-    assert_eq!(c.event(), Event::TookOver { fence: 2 });
-    assert_eq!(winner.fence, 2);
+    assert_eq!(events(&mut winner), [Event::TookOver { fence: 2 }]);
+    assert_eq!(hold.fence(), 2);
     let before = rig.store.get(&k).unwrap().clone();
-    // The zombie's completion and heartbeat are refused and change nothing.
+    // A heartbeat the zombie asked for before its lease ended is refused by the store, and
+    // the zombie learns that it was taken over...
+    let mut waiters = Waiters::default();
+    zombie.heartbeat(at(4_999)).unwrap();
+    let Step::Apply(w) = zombie.poll(at(4_999), &mut waiters) else {
+        panic!("a heartbeat writes")
+    };
+    let applied = rig.store.apply(at(5_002), w).unwrap();
+    assert_eq!(applied, Applied::Conflict);
+    assert_eq!(rig.store.get(&k).unwrap(), &before);
+    zombie.handle_applied(at(5_002), applied, &mut waiters);
     assert_eq!(
-        rig.finish(at(5_001), &zombie, Outcome::Final(ok(200, "zombie"))),
+        zombie
+            .drive(&mut rig.store, at(5_002), &mut waiters)
+            .unwrap(),
+        Step::Idle
+    );
+    assert_eq!(zombie.heartbeat_state(), Heartbeat::FencedOut);
+    // ...and one asked for after its lease ended is refused by the machine itself.
+    let mut late = rig.holding(at(5_001), &zombie, &zombie_lease);
+    assert_eq!(late.heartbeat(at(5_001)), Err(Heartbeat::Expired));
+    // The zombie's completion is refused and changes nothing.
+    assert_eq!(
+        rig.finish(at(5_001), &mut zombie, Outcome::Final(ok(200, "zombie"))),
         Finish::FencedOut
     );
+    assert!(events(&mut zombie).contains(&Event::FencedOut));
     assert_eq!(Finish::FencedOut.event(), Event::FencedOut);
     assert_eq!(rig.store.get(&k).unwrap(), &before);
-    // A heartbeat after the zombie's lease ended is refused by the engine itself...
     assert_eq!(
-        rig.engine.extend(at(5_001), &zombie),
-        Err(CompleteError::LeaseExpired)
-    );
-    // ...and one built before it ended is refused by the store.
-    let (_, w) = rig.engine.extend(at(4_999), &zombie).unwrap();
-    assert_eq!(rig.store.apply(at(5_002), w).unwrap(), Applied::Conflict);
-    assert_eq!(rig.store.get(&k).unwrap(), &before);
-    assert_eq!(
-        rig.finish(at(5_003), &winner, Outcome::Final(ok(200, "winner"))),
+        rig.finish(at(5_003), &mut winner, Outcome::Final(ok(200, "winner"))),
         Finish::Stored
     );
     assert!(
-        matches!(rig.claim(at(5_004), &k, &f), Claim::Done(Decision::Replay(r)) if r.body == b"winner")
+        matches!(rig.claim(at(5_004), &k, &f), Claimed::Done(Decision::Replay(r)) if r.body == b"winner")
     );
 }
 
@@ -364,30 +382,36 @@ fn heartbeats_extend_the_lease() {
     // IDEM-LEASE-3
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let lease = rig.lease(T0, &k, &f);
-    let (lease2, w) = rig.engine.extend(at(4_000), &lease).unwrap();
-    assert_eq!(lease2.expires, at(9_000));
-    assert_eq!(lease2.fence, lease.fence);
-    assert_eq!(rig.store.apply(at(4_000), w).unwrap(), Applied::Applied);
+    let mut req = rig.run(T0, &k, &f);
+    let first = lease(&req);
+    assert_eq!(
+        common::heartbeat(&mut req, &mut rig.store, at(4_000)).unwrap(),
+        Heartbeat::Extended(at(9_000))
+    );
+    let extended = lease(&req);
+    assert_eq!(extended.expires, at(9_000));
+    assert_eq!(extended.fence, first.fence);
     assert_eq!(
         rig.claim(at(6_000), &k, &f),
-        Claim::Done(Decision::InProgress {
+        Claimed::Done(Decision::InProgress {
             retry_after_secs: 3
         })
     );
-    // A completion that still carries the lease from before the heartbeat is the same
-    // holder's (same fence): it completes from the extended record (IDEM-LEASE-4), and the
-    // lease is then spent.
+    // A completion that still carries the lease from before the heartbeat (whose answer was
+    // lost) is the same holder's (same fence): it completes from the extended record
+    // (IDEM-LEASE-4), and the lease is then spent.
+    let mut before = rig.holding(at(6_000), &req, &first);
     assert_eq!(
-        rig.finish(at(6_000), &lease, Outcome::Final(ok(200, "first"))),
+        rig.finish(at(6_000), &mut before, Outcome::Final(ok(200, "first"))),
         Finish::Stored
     );
+    let mut after = rig.holding(at(6_000), &req, &extended);
     assert_eq!(
-        rig.finish(at(6_000), &lease2, Outcome::Final(ok(200, "second"))),
+        rig.finish(at(6_000), &mut after, Outcome::Final(ok(200, "second"))),
         Finish::FencedOut
     );
     assert!(
-        matches!(rig.claim(at(6_001), &k, &f), Claim::Done(Decision::Replay(r)) if r.body == b"first")
+        matches!(rig.claim(at(6_001), &k, &f), Claimed::Done(Decision::Replay(r)) if r.body == b"first")
     );
 }
 
@@ -396,22 +420,28 @@ fn two_layer_expiry() {
     // IDEM-TTL-1 IDEM-TTL-2 IDEM-TTL-3 IDEM-TTL-4 IDEM-EVT-1
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let lease = rig.lease(T0, &k, &f);
+    let mut req = rig.run(T0, &k, &f);
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::Final(ok(200, "x"))),
+        rig.finish(T0, &mut req, Outcome::Final(ok(200, "x"))),
         Finish::Stored
     );
     let record = rig.store.get(&k).unwrap().clone();
-    assert_eq!(rig.engine.next_deadline(&record), at(10_000));
+    assert_eq!(rig.engine().next_deadline(&record), at(10_000));
     // A store's own time-to-live comes from the key's expiry, not the response's.
     assert_eq!(record.retained_until(), at(100_000));
-    assert_eq!(rig.engine.expire(at(9_999), &k, &record), None);
+    assert_eq!(rig.engine().expire(at(9_999), &k, &record), None);
     // The engine reads expiry from the record even before the store sweeps.
-    let c = rig.claim(at(10_000), &k, &f);
-    assert_eq!(c, Claim::Done(Decision::Rejected(RejectReason::KeyExpired)));
-    assert_eq!(c.event(), Event::TombstoneHit);
-    assert!(c.event().is_security_relevant());
-    let Claim::Done(d) = c else { unreachable!() };
+    let (mut late, c) = rig.attempt(at(10_000), &k, &f);
+    assert_eq!(
+        c,
+        Claimed::Done(Decision::Rejected(RejectReason::KeyExpired))
+    );
+    let [event] = events(&mut late)[..] else {
+        panic!("one event")
+    };
+    assert_eq!(event, Event::TombstoneHit);
+    assert!(event.is_security_relevant());
+    let Claimed::Done(d) = c else { unreachable!() };
     assert_eq!(d.problem().unwrap(), Problem::KEY_EXPIRED);
     assert_eq!(Problem::KEY_EXPIRED.status, 410);
     // The sweep compacts the record to a tombstone, which still refuses the key.
@@ -421,26 +451,26 @@ fn two_layer_expiry() {
     assert_eq!(t.next_deadline(), at(100_000));
     assert_eq!(
         rig.claim(at(99_999), &k, &f),
-        Claim::Done(Decision::Rejected(RejectReason::KeyExpired))
+        Claimed::Done(Decision::Rejected(RejectReason::KeyExpired))
     );
     // After the key retention the key is new again, swept or not.
     assert!(matches!(
         rig.claim(at(100_000), &k, &f),
-        Claim::Execute {
+        Claimed::Execute {
             recovered: false,
             ..
         }
     ));
     let k2 = key("a", "k2");
-    let lease = rig.lease(T0, &k2, &f);
+    let mut req = rig.run(T0, &k2, &f);
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::Final(ok(200, "x"))),
+        rig.finish(T0, &mut req, Outcome::Final(ok(200, "x"))),
         Finish::Stored
     );
     let rec = rig.store.get(&k2).unwrap().clone();
     assert_eq!(rec.expire(at(100_000)), Expiry::Delete);
     assert!(matches!(
-        rig.engine.expire(at(100_000), &k2, &rec),
+        rig.engine().expire(at(100_000), &k2, &rec),
         Some(Write {
             op: WriteOp::Delete,
             ..
@@ -450,7 +480,7 @@ fn two_layer_expiry() {
     assert!(rig.store.get(&k2).is_none());
     // An abandoned in-flight record is forgotten at key expiry too.
     let k3 = key("a", "k3");
-    let _abandoned = rig.lease(at(200_000), &k3, &f);
+    let _abandoned = rig.run(at(200_000), &k3, &f);
     assert_eq!(rig.store.sweep(at(299_999)), 0);
     assert_eq!(rig.store.sweep(at(300_000)), 1);
     assert!(rig.store.get(&k3).is_none());
@@ -462,11 +492,11 @@ fn scopes_never_share_records() {
     let mut rig = Rig::new(short());
     let f = fp("{}");
     let (alice, bob) = (key("alice", "same"), key("bob", "same"));
-    let lease = rig.lease(T0, &alice, &f);
+    let mut req = rig.run(T0, &alice, &f);
     assert!(
         matches!(
             rig.claim(T0, &bob, &f),
-            Claim::Execute {
+            Claimed::Execute {
                 recovered: false,
                 ..
             }
@@ -474,7 +504,7 @@ fn scopes_never_share_records() {
         "no conflict across scopes"
     );
     assert_eq!(
-        rig.finish(T0, &lease, Outcome::Final(ok(200, "alice's"))),
+        rig.finish(T0, &mut req, Outcome::Final(ok(200, "alice's"))),
         Finish::Stored
     );
     let other_route = RecordKey::new(Scope::new("alice", "POST", "/refunds"), "same");
@@ -483,7 +513,7 @@ fn scopes_never_share_records() {
         assert!(
             matches!(
                 rig.claim(T0, k, &fp(r#"{"other":1}"#)),
-                Claim::Execute { .. }
+                Claimed::Execute { .. }
             ),
             "{k:?}"
         );
@@ -501,17 +531,23 @@ fn versions_never_repeat_across_incarnations() {
     // IDEM-STORE-2 IDEM-LEASE-2
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let old = rig.lease(T0, &k, &f);
-    assert_eq!(rig.finish(T0, &old, Outcome::Retryable), Finish::Released);
+    let mut old = rig.run(T0, &k, &f);
+    let old_lease = lease(&old);
+    assert_eq!(
+        rig.finish(T0, &mut old, Outcome::Retryable),
+        Finish::Released
+    );
     assert!(rig.store.get(&k).is_none());
-    let new = rig.lease(at(1), &k, &f);
+    let new = rig.run(at(1), &k, &f);
     assert_ne!(
-        new.version, old.version,
+        lease(&new).version,
+        old_lease.version,
         "a new incarnation starts from the caller's nonce"
     );
     // The released lease cannot complete the new incarnation.
+    let mut stale = rig.holding(at(2), &new, &old_lease);
     assert_eq!(
-        rig.finish(at(2), &old, Outcome::Final(ok(200, "stale"))),
+        rig.finish(at(2), &mut stale, Outcome::Final(ok(200, "stale"))),
         Finish::FencedOut
     );
     assert!(matches!(
@@ -523,34 +559,34 @@ fn versions_never_repeat_across_incarnations() {
 #[test]
 fn full_store_refuses_new_claims_but_finishes_old_ones() {
     // IDEM-STORE-3
-    let engine = Engine::new(short()).unwrap();
+    let policy = Policy::new(Engine::new(short()).unwrap());
     let mut store = MemoryStore::new(MemoryStoreLimits {
         max_entries: 2,
         max_bytes: 1 << 20,
     });
     let f = fp("{}");
-    let claim = |store: &mut MemoryStore, now, k: &RecordKey| {
-        store.claim(
-            &engine,
-            now,
-            &Attempt {
-                key: k,
-                fingerprint: &f,
-                nonce: 1,
-            },
-        )
+    let attempt = |k: &RecordKey| {
+        let ticket = Ticket {
+            key: k.clone(),
+            fingerprint: f.clone(),
+            subject: Subject::Record,
+        };
+        policy.resume(ticket, 1)
     };
-    let Claim::Execute { lease, .. } = claim(&mut store, T0, &key("a", "1")).unwrap() else {
+    let mut first = attempt(&key("a", "1"));
+    let Claimed::Execute { .. } = common::claim(&mut first, &mut store, T0).unwrap() else {
         panic!()
     };
-    let _ = claim(&mut store, T0, &key("a", "2")).unwrap();
+    let _ = common::claim(&mut attempt(&key("a", "2")), &mut store, T0).unwrap();
+    let mut third = attempt(&key("a", "3"));
     assert_eq!(
-        claim(&mut store, T0, &key("a", "3")),
+        common::claim(&mut third, &mut store, T0),
         Err(MemoryStoreError::Full {
             entries: 2,
             bytes: store.stats().bytes
         })
     );
+    assert_eq!(third.reply().unwrap().status(), 503);
     assert_eq!(store.stats().refused, 1);
     assert_eq!(Problem::STORE_FULL.status, 503);
     // The in-flight record can still be completed, with a large body, past the byte limit.
@@ -560,15 +596,13 @@ fn full_store_refuses_new_claims_but_finishes_old_ones() {
         body: vec![7; 2 << 20],
     };
     assert_eq!(
-        store
-            .finish(&engine, T0, &lease, Outcome::Final(big))
-            .unwrap(),
+        common::finish(&mut first, &mut store, T0, Outcome::Final(big)).unwrap(),
         Finish::Stored
     );
     // Once keys expire there is room again.
     assert!(matches!(
-        claim(&mut store, at(100_000), &key("a", "3")).unwrap(),
-        Claim::Execute { .. }
+        common::claim(&mut attempt(&key("a", "3")), &mut store, at(100_000)).unwrap(),
+        Claimed::Execute { .. }
     ));
     let small = MemoryStoreLimits {
         max_entries: 10,
@@ -576,7 +610,7 @@ fn full_store_refuses_new_claims_but_finishes_old_ones() {
     };
     let mut store = MemoryStore::new(small);
     assert!(matches!(
-        claim(&mut store, T0, &key("a", "1")),
+        common::claim(&mut attempt(&key("a", "1")), &mut store, T0),
         Err(MemoryStoreError::Full { .. })
     ));
 }
@@ -586,10 +620,11 @@ fn invalid_statuses_and_configs_are_refused() {
     // IDEM-OUT-1
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let lease = rig.lease(T0, &k, &f);
+    let req = rig.run(T0, &k, &f);
     for status in [0, 99, 600, 999] {
+        let mut holder = rig.holding(T0, &req, &lease(&req));
         assert_eq!(
-            rig.finish(T0, &lease, Outcome::Final(ok(status, ""))),
+            rig.finish(T0, &mut holder, Outcome::Final(ok(status, ""))),
             Finish::Invalid(CompleteError::InvalidStatus(status))
         );
     }
@@ -627,31 +662,33 @@ fn invalid_statuses_and_configs_are_refused() {
 #[test]
 fn the_engine_is_a_pure_function() {
     // IDEM-CORE-1: same inputs, same decisions and writes, whatever happened in between.
-    let engine = Engine::default();
-    let (k, f) = (key("a", "k"), fp("{}"));
-    let attempt = Attempt {
-        key: &k,
-        fingerprint: &f,
-        nonce: 99,
+    let policy = Policy::new(Engine::default());
+    let ticket = Ticket {
+        key: key("a", "k"),
+        fingerprint: fp("{}"),
+        subject: Subject::Record,
     };
-    let d1 = engine.decide(T0, &attempt, None);
-    let _ = engine.decide(
-        at(5),
-        &Attempt {
-            nonce: 1,
-            ..attempt
-        },
-        None,
-    );
-    let d2 = engine.decide(T0, &attempt, None);
-    assert_eq!(d1, d2);
-    let Decision::Execute { lease, .. } = d1 else {
-        panic!()
+    // The steps of one request on an empty store: its claim, its handler's context, and the
+    // completion of a 200 three milliseconds later.
+    let steps = |nonce: u64| {
+        let mut waiters = Waiters::default();
+        let mut req = policy.resume(ticket.clone(), nonce);
+        assert_eq!(req.poll(T0, &mut waiters), Step::Claim);
+        req.handle_record(T0, None, &mut waiters);
+        let claim = req.poll(T0, &mut waiters);
+        req.handle_applied(T0, Applied::Applied, &mut waiters);
+        let run = req.poll(T0, &mut waiters);
+        req.handle_outcome(Outcome::Final(ok(200, "a")));
+        let complete = req.poll(at(3), &mut waiters);
+        assert!(matches!(
+            (&claim, &run, &complete),
+            (Step::Apply(_), Step::Run(_), Step::Apply(_))
+        ));
+        (claim, run, complete)
     };
-    assert_eq!(
-        engine.complete(at(3), &lease, Outcome::Final(ok(200, "a"))),
-        engine.complete(at(3), &lease, Outcome::Final(ok(200, "a")))
-    );
+    let first = steps(99);
+    let _ = steps(1);
+    assert_eq!(steps(99), first);
 }
 
 #[test]
@@ -695,7 +732,7 @@ fn a_store_keeps_a_record_in_flight_while_its_lease_lives() {
     // IDEM-STORE-6: a time-to-live never ends a record whose lease is live.
     let mut rig = Rig::new(short());
     let (k, f) = (key("a", "k"), fp("{}"));
-    let _lease = rig.lease(T0, &k, &f);
+    let _req = rig.run(T0, &k, &f);
     let mut record = rig.store.get(&k).unwrap().clone();
     assert_eq!(record.retained_until(), at(100_000));
     record.state = RecordState::InFlight {

@@ -7,19 +7,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
+mod common;
+
 const T0: u64 = 1_700_000_000_000;
 
-fn fp(body: &str) -> Fingerprint {
-    Fingerprint::from_digest(*blake(body))
-}
-
-/// A fingerprint per payload string, without going through the JSON canonicaliser.
-fn blake(body: &str) -> Box<[u8; 32]> {
-    let spec = FingerprintSpec {
+/// What goes into fingerprints here: the raw body, without the JSON canonicaliser.
+fn spec() -> FingerprintSpec {
+    FingerprintSpec {
         json: JsonMode::Never,
         ..FingerprintSpec::default()
-    };
-    let f = spec
+    }
+}
+
+/// The fingerprint of a request with `body`, as the policy computes it.
+fn fp(body: &str) -> Fingerprint {
+    spec()
         .fingerprint(&RequestParts {
             method: "POST",
             target: "/t",
@@ -27,8 +29,7 @@ fn blake(body: &str) -> Box<[u8; 32]> {
             headers: &[],
             body: body.as_bytes(),
         })
-        .unwrap();
-    Box::new(f.digest)
+        .unwrap()
 }
 
 fn resp(body: &str) -> StoredResponse {
@@ -39,37 +40,72 @@ fn resp(body: &str) -> StoredResponse {
     }
 }
 
-/// Opens the session of `client` with the rule, as the session operation does: read, open on
-/// top, apply, and again after a lost race. Its epoch.
+/// A host whose keys are counters of `bits` bits with a window of `window`, over `engine`.
+fn policy(bits: u8, window: u32, engine: Engine) -> Result<Policy, KindConfigError> {
+    Ok(Policy::new(engine)
+        .with_keys(KeyKind::Counter(CounterConfig { bits, window }))?
+        .with_fingerprint(spec()))
+}
+
+const ALICE: Target<'static> = Target {
+    principal: Some("alice"),
+    method: "POST",
+    route: "/transfer",
+};
+
+/// Opens the session of `client` for alice with the session operation, and returns its
+/// epoch and where the session lives.
 fn open_session<S: Store>(
-    counters: &Counters,
+    policy: &Policy,
     store: &mut S,
     now: UnixMillis,
-    scope: &Scope,
     client: &str,
     first: u64,
     nonce: u64,
-) -> u64
+) -> (u64, RecordKey)
 where
     S::Error: std::fmt::Debug,
 {
-    loop {
-        let stored = store.load(&counters.session_key(scope, client)).unwrap();
-        let opened = counters
-            .open(now, scope, client, first, stored.as_ref(), nonce)
-            .unwrap();
-        if store.apply(now, opened.write).unwrap() == Applied::Applied {
-            return opened.epoch;
-        }
-    }
+    let mut req = policy.open_session(&ALICE, client, first, nonce);
+    assert_eq!(
+        req.drive(store, now, &mut Waiters::default()).unwrap(),
+        Step::Reply
+    );
+    let reply = req.reply().unwrap();
+    assert_eq!(reply.status(), 201, "{:?}", req.refusal());
+    let v: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+    let epoch = v["epoch"].as_str().unwrap().parse().unwrap();
+    (epoch, req.key().clone())
+}
+
+/// The machine of alice's request with the counter key `key`, `body`, and the low-water
+/// mark `low_water` if any.
+fn request(policy: &Policy, key: &CounterKey, body: &str, low_water: Option<u64>) -> Request {
+    let text = format!("{}:{}:{}", key.client, key.epoch, key.seq);
+    let mark = low_water.map(|w| w.to_string());
+    policy.request(
+        &Intake {
+            principal: Some("alice"),
+            method: "POST",
+            route: "/transfer",
+            target: "/t",
+            keys: &[text.as_bytes()],
+            low_water: mark.as_deref(),
+            content_type: None,
+            headers: &[],
+            body: body.as_bytes(),
+        },
+        key.seq ^ 0x5eed,
+    )
 }
 
 struct H {
-    counters: Counters,
+    policy: Policy,
     store: MemoryStore,
-    scope: Scope,
     now: UnixMillis,
     epoch: u64,
+    /// Where c1's session lives.
+    session_key: RecordKey,
 }
 
 impl H {
@@ -78,29 +114,29 @@ impl H {
     }
 
     fn with_engine(bits: u8, window: u32, config: Config) -> H {
-        let counters =
-            Counters::new(Engine::new(config).unwrap(), CounterConfig { bits, window }).unwrap();
-        let mut h = H {
-            counters,
-            store: MemoryStore::default(),
-            scope: Scope::new("alice", "POST", "/transfer"),
-            now: UnixMillis(T0),
-            epoch: 0,
-        };
-        h.epoch = h.open(0);
-        h
+        let policy = policy(bits, window, Engine::new(config).unwrap()).unwrap();
+        let mut store = MemoryStore::default();
+        let now = UnixMillis(T0);
+        let (epoch, session_key) = open_session(&policy, &mut store, now, "c1", 0, 0xdead_beef);
+        H {
+            policy,
+            store,
+            now,
+            epoch,
+            session_key,
+        }
     }
 
     fn open(&mut self, first: u64) -> u64 {
         open_session(
-            &self.counters,
+            &self.policy,
             &mut self.store,
             self.now,
-            &self.scope,
             "c1",
             first,
             0xdead_beef_u64,
         )
+        .0
     }
 
     fn key(&self, seq: u64) -> CounterKey {
@@ -111,50 +147,60 @@ impl H {
         }
     }
 
-    fn claim_with(&mut self, key: &CounterKey, body: &str, low_water: Option<u64>) -> CounterClaim {
-        let f = fp(body);
-        let attempt = CounterAttempt {
-            scope: &self.scope,
-            key,
-            fingerprint: &f,
-            low_water,
-        };
-        self.counters
-            .claim(&mut self.store, self.now, &attempt)
-            .unwrap()
+    /// A request with `key`: its machine, and what its claim came to.
+    fn attempt_with(
+        &mut self,
+        key: &CounterKey,
+        body: &str,
+        low_water: Option<u64>,
+    ) -> (Request, Claimed) {
+        let mut req = request(&self.policy, key, body, low_water);
+        let claimed = common::claim(&mut req, &mut self.store, self.now).unwrap();
+        (req, claimed)
     }
 
-    fn claim(&mut self, seq: u64, body: &str) -> CounterClaim {
+    fn claim_with(&mut self, key: &CounterKey, body: &str, low_water: Option<u64>) -> Claimed {
+        self.attempt_with(key, body, low_water).1
+    }
+
+    fn attempt(&mut self, seq: u64, body: &str) -> (Request, Claimed) {
         let key = self.key(seq);
-        self.claim_with(&key, body, None)
+        self.attempt_with(&key, body, None)
     }
 
-    fn run(&mut self, seq: u64, body: &str) -> CounterLease {
-        match self.claim(seq, body) {
-            CounterClaim::Execute {
-                lease,
-                recovered: false,
-            } => lease,
-            other => panic!("seq {seq}: {other:?}"),
+    fn claim(&mut self, seq: u64, body: &str) -> Claimed {
+        self.attempt(seq, body).1
+    }
+
+    /// The machine of a new request that runs.
+    fn run(&mut self, seq: u64, body: &str) -> Request {
+        match self.attempt(seq, body) {
+            (
+                req,
+                Claimed::Execute {
+                    hold: Hold::Slot(_),
+                    recovered: false,
+                },
+            ) => req,
+            (_, other) => panic!("seq {seq}: {other:?}"),
         }
     }
 
-    fn finish(&mut self, lease: &CounterLease, body: &str) -> Finish {
-        self.counters
-            .finish(&mut self.store, self.now, lease, Outcome::Final(resp(body)))
-            .unwrap()
+    fn finish_with(&mut self, req: &mut Request, outcome: Outcome) -> Finish {
+        common::finish(req, &mut self.store, self.now, outcome).unwrap()
+    }
+
+    fn finish(&mut self, req: &mut Request, body: &str) -> Finish {
+        self.finish_with(req, Outcome::Final(resp(body)))
     }
 
     fn run_done(&mut self, seq: u64, body: &str) {
-        let lease = self.run(seq, body);
-        assert_eq!(self.finish(&lease, body), Finish::Stored);
+        let mut req = self.run(seq, body);
+        assert_eq!(self.finish(&mut req, body), Finish::Stored);
     }
 
     fn session(&self) -> CounterSession {
-        let r = self
-            .store
-            .get(&self.counters.session_key(&self.scope, "c1"))
-            .unwrap();
+        let r = self.store.get(&self.session_key).unwrap();
         match &r.state {
             RecordState::Counter { session } => (**session).clone(),
             other => panic!("{other:?}"),
@@ -163,7 +209,7 @@ impl H {
 
     fn rejected(&mut self, seq: u64, body: &str) -> RejectReason {
         match self.claim(seq, body) {
-            CounterClaim::Done(CounterDecision::Rejected(r)) => r,
+            Claimed::Done(Decision::Rejected(r)) => r,
             other => panic!("seq {seq}: {other:?}"),
         }
     }
@@ -268,8 +314,7 @@ fn serial_numbers_compare_across_the_wrap() {
 #[test]
 fn config_bounds_the_width_and_the_window() {
     // IDEM-CTR-1 IDEM-CTR-2
-    let e = Engine::default();
-    let c = |bits, window| Counters::new(e.clone(), CounterConfig { bits, window });
+    let c = |bits, window| policy(bits, window, Engine::default());
     assert_eq!(c(7, 4).unwrap_err(), KindConfigError::BitsOutOfRange(7));
     assert_eq!(c(65, 4).unwrap_err(), KindConfigError::BitsOutOfRange(65));
     assert_eq!(
@@ -289,13 +334,10 @@ fn config_bounds_the_width_and_the_window() {
     ));
     assert!(c(8, 64).is_ok());
     assert!(c(64, MAX_WINDOW).is_ok());
-    assert_eq!(
-        Counters::new(e, CounterConfig::default())
-            .unwrap()
-            .config()
-            .bits,
-        32
-    );
+    assert_eq!(CounterConfig::default().bits, 32);
+    assert!(Policy::new(Engine::default())
+        .with_keys(KeyKind::Counter(CounterConfig::default()))
+        .is_ok());
 }
 
 #[test]
@@ -307,49 +349,46 @@ fn unknown_clients_are_refused_until_they_open_a_session() {
         epoch: h.epoch,
         seq: 0,
     };
-    let CounterClaim::Done(d) = h.claim_with(&stranger, "x", None) else {
+    let (req, Claimed::Done(d)) = h.attempt_with(&stranger, "x", None) else {
         panic!("an unknown client executed")
     };
-    assert_eq!(d, CounterDecision::Rejected(RejectReason::UnknownClient));
+    assert_eq!(d, Decision::Rejected(RejectReason::UnknownClient));
     assert_eq!(d.problem(), Some(Problem::UNKNOWN_CLIENT));
     assert_eq!(d.problem().unwrap().status, 412);
-    assert!(h
-        .store
-        .get(&h.counters.session_key(&h.scope, "c2"))
-        .is_none());
+    assert!(h.store.get(req.key()).is_none());
     // A session that expired is unknown again, and its reopening has another epoch.
     h.run_done(0, "a");
     h.now = h.now.saturating_add(Duration::from_secs(7 * 24 * 3600));
     assert_eq!(h.rejected(1, "b"), RejectReason::UnknownClient);
     let old = h.epoch;
-    let reopened = open_session(
-        &h.counters,
-        &mut h.store,
-        h.now,
-        &h.scope,
-        "c1",
-        0,
-        0x1234_5678_9abc,
-    );
+    let (reopened, _) = open_session(&h.policy, &mut h.store, h.now, "c1", 0, 0x1234_5678_9abc);
     assert_ne!(reopened, old);
     // The request that ran under the old session never runs again.
     assert!(matches!(
         h.rejected(0, "a"),
         RejectReason::StaleEpoch | RejectReason::UnknownEpoch
     ));
-    // Bad client ids and first numbers are refused at open.
-    assert_eq!(
-        h.counters
-            .open(h.now, &h.scope, "no way", 0, None, 1)
-            .unwrap_err(),
-        CounterError::BadClientId
-    );
-    assert_eq!(
-        h.counters
-            .open(h.now, &h.scope, "c3", 256, None, 1)
-            .unwrap_err(),
-        CounterError::SequenceBeyondBits { seq: 256, bits: 8 }
-    );
+    // Bad client ids and first numbers are refused at open, and nothing is written.
+    for (client, first, why) in [
+        ("no way", 0, CounterError::BadClientId),
+        (
+            "c3",
+            256,
+            CounterError::SequenceBeyondBits { seq: 256, bits: 8 },
+        ),
+    ] {
+        let entries = h.store.stats().entries;
+        let mut opening = h.policy.open_session(&ALICE, client, first, 1);
+        assert_eq!(
+            opening.drive(&mut h.store, h.now, &mut Waiters::default()),
+            Ok(Step::Reply)
+        );
+        assert_eq!(h.store.stats().entries, entries);
+        let refusal = opening.refusal().unwrap();
+        assert_eq!(refusal.problem, Problem::MALFORMED_KEY);
+        assert_eq!(refusal.requirement, "IDEM-CTR-1");
+        assert_eq!(refusal.detail, why.to_string());
+    }
 }
 
 #[test]
@@ -369,10 +408,10 @@ fn epochs_going_backwards_or_never_opened_are_refused() {
             epoch,
             seq: 1,
         };
-        let CounterClaim::Done(d) = h.claim_with(&key, "b", None) else {
+        let Claimed::Done(d) = h.claim_with(&key, "b", None) else {
             panic!("epoch {epoch} executed")
         };
-        assert_eq!(d, CounterDecision::Rejected(want.clone()));
+        assert_eq!(d, Decision::Rejected(want.clone()));
         assert_eq!(d.problem().unwrap().status, 412);
     }
     assert_eq!(h.session().next, 1, "nothing claimed");
@@ -383,14 +422,14 @@ fn a_new_epoch_resets_the_window_and_fences_the_old_one() {
     // IDEM-CTR-5 IDEM-CTR-13
     let mut h = H::new(8, 4);
     h.run_done(0, "a");
-    let running = h.run(1, "b");
+    let mut running = h.run(1, "b");
     let old = h.epoch;
     h.epoch = h.open(100);
     assert_eq!(h.epoch, old + 1);
     let s = h.session();
     assert_eq!((s.low, s.next, s.slots.len()), (100, 100, 0));
     // The handler of the old epoch cannot store its result.
-    assert_eq!(h.finish(&running, "b"), Finish::FencedOut);
+    assert_eq!(h.finish(&mut running, "b"), Finish::FencedOut);
     // Old requests are refused, the new epoch starts at its first number.
     let old_key = CounterKey {
         client: "c1".into(),
@@ -399,7 +438,7 @@ fn a_new_epoch_resets_the_window_and_fences_the_old_one() {
     };
     assert!(matches!(
         h.claim_with(&old_key, "a", None),
-        CounterClaim::Done(CounterDecision::Rejected(RejectReason::StaleEpoch))
+        Claimed::Done(Decision::Rejected(RejectReason::StaleEpoch))
     ));
     assert_eq!(h.rejected(99, "z"), RejectReason::Stale);
     h.run_done(100, "c");
@@ -415,12 +454,14 @@ fn numbers_below_the_low_water_mark_are_stale() {
     let s = h.session();
     assert_eq!((s.low, s.next), (6, 10));
     for seq in [0, 5, 200, 138] {
-        let CounterClaim::Done(d) = h.claim(seq, &format!("p{seq}")) else {
+        let (mut req, Claimed::Done(d)) = h.attempt(seq, &format!("p{seq}")) else {
             panic!("a stale number executed")
         };
-        assert_eq!(d, CounterDecision::Rejected(RejectReason::Stale));
+        assert_eq!(d, Decision::Rejected(RejectReason::Stale));
         assert_eq!(d.problem(), Some(Problem::KEY_STALE));
-        assert_eq!(d.event(), Event::Stale);
+        assert_eq!(common::events(&mut req), [Event::Stale]);
+        // A counter's staleness cites the counter rule.
+        assert_eq!(req.reply().unwrap().requirement(), Some("IDEM-CTR-6"));
     }
     assert_eq!(h.session(), s, "nothing changed");
 }
@@ -439,39 +480,43 @@ fn inside_the_window_a_match_is_a_retry_and_a_mismatch_a_collision() {
         },
     );
     h.run_done(0, "a");
-    let lease = h.run(1, "b");
+    let mut first = h.run(1, "b");
     match h.claim(0, "a") {
-        CounterClaim::Done(CounterDecision::Replay(r)) => assert_eq!(r.body, b"a"),
+        Claimed::Done(Decision::Replay(r)) => assert_eq!(r.body, b"a"),
         other => panic!("{other:?}"),
     }
     assert_eq!(
         h.claim(1, "b"),
-        CounterClaim::Done(CounterDecision::InProgress {
+        Claimed::Done(Decision::InProgress {
             retry_after_secs: 10
         })
     );
     let before = h.session();
     for (seq, body) in [(0, "other"), (1, "other")] {
-        let CounterClaim::Done(d) = h.claim(seq, body) else {
+        let (mut req, Claimed::Done(d)) = h.attempt(seq, body) else {
             panic!("a collision executed")
         };
-        assert_eq!(d, CounterDecision::Rejected(RejectReason::Collision));
+        assert_eq!(d, Decision::Rejected(RejectReason::Collision));
         assert_eq!(d.problem(), Some(Problem::KEY_COLLISION));
-        assert_eq!(d.event(), Event::Collision);
+        assert_eq!(common::events(&mut req), [Event::Collision]);
+        assert_eq!(req.reply().unwrap().requirement(), Some("IDEM-CTR-7"));
     }
     assert_eq!(h.session(), before, "a collision changes nothing");
     // After the lease ends, the same request takes over with a higher fence.
     h.now = h.now.saturating_add(Duration::from_secs(11));
-    let CounterClaim::Execute {
-        lease: second,
-        recovered: true,
-    } = h.claim(1, "b")
+    let (
+        mut second,
+        Claimed::Execute {
+            hold: Hold::Slot(taken),
+            recovered: true,
+        },
+    ) = h.attempt(1, "b")
     else {
         panic!()
     };
-    assert_eq!(second.fence, lease.fence + 1);
-    assert_eq!(h.finish(&lease, "zombie"), Finish::FencedOut);
-    assert_eq!(h.finish(&second, "b"), Finish::Stored);
+    assert_eq!(taken.fence, common::slot(&first).fence + 1);
+    assert_eq!(h.finish(&mut first, "zombie"), Finish::FencedOut);
+    assert_eq!(h.finish(&mut second, "b"), Finish::Stored);
 }
 
 #[test]
@@ -488,12 +533,12 @@ fn a_wrapped_counter_never_lands_on_a_live_slot() {
     // A client that wrapped around (or lost count) sends numbers of the retained window with
     // new payloads: collisions, the retained results untouched. Running 600 slid the window
     // to [597, 600], so 596 is stale.
-    let in_flight = h.run(s.next, "live");
+    let mut in_flight = h.run(s.next, "live");
     for back in 1..=3u64 {
         let seq = (600 - back) % 256;
         assert_eq!(h.rejected(seq, "new payload"), RejectReason::Collision);
         match h.claim(seq, &format!("n{}", 600 - back)) {
-            CounterClaim::Done(CounterDecision::Replay(r)) => {
+            Claimed::Done(Decision::Replay(r)) => {
                 assert_eq!(r.body, format!("n{}", 600 - back).into_bytes())
             }
             other => panic!("{other:?}"),
@@ -508,7 +553,7 @@ fn a_wrapped_counter_never_lands_on_a_live_slot() {
     let slot = after.slots.iter().find(|sl| sl.seq == s.next).unwrap();
     assert_eq!(slot.fingerprint, fp("live"));
     assert!(matches!(slot.state, SlotState::InFlight { .. }));
-    assert_eq!(h.finish(&in_flight, "live"), Finish::Stored);
+    assert_eq!(h.finish(&mut in_flight, "live"), Finish::Stored);
 }
 
 #[test]
@@ -525,7 +570,7 @@ fn the_next_number_runs_and_skipped_ones_may_follow() {
     for (seq, body) in [(0, "a"), (1, "b"), (2, "c"), (3, "d")] {
         assert!(matches!(
             h.claim(seq, body),
-            CounterClaim::Done(CounterDecision::Replay(_))
+            Claimed::Done(Decision::Replay(_))
         ));
     }
 }
@@ -536,19 +581,21 @@ fn a_gap_of_a_whole_window_is_refused() {
     let mut h = H::new(8, 4);
     h.run_done(0, "a");
     for seq in [5, 6, 100] {
-        let CounterClaim::Done(d) = h.claim(seq, "x") else {
+        let (req, Claimed::Done(d)) = h.attempt(seq, "x") else {
             panic!("{seq} executed across a gap")
         };
-        assert_eq!(
-            d,
-            CounterDecision::Rejected(RejectReason::SequenceGap { next: 1 })
-        );
+        assert_eq!(d, Decision::Rejected(RejectReason::SequenceGap { next: 1 }));
         assert_eq!(d.problem(), Some(Problem::COUNTER_GAP));
         assert_eq!(d.problem().unwrap().status, 409);
-        let CounterDecision::Rejected(r) = d else {
+        let Decision::Rejected(r) = d else {
             unreachable!()
         };
         assert_eq!(r.retry_after_secs(), Some(1));
+        assert!(req
+            .reply()
+            .unwrap()
+            .headers()
+            .any(|h| h == ("retry-after", "1")));
     }
     // Skipping three (less than the window) is fine.
     h.run_done(4, "e");
@@ -558,19 +605,19 @@ fn a_gap_of_a_whole_window_is_refused() {
 fn the_window_never_slides_over_a_slot_in_flight() {
     // IDEM-CTR-10
     let mut h = H::new(8, 4);
-    let oldest = h.run(0, "a");
+    let mut oldest = h.run(0, "a");
     for seq in 1..4 {
         h.run_done(seq, "x");
     }
     h.now = h.now.saturating_add(Duration::from_secs(20));
-    let CounterClaim::Done(d) = h.claim(4, "y") else {
+    let Claimed::Done(d) = h.claim(4, "y") else {
         panic!("the window slid over an in-flight slot")
     };
     assert_eq!(
         d,
         // 40 s of the blocking slot's lease are left; the client is told to come back
         // within the default bound (IDEM-CONC-4).
-        CounterDecision::Rejected(RejectReason::WindowFull {
+        Decision::Rejected(RejectReason::WindowFull {
             retry_after_secs: 2
         })
     );
@@ -579,7 +626,7 @@ fn the_window_never_slides_over_a_slot_in_flight() {
     let s = h.session();
     assert_eq!((s.low, s.next), (0, 4));
     assert!(matches!(s.slots[0].state, SlotState::InFlight { .. }));
-    assert_eq!(h.finish(&oldest, "a"), Finish::Stored);
+    assert_eq!(h.finish(&mut oldest, "a"), Finish::Stored);
     h.run_done(4, "y");
     assert_eq!(h.session().low, 1);
 }
@@ -595,7 +642,7 @@ fn the_client_moves_its_low_water_mark_forward_only() {
     let k4 = h.key(4);
     assert!(matches!(
         h.claim_with(&k4, "p4", Some(2)),
-        CounterClaim::Execute { .. }
+        Claimed::Execute { .. }
     ));
     assert_eq!(h.session().low, 2);
     assert_eq!(h.rejected(1, "p1"), RejectReason::Stale);
@@ -603,32 +650,37 @@ fn the_client_moves_its_low_water_mark_forward_only() {
     let k5 = h.key(5);
     assert!(matches!(
         h.claim_with(&k5, "p5", Some(0)),
-        CounterClaim::Execute { .. }
+        Claimed::Execute { .. }
     ));
     assert_eq!(h.session().low, 2);
     // A mark beyond the next number is refused, nothing runs.
     let k6 = h.key(6);
-    let CounterClaim::Done(d) = h.claim_with(&k6, "p6", Some(7)) else {
+    let Claimed::Done(d) = h.claim_with(&k6, "p6", Some(7)) else {
         panic!()
     };
-    assert_eq!(d, CounterDecision::Rejected(RejectReason::InvalidLowWater));
+    assert_eq!(d, Decision::Rejected(RejectReason::InvalidLowWater));
     assert_eq!(d.problem(), Some(Problem::INVALID_LOW_WATER));
     assert_eq!(h.session().next, 6);
     // A mark never passes a slot in flight (4 is in flight: it stops there).
-    let CounterClaim::Execute { .. } = h.claim_with(&k6, "p6", Some(6)) else {
+    let Claimed::Execute { .. } = h.claim_with(&k6, "p6", Some(6)) else {
         panic!()
     };
     assert_eq!(h.session().low, 4);
-    // A mark or a number beyond the bits is malformed.
-    let CounterClaim::Done(d) = h.claim_with(&h.key(300), "x", None) else {
+    // A mark or a number beyond the bits is malformed: a number that does not fit is
+    // refused with the key, before the session is read.
+    let mut beyond = request(&h.policy, &h.key(300), "x", None);
+    assert_eq!(
+        beyond.drive(&mut h.store, h.now, &mut Waiters::default()),
+        Ok(Step::Reply)
+    );
+    let refusal = beyond.refusal().unwrap();
+    assert_eq!(refusal.problem, Problem::MALFORMED_KEY);
+    assert_eq!(refusal.requirement, "IDEM-CTR-1");
+    let Claimed::Done(d) = h.claim_with(&h.key(7), "x", Some(256)) else {
         panic!()
     };
-    assert_eq!(d, CounterDecision::Rejected(RejectReason::InvalidSequence));
+    assert_eq!(d, Decision::Rejected(RejectReason::InvalidSequence));
     assert_eq!(d.problem(), Some(Problem::MALFORMED_KEY));
-    let CounterClaim::Done(d) = h.claim_with(&h.key(7), "x", Some(256)) else {
-        panic!()
-    };
-    assert_eq!(d, CounterDecision::Rejected(RejectReason::InvalidSequence));
 }
 
 #[test]
@@ -644,106 +696,90 @@ fn fenced_completions_and_heartbeats_change_nothing() {
             ..Config::default()
         },
     );
-    let first = h.run(0, "a");
-    let key = h.counters.session_key(&h.scope, "c1");
+    let mut first = h.run(0, "a");
     // A heartbeat in time extends the lease.
     h.now = h.now.saturating_add(Duration::from_secs(5));
-    let stored = h.store.get(&key).cloned();
-    let (extended, write) = h.counters.extend(h.now, &first, stored.as_ref()).unwrap();
-    assert_eq!(h.store.apply(h.now, write).unwrap(), Applied::Applied);
+    let until = h.now.saturating_add(Duration::from_secs(10));
     assert_eq!(
-        extended.expires,
-        h.now.saturating_add(Duration::from_secs(10))
+        common::heartbeat(&mut first, &mut h.store, h.now).unwrap(),
+        Heartbeat::Extended(until)
     );
+    let extended = common::slot(&first);
+    assert_eq!(extended.expires, until);
     assert_eq!(
         h.claim(0, "a"),
-        CounterClaim::Done(CounterDecision::InProgress {
+        Claimed::Done(Decision::InProgress {
             retry_after_secs: 10
         })
     );
-    // After it ends, a retry takes over; the first lease is fenced out.
+    // After it ends, a heartbeat is refused, a retry takes over, and the first lease is
+    // fenced out.
     h.now = h.now.saturating_add(Duration::from_secs(11));
-    let stored = h.store.get(&key).cloned();
-    assert_eq!(
-        h.counters
-            .extend(h.now, &extended, stored.as_ref())
-            .unwrap_err(),
-        CounterError::LeaseExpired
-    );
-    let CounterClaim::Execute { lease: second, .. } = h.claim(0, "a") else {
+    assert_eq!(first.heartbeat(h.now), Err(Heartbeat::Expired));
+    let (mut second, Claimed::Execute { .. }) = h.attempt(0, "a") else {
         panic!()
     };
     let before = h.session();
-    let stored = h.store.get(&key).cloned();
-    assert_eq!(
-        h.counters
-            .complete(
-                h.now,
-                &extended,
-                Outcome::Final(resp("zombie")),
-                stored.as_ref()
-            )
-            .unwrap_err(),
-        CounterError::FencedOut
-    );
+    // A heartbeat of the first lease from a clock that thinks it still runs finds its slot
+    // taken over, and writes nothing.
     let mut early = extended.clone();
     early.expires = h.now.saturating_add(Duration::from_secs(1));
+    let mut behind = common::holding(&h.policy, first.ticket(), Hold::Slot(early), h.now);
     assert_eq!(
-        h.counters
-            .extend(h.now, &early, stored.as_ref())
-            .unwrap_err(),
-        CounterError::FencedOut
+        common::heartbeat(&mut behind, &mut h.store, h.now).unwrap(),
+        Heartbeat::FencedOut
     );
-    assert_eq!(h.finish(&extended, "zombie"), Finish::FencedOut);
+    assert_eq!(h.session(), before);
+    // Nor does its completion.
+    assert_eq!(h.finish(&mut first, "zombie"), Finish::FencedOut);
     assert_eq!(h.session(), before);
     // Invalid statuses are refused.
+    let mut invalid = common::holding(
+        &h.policy,
+        second.ticket(),
+        Hold::Slot(common::slot(&second)),
+        h.now,
+    );
     assert_eq!(
-        h.counters
-            .finish(
-                &mut h.store,
-                h.now,
-                &second,
-                Outcome::Final(StoredResponse {
-                    status: 99,
-                    headers: vec![],
-                    body: vec![]
-                })
-            )
-            .unwrap(),
+        h.finish_with(
+            &mut invalid,
+            Outcome::Final(StoredResponse {
+                status: 99,
+                headers: vec![],
+                body: vec![]
+            })
+        ),
         Finish::Invalid(CompleteError::InvalidStatus(99))
     );
-    assert_eq!(h.finish(&second, "a"), Finish::Stored);
+    assert_eq!(h.finish(&mut second, "a"), Finish::Stored);
 }
 
 #[test]
 fn retryable_outcomes_free_the_number_and_unknown_ones_follow_the_policy() {
     // IDEM-CTR-8 IDEM-OUT-2 IDEM-OUT-3
     let mut h = H::new(8, 4);
-    let lease = h.run(0, "a");
+    let mut req = h.run(0, "a");
     assert_eq!(
-        h.counters
-            .finish(&mut h.store, h.now, &lease, Outcome::Retryable)
-            .unwrap(),
+        h.finish_with(&mut req, Outcome::Retryable),
         Finish::Released
     );
     // The same number runs again, even with another payload (nothing happened).
-    let lease = h.run(0, "b");
+    let mut req = h.run(0, "b");
     // Default policy: an unknown outcome ends the lease; the retry takes over, recovered.
     assert_eq!(
-        h.counters
-            .finish(&mut h.store, h.now, &lease, Outcome::Unknown(None))
-            .unwrap(),
+        h.finish_with(&mut req, Outcome::Unknown(None)),
         Finish::OutcomeUnknown
     );
     assert!(matches!(
         h.claim(0, "b"),
-        CounterClaim::Execute {
+        Claimed::Execute {
             recovered: true,
             ..
         }
     ));
 
-    // Hold: the slot is refused until resolved.
+    // Hold: the slot is refused until it is reconciled (the reconciliation itself is a unit
+    // test of the counter rules).
     let mut h = H::with_engine(
         8,
         4,
@@ -752,11 +788,9 @@ fn retryable_outcomes_free_the_number_and_unknown_ones_follow_the_policy() {
             ..Config::default()
         },
     );
-    let lease = h.run(0, "a");
+    let mut req = h.run(0, "a");
     assert_eq!(
-        h.counters
-            .finish(&mut h.store, h.now, &lease, Outcome::Unknown(None))
-            .unwrap(),
+        h.finish_with(&mut req, Outcome::Unknown(None)),
         Finish::OutcomeUnknown
     );
     assert_eq!(h.rejected(0, "a"), RejectReason::OutcomeUnknown);
@@ -768,24 +802,10 @@ fn retryable_outcomes_free_the_number_and_unknown_ones_follow_the_policy() {
         h.rejected(4, "y"),
         RejectReason::WindowFull { .. }
     ));
-    let key = h.counters.session_key(&h.scope, "c1");
-    let stored = h.store.get(&key).cloned();
-    assert_eq!(
-        h.counters
-            .resolve(h.now, &key, 1, Outcome::Retryable, stored.as_ref())
-            .unwrap_err(),
-        CounterError::NotOutcomeUnknown
-    );
-    let w = h
-        .counters
-        .resolve(h.now, &key, 0, Outcome::Final(resp("a")), stored.as_ref())
-        .unwrap();
-    assert_eq!(h.store.apply(h.now, w).unwrap(), Applied::Applied);
     assert!(matches!(
-        h.claim(0, "a"),
-        CounterClaim::Done(CounterDecision::Replay(_))
+        h.session().slots[0].state,
+        SlotState::OutcomeUnknown { .. }
     ));
-    h.run_done(4, "y");
 
     // Store: an unknown outcome with a response is replayed.
     let mut h = H::with_engine(
@@ -796,20 +816,18 @@ fn retryable_outcomes_free_the_number_and_unknown_ones_follow_the_policy() {
             ..Config::default()
         },
     );
-    let lease = h.run(0, "a");
+    let mut req = h.run(0, "a");
     let failed = StoredResponse {
         status: 502,
         headers: vec![],
         body: b"bad gateway".to_vec(),
     };
     assert_eq!(
-        h.counters
-            .finish(&mut h.store, h.now, &lease, Outcome::Unknown(Some(failed)))
-            .unwrap(),
+        h.finish_with(&mut req, Outcome::Unknown(Some(failed))),
         Finish::Stored
     );
     match h.claim(0, "a") {
-        CounterClaim::Done(CounterDecision::Replay(r)) => assert_eq!(r.status, 502),
+        Claimed::Done(Decision::Replay(r)) => assert_eq!(r.status, 502),
         other => panic!("{other:?}"),
     }
 }
@@ -820,7 +838,7 @@ fn sessions_survive_the_record_codec_and_damage_is_refused() {
     let mut h = H::new(8, 4);
     h.run_done(0, "a");
     let _running = h.run(1, "b");
-    let key = h.counters.session_key(&h.scope, "c1");
+    let key = h.session_key.clone();
     let record = h.store.get(&key).cloned().unwrap();
     let bytes = encode_record(&record);
     assert_eq!(decode_record(&bytes).unwrap(), record);
@@ -869,16 +887,17 @@ fn sessions_survive_the_record_codec_and_damage_is_refused() {
             "{s:?}"
         );
     }
-    // The engine never treats a session as a key.
-    let f = fp("a");
-    let attempt = Attempt {
-        key: &key,
-        fingerprint: &f,
-        nonce: 1,
+    // A request whose key names the session's record as a key of its own never treats the
+    // session as one.
+    let keys = Policy::new(Engine::default());
+    let ticket = Ticket {
+        key,
+        fingerprint: fp("a"),
+        subject: Subject::Record,
     };
     assert_eq!(
-        Engine::default().decide(h.now, &attempt, Some(&record)),
-        Decision::Rejected(RejectReason::Collision)
+        common::claim(&mut keys.resume(ticket, 1), &mut h.store, h.now).unwrap(),
+        Claimed::Done(Decision::Rejected(RejectReason::Collision))
     );
 }
 
@@ -898,22 +917,13 @@ fn racing_requests_of_one_client_each_run_once() {
         }
     }
     for round in 0..20u64 {
-        let counters = Counters::new(
-            Engine::default(),
-            CounterConfig {
-                bits: 8,
-                window: 16,
-            },
-        )
-        .unwrap();
-        let scope = Scope::new("alice", "POST", "/t");
+        let policy = policy(8, 16, Engine::default()).unwrap();
         let shared = Arc::new(Mutex::new(MemoryStore::default()));
         let now = UnixMillis(T0);
-        let epoch = open_session(
-            &counters,
+        let (epoch, _) = open_session(
+            &policy,
             &mut Shared(Arc::clone(&shared)),
             now,
-            &scope,
             "c1",
             250,
             round,
@@ -923,12 +933,8 @@ fn racing_requests_of_one_client_each_run_once() {
         let executed = Arc::new(Mutex::new(Vec::new()));
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (counters, scope, barrier, executed) = (
-                    counters.clone(),
-                    scope.clone(),
-                    Arc::clone(&barrier),
-                    Arc::clone(&executed),
-                );
+                let (policy, barrier, executed) =
+                    (policy.clone(), Arc::clone(&barrier), Arc::clone(&executed));
                 let mut store = Shared(Arc::clone(&shared));
                 std::thread::spawn(move || {
                     barrier.wait();
@@ -940,33 +946,27 @@ fn racing_requests_of_one_client_each_run_once() {
                             epoch,
                             seq,
                         };
-                        let f = fp(&format!("s{seq}"));
-                        let attempt = CounterAttempt {
-                            scope: &scope,
-                            key: &key,
-                            fingerprint: &f,
-                            low_water: None,
-                        };
+                        let body = format!("s{seq}");
                         loop {
-                            match counters.claim(&mut store, now, &attempt).unwrap() {
-                                CounterClaim::Execute { lease, .. } => {
+                            let mut req = request(&policy, &key, &body, None);
+                            match common::claim(&mut req, &mut store, now).unwrap() {
+                                Claimed::Execute { .. } => {
                                     executed.lock().unwrap().push(seq);
-                                    let fin = counters
-                                        .finish(
-                                            &mut store,
-                                            now,
-                                            &lease,
-                                            Outcome::Final(resp(&format!("s{seq}"))),
-                                        )
-                                        .unwrap();
+                                    let fin = common::finish(
+                                        &mut req,
+                                        &mut store,
+                                        now,
+                                        Outcome::Final(resp(&body)),
+                                    )
+                                    .unwrap();
                                     assert_eq!(fin, Finish::Stored);
                                     break;
                                 }
-                                CounterClaim::Done(CounterDecision::Replay(r)) => {
-                                    assert_eq!(r.body, format!("s{seq}").into_bytes());
+                                Claimed::Done(Decision::Replay(r)) => {
+                                    assert_eq!(r.body, body.clone().into_bytes());
                                     break;
                                 }
-                                CounterClaim::Done(CounterDecision::InProgress { .. }) => {
+                                Claimed::Done(Decision::InProgress { .. }) => {
                                     std::thread::yield_now()
                                 }
                                 other => panic!("{other:?}"),
@@ -1040,20 +1040,18 @@ proptest! {
     fn counters_hold_their_invariants(window in 1u32..=16, ops in proptest::collection::vec(op(), 1..300)) {
         // IDEM-CTR-5 IDEM-CTR-6 IDEM-CTR-7 IDEM-CTR-10 IDEM-CTR-12 IDEM-CTR-13
         let engine = Engine::new(Config { lease: Duration::from_secs(30), ..Config::default() }).unwrap();
-        let counters = Counters::new(engine, CounterConfig { bits: 8, window }).unwrap();
-        let scope = Scope::new("p", "POST", "/t");
-        let key = counters.session_key(&scope, "c1");
+        let policy = policy(8, window, engine).unwrap();
         let mut store = MemoryStore::default();
         let mut now = T0;
         let mut nonce = 7u64;
         // Start close to the end of the 8-bit range so that most runs wrap.
-        let mut epoch = open_session(&counters, &mut store, UnixMillis(now), &scope, "c1", 230, nonce);
+        let (mut epoch, key) = open_session(&policy, &mut store, UnixMillis(now), "c1", 230, nonce);
         let mut next_abs = 230u64;
         let mut logical: Vec<Logical> = Vec::new();
         // (epoch, abs) -> payload that ran first
         let mut ran: HashMap<(u64, u64), String> = HashMap::new();
-        // Handlers that hold (or held) a lease: lease, logical index.
-        let mut running: Vec<(CounterLease, usize)> = Vec::new();
+        // Handlers that hold (or held) a lease: their request's machine, logical index.
+        let mut running: Vec<(Request, usize)> = Vec::new();
         // The current epoch's low-water mark: absolute number, and as a sequence.
         let mut low = (230u64, 230u64);
 
@@ -1093,7 +1091,8 @@ proptest! {
                     }
                 }
                 Op::Finish { pick, how } if !running.is_empty() => {
-                    let (lease, i) = running.remove(pick % running.len());
+                    let (mut req, i) = running.remove(pick % running.len());
+                    let lease_epoch = common::slot(&req).epoch;
                     let outcome = match how {
                         0..=5 => Some(Outcome::Final(resp(&logical[i].payload))),
                         6 => Some(Outcome::Retryable),
@@ -1103,12 +1102,12 @@ proptest! {
                     if let Some(outcome) = outcome {
                         let before = session(&store);
                         let released = matches!(outcome, Outcome::Retryable);
-                        let fin = counters.finish(&mut store, UnixMillis(now), &lease, outcome).unwrap();
+                        let fin = common::finish(&mut req, &mut store, UnixMillis(now), outcome).unwrap();
                         if fin == Finish::FencedOut {
                             prop_assert_eq!(session(&store), before, "a fenced completion wrote");
                         } else if released {
                             // Nothing happened: the number may run again from scratch.
-                            ran.remove(&(lease.epoch, logical[i].abs));
+                            ran.remove(&(lease_epoch, logical[i].abs));
                         }
                     }
                 }
@@ -1119,16 +1118,16 @@ proptest! {
                 Op::NewEpoch => {
                     nonce += 1;
                     let old = session(&store);
-                    epoch = open_session(&counters, &mut store, UnixMillis(now), &scope, "c1", next_abs % 256, nonce);
+                    epoch = open_session(&policy, &mut store, UnixMillis(now), "c1", next_abs % 256, nonce).0;
                     prop_assert_eq!(epoch, old.unwrap().epoch + 1);
                     low = (next_abs, next_abs % 256);
                 }
             }
             let Some((k, payload, mark, logical_index)) = send else { continue };
             let f = fp(&payload);
-            let attempt = CounterAttempt { scope: &scope, key: &k, fingerprint: &f, low_water: mark };
             let before = session(&store);
-            let claim = counters.claim(&mut store, UnixMillis(now), &attempt).unwrap();
+            let mut req = request(&policy, &k, &payload, mark);
+            let claim = common::claim(&mut req, &mut store, UnixMillis(now)).unwrap();
             let after = session(&store).unwrap();
             prop_assert_eq!(after.epoch, epoch);
             // Track the mark in absolute numbers: it moves by less than 256 per write.
@@ -1136,7 +1135,7 @@ proptest! {
             prop_assert!(moved < 128, "the low-water mark moved back");
             low = (low.0 + moved, after.low);
             match &claim {
-                CounterClaim::Execute { lease, recovered } => {
+                Claimed::Execute { recovered, .. } => {
                     prop_assert_eq!(k.epoch, epoch, "an old epoch executed");
                     let i = logical_index.expect("only a logical request may execute");
                     let abs = logical[i].abs;
@@ -1154,20 +1153,20 @@ proptest! {
                     if let Some(slot) = before.as_ref().and_then(|b| b.slots.iter().find(|s| s.seq == k.seq)) {
                         prop_assert_eq!(&slot.fingerprint, &f, "a live slot was overwritten");
                     }
-                    running.push((lease.clone(), i));
+                    running.push((req, i));
                 }
-                CounterClaim::Done(CounterDecision::Replay(r)) => {
+                Claimed::Done(Decision::Replay(r)) => {
                     prop_assert_eq!(r.body.clone(), payload.clone().into_bytes(), "a collision was replayed");
                 }
-                CounterClaim::Done(CounterDecision::Rejected(RejectReason::Collision)) => {
+                Claimed::Done(Decision::Rejected(RejectReason::Collision)) => {
                     let slot = before.as_ref().and_then(|b| b.slots.iter().find(|s| s.seq == k.seq));
                     prop_assert!(slot.is_some_and(|s| s.fingerprint != f));
                 }
-                CounterClaim::Done(_) => {}
+                Claimed::Done(_) => {}
             }
             if logical_index.is_none() {
                 prop_assert!(
-                    matches!(claim, CounterClaim::Done(CounterDecision::Rejected(RejectReason::Collision))),
+                    matches!(claim, Claimed::Done(Decision::Rejected(RejectReason::Collision))),
                     "a wrap onto a held slot was not a collision: {:?}", claim
                 );
             }

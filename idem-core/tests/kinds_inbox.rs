@@ -18,7 +18,7 @@ fn deliver(
     (source, id): (&str, &str),
     body: &str,
     nonce: u64,
-) -> Request<'static> {
+) -> Request {
     let message = Message {
         source,
         id,
@@ -37,7 +37,7 @@ fn deliver(
 
 /// The result of a delivery that ran, once `outcome` is recorded.
 fn finish(
-    req: &mut Request<'static>,
+    req: &mut Request,
     store: &mut MemoryStore,
     now: UnixMillis,
     outcome: Outcome,
@@ -50,7 +50,7 @@ fn finish(
 }
 
 /// The receipt's status and JSON body.
-fn receipt(req: &Request<'static>) -> (u16, serde_json::Value) {
+fn receipt(req: &Request) -> (u16, serde_json::Value) {
     let reply = req.reply().expect("a receipt");
     (
         reply.status(),

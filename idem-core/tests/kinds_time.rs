@@ -5,26 +5,57 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
 
+mod common;
+
 const T0: u64 = 1_700_000_000_000;
 
-fn fp(body: &str) -> Fingerprint {
-    FingerprintSpec::default()
-        .fingerprint(&RequestParts {
+/// A host whose keys are client timestamps, over `engine`.
+fn policy_with(engine: Engine, config: TimeKeyConfig) -> Result<Policy, KindConfigError> {
+    Policy::new(engine).with_keys(KeyKind::Time(config))
+}
+
+fn policy() -> Policy {
+    policy_with(Engine::default(), TimeKeyConfig::default()).unwrap()
+}
+
+/// The key as a client sends it.
+fn text(key: &TimeKey) -> String {
+    match &key.client {
+        Some(client) => format!("{client}:{}", key.at.0),
+        None => key.at.0.to_string(),
+    }
+}
+
+/// The machine of a request from `principal` with the time key `key` and `body`.
+fn request(policy: &Policy, principal: &str, key: &str, body: &str, nonce: u64) -> Request {
+    policy.request(
+        &Intake {
+            principal: Some(principal),
             method: "POST",
+            route: "/orders",
             target: "/orders",
+            keys: &[key.as_bytes()],
+            low_water: None,
             content_type: Some("application/json"),
             headers: &[],
             body: body.as_bytes(),
-        })
-        .unwrap()
+        },
+        nonce,
+    )
 }
 
-fn scope() -> Scope {
-    Scope::new("alice", "POST", "/orders")
-}
-
-fn keys() -> TimeKeys {
-    TimeKeys::new(Engine::default(), TimeKeyConfig::default()).unwrap()
+/// A request from alice with `key` and `body`, claimed at `now`: its machine and its claim.
+fn claim(
+    policy: &Policy,
+    store: &mut MemoryStore,
+    now: UnixMillis,
+    key: &TimeKey,
+    body: &str,
+    nonce: u64,
+) -> (Request, Claimed) {
+    let mut req = request(policy, "alice", &text(key), body, nonce);
+    let claimed = common::claim(&mut req, store, now).unwrap();
+    (req, claimed)
 }
 
 fn response(body: &str) -> StoredResponse {
@@ -116,7 +147,7 @@ fn config_may_not_outlive_the_key_retention() {
         max_age: ttl,
     };
     assert_eq!(
-        TimeKeys::new(engine.clone(), too_long.clone()).unwrap_err(),
+        policy_with(engine.clone(), too_long.clone()).unwrap_err(),
         KindConfigError::ExceedsKeyRetention("max_age + max_ahead")
     );
     let zero = TimeKeyConfig {
@@ -124,19 +155,19 @@ fn config_may_not_outlive_the_key_retention() {
         max_age: Duration::ZERO,
     };
     assert!(matches!(
-        TimeKeys::new(engine.clone(), zero),
+        policy_with(engine.clone(), zero),
         Err(KindConfigError::ZeroDuration(_))
     ));
     let exact = TimeKeyConfig {
         max_ahead: Duration::from_secs(60),
         max_age: ttl - Duration::from_secs(60),
     };
-    assert!(TimeKeys::new(engine.clone(), exact).is_ok());
+    assert!(policy_with(engine.clone(), exact).is_ok());
     // A host whose settings come from elsewhere fits them to the retention instead.
     let fitted = too_long.fit(ttl);
     assert_eq!(fitted.max_ahead, Duration::from_secs(60));
     assert_eq!(fitted.max_age, ttl - Duration::from_secs(60));
-    assert!(TimeKeys::new(engine, fitted).is_ok());
+    assert!(policy_with(engine, fitted).is_ok());
     let short = Duration::from_secs(4);
     let fitted = TimeKeyConfig::default().fit(short);
     assert_eq!(
@@ -152,7 +183,7 @@ fn config_may_not_outlive_the_key_retention() {
         ..Config::default()
     })
     .unwrap();
-    assert!(TimeKeys::new(short_engine.clone(), fitted).is_ok());
+    assert!(policy_with(short_engine.clone(), fitted).is_ok());
     // The same through a policy, with a token's validity too.
     let policy = |kind: KeyKind| Policy::new(short_engine.clone()).with_keys(kind.fit(short));
     assert!(policy(KeyKind::Time(TimeKeyConfig::default())).is_ok());
@@ -169,7 +200,7 @@ fn config_may_not_outlive_the_key_retention() {
 #[test]
 fn far_future_keys_are_refused_and_nothing_is_claimed() {
     // IDEM-TIME-2
-    let tk = keys();
+    let policy = policy();
     let mut store = MemoryStore::default();
     let now = UnixMillis(T0);
     let skew = 5 * 60 * 1000;
@@ -178,10 +209,8 @@ fn far_future_keys_are_refused_and_nothing_is_claimed() {
             client: None,
             at: UnixMillis(T0 + ahead),
         };
-        let claim = tk
-            .claim(&mut store, now, &scope(), &key, &fp("{}"), 1)
-            .unwrap();
-        let Claim::Done(d) = claim else {
+        let (mut req, claim) = claim(&policy, &mut store, now, &key, "{}", 1);
+        let Claimed::Done(d) = claim else {
             panic!("executed a key from the future")
         };
         assert_eq!(
@@ -190,7 +219,7 @@ fn far_future_keys_are_refused_and_nothing_is_claimed() {
         );
         assert_eq!(d.problem(), Some(Problem::KEY_FROM_FUTURE));
         assert_eq!(d.problem().unwrap().status, 400);
-        assert_eq!(d.event(), Event::Rejected);
+        assert_eq!(common::events(&mut req), [Event::Rejected]);
     }
     // At the edge of the skew it runs.
     let edge = TimeKey {
@@ -198,9 +227,8 @@ fn far_future_keys_are_refused_and_nothing_is_claimed() {
         at: UnixMillis(T0 + skew),
     };
     assert!(matches!(
-        tk.claim(&mut store, now, &scope(), &edge, &fp("{}"), 1)
-            .unwrap(),
-        Claim::Execute { .. }
+        claim(&policy, &mut store, now, &edge, "{}", 1).1,
+        Claimed::Execute { .. }
     ));
     assert_eq!(store.stats().entries, 1);
 }
@@ -208,7 +236,7 @@ fn far_future_keys_are_refused_and_nothing_is_claimed() {
 #[test]
 fn stale_keys_are_refused_and_never_run() {
     // IDEM-TIME-3
-    let tk = keys();
+    let policy = policy();
     let mut store = MemoryStore::default();
     let now = UnixMillis(T0);
     let age = 24 * 3600 * 1000;
@@ -217,16 +245,20 @@ fn stale_keys_are_refused_and_never_run() {
             client: Some("c1".into()),
             at: UnixMillis(old),
         };
-        let claim = tk
-            .claim(&mut store, now, &scope(), &key, &fp("{}"), 1)
-            .unwrap();
-        assert_eq!(claim, Claim::Done(Decision::Rejected(RejectReason::Stale)));
-        let Claim::Done(d) = claim else {
+        let (mut req, claim) = claim(&policy, &mut store, now, &key, "{}", 1);
+        assert_eq!(
+            claim,
+            Claimed::Done(Decision::Rejected(RejectReason::Stale))
+        );
+        let Claimed::Done(d) = claim else {
             unreachable!()
         };
         assert_eq!(d.problem(), Some(Problem::KEY_STALE));
         assert_eq!(d.problem().unwrap().status, 412);
-        assert!(d.event().is_security_relevant());
+        let [event] = common::events(&mut req)[..] else {
+            panic!("one event")
+        };
+        assert!(event.is_security_relevant());
     }
     assert_eq!(store.stats().entries, 0, "nothing was claimed");
     let young = TimeKey {
@@ -234,43 +266,34 @@ fn stale_keys_are_refused_and_never_run() {
         at: UnixMillis(T0 - age + 1),
     };
     assert!(matches!(
-        tk.claim(&mut store, now, &scope(), &young, &fp("{}"), 1)
-            .unwrap(),
-        Claim::Execute { .. }
+        claim(&policy, &mut store, now, &young, "{}", 1).1,
+        Claimed::Execute { .. }
     ));
 }
 
 #[test]
 fn a_purged_key_can_never_run_again() {
     // IDEM-TIME-3
-    let tk = keys();
-    let engine = tk.engine().clone();
+    let policy = policy();
     let mut store = MemoryStore::default();
     let key = TimeKey {
         client: Some("c1".into()),
         at: UnixMillis(T0),
     };
     let now = UnixMillis(T0);
-    let Claim::Execute { lease, .. } = tk
-        .claim(&mut store, now, &scope(), &key, &fp("{}"), 9)
-        .unwrap()
+    let (mut first, Claimed::Execute { .. }) = claim(&policy, &mut store, now, &key, "{}", 9)
     else {
         panic!()
     };
-    let _ = store
-        .finish(&engine, now, &lease, Outcome::Final(response("a")))
-        .unwrap();
+    let _ = common::finish(&mut first, &mut store, now, Outcome::Final(response("a"))).unwrap();
     // Every later time, up to and past the purge of the record, refuses or replays.
-    let ttl = engine.config().key_ttl.as_millis() as u64;
+    let ttl = policy.engine().config().key_ttl.as_millis() as u64;
     for later in [1, 3_600_000, 86_399_999, 86_400_000, ttl, ttl + 1, 10 * ttl] {
         let at = UnixMillis(T0 + later);
         store.sweep(at);
-        match tk
-            .claim(&mut store, at, &scope(), &key, &fp("{}"), 9)
-            .unwrap()
-        {
-            Claim::Done(Decision::Replay(r)) => assert_eq!(r.body, b"a"),
-            Claim::Done(Decision::Rejected(RejectReason::Stale | RejectReason::KeyExpired)) => {}
+        match claim(&policy, &mut store, at, &key, "{}", 9).1 {
+            Claimed::Done(Decision::Replay(r)) => assert_eq!(r.body, b"a"),
+            Claimed::Done(Decision::Rejected(RejectReason::Stale | RejectReason::KeyExpired)) => {}
             other => panic!("{later}: {other:?}"),
         }
     }
@@ -280,52 +303,48 @@ fn a_purged_key_can_never_run_again() {
 #[test]
 fn a_different_payload_is_a_collision_never_replayed_never_run() {
     // IDEM-TIME-4
-    let tk = keys();
-    let engine = tk.engine().clone();
+    let policy = policy();
     let mut store = MemoryStore::default();
     let now = UnixMillis(T0);
     let key = TimeKey {
         client: Some("c1".into()),
         at: UnixMillis(T0 - 10),
     };
-    let Claim::Execute { lease, .. } = tk
-        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":1}"#), 1)
-        .unwrap()
+    let (mut first, Claimed::Execute { .. }) =
+        claim(&policy, &mut store, now, &key, r#"{"n":1}"#, 1)
     else {
         panic!()
     };
+    let record = first.key().clone();
     // While the first is in flight: a collision, not "in progress".
-    let other = tk
-        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":2}"#), 2)
-        .unwrap();
+    let other = claim(&policy, &mut store, now, &key, r#"{"n":2}"#, 2).1;
     assert_eq!(
         other,
-        Claim::Done(Decision::Rejected(RejectReason::Collision))
+        Claimed::Done(Decision::Rejected(RejectReason::Collision))
     );
-    let before = store.get(&tk.record_key(&scope(), &key)).cloned();
-    let _ = store
-        .finish(&engine, now, &lease, Outcome::Final(response("first")))
-        .unwrap();
-    let done = store.get(&tk.record_key(&scope(), &key)).cloned().unwrap();
+    let before = store.get(&record).cloned();
+    let _ = common::finish(
+        &mut first,
+        &mut store,
+        now,
+        Outcome::Final(response("first")),
+    )
+    .unwrap();
+    let done = store.get(&record).cloned().unwrap();
     assert_ne!(Some(&done), before.as_ref());
     // After completion: still a collision, and the record is unchanged by it.
-    let Claim::Done(d) = tk
-        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":2}"#), 2)
-        .unwrap()
+    let (mut again, Claimed::Done(d)) = claim(&policy, &mut store, now, &key, r#"{"n":2}"#, 2)
     else {
         panic!("a collision executed")
     };
     assert_eq!(d, Decision::Rejected(RejectReason::Collision));
     assert_eq!(d.problem(), Some(Problem::KEY_COLLISION));
     assert_eq!(d.problem().unwrap().status, 422);
-    assert_eq!(d.event(), Event::Collision);
-    assert_eq!(store.get(&tk.record_key(&scope(), &key)), Some(&done));
+    assert_eq!(common::events(&mut again), [Event::Collision]);
+    assert_eq!(store.get(&record), Some(&done));
     // The original still replays.
-    match tk
-        .claim(&mut store, now, &scope(), &key, &fp(r#"{"n":1}"#), 3)
-        .unwrap()
-    {
-        Claim::Done(Decision::Replay(r)) => assert_eq!(r.body, b"first"),
+    match claim(&policy, &mut store, now, &key, r#"{"n":1}"#, 3).1 {
+        Claimed::Done(Decision::Replay(r)) => assert_eq!(r.body, b"first"),
         other => panic!("{other:?}"),
     }
 }
@@ -333,7 +352,7 @@ fn a_different_payload_is_a_collision_never_replayed_never_run() {
 #[test]
 fn clients_and_scopes_keep_timestamps_apart() {
     // IDEM-TIME-4 IDEM-KIND-1
-    let tk = keys();
+    let policy = policy();
     let mut store = MemoryStore::default();
     let now = UnixMillis(T0);
     let at = UnixMillis(T0);
@@ -348,87 +367,84 @@ fn clients_and_scopes_keep_timestamps_apart() {
     };
     for k in [&anon, &c1, &c2] {
         assert!(matches!(
-            tk.claim(&mut store, now, &scope(), k, &fp("{}"), 1)
-                .unwrap(),
-            Claim::Execute { .. }
+            claim(&policy, &mut store, now, k, "{}", 1).1,
+            Claimed::Execute { .. }
         ));
     }
-    let bob = Scope::new("bob", "POST", "/orders");
+    let mut bob = request(&policy, "bob", &text(&c1), "{}", 1);
     assert!(matches!(
-        tk.claim(&mut store, now, &bob, &c1, &fp("{}"), 1).unwrap(),
-        Claim::Execute { .. }
+        common::claim(&mut bob, &mut store, now).unwrap(),
+        Claimed::Execute { .. }
     ));
     // A time key never shares a record with an opaque key of the same text.
-    let rk = tk.record_key(&scope(), &anon);
-    assert_ne!(rk.scope, scope());
-    let opaque = RecordKey::new(scope(), rk.key.clone());
+    let scope = policy.scope(Some("alice"), "POST", "/orders").unwrap();
+    let rk = request(&policy, "alice", &text(&anon), "{}", 1)
+        .key()
+        .clone();
+    assert_ne!(rk.scope, scope);
+    let opaque = RecordKey::new(scope, rk.key.clone());
     assert!(store.get(&opaque).is_none());
     // Leading zeros name the same record.
-    let padded = parse_time_key(&format!("c1:000{T0}")).unwrap();
     assert_eq!(
-        tk.record_key(&scope(), &padded),
-        tk.record_key(&scope(), &c1)
+        request(&policy, "alice", &format!("c1:000{T0}"), "{}", 1).key(),
+        request(&policy, "alice", &text(&c1), "{}", 1).key()
     );
 }
 
 #[test]
 fn the_same_payload_is_a_retry() {
     // IDEM-TIME-5
-    let tk = keys();
-    let engine = tk.engine().clone();
+    let policy = policy();
     let mut store = MemoryStore::default();
     let now = UnixMillis(T0);
     let key = parse_time_key(&format!("c1:{T0}")).unwrap();
     let body = r#"{"a":1,"b":2}"#;
-    let Claim::Execute { lease, recovered } = tk
-        .claim(&mut store, now, &scope(), &key, &fp(body), 1)
-        .unwrap()
+    let (mut first, Claimed::Execute { hold, recovered }) =
+        claim(&policy, &mut store, now, &key, body, 1)
     else {
         panic!()
     };
     assert!(!recovered);
     assert_eq!(
-        tk.claim(&mut store, now, &scope(), &key, &fp(body), 2)
-            .unwrap(),
-        Claim::Done(Decision::InProgress {
+        claim(&policy, &mut store, now, &key, body, 2).1,
+        Claimed::Done(Decision::InProgress {
             // The default bound on the time left of a 60 s lease (IDEM-CONC-4).
             retry_after_secs: 2
         })
     );
     // After the lease ends, a retry takes over.
     let later = UnixMillis(T0 + 61_000);
-    let Claim::Execute {
-        lease: second,
-        recovered,
-    } = tk
-        .claim(
-            &mut store,
-            later,
-            &scope(),
-            &key,
-            &fp(r#"{ "b":2, "a":1 }"#),
-            3,
-        )
-        .unwrap()
+    let (
+        mut second,
+        Claimed::Execute {
+            hold: taken,
+            recovered,
+        },
+    ) = claim(&policy, &mut store, later, &key, r#"{ "b":2, "a":1 }"#, 3)
     else {
         panic!()
     };
     assert!(recovered);
-    assert_eq!(second.fence, lease.fence + 1);
+    assert_eq!(taken.fence(), hold.fence() + 1);
     assert_eq!(
-        store
-            .finish(&engine, later, &lease, Outcome::Final(response("zombie")))
-            .unwrap(),
+        common::finish(
+            &mut first,
+            &mut store,
+            later,
+            Outcome::Final(response("zombie"))
+        )
+        .unwrap(),
         Finish::FencedOut
     );
-    let _ = store
-        .finish(&engine, later, &second, Outcome::Final(response("ok")))
-        .unwrap();
-    match tk
-        .claim(&mut store, later, &scope(), &key, &fp(body), 4)
-        .unwrap()
-    {
-        Claim::Done(Decision::Replay(r)) => assert_eq!(r.body, b"ok"),
+    let _ = common::finish(
+        &mut second,
+        &mut store,
+        later,
+        Outcome::Final(response("ok")),
+    )
+    .unwrap();
+    match claim(&policy, &mut store, later, &key, body, 4).1 {
+        Claimed::Done(Decision::Replay(r)) => assert_eq!(r.body, b"ok"),
         other => panic!("{other:?}"),
     }
 }
@@ -487,15 +503,15 @@ proptest! {
         };
         // Backward jumps up to key_ttl - max_age - max_ahead keep the guarantee.
         let margin_ms = 890_000i64;
-        let tk = TimeKeys::new(engine.clone(), config).unwrap();
+        let policy = policy_with(engine, config).unwrap();
         let mut store = MemoryStore::default();
         let mut now = T0;
         let mut max_now = T0;
         let mut sent: Vec<(TimeKey, u8)> = Vec::new();
         // (client, timestamp) -> the payload that ran first
         let mut ran: HashMap<(Option<String>, u64), u8> = HashMap::new();
-        let mut running: Vec<(Lease, u8)> = Vec::new();
-        let scope = scope();
+        // The machines of the requests whose handlers run, and their payloads.
+        let mut running: Vec<(Request, u8)> = Vec::new();
         for op in ops {
             let request = match op {
                 Op::Send { client, offset_ms, payload } => {
@@ -508,10 +524,10 @@ proptest! {
                 Op::Retry { .. } => None,
                 Op::Finish { crash } => {
                     if !running.is_empty() {
-                        let (lease, payload) = running.remove(0);
+                        let (mut req, payload) = running.remove(0);
                         if !crash {
                             let body = format!("payload-{payload}");
-                            let _ = store.finish(&engine, UnixMillis(now), &lease, Outcome::Final(response(&body))).unwrap();
+                            let _ = common::finish(&mut req, &mut store, UnixMillis(now), Outcome::Final(response(&body))).unwrap();
                         }
                     }
                     None
@@ -526,10 +542,10 @@ proptest! {
             };
             let Some((key, payload)) = request else { continue };
             let body = format!("{{\"p\":{payload}}}");
-            let claim = tk.claim(&mut store, UnixMillis(now), &scope, &key, &fp(&body), now ^ 0x5555).unwrap();
+            let (req, claim) = claim(&policy, &mut store, UnixMillis(now), &key, &body, now ^ 0x5555);
             let id = (key.client.clone(), key.at.0);
             match claim {
-                Claim::Execute { lease, recovered } => {
+                Claimed::Execute { recovered, .. } => {
                     // Inside the window, always.
                     prop_assert!(key.at.0 <= now + 10_000 && now - key.at.0.min(now) < 100_000);
                     match ran.get(&id) {
@@ -544,23 +560,23 @@ proptest! {
                             ran.insert(id, payload);
                         }
                     }
-                    running.retain(|(l, _)| l.key != lease.key);
-                    running.push((*lease, payload));
+                    running.retain(|(r, _)| r.key() != req.key());
+                    running.push((req, payload));
                 }
-                Claim::Done(Decision::Replay(r)) => {
+                Claimed::Done(Decision::Replay(r)) => {
                     prop_assert_eq!(ran.get(&id), Some(&payload));
                     prop_assert_eq!(r.body.clone(), format!("payload-{payload}").into_bytes(), "a collision was replayed");
                 }
-                Claim::Done(Decision::Rejected(RejectReason::Collision)) => {
+                Claimed::Done(Decision::Rejected(RejectReason::Collision)) => {
                     prop_assert!(ran.get(&id).is_some_and(|p| *p != payload));
                 }
-                Claim::Done(Decision::InProgress { .. }) => {
+                Claimed::Done(Decision::InProgress { .. }) => {
                     prop_assert_eq!(ran.get(&id), Some(&payload));
                 }
-                Claim::Done(Decision::Rejected(
+                Claimed::Done(Decision::Rejected(
                     RejectReason::Stale | RejectReason::FromFuture { .. } | RejectReason::KeyExpired,
                 )) => {}
-                Claim::Done(other) => prop_assert!(false, "unexpected {:?}", other),
+                Claimed::Done(other) => prop_assert!(false, "unexpected {:?}", other),
             }
         }
     }

@@ -8,6 +8,8 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
 
+mod common;
+
 const RESPONSE_TTL: u64 = 10_000;
 const KEY_TTL: u64 = 30_000;
 const LEASE: u64 = 3_000;
@@ -172,9 +174,10 @@ impl Model {
     }
 }
 
+/// A request whose handler runs: its machine holds the lease.
 struct Handler {
     k: (u8, u8),
-    lease: Lease,
+    req: Request,
     lease_id: u64,
 }
 
@@ -198,14 +201,16 @@ fn fingerprint(payload: u8) -> Fingerprint {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let engine = Engine::new(Config {
-        response_ttl: Duration::from_millis(RESPONSE_TTL),
-        key_ttl: Duration::from_millis(KEY_TTL),
-        lease: Duration::from_millis(LEASE),
-        unknown_outcome: UnknownOutcomePolicy::Reexecute,
-        max_retry_after: Duration::from_millis(MAX_RETRY_AFTER),
-    })
-    .unwrap();
+    let policy = Policy::new(
+        Engine::new(Config {
+            response_ttl: Duration::from_millis(RESPONSE_TTL),
+            key_ttl: Duration::from_millis(KEY_TTL),
+            lease: Duration::from_millis(LEASE),
+            unknown_outcome: UnknownOutcomePolicy::Reexecute,
+            max_retry_after: Duration::from_millis(MAX_RETRY_AFTER),
+        })
+        .unwrap(),
+    );
     let mut store = MemoryStore::default();
     let mut model = Model::default();
     let mut handlers: Vec<Handler> = Vec::new();
@@ -220,49 +225,43 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 payload,
             } => {
                 let k = (scope, kk);
-                let rk = key(k);
-                let fp = fingerprint(payload);
+                let ticket = Ticket {
+                    key: key(k),
+                    fingerprint: fingerprint(payload),
+                    subject: Subject::Record,
+                };
                 nonce = nonce.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let got = store
-                    .claim(
-                        &engine,
-                        UnixMillis(now),
-                        &Attempt {
-                            key: &rk,
-                            fingerprint: &fp,
-                            nonce,
-                        },
-                    )
-                    .unwrap();
+                let mut req = policy.resume(ticket, nonce);
+                let got = common::claim(&mut req, &mut store, UnixMillis(now)).unwrap();
                 let (expect, lease_id) = model.claim(now, k, payload);
                 match (got, expect) {
                     (
-                        Claim::Execute { lease, recovered },
+                        Claimed::Execute { hold, recovered },
                         Expect::Execute {
                             recovered: r,
                             fence,
                         },
                     ) => {
                         prop_assert_eq!(recovered, r);
-                        prop_assert_eq!(lease.fence, fence);
+                        prop_assert_eq!(hold.fence(), fence);
                         handlers.push(Handler {
                             k,
-                            lease: *lease,
+                            req,
                             lease_id: lease_id.unwrap(),
                         });
                     }
-                    (Claim::Done(Decision::Replay(resp)), Expect::Replay(body)) => {
+                    (Claimed::Done(Decision::Replay(resp)), Expect::Replay(body)) => {
                         prop_assert_eq!(&resp.body, &body)
                     }
                     (
-                        Claim::Done(Decision::InProgress { retry_after_secs }),
+                        Claimed::Done(Decision::InProgress { retry_after_secs }),
                         Expect::InProgress(s),
                     ) => {
                         prop_assert_eq!(retry_after_secs, s)
                     }
-                    (Claim::Done(Decision::Mismatch { .. }), Expect::Mismatch) => {}
+                    (Claimed::Done(Decision::Mismatch { .. }), Expect::Mismatch) => {}
                     (
-                        Claim::Done(Decision::Rejected(RejectReason::KeyExpired)),
+                        Claimed::Done(Decision::Rejected(RejectReason::KeyExpired)),
                         Expect::KeyExpired,
                     ) => {}
                     (got, expect) => {
@@ -274,7 +273,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if handlers.is_empty() {
                     continue;
                 }
-                let h = handlers.swap_remove(handler % handlers.len());
+                let mut h = handlers.swap_remove(handler % handlers.len());
                 bodies += 1;
                 let body = format!("{:?}#{bodies}", h.k).into_bytes();
                 let outcome = match outcome {
@@ -287,8 +286,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }),
                 };
                 let holds = model.holds(h.k, h.lease_id);
-                let got = store
-                    .finish(&engine, UnixMillis(now), &h.lease, outcome.clone())
+                let got = common::finish(&mut h.req, &mut store, UnixMillis(now), outcome.clone())
                     .unwrap();
                 model.sweep(now);
                 // The store sweeps before checking; a lease whose key expired loses its record.
@@ -345,19 +343,26 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 let i = handler % handlers.len();
                 let h = &mut handlers[i];
-                match engine.extend(UnixMillis(now), &h.lease) {
-                    Err(CompleteError::LeaseExpired) => prop_assert!(now >= h.lease.expires.0),
+                let expires = h.req.context().unwrap().lease_expires;
+                let holds = model.holds(h.k, h.lease_id);
+                match h.req.heartbeat(UnixMillis(now)) {
+                    Err(Heartbeat::Expired) => prop_assert!(now >= expires.0),
+                    // An earlier heartbeat learned that the lease was taken over.
+                    Err(Heartbeat::FencedOut) => prop_assert!(!holds),
                     Err(e) => prop_assert!(false, "{e:?}"),
-                    Ok((next, write)) => {
-                        let holds = model.holds(h.k, h.lease_id);
-                        let applied = store.apply(UnixMillis(now), write).unwrap();
+                    Ok(()) => {
+                        let step = h
+                            .req
+                            .drive(&mut store, UnixMillis(now), &mut Waiters::default())
+                            .unwrap();
+                        prop_assert_eq!(step, Step::Idle);
                         model.sweep(now);
                         let holds = holds && model.holds(h.k, h.lease_id);
-                        prop_assert_eq!(applied == Applied::Applied, holds);
+                        let extended = matches!(h.req.heartbeat_state(), Heartbeat::Extended(_));
+                        prop_assert_eq!(extended, holds);
                         if holds {
                             model.next_lease_id += 1;
                             h.lease_id = model.next_lease_id;
-                            h.lease = next;
                             // The key's retention moves with the lease (IDEM-LEASE-4).
                             if let Some(M::InFlight {
                                 lease_expires,
@@ -370,6 +375,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 *lease_id = h.lease_id;
                                 *key_expires = (*key_expires).max(now + KEY_TTL);
                             }
+                        } else {
+                            prop_assert_eq!(h.req.heartbeat_state(), Heartbeat::FencedOut);
                         }
                     }
                 }

@@ -52,7 +52,7 @@ fn ok(body: &str) -> StoredResponse {
     }
 }
 
-fn request(policy: &Policy, key: &str, body: &str, nonce: u64) -> Request<'static> {
+fn request(policy: &Policy, key: &str, body: &str, nonce: u64) -> Request {
     policy.request(
         &intake(Some("alice"), &[key.as_bytes()], body.as_bytes()),
         nonce,
@@ -60,11 +60,11 @@ fn request(policy: &Policy, key: &str, body: &str, nonce: u64) -> Request<'stati
 }
 
 /// Drives a request to its first non-store step on a MemoryStore.
-fn drive(req: &mut Request<'_>, store: &mut MemoryStore, now: UnixMillis) -> Step {
+fn drive(req: &mut Request, store: &mut MemoryStore, now: UnixMillis) -> Step {
     req.drive(store, now, &mut Waiters::default()).unwrap()
 }
 
-fn events(req: &mut Request<'_>) -> Vec<&'static str> {
+fn events(req: &mut Request) -> Vec<&'static str> {
     std::iter::from_fn(|| req.poll_event())
         .map(|e| e.name())
         .collect()
@@ -584,7 +584,6 @@ fn a_lease_never_outlives_its_key() {
 
     // A record whose key has expired while its lease is live (written by a host with other
     // settings) is still present: never absent, never swept.
-    let engine = Engine::new(config()).unwrap();
     let k = RecordKey::new(Scope::new("a", "POST", "/x"), "old");
     let fp = Fingerprint::from_digest([1; 32]);
     let held = Record {
@@ -600,15 +599,6 @@ fn a_lease_never_outlives_its_key() {
     assert!(held.is_live(at(5_000)));
     assert_eq!(held.next_deadline(), at(9_000));
     assert!(matches!(held.expire(at(5_000)), Expiry::Keep(Some(t)) if t == at(9_000)));
-    let attempt = Attempt {
-        key: &k,
-        fingerprint: &fp,
-        nonce: 1,
-    };
-    assert!(matches!(
-        engine.decide(at(5_000), &attempt, Some(&held)),
-        Decision::InProgress { .. }
-    ));
     let mut store = MemoryStore::default();
     let put = Write {
         key: k.clone(),
@@ -616,6 +606,14 @@ fn a_lease_never_outlives_its_key() {
         op: WriteOp::Put(held),
     };
     assert_eq!(store.apply(T0, put).unwrap(), Applied::Applied);
+    let ticket = Ticket {
+        key: k.clone(),
+        fingerprint: fp,
+        subject: Subject::Record,
+    };
+    let mut dup = policy.resume(ticket, 1);
+    assert_eq!(drive(&mut dup, &mut store, at(5_000)), Step::Reply);
+    assert!(matches!(dup.decision(), Some(Decision::InProgress { .. })));
     assert_eq!(store.sweep(at(5_000)), 0);
     assert!(store.get(&k).is_some(), "a live lease is never swept");
     assert_eq!(store.sweep(at(9_000)), 1);
@@ -843,19 +841,23 @@ fn racing_requests_on_an_asynchronous_store_run_the_handler_once() {
 fn an_execute_inside_a_done_claim_applies_nothing_and_reads_as_contended() {
     // IDEM-CONC-1
     let policy = policy();
-    let engine = Engine::new(config()).unwrap();
-    let key = RecordKey::new(Scope::new("alice", "POST", "/orders"), "k".to_string());
-    let fp = Fingerprint::from_digest([1; 32]);
-    let decision = engine.decide(
-        T0,
-        &Attempt {
-            key: &key,
-            fingerprint: &fp,
-            nonce: 1,
-        },
-        None,
-    );
-    assert!(matches!(decision, Decision::Execute { .. }));
+    // An execute as a machine decides it on an empty store: its lease and its claim write.
+    let mut other = request(&policy, "k", "{}", 1);
+    let mut waiters = Waiters::default();
+    assert_eq!(other.poll(T0, &mut waiters), Step::Claim);
+    other.handle_record(T0, None, &mut waiters);
+    let Step::Apply(write) = other.poll(T0, &mut waiters) else {
+        panic!("a new key is claimed")
+    };
+    other.handle_applied(T0, Applied::Applied, &mut waiters);
+    let Some(Hold::Record(lease)) = other.hold() else {
+        panic!("the claim holds a lease")
+    };
+    let decision = Decision::Execute {
+        lease: Box::new(lease),
+        write: Box::new(write),
+        recovered: false,
+    };
     let mut req = request(&policy, "k", "{}", 1);
     let mut waiters = Waiters::default();
     assert_eq!(req.poll(T0, &mut waiters), Step::Claim);

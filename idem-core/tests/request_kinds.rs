@@ -33,7 +33,7 @@ fn tokens() -> Policy {
         .unwrap()
 }
 
-fn request(policy: &Policy, key: &str, low_water: Option<&str>, body: &str) -> Request<'static> {
+fn request(policy: &Policy, key: &str, low_water: Option<&str>, body: &str) -> Request {
     policy.request(
         &Intake {
             principal: Some("alice"),
@@ -59,7 +59,7 @@ fn ok(body: &str) -> StoredResponse {
 }
 
 /// Runs `req` to completion on `store` with a 201 of `body`; panics unless it runs.
-fn run(req: &mut Request<'_>, store: &mut MemoryStore, now: UnixMillis, body: &str) {
+fn run(req: &mut Request, store: &mut MemoryStore, now: UnixMillis, body: &str) {
     let mut waiters = Waiters::default();
     let Step::Run(_) = req.drive(store, now, &mut waiters).unwrap() else {
         panic!("the request runs: {:?}", req.reply().map(|r| r.status()));
@@ -71,7 +71,7 @@ fn run(req: &mut Request<'_>, store: &mut MemoryStore, now: UnixMillis, body: &s
     );
 }
 
-fn refused(req: &mut Request<'_>, store: &mut MemoryStore, now: UnixMillis) -> Reply {
+fn refused(req: &mut Request, store: &mut MemoryStore, now: UnixMillis) -> Reply {
     let step = req.drive(store, now, &mut Waiters::default()).unwrap();
     assert_eq!(step, Step::Reply);
     req.reply().unwrap()
@@ -441,7 +441,7 @@ fn form<'a>(keys: &'a [&'a [u8]], body: &'a str) -> Intake<'a> {
     }
 }
 
-fn keyless(policy: &Policy, body: &str) -> Request<'static> {
+fn keyless(policy: &Policy, body: &str) -> Request {
     policy.request(&form(&[], body), 5)
 }
 

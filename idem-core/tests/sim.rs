@@ -20,6 +20,8 @@ use idem_core::*;
 use std::collections::HashMap;
 use std::time::Duration;
 
+mod common;
+
 /// SplitMix64: small, seedable, good enough to drive a simulation.
 struct Rng(u64);
 impl Rng {
@@ -46,9 +48,11 @@ struct Logical {
     done: bool,
 }
 
-/// A handler between claim and finish.
+/// A handler between claim and finish: its request's machine holds the lease.
 struct Handler {
     logical: usize,
+    req: Request,
+    /// The lease, as of the last heartbeat.
     lease: Lease,
     recovered: bool,
     payload: String,
@@ -80,7 +84,7 @@ struct KeyTruth {
 struct Sim {
     rng: Rng,
     now: UnixMillis,
-    engine: Engine,
+    policy: Policy,
     store: MemoryStore,
     logical: Vec<Logical>,
     handlers: Vec<Handler>,
@@ -113,7 +117,7 @@ impl Sim {
         Sim {
             rng,
             now: UnixMillis(1_700_000_000_000),
-            engine: Engine::new(config).unwrap(),
+            policy: Policy::new(Engine::new(config).unwrap()),
             store: MemoryStore::default(),
             logical,
             handlers: Vec::new(),
@@ -199,18 +203,13 @@ impl Sim {
         let fp = Sim::fingerprint(&payload);
         let nonce = self.rng.next();
         let pre = self.store.get(&key).cloned();
-        let claim = self
-            .store
-            .claim(
-                &self.engine,
-                self.now,
-                &Attempt {
-                    key: &key,
-                    fingerprint: &fp,
-                    nonce,
-                },
-            )
-            .unwrap();
+        let ticket = Ticket {
+            key: key.clone(),
+            fingerprint: fp,
+            subject: Subject::Record,
+        };
+        let mut req = self.policy.resume(ticket, nonce);
+        let claim = common::claim(&mut req, &mut self.store, self.now).unwrap();
         let now = self.now;
         let truth = self.truth.entry(key.clone()).or_default();
         if truth.payload.is_some() && pre.as_ref().is_none_or(|r| now >= r.key_expires) {
@@ -226,7 +225,8 @@ impl Sim {
             };
         }
         match claim {
-            Claim::Execute { lease, recovered } => {
+            Claimed::Execute { recovered, .. } => {
+                let lease = common::lease(&req);
                 if let Some(p) = &truth.payload {
                     assert_eq!(p, &payload, "IDEM-FP-1: a mismatched payload executed");
                 }
@@ -240,8 +240,8 @@ impl Sim {
                 truth.max_fence = truth.max_fence.max(lease.fence);
                 truth.payload = Some(payload.clone());
                 truth.key_expires = lease.key_expires;
-                let lease_ms = self.engine.config().lease.as_millis() as u64;
-                let key_ms = self.engine.config().key_ttl.as_millis() as u64;
+                let lease_ms = self.policy.engine().config().lease.as_millis() as u64;
+                let key_ms = self.policy.engine().config().key_ttl.as_millis() as u64;
                 let heartbeats = self.rng.chance(self.heartbeat_percent);
                 // Most handlers finish inside the lease; some are slow enough to be zombies;
                 // those that send heartbeats outlast the key retention several times.
@@ -258,7 +258,8 @@ impl Sim {
                 self.handlers.push(Handler {
                     incarnation,
                     logical: i,
-                    lease: *lease,
+                    req,
+                    lease,
                     recovered,
                     payload,
                     effect_done: false,
@@ -269,7 +270,7 @@ impl Sim {
                 });
                 self.count(if recovered { "took-over" } else { "executed" });
             }
-            Claim::Done(Decision::Replay(response)) => {
+            Claimed::Done(Decision::Replay(response)) => {
                 let stored = truth
                     .stored
                     .as_ref()
@@ -293,7 +294,7 @@ impl Sim {
                 }
                 self.count("replayed");
             }
-            Claim::Done(Decision::Mismatch { differing }) => {
+            Claimed::Done(Decision::Mismatch { differing }) => {
                 assert_ne!(
                     truth.payload.as_deref(),
                     Some(payload.as_str()),
@@ -302,18 +303,18 @@ impl Sim {
                 assert_eq!(differing, vec!["amount".to_string()]);
                 self.count("mismatch");
             }
-            Claim::Done(Decision::InProgress { retry_after_secs }) => {
+            Claimed::Done(Decision::InProgress { retry_after_secs }) => {
                 assert!(retry_after_secs >= 1);
                 self.count("in-progress");
             }
-            Claim::Done(Decision::Rejected(RejectReason::KeyExpired)) => {
+            Claimed::Done(Decision::Rejected(RejectReason::KeyExpired)) => {
                 assert!(
                     truth.stored.is_some(),
                     "IDEM-TTL-3: tombstone for a key that never completed"
                 );
                 self.count("tombstone-hit");
             }
-            Claim::Done(other) => panic!("unexpected decision {other:?}"),
+            Claimed::Done(other) => panic!("unexpected decision {other:?}"),
         }
     }
 
@@ -328,21 +329,19 @@ impl Sim {
             // A handler from a previous incarnation of the key (a zombie that outlived the
             // key itself): whatever it does belongs to that request, and it must not be able
             // to complete the new one.
-            let handler = self.handlers.swap_remove(h);
+            let mut handler = self.handlers.swap_remove(h);
             let response = StoredResponse {
                 status: 200,
                 headers: vec![],
                 body: b"ancient".to_vec(),
             };
-            let finish = self
-                .store
-                .finish(
-                    &self.engine,
-                    self.now,
-                    &handler.lease,
-                    Outcome::Final(response),
-                )
-                .unwrap();
+            let finish = common::finish(
+                &mut handler.req,
+                &mut self.store,
+                self.now,
+                Outcome::Final(response),
+            )
+            .unwrap();
             assert_eq!(
                 finish,
                 Finish::FencedOut,
@@ -352,22 +351,10 @@ impl Sim {
             return;
         }
         if handler.heartbeats && handler.effect_done && self.now < handler.finish_at {
-            // A long handler keeps its lease alive, through the request machine.
-            let mut req = Request::holding(&self.engine, &handler.lease);
-            let mut extended = None;
-            if req.heartbeat(self.now).is_ok() {
-                let step = req
-                    .drive(&mut self.store, self.now, &mut Waiters::default())
-                    .unwrap();
-                assert_eq!(step, Step::Idle);
-                if let (Heartbeat::Extended(_), Some(Hold::Record(l))) =
-                    (req.heartbeat_state(), req.hold())
-                {
-                    extended = Some(l.clone());
-                }
-            }
-            drop(req);
-            if let Some(lease) = extended {
+            // A long handler keeps its lease alive, through its request's machine.
+            let heartbeat = common::heartbeat(&mut handler.req, &mut self.store, self.now).unwrap();
+            if let Heartbeat::Extended(_) = heartbeat {
+                let lease = common::lease(&handler.req);
                 truth.key_expires = truth.key_expires.max(lease.key_expires);
                 handler.lease = lease;
                 self.count("extended");
@@ -396,7 +383,7 @@ impl Sim {
         if self.now < handler.finish_at && !self.rng.chance(10) {
             return;
         }
-        let handler = self.handlers.swap_remove(h);
+        let mut handler = self.handlers.swap_remove(h);
         if handler.crash {
             self.count("crashed");
             return;
@@ -425,10 +412,7 @@ impl Sim {
             _ => (Outcome::Final(response.clone()), response),
         };
         let before = self.store.get(&key).cloned();
-        let finish = self
-            .store
-            .finish(&self.engine, self.now, &handler.lease, outcome)
-            .unwrap();
+        let finish = common::finish(&mut handler.req, &mut self.store, self.now, outcome).unwrap();
         let truth = self.truth.get_mut(&key).unwrap();
         match finish {
             Finish::Stored => {

@@ -25,7 +25,7 @@ fn policy() -> Policy {
     Policy::new(engine(UnknownOutcomePolicy::Reexecute))
 }
 
-fn request(policy: &Policy, who: &str, key: &str, nonce: u64) -> Request<'static> {
+fn request(policy: &Policy, who: &str, key: &str, nonce: u64) -> Request {
     policy.request(
         &Intake {
             principal: Some(who),
@@ -42,7 +42,7 @@ fn request(policy: &Policy, who: &str, key: &str, nonce: u64) -> Request<'static
     )
 }
 
-fn drive(req: &mut Request<'static>, store: &mut MemoryStore, now: UnixMillis) -> Step {
+fn drive(req: &mut Request, store: &mut MemoryStore, now: UnixMillis) -> Step {
     req.drive(store, now, &mut Waiters::default()).unwrap()
 }
 

@@ -46,7 +46,7 @@ impl<St> Shared<St> {
         (principal, route)
     }
 
-    pub(crate) fn emit(&self, request: &mut Request<'static>) {
+    pub(crate) fn emit(&self, request: &mut Request) {
         while let Some(event) = request.poll_event() {
             match &self.on_event {
                 Some(f) => f(&event, request.key()),
@@ -86,7 +86,7 @@ pub(crate) async fn sleep_until(t: UnixMillis) {
 /// leaves the machine told that the call failed, so that it never waits for an answer that
 /// cannot come. Whether or not the store made the write, the machine then goes on safely: a
 /// completion that finds the record moved on by its own lease completes from there.
-pub(crate) async fn advance<St>(shared: &Shared<St>, request: &mut Request<'static>) -> Step
+pub(crate) async fn advance<St>(shared: &Shared<St>, request: &mut Request) -> Step
 where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
@@ -98,8 +98,8 @@ where
 pub(crate) async fn drive_steps<St>(
     store: &St,
     waiters: &Mutex<Waiters>,
-    emit: &(dyn Fn(&mut Request<'static>) + Sync),
-    request: &mut Request<'static>,
+    emit: &(dyn Fn(&mut Request) + Sync),
+    request: &mut Request,
 ) -> Step
 where
     St: AsyncStore + Send + Sync,
@@ -158,8 +158,8 @@ where
 /// out (`armed`), the machine learns that the call failed.
 struct Outstanding<'a> {
     waiters: &'a Mutex<Waiters>,
-    emit: &'a (dyn Fn(&mut Request<'static>) + Sync),
-    request: &'a mut Request<'static>,
+    emit: &'a (dyn Fn(&mut Request) + Sync),
+    request: &'a mut Request,
     armed: bool,
 }
 
@@ -177,7 +177,7 @@ impl Drop for Outstanding<'_> {
     }
 }
 
-fn failed<St>(waiters: &mut Waiters, request: &mut Request<'static>, error: &St::Error)
+fn failed<St>(waiters: &mut Waiters, request: &mut Request, error: &St::Error)
 where
     St: AsyncStore,
     St::Error: fmt::Display,
@@ -198,7 +198,7 @@ pub(crate) trait Beat: Send + Sync {
 /// holds for the attempt (a handler's transaction) outlives it.
 pub(crate) struct Running<St: AsyncStore> {
     shared: Arc<Shared<St>>,
-    machine: tokio::sync::Mutex<Option<Request<'static>>>,
+    machine: tokio::sync::Mutex<Option<Request>>,
     /// The record and the attempt's identity, as the store knows them.
     attempt: (RecordKey, u64),
 }
@@ -208,7 +208,7 @@ where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
-    pub(crate) fn new(shared: Arc<Shared<St>>, machine: Request<'static>, attempt: u64) -> Self {
+    pub(crate) fn new(shared: Arc<Shared<St>>, machine: Request, attempt: u64) -> Self {
         Running {
             attempt: (machine.key().clone(), attempt),
             shared,

@@ -21,10 +21,7 @@ use std::future::Future;
 /// [`Policy::open_session`]: idem_core::Policy::open_session
 /// [`Policy::open_session_from`]: idem_core::Policy::open_session_from
 /// [`Policy::issue_token`]: idem_core::Policy::issue_token
-pub async fn answer<St>(
-    store: &St,
-    mut request: idem_core::Request<'static>,
-) -> Response<Full<Bytes>>
+pub async fn answer<St>(store: &St, mut request: idem_core::Request) -> Response<Full<Bytes>>
 where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
@@ -124,7 +121,7 @@ where
 }
 
 /// The events of an operation, as the default hook logs them.
-fn log_events(request: &mut idem_core::Request<'static>) {
+fn log_events(request: &mut idem_core::Request) {
     while let Some(event) = request.poll_event() {
         drive::log(&event, request.key());
     }

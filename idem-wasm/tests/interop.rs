@@ -2,9 +2,9 @@
 //! replies, and the Durable Object wire format.
 
 use idem_core::{
-    Claimed, CompleteError, Config, Decision, Engine, Event, FingerprintSpec, Hold, InFlight,
-    Intake, JsonMode, Outcome, Policy, RecordKey, RejectReason, RequestParts, Scope,
-    StoredResponse, Subject, Ticket, UnixMillis, UnknownOutcomePolicy,
+    Applied, Claimed, CompleteError, Config, Decision, Engine, Event, FingerprintSpec, Hold,
+    InFlight, Intake, JsonMode, Lease, Outcome, Policy, RecordKey, RejectReason, RequestParts,
+    Scope, Step, StoredResponse, Subject, Ticket, UnixMillis, UnknownOutcomePolicy, Waiters, Write,
 };
 use idem_wasm::interop::*;
 use std::sync::Arc;
@@ -352,48 +352,82 @@ fn events_cross_as_indices_into_the_cores_list() {
     assert_eq!(event_index(Event::TookOver { fence: 9 }), Some(1));
 }
 
+/// The claim of `ticket`'s request on no record at `now`, as its machine makes it: the
+/// lease and the write.
+fn claim(ticket: &Ticket, nonce: u64, now: UnixMillis) -> (Lease, Write) {
+    let mut waiters = Waiters::default();
+    let mut req = Policy::new(Engine::default()).resume(ticket.clone(), nonce);
+    assert_eq!(req.poll(now, &mut waiters), Step::Claim);
+    req.handle_record(now, None, &mut waiters);
+    let Step::Apply(write) = req.poll(now, &mut waiters) else {
+        panic!("expected a claim")
+    };
+    req.handle_applied(now, Applied::Applied, &mut waiters);
+    let Some(Hold::Record(lease)) = req.hold() else {
+        panic!("expected a lease")
+    };
+    (lease, write)
+}
+
+/// The write a machine holding `lease` asks for to record `outcome` at `now`.
+fn completion(ticket: &Ticket, lease: &Lease, outcome: Outcome, now: UnixMillis) -> Write {
+    let mut waiters = Waiters::default();
+    let mut req = Policy::new(Engine::default()).resume(ticket.clone(), 1);
+    assert_eq!(req.poll(now, &mut waiters), Step::Claim);
+    let hold = Hold::Record(lease.clone());
+    req.handle_claimed(
+        now,
+        Claimed::Execute {
+            hold,
+            recovered: false,
+        },
+        &mut waiters,
+    );
+    assert!(matches!(req.poll(now, &mut waiters), Step::Run(_)));
+    req.handle_outcome(outcome);
+    let Step::Apply(write) = req.poll(now, &mut waiters) else {
+        panic!("expected a completion")
+    };
+    write
+}
+
 #[test]
 fn writes_carry_versions_as_decimal_strings_and_the_deadline() {
     let t = ticket();
-    let e = Engine::default();
-    let attempt = idem_core::Attempt {
-        key: &t.key,
-        fingerprint: &t.fingerprint,
-        nonce: u64::MAX - 1,
-    };
-    let Decision::Execute { write, lease, .. } = e.decide(UnixMillis(1000), &attempt, None) else {
-        panic!("expected execute")
-    };
+    let (lease, write) = claim(&t, u64::MAX - 1, UnixMillis(1000));
     let w = StoreWrite::from_core(&write);
     assert_eq!(w.expect, None);
     assert_eq!(w.version, (u64::MAX - 1).to_string());
     let record = idem_core::decode_record(w.value.as_deref().unwrap()).unwrap();
     assert_eq!(w.deadline, to_ms(record.next_deadline()));
-    let done = e
-        .complete(
-            UnixMillis(2000),
-            &lease,
-            Outcome::classify(StoredResponse {
-                status: 201,
-                headers: vec![],
-                body: b"ok".to_vec(),
-            }),
-        )
-        .unwrap();
+    let done = completion(
+        &t,
+        &lease,
+        Outcome::classify(StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: b"ok".to_vec(),
+        }),
+        UnixMillis(2000),
+    );
     let w2 = StoreWrite::from_core(&done);
     assert_eq!(w2.expect.as_deref(), Some(w.version.as_str()));
     assert_eq!(w2.version, u64::MAX.to_string());
-    let released = StoreWrite::from_core(
-        &e.complete(UnixMillis(2000), &lease, Outcome::Retryable)
-            .unwrap(),
-    );
+    let released = StoreWrite::from_core(&completion(
+        &t,
+        &lease,
+        Outcome::Retryable,
+        UnixMillis(2000),
+    ));
     assert_eq!((released.value, released.deadline), (None, 0.0));
     // In flight: the claim, and an attempt that threw left for a retry to take over; not a
     // completion or a release (IDEM-STORE-8).
-    let threw = StoreWrite::from_core(
-        &e.complete(UnixMillis(2000), &lease, Outcome::Unknown(None))
-            .unwrap(),
-    );
+    let threw = StoreWrite::from_core(&completion(
+        &t,
+        &lease,
+        Outcome::Unknown(None),
+        UnixMillis(2000),
+    ));
     assert_eq!(
         (
             w.in_flight,
@@ -409,22 +443,15 @@ fn writes_carry_versions_as_decimal_strings_and_the_deadline() {
 fn tickets_and_claims_round_trip_through_the_wire_format() {
     let t = ticket();
     assert_eq!(decode_ticket(&encode_ticket(&t)).unwrap(), t);
-    let e = Engine::default();
-    let attempt = idem_core::Attempt {
-        key: &t.key,
-        fingerprint: &t.fingerprint,
-        nonce: 42,
-    };
-    let execute = e.decide(UnixMillis(10), &attempt, None);
-    let Decision::Execute {
-        lease, recovered, ..
-    } = execute.clone()
-    else {
-        panic!("expected execute")
+    let (lease, write) = claim(&t, 42, UnixMillis(10));
+    let execute = Decision::Execute {
+        lease: Box::new(lease.clone()),
+        write: Box::new(write),
+        recovered: false,
     };
     let claimed = Claimed::Execute {
-        hold: Hold::Record(*lease),
-        recovered,
+        hold: Hold::Record(lease),
+        recovered: false,
     };
     assert_eq!(decode_claimed(&encode_claimed(&claimed)).unwrap(), claimed);
     for done in [

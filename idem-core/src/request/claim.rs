@@ -18,7 +18,7 @@ pub(super) enum Decided {
     Slot(Box<(CounterLease, Write, bool)>),
 }
 
-impl Request<'_> {
+impl Request {
     /// Refusals that need no record: a time key outside its window, a forged token.
     pub(super) fn precheck(&self, now: UnixMillis) -> Option<Decision> {
         match (&self.rules, &self.subject) {
@@ -153,7 +153,7 @@ impl Request<'_> {
             Event::Executed
         });
         self.state = State::Holding(Holding {
-            hold: Held::from(hold),
+            hold,
             recovered,
             started: false,
             outcome: None,
@@ -162,18 +162,5 @@ impl Request<'_> {
             op: Op::None,
             rounds: 0,
         });
-    }
-
-    /// [`Request::handle_record`] for a driver that has read the record and decided on it
-    /// itself, by the same rules (`Engine::decide` for the attempt).
-    pub(super) fn handle_decision(
-        &mut self,
-        now: UnixMillis,
-        decision: Decision,
-        waiters: &mut Waiters,
-    ) {
-        if let State::Reading { lost, wait } = self.state {
-            self.decided(now, Decided::Decision(decision), lost, wait, waiters);
-        }
     }
 }

@@ -28,7 +28,7 @@ impl Inbox {
     /// [`Outcome::Unknown`] when processing failed), and records it. Its result is
     /// [`Request::delivery`]; [`Request::reply`] is the receipt to answer the sender with,
     /// whatever the last step. `nonce` is random, as for [`Policy::request`].
-    pub fn deliver(&self, message: &Message<'_>, nonce: u64) -> Request<'static> {
+    pub fn deliver(&self, message: &Message<'_>, nonce: u64) -> Request {
         let key = match self.message_key(message.source, message.id) {
             Ok(key) => key,
             Err(e) => return deliver_refused(Refusal::key(&e)),
@@ -46,8 +46,8 @@ impl Inbox {
         };
         let mut req = Request::with_rules(
             Rules::Record(self.engine().clone()),
-            Cow::Owned(key),
-            Cow::Owned(fingerprint),
+            key,
+            fingerprint,
             Subject::Record,
             nonce,
         );
@@ -57,13 +57,13 @@ impl Inbox {
 }
 
 /// A delivery refused before it could be claimed.
-fn deliver_refused(refusal: Refusal) -> Request<'static> {
+fn deliver_refused(refusal: Refusal) -> Request {
     let mut req = Request::refused(refusal);
     req.operation = Operation::Deliver;
     req
 }
 
-impl Request<'_> {
+impl Request {
     /// What became of a delivery ([`Inbox::deliver`]) once it is over (`None` before, and
     /// for other operations): processed now, a duplicate to acknowledge (also one whose
     /// stored answer has expired while its id is remembered: `IDEM-INBOX-1`), in progress or

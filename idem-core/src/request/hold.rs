@@ -30,52 +30,6 @@ impl Hold {
     }
 }
 
-/// The lease a request holds, borrowed where the host holds it already ([`Store::finish`]).
-#[derive(Debug)]
-pub(super) enum Held<'a> {
-    Record(Cow<'a, Lease>),
-    Slot(Cow<'a, CounterLease>),
-}
-
-impl Held<'_> {
-    pub(super) fn fence(&self) -> u64 {
-        match self {
-            Held::Record(l) => l.fence,
-            Held::Slot(l) => l.fence,
-        }
-    }
-
-    pub(super) fn expires(&self) -> UnixMillis {
-        match self {
-            Held::Record(l) => l.expires,
-            Held::Slot(l) => l.expires,
-        }
-    }
-
-    pub(super) fn to_hold(&self) -> Hold {
-        match self {
-            Held::Record(l) => Hold::Record(l.clone().into_owned()),
-            Held::Slot(l) => Hold::Slot(l.clone().into_owned()),
-        }
-    }
-
-    pub(super) fn into_hold(self) -> Hold {
-        match self {
-            Held::Record(l) => Hold::Record(l.into_owned()),
-            Held::Slot(l) => Hold::Slot(l.into_owned()),
-        }
-    }
-}
-
-impl From<Hold> for Held<'_> {
-    fn from(h: Hold) -> Self {
-        match h {
-            Hold::Record(l) => Held::Record(Cow::Owned(l)),
-            Hold::Slot(l) => Held::Slot(Cow::Owned(l)),
-        }
-    }
-}
-
 /// What a store that claims for the host sends back: the lease, or the decision.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Claimed {
@@ -168,8 +122,8 @@ impl Op {
 }
 
 #[derive(Debug)]
-pub(super) struct Holding<'a> {
-    pub(super) hold: Held<'a>,
+pub(super) struct Holding {
+    pub(super) hold: Hold,
     pub(super) recovered: bool,
     pub(super) started: bool,
     pub(super) outcome: Option<SharedOutcome>,
@@ -197,7 +151,7 @@ pub(super) fn not_stored(size: usize, max: usize) -> StoredResponse {
     }
 }
 
-impl Request<'_> {
+impl Request {
     /// A completion or heartbeat of a record lease lost a race: if the record read now is
     /// still this lease's (same incarnation, same fencing number, in flight), a write of this
     /// lease moved it on and its answer was lost; carry on from it. Otherwise the lease was
@@ -211,7 +165,7 @@ impl Request<'_> {
         let State::Holding(h) = &mut self.state else {
             return;
         };
-        let Held::Record(lease) = &mut h.hold else {
+        let Hold::Record(lease) = &mut h.hold else {
             return;
         };
         let ours = record.and_then(|r| match r.state {
@@ -226,7 +180,6 @@ impl Request<'_> {
         });
         match ours {
             Some((version, expires, key_expires)) => {
-                let lease = lease.to_mut();
                 lease.version = version;
                 lease.expires = expires;
                 lease.key_expires = key_expires;
@@ -243,14 +196,14 @@ impl Request<'_> {
         let State::Holding(h) = &mut self.state else {
             return Step::Idle;
         };
-        if matches!(h.hold, Held::Slot(_)) {
+        if matches!(h.hold, Hold::Slot(_)) {
             h.op = Op::Load {
                 purpose: Purpose::Complete,
                 out: true,
             };
             return Step::Load;
         }
-        let (Held::Record(lease), Some(outcome), Some(engine)) =
+        let (Hold::Record(lease), Some(outcome), Some(engine)) =
             (&h.hold, &h.outcome, self.rules.engine())
         else {
             return Step::Idle;
@@ -271,7 +224,7 @@ impl Request<'_> {
         let (Rules::Counter(c), State::Holding(h)) = (&self.rules, &mut self.state) else {
             return;
         };
-        let (Held::Slot(lease), Some(outcome)) = (&h.hold, &h.outcome) else {
+        let (Hold::Slot(lease), Some(outcome)) = (&h.hold, &h.outcome) else {
             return;
         };
         match c.complete_shared(now, lease, outcome.clone(), record) {
@@ -291,7 +244,7 @@ impl Request<'_> {
         let State::Holding(h) = &mut self.state else {
             return Step::Idle;
         };
-        let Held::Record(lease) = &h.hold else {
+        let Hold::Record(lease) = &h.hold else {
             h.op = Op::Load {
                 purpose: Purpose::Extend,
                 out: true,
@@ -317,7 +270,7 @@ impl Request<'_> {
         let (Rules::Counter(c), State::Holding(h)) = (&self.rules, &mut self.state) else {
             return;
         };
-        let Held::Slot(lease) = &h.hold else {
+        let Hold::Slot(lease) = &h.hold else {
             return;
         };
         match c.extend(now, lease, record) {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Request<'_> {
+impl Request {
     /// The record read for [`Step::Claim`] or [`Step::Load`] (`None`: there is none).
     pub fn handle_record(
         &mut self,
@@ -107,7 +107,7 @@ impl Request<'_> {
                     (Op::Completing(finish), Applied::Applied) => self.finish(finish),
                     (Op::Extending(next), Applied::Applied) => {
                         h.heartbeat = Heartbeat::Extended(next.expires());
-                        h.hold = Held::from(next);
+                        h.hold = next;
                         h.rounds = 0;
                         self.events.push(Event::Extended);
                     }
@@ -116,7 +116,7 @@ impl Request<'_> {
                         h.rounds += 1;
                         if h.rounds >= MAX_COMPLETION_ROUNDS {
                             self.fenced_out(now, heartbeat, None);
-                        } else if matches!(h.hold, Held::Slot(_)) {
+                        } else if matches!(h.hold, Hold::Slot(_)) {
                             // Another request of the client wrote the session: read it
                             // again and redo the write against it.
                             h.op = Op::load(if heartbeat {

@@ -12,13 +12,13 @@ use crate::key::{
 };
 use crate::kind::{parse_decimal, KindConfigError};
 use crate::problem::Problem;
-use crate::record::{Record, RecordState, StoredResponse, Write};
-use crate::reply::{Plain, Refusal, Reply, StoreFailure};
-use crate::store::{Applied, Claim, Completing, Finish, Store};
+use crate::record::{Record, RecordState, Write};
+use crate::reply::{Plain, Refusal, Reply};
+use crate::response::StoredResponse;
+use crate::store::{Applied, Completing, Finish, Store, StoreFailure};
 use crate::time::UnixMillis;
 use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
-use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -35,7 +35,6 @@ mod intake;
 mod policy;
 mod session;
 mod status;
-mod sync;
 #[cfg(test)]
 mod tests;
 mod token;
@@ -44,7 +43,7 @@ mod waiters;
 use crate::engine::SharedOutcome;
 use claim::{Decided, Wait};
 use events::Events;
-use hold::{not_stored, Held, Holding, Op, Purpose};
+use hold::{not_stored, Holding, Op, Purpose};
 use policy::Rules;
 use session::Opening;
 use status::Querying;
@@ -53,9 +52,7 @@ use token::Issuing;
 pub use deliver::Message;
 pub use hold::{Claimed, Context, Heartbeat, Hold};
 pub use intake::{BodyReader, Intake, Target, Ticket};
-pub use policy::{
-    principal_digest, InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES,
-};
+pub use policy::{InFlight, KeyFallback, KeyKind, Policy, Subject, DEFAULT_MAX_RESPONSE_BYTES};
 pub use status::{KeyStatus, StatusQuery};
 pub use waiters::Waiters;
 
@@ -129,7 +126,7 @@ enum Answer {
 }
 
 #[derive(Debug)]
-enum State<'a> {
+enum State {
     /// Next: read the record (or ask the store to claim).
     Claim { lost: usize, wait: Option<Wait> },
     /// The read is out.
@@ -144,7 +141,7 @@ enum State<'a> {
     /// Waiting for a request in flight.
     Waiting { next: UnixMillis, wait: Wait },
     /// The handler runs under the lease, or has run and its outcome is being recorded.
-    Holding(Holding<'a>),
+    Holding(Holding),
     /// Answered without running the handler.
     Answered(Answer),
     /// The handler's outcome is recorded, or could not be.
@@ -168,10 +165,13 @@ enum State<'a> {
 ///
 /// # Driving it
 ///
-/// Make one with [`Policy::request`] (or [`Policy::resume`], [`Request::for_attempt`]), then
-/// call [`poll`](Request::poll) with the current time and do what the [`Step`] says, feeding
-/// the result back through the matching `handle_*` method, until it says
-/// [`Step::Reply`] or [`Step::Done`]:
+/// Make one with [`Policy::request`] (or, where a store claims for the host, with
+/// [`Policy::resume`] of the request's [`Ticket`]); the operations beside the guarded request
+/// come from [`Policy::open_session`], [`Policy::issue_token`] and
+/// [`Inbox::deliver`](crate::Inbox::deliver). Then call [`poll`](Request::poll) with the
+/// current time and do what the [`Step`] says, feeding the result back through the matching
+/// `handle_*` method, until it says [`Step::Reply`] or [`Step::Done`] (over a synchronous
+/// [`Store`], [`drive`](Request::drive) does this):
 ///
 /// * [`Step::Claim`] / [`Step::Load`]: read the record under [`Request::key`] →
 ///   [`handle_record`](Request::handle_record) (or, with a store that claims itself,
@@ -210,19 +210,19 @@ enum State<'a> {
 /// [`poll_event`]: Request::poll_event
 /// [`reply`]: Request::reply
 #[derive(Debug)]
-pub struct Request<'a> {
+pub struct Request {
     operation: Operation,
     rules: Rules,
     in_flight: InFlight,
     max_response_bytes: usize,
-    key: Cow<'a, RecordKey>,
-    fingerprint: Cow<'a, Fingerprint>,
+    key: RecordKey,
+    fingerprint: Fingerprint,
     subject: Subject,
     nonce: u64,
     /// Whether the handler ran as a recovery (for a delivery's result).
     recovered: bool,
     write: Option<Write>,
-    state: State<'a>,
+    state: State,
     events: Events,
 }
 
@@ -230,14 +230,14 @@ fn refused_key() -> RecordKey {
     RecordKey::new(Scope::custom(String::new()), String::new())
 }
 
-impl<'a> Request<'a> {
+impl Request {
     fn new(
         policy: &Policy,
-        key: Cow<'a, RecordKey>,
-        fingerprint: Cow<'a, Fingerprint>,
+        key: RecordKey,
+        fingerprint: Fingerprint,
         subject: Subject,
         nonce: u64,
-    ) -> Request<'a> {
+    ) -> Request {
         Request {
             in_flight: policy.in_flight,
             max_response_bytes: policy.max_response_bytes,
@@ -246,11 +246,11 @@ impl<'a> Request<'a> {
     }
 
     /// A request refused before it could be identified: it answers `refusal` at once.
-    pub fn refused(refusal: Refusal) -> Request<'static> {
+    pub fn refused(refusal: Refusal) -> Request {
         let mut req = Request::with_rules(
             Rules::Record(Engine::default()),
-            Cow::Owned(refused_key()),
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
+            refused_key(),
+            Fingerprint::from_digest([0; 32]),
             Subject::Record,
             0,
         );
@@ -261,7 +261,7 @@ impl<'a> Request<'a> {
 
     /// A machine that answers `reply` at once: an operation that cannot run here (a policy
     /// without the key kind it needs), or a request the HTTP edge refuses.
-    pub fn answered(reply: Reply) -> Request<'static> {
+    pub fn answered(reply: Reply) -> Request {
         let mut req = Request::refused(Refusal::store(StoreFailure::Unavailable));
         req.state = State::Answered(Answer::Reply(reply));
         req
@@ -272,25 +272,13 @@ impl<'a> Request<'a> {
         self.operation
     }
 
-    /// The machine for an attempt the host identified itself, with `engine`'s rules and no
-    /// waiting ([`Store::claim`] drives it).
-    pub fn for_attempt(engine: &Engine, attempt: &Attempt<'a>) -> Request<'a> {
-        Request::with_rules(
-            Rules::Record(engine.clone()),
-            Cow::Borrowed(attempt.key),
-            Cow::Borrowed(attempt.fingerprint),
-            Subject::Record,
-            attempt.nonce,
-        )
-    }
-
     fn with_rules(
         rules: Rules,
-        key: Cow<'a, RecordKey>,
-        fingerprint: Cow<'a, Fingerprint>,
+        key: RecordKey,
+        fingerprint: Fingerprint,
         subject: Subject,
         nonce: u64,
-    ) -> Request<'a> {
+    ) -> Request {
         Request {
             operation: Operation::Guard,
             rules,
@@ -310,37 +298,6 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// The machine of a handler that already holds `lease` (a host that claimed with
-    /// [`Store::claim`] and completes with [`Store::finish`]).
-    pub fn holding(engine: &Engine, lease: &'a Lease) -> Request<'a> {
-        Request::held(
-            Rules::Record(engine.clone()),
-            Cow::Borrowed(&lease.key),
-            Held::Record(Cow::Borrowed(lease)),
-        )
-    }
-
-    fn held(rules: Rules, key: Cow<'a, RecordKey>, hold: Held<'a>) -> Request<'a> {
-        let mut req = Request::with_rules(
-            rules,
-            key,
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
-            Subject::Record,
-            0,
-        );
-        req.state = State::Holding(Holding {
-            hold,
-            recovered: false,
-            started: true,
-            outcome: None,
-            heartbeat: Heartbeat::Quiet,
-            wants_heartbeat: false,
-            op: Op::None,
-            rounds: 0,
-        });
-        req
-    }
-
     /// The record this request reads and writes.
     pub fn key(&self) -> &RecordKey {
         &self.key
@@ -349,8 +306,8 @@ impl<'a> Request<'a> {
     /// What a store that claims for the host needs ([`Policy::resume`] on its side).
     pub fn ticket(&self) -> Ticket {
         Ticket {
-            key: self.key.clone().into_owned(),
-            fingerprint: self.fingerprint.clone().into_owned(),
+            key: self.key.clone(),
+            fingerprint: self.fingerprint.clone(),
             subject: self.subject.clone(),
         }
     }
@@ -371,7 +328,7 @@ impl<'a> Request<'a> {
     /// The lease held, while the handler runs.
     pub fn hold(&self) -> Option<Hold> {
         match &self.state {
-            State::Holding(h) => Some(h.hold.to_hold()),
+            State::Holding(h) => Some(h.hold.clone()),
             _ => None,
         }
     }
@@ -397,7 +354,7 @@ impl<'a> Request<'a> {
     pub fn claimed(&self) -> Option<Claimed> {
         match &self.state {
             State::Holding(h) => Some(Claimed::Execute {
-                hold: h.hold.to_hold(),
+                hold: h.hold.clone(),
                 recovered: h.recovered,
             }),
             State::Answered(Answer::Decision(d)) => Some(Claimed::Done(d.clone())),
@@ -551,19 +508,6 @@ impl<'a> Request<'a> {
         now: UnixMillis,
         waiters: &mut Waiters,
     ) -> Result<Step, S::Error> {
-        self.drive_then(store, now, waiters, |step| step)
-    }
-
-    /// [`Request::drive`], handing the step it stops at to `then` where it stands (the
-    /// drivers that only need the state it leaves pass `drop`, and no step is moved).
-    #[inline]
-    fn drive_then<S: Store + ?Sized, T>(
-        &mut self,
-        store: &mut S,
-        now: UnixMillis,
-        waiters: &mut Waiters,
-        then: impl FnOnce(Step) -> T,
-    ) -> Result<T, S::Error> {
         loop {
             let result = match self.poll(now, waiters) {
                 Step::Claim | Step::Load => store
@@ -572,7 +516,7 @@ impl<'a> Request<'a> {
                 Step::Apply(write) => store
                     .apply(now, write)
                     .map(|a| self.handle_applied(now, a, waiters)),
-                other => return Ok(then(other)),
+                other => return Ok(other),
             };
             if let Err(e) = result {
                 self.handle_store_error(S::failure(&e), waiters);

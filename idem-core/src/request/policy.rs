@@ -22,7 +22,8 @@ pub enum InFlight {
     },
 }
 
-/// How keys are read from the request, and which rules their records follow.
+/// How keys are read from the request, and which rules their records follow. The request
+/// machine applies the rules of the kind; `spec/KINDS.md` has them in full.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum KeyKind {
@@ -32,11 +33,24 @@ pub enum KeyKind {
     OpaqueStrict,
     /// A UUID, of the given version when one is named (`IDEM-KEY-4`).
     Uuid(Option<UuidVersion>),
-    /// A client timestamp (`IDEM-TIME-1` to `IDEM-TIME-5`).
+    /// A client timestamp, `<millis>` or `<client>:<millis>` ([`parse_time_key`],
+    /// `IDEM-TIME-1` to `IDEM-TIME-5`). It is accepted only inside a window around the
+    /// server's clock ([`TimeKeyConfig`]), which the key retention must outlive, so that a
+    /// key whose record was purged can never run again; the same timestamp with another
+    /// payload is a collision, never a replay.
     Time(TimeKeyConfig),
-    /// A wrapping per-client counter (`IDEM-CTR-1` to `IDEM-CTR-13`).
+    /// A wrapping per-client counter, `<client>:<epoch>:<seq>` ([`parse_counter_key`](crate::parse_counter_key),
+    /// `IDEM-CTR-1` to `IDEM-CTR-13`), sent with the client's low-water mark
+    /// ([`LOW_WATER_HEADER`](crate::LOW_WATER_HEADER)). The client opens its session first
+    /// ([`Policy::open_session`]); then a number below the mark is stale, one inside the
+    /// window is a retry (or a collision, with another payload), the next one runs, and a
+    /// gap of a whole window, or a window that would slide over a request still in flight,
+    /// is refused.
     Counter(CounterConfig),
-    /// A server-issued one-time token (`IDEM-TOKEN-1` to `IDEM-TOKEN-4`).
+    /// A server-issued one-time token (`IDEM-TOKEN-1` to `IDEM-TOKEN-4`), issued by the
+    /// token operation ([`Policy::issue_token`]). The first request that presents it
+    /// consumes it, and later ones are its retries; a token this server did not sign for the
+    /// scope is refused before anything is read, and an unknown or expired one after.
     Token {
         /// The signing secret.
         secret: TokenSecret,
@@ -305,15 +319,9 @@ impl Policy {
     /// that cannot be identified (no key, a malformed key or body, no principal) gets a
     /// machine that answers the refusal at once. `nonce` is a random value: the first
     /// version of a record this request creates.
-    pub fn request(&self, intake: &Intake<'_>, nonce: u64) -> Request<'static> {
+    pub fn request(&self, intake: &Intake<'_>, nonce: u64) -> Request {
         match self.identify(intake) {
-            Ok((key, fingerprint, subject)) => Request::new(
-                self,
-                Cow::Owned(key),
-                Cow::Owned(fingerprint),
-                subject,
-                nonce,
-            ),
+            Ok((key, fingerprint, subject)) => Request::new(self, key, fingerprint, subject, nonce),
             Err(refusal) => Request::refused(refusal),
         }
     }
@@ -345,20 +353,14 @@ impl Policy {
 
     /// The machine for an attempt that a host identified and a store that claims for it
     /// sent over (a Durable Object: see [`Request::ticket`]).
-    pub fn resume(&self, ticket: Ticket, nonce: u64) -> Request<'static> {
-        Request::new(
-            self,
-            Cow::Owned(ticket.key),
-            Cow::Owned(ticket.fingerprint),
-            ticket.subject,
-            nonce,
-        )
+    pub fn resume(&self, ticket: Ticket, nonce: u64) -> Request {
+        Request::new(self, ticket.key, ticket.fingerprint, ticket.subject, nonce)
     }
 }
 
 /// The principal as it enters a scope: the first 16 bytes of its SHA-256 digest in hex, so
 /// that credentials never reach a store (`IDEM-SCOPE-2`).
-pub fn principal_digest(principal: &str) -> String {
+pub(crate) fn principal_digest(principal: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(principal.as_bytes());
     let mut hex = String::with_capacity(32);

@@ -45,7 +45,7 @@ impl Policy {
         client: &str,
         first_seq: u64,
         nonce: u64,
-    ) -> Request<'static> {
+    ) -> Request {
         let Rules::Counter(counters) = &self.rules else {
             return Request::answered(Reply::plain(
                 Plain::Internal,
@@ -59,8 +59,8 @@ impl Policy {
         let key = counters.session_key(&scope, client);
         let mut req = Request::with_rules(
             self.rules.clone(),
-            Cow::Owned(key),
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
+            key,
+            Fingerprint::from_digest([0; 32]),
             Subject::Record,
             nonce,
         );
@@ -80,12 +80,7 @@ impl Policy {
     /// "firstSeq": n}`, `firstSeq` a whole number or its decimal text, 0 when absent. A body
     /// that is not such an object is refused at once: 400 `about:blank`, or 400
     /// `malformed-key` (`IDEM-CTR-1`) for a first number that is not one.
-    pub fn open_session_from(
-        &self,
-        target: &Target<'_>,
-        body: &[u8],
-        nonce: u64,
-    ) -> Request<'static> {
+    pub fn open_session_from(&self, target: &Target<'_>, body: &[u8], nonce: u64) -> Request {
         use crate::canon::{string_at, Found};
         let bad = || {
             Request::answered(Reply::plain(
@@ -115,7 +110,7 @@ impl Policy {
     }
 }
 
-impl Request<'_> {
+impl Request {
     /// The session as read: write it open on top.
     pub(super) fn opening_read(&mut self, now: UnixMillis, record: Option<&Record>) {
         let (Rules::Counter(counters), State::Opening(o)) = (&self.rules, &mut self.state) else {

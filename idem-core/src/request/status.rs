@@ -11,9 +11,9 @@
 //! [`STATUS_MEDIA_TYPE`](crate::STATUS_MEDIA_TYPE).
 
 use super::*;
-use crate::counter::{CounterSession, SlotState};
 use crate::engine::Config;
 use crate::record::{Precondition, WriteOp};
+use crate::session::{CounterSession, SlotState};
 
 /// What became of a key, as a status query finds it (`IDEM-STATUS-1`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,13 +146,13 @@ impl Policy {
     /// malformed one (400), a malformed status field or a method this policy does not guard
     /// (400 `about:blank`), an empty principal. `nonce` is random: a settled record's first
     /// version.
-    pub fn status(&self, query: &StatusQuery<'_>, nonce: u64) -> Request<'static> {
+    pub fn status(&self, query: &StatusQuery<'_>, nonce: u64) -> Request {
         let mut req = self.status_machine(query, nonce);
         req.operation = Operation::Status;
         req
     }
 
-    fn status_machine(&self, query: &StatusQuery<'_>, nonce: u64) -> Request<'static> {
+    fn status_machine(&self, query: &StatusQuery<'_>, nonce: u64) -> Request {
         let Some((method, settle)) = parse_status_field(query.status) else {
             return Request::answered(Reply::plain(
                 Plain::BadRequest,
@@ -197,8 +197,8 @@ impl Policy {
         };
         let mut req = Request::with_rules(
             self.rules.clone(),
-            Cow::Owned(record_key),
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
+            record_key,
+            Fingerprint::from_digest([0; 32]),
             Subject::Record,
             nonce,
         );
@@ -257,7 +257,7 @@ impl Querying {
     }
 }
 
-impl Request<'_> {
+impl Request {
     /// The key's record as read: its status, or the settling write.
     pub(super) fn query_read(&mut self, now: UnixMillis, record: Option<&Record>) {
         let State::Querying(q) = &mut self.state else {
@@ -284,7 +284,7 @@ impl Request<'_> {
         };
         q.settling = true;
         self.write = Some(Write {
-            key: self.key.clone().into_owned(),
+            key: self.key.clone(),
             precondition,
             op: WriteOp::Put(Record {
                 version,

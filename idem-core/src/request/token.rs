@@ -18,12 +18,7 @@ impl Policy {
     /// `{"expiresAt": ms, "token": "tok_…", "ttl": ms}`, never cached. An empty principal is
     /// refused (`IDEM-SCOPE-3`); a policy whose keys are not tokens answers 500, as for
     /// [`Policy::open_session`].
-    pub fn issue_token(
-        &self,
-        target: &Target<'_>,
-        now: UnixMillis,
-        random: [u64; 2],
-    ) -> Request<'static> {
+    pub fn issue_token(&self, target: &Target<'_>, now: UnixMillis, random: [u64; 2]) -> Request {
         let Rules::Token(tokens) = &self.rules else {
             return Request::answered(Reply::plain(
                 Plain::Internal,
@@ -37,8 +32,8 @@ impl Policy {
         let issued = tokens.issue(now, &scope, random);
         let mut req = Request::with_rules(
             self.rules.clone(),
-            Cow::Owned(issued.write.key.clone()),
-            Cow::Owned(Fingerprint::from_digest([0; 32])),
+            issued.write.key.clone(),
+            Fingerprint::from_digest([0; 32]),
             Subject::Record,
             random[0],
         );
@@ -53,7 +48,7 @@ impl Policy {
     }
 }
 
-impl Request<'_> {
+impl Request {
     /// Whether the token's record was written: the token, or 503. A conflict means a record
     /// under the token already exists, which 128 random bits make a broken random source.
     pub(super) fn issuing_applied(&mut self, applied: Applied) {

@@ -56,7 +56,7 @@ pub struct Incoming<'a> {
 pub use crate::interop::{HeartbeatState, Ran, StepKind};
 
 struct Slot {
-    req: Request<'static>,
+    req: Request,
     /// The write of the last [`Step::Apply`], until JavaScript takes it.
     write: Option<Write>,
     /// The time of the last [`Step::WaitUntil`].
@@ -133,7 +133,7 @@ impl Host {
         self.waiters.len()
     }
 
-    fn open(&mut self, req: Request<'static>) -> u32 {
+    fn open(&mut self, req: Request) -> u32 {
         let slot = Some(Slot {
             req,
             write: None,

@@ -7,7 +7,8 @@ use crate::server::Route;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, LOCATION, RETRY_AFTER};
 use idem_core::{
     parse_opaque_lenient, KeyError, Precondition, Problem, Record, RecordState, Refusal, SlotState,
-    UnixMillis, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER, STATUS_HEADER, TOKEN_PREFIX,
+    UnixMillis, Write, WriteOp, KEY_HEADER, REPLAYED_HEADER, RETRY_SOON_SECS, STATUS_HEADER,
+    TOKEN_PREFIX,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,7 +139,7 @@ pub const FAULTS: &[FaultDef] = &[
                     false
                 })?;
                 busy.then(|| Refusal {
-                    retry_after: Some(1),
+                    retry_after: Some(RETRY_SOON_SECS),
                     ..Refusal::new(
                         Problem::IN_PROGRESS,
                         "another request with this key is being processed; retry later",
