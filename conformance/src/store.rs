@@ -80,11 +80,9 @@ impl RefStore {
         match kind(u)? {
             Kind::Memory => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
             Kind::Redis => {
-                let client = redis::Client::open(u).map_err(|e| failed(&e))?;
-                let conn = redis::aio::ConnectionManager::new(client)
-                    .await
-                    .map_err(|e| failed(&e))?;
-                Ok(RefStore::Redis(RedisStore::new(conn.clone()), conn))
+                let store = RedisStore::connect(u).await.map_err(|e| failed(&e))?;
+                let conn = store.connection();
+                Ok(RefStore::Redis(store, conn))
             }
             Kind::Postgres => {
                 let store = PostgresStore::connect(u, 64).map_err(|e| failed(&e))?;

@@ -1,6 +1,6 @@
 //! The script and the statements of the network stores, one copy for every language: the
 //! JavaScript stores of the npm package read the same files (`idem-core/stores/`) when it is
-//! built.
+//! built. And how long a call to one may take.
 
 use crate::record::{Record, RecordState};
 use crate::time::UnixMillis;
@@ -24,6 +24,14 @@ pub const REDIS_LOAD: &str = include_str!("../stores/redis-load.lua");
 /// [`REDIS_APPLY`] and [`REDIS_LOAD`]): the same hash slot, since the record's key ends with
 /// its hash tag.
 pub const REDIS_RESPONSE_SUFFIX: &str = ":response";
+
+/// How long one call to a network store may take, the wait for a connection included,
+/// unless its host says otherwise: a store that stopped answering (a partitioned connection,
+/// a hung server) fails the call then, and the request is answered as for any store failure
+/// (503 before the handler ran, `IDEM-STORE-4`; the lease left to expire after). The call's
+/// write may still be made later; the engine never counts on it either way. Long past a
+/// healthy store's answer, short enough that the client is still waiting for the 503.
+pub const CALL_TIMEOUT: core::time::Duration = core::time::Duration::from_secs(2);
 
 /// What a Redis store's keys start with unless its host says otherwise.
 pub const REDIS_PREFIX: &str = "idem:";

@@ -7,7 +7,7 @@
 
 use crate::IdempotencyContext;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use idem_core::stores::postgres_statement;
+use idem_core::stores::{postgres_statement, CALL_TIMEOUT};
 use idem_core::{
     decode_record, encode_record, Applied, AsyncStore, Completing, Expiry, Finish, Precondition,
     Record, RecordKey, UnixMillis, Write, WriteOp,
@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
 
 fn statement(name: &str) -> &'static str {
@@ -34,6 +35,9 @@ pub enum PostgresStoreError {
     Record(idem_core::DecodeError),
     /// The pool could not be built from the settings.
     Config(String),
+    /// Postgres did not answer in time ([`PostgresStore::with_timeout`]); the write may or
+    /// may not have been applied.
+    Timeout(Duration),
 }
 
 impl fmt::Display for PostgresStoreError {
@@ -43,6 +47,9 @@ impl fmt::Display for PostgresStoreError {
             PostgresStoreError::Postgres(e) => write!(f, "postgres: {e}"),
             PostgresStoreError::Record(e) => write!(f, "a stored value is not a record: {e:?}"),
             PostgresStoreError::Config(e) => write!(f, "postgres settings: {e}"),
+            PostgresStoreError::Timeout(d) => {
+                write!(f, "postgres did not answer within {} ms", d.as_millis())
+            }
         }
     }
 }
@@ -66,6 +73,8 @@ pub struct PostgresStore {
     pool: Pool,
     /// Attempt → a handler's open transaction, waiting for its completion.
     open: Mutex<HashMap<Attempt, Object>>,
+    /// How long one store call may take.
+    timeout: Duration,
 }
 
 /// One attempt at a key: its storage key and the attempt's identity
@@ -104,7 +113,18 @@ impl PostgresStore {
         PostgresStore {
             pool,
             open: Mutex::new(HashMap::new()),
+            timeout: CALL_TIMEOUT,
         }
+    }
+
+    /// How long one store call may take, the wait for a connection included (default
+    /// idem-core's [`CALL_TIMEOUT`], 2 s). A call that runs out of time fails with
+    /// [`PostgresStoreError::Timeout`], which the layer answers with 503 like any store
+    /// failure, and its connection is closed, never pooled: a statement may still be running
+    /// on it, or a transaction be open.
+    pub fn with_timeout(mut self, timeout: Duration) -> PostgresStore {
+        self.timeout = timeout;
+        self
     }
 
     /// The pool.
@@ -169,8 +189,14 @@ impl PostgresStore {
         &self,
         context: &IdempotencyContext,
     ) -> Result<Transaction<'_>, PostgresStoreError> {
-        let client = self.pool.get().await?;
-        client.batch_execute("BEGIN").await?;
+        let client = connection(&self.pool, self.timeout).await?;
+        let begun = timed(self.timeout, async {
+            Ok(client.batch_execute("BEGIN").await?)
+        })
+        .await;
+        if let Err(e) = begun {
+            return pooled_unless_failed(client, Err(e));
+        }
         Ok(Transaction {
             store: self,
             attempt: (context.record_key().storage_key(), context.attempt()),
@@ -230,6 +256,35 @@ impl Drop for Transaction<'_> {
             drop(Object::take(client));
         }
     }
+}
+
+/// A connection from `pool`, waited for at most `limit`.
+async fn connection(pool: &Pool, limit: Duration) -> Result<Object, PostgresStoreError> {
+    timed(limit, async { Ok(pool.get().await?) }).await
+}
+
+/// `call`, given at most `limit` to answer.
+async fn timed<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, PostgresStoreError>>,
+) -> Result<T, PostgresStoreError> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or(Err(PostgresStoreError::Timeout(limit)))
+}
+
+/// `result` of a call on `client`; the connection goes back to the pool only when the call
+/// succeeded. After a failure or a timeout nobody knows its state (a statement may still
+/// run on it, a transaction may be open), so it is closed, which also rolls back whatever
+/// transaction it had open.
+fn pooled_unless_failed<T>(
+    client: Object,
+    result: Result<T, PostgresStoreError>,
+) -> Result<T, PostgresStoreError> {
+    if result.is_err() {
+        drop(Object::take(client));
+    }
+    result
 }
 
 /// A write on `client`: the compare-and-set on the row's version.
@@ -301,10 +356,15 @@ impl AsyncStore for PostgresStore {
     ) -> impl Future<Output = Result<Option<Record>, PostgresStoreError>> + Send {
         let pool = self.pool.clone();
         let key = key.storage_key();
+        let limit = self.timeout;
         async move {
-            let client = pool.get().await?;
-            let s = client.prepare_cached(statement("load")).await?;
-            let row = client.query_opt(&s, &[&key]).await?;
+            let client = connection(&pool, limit).await?;
+            let row = timed(limit, async {
+                let s = client.prepare_cached(statement("load")).await?;
+                Ok(client.query_opt(&s, &[&key]).await?)
+            })
+            .await;
+            let row = pooled_unless_failed(client, row)?;
             row.map(|r| decode_record(r.get::<_, &[u8]>(1)).map_err(PostgresStoreError::Record))
                 .transpose()
         }
@@ -317,9 +377,11 @@ impl AsyncStore for PostgresStore {
     ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
         // A claim or a heartbeat: never in the handler's transaction.
         let pool = self.pool.clone();
+        let limit = self.timeout;
         async move {
-            let client = pool.get().await?;
-            write_at(&client, &write).await
+            let client = connection(&pool, limit).await?;
+            let applied = timed(limit, write_at(&client, &write)).await;
+            pooled_unless_failed(client, applied)
         }
     }
 
@@ -334,30 +396,34 @@ impl AsyncStore for PostgresStore {
         let attempt = (write.key.storage_key(), completion.attempt);
         let open = self.open().remove(&attempt);
         let pool = self.pool.clone();
+        let limit = self.timeout;
         async move {
             let Some(client) = open else {
-                let client = pool.get().await?;
-                return write_at(&client, &write).await;
+                let client = connection(&pool, limit).await?;
+                let applied = timed(limit, write_at(&client, &write)).await;
+                return pooled_unless_failed(client, applied);
             };
             // Anything but a stored response rolls the handler's rows back and is written
             // alone: a release, or an outcome held as unknown.
             if completion.finish != Finish::Stored {
-                if let Err(e) = client.batch_execute("ROLLBACK").await {
-                    // Its state is unknown: closed, never pooled.
-                    drop(Object::take(client));
-                    return Err(e.into());
-                }
-                return write_at(&client, &write).await;
+                let rolled_back = timed(limit, async {
+                    client.batch_execute("ROLLBACK").await?;
+                    write_at(&client, &write).await
+                })
+                .await;
+                return pooled_unless_failed(client, rolled_back);
             }
             // A stored response commits the handler's rows, in one commit with it.
-            match write_at(&client, &write).await {
-                Ok(Applied::Applied) => match client.batch_execute("COMMIT").await {
-                    Ok(()) => Ok(Applied::Applied),
-                    Err(e) => {
-                        drop(Object::take(client));
-                        Err(e.into())
-                    }
-                },
+            let written = timed(limit, write_at(&client, &write)).await;
+            match written {
+                Ok(Applied::Applied) => {
+                    let committed = timed(limit, async {
+                        client.batch_execute("COMMIT").await?;
+                        Ok(Applied::Applied)
+                    })
+                    .await;
+                    pooled_unless_failed(client, committed)
+                }
                 // The record moved on: a write of this lease whose answer was lost (a
                 // heartbeat), after which the machine completes again from the record as it
                 // reads, or a takeover by another attempt. Either way the transaction stays
@@ -368,10 +434,7 @@ impl AsyncStore for PostgresStore {
                     self.open().insert(attempt, client);
                     Ok(Applied::Conflict)
                 }
-                Err(e) => {
-                    drop(Object::take(client));
-                    Err(e)
-                }
+                Err(e) => pooled_unless_failed(client, Err(e)),
             }
         }
     }

@@ -11,12 +11,12 @@
 //! (`IDEM-STORE-9`). Reads are one script too ([`idem_core::stores::REDIS_LOAD`]). A Rust
 //! service and a JavaScript one can share one Redis.
 
-use idem_core::stores::{redis_keys, response_apart, REDIS_PREFIX};
+use idem_core::stores::{redis_keys, response_apart, CALL_TIMEOUT, REDIS_PREFIX};
 use idem_core::{
     decode_record, encode_record, Applied, AsyncStore, Precondition, Record, RecordKey, UnixMillis,
     Write, WriteOp,
 };
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 use std::fmt;
 use std::future::Future;
@@ -67,10 +67,17 @@ impl From<RedisError> for RedisStoreError {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`).
+    /// Connects to `url` (`redis://host:port/db`). A call that Redis does not answer within
+    /// idem-core's [`CALL_TIMEOUT`] (2 s), and a connection not made within it, fail, and
+    /// the request is answered as for any store failure (503 before the handler ran).
     pub async fn connect(url: &str) -> Result<RedisStore, RedisError> {
         let client = redis::Client::open(url)?;
-        Ok(RedisStore::new(ConnectionManager::new(client).await?))
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(CALL_TIMEOUT))
+            .set_connection_timeout(Some(CALL_TIMEOUT));
+        Ok(RedisStore::new(
+            ConnectionManager::new_with_config(client, config).await?,
+        ))
     }
 
     /// A store on a connection manager you made. Record keys start with `idem:`
@@ -82,6 +89,12 @@ impl RedisStore {
             apply: Script::new(idem_core::stores::REDIS_APPLY),
             load: Script::new(idem_core::stores::REDIS_LOAD),
         }
+    }
+
+    /// The connection the store talks to Redis on: a clone of the store's, for the
+    /// service's own commands on the same connection.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
     }
 
     /// What every record key starts with (default `idem:`).

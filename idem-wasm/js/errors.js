@@ -7,3 +7,26 @@ export function rangeError(code, message) {
   e.code = code;
   return e;
 }
+
+/** An option that is a duration: `fallback` when undefined, otherwise a whole number of
+ * milliseconds above zero, or a RangeError naming `name` (IDEM-JS-1). */
+export function milliseconds(value, fallback, name) {
+  if (value === undefined) return fallback;
+  if (!(Number.isSafeInteger(value) && value > 0)) throw rangeError("IDEM-JS-1", `${name} must be a whole number of milliseconds above zero`);
+  return value;
+}
+
+/** `call`, or a rejection (`IDEM-STORE-4`) once `ms` pass without its answer: the store
+ * stopped answering, and the request is answered as for any store failure. What the call does
+ * later is not waited for; the engine never counts on it either way. */
+export function bounded(call, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      const e = new Error(`${what} did not answer within ${ms} ms`);
+      e.code = "IDEM-STORE-4";
+      reject(e);
+    }, ms);
+  });
+  return Promise.race([call, late]).finally(() => clearTimeout(timer));
+}

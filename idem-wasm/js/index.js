@@ -8,4 +8,4 @@ export { methodNotAllowed, plainProblem } from "./edge.js";
 export { MemoryStore, expire, redisKeys, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
-export { keyHeader, lowWaterHeader, statusHeader, statusMediaType } from "./idem_wasm.js";
+export { keyHeader, lowWaterHeader, statusHeader, statusMediaType, storeTimeoutMs } from "./idem_wasm.js";

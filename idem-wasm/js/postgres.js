@@ -6,10 +6,10 @@
 // compare-and-set. `sweep()` expires what is due through the index on the deadline.
 // `transaction(context, fn)` commits the handler's own rows in the transaction that
 // completes its key: both or neither (the reason idem records writes, not actions).
-import { expire } from "idem";
+import { expire, storeTimeoutMs } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { rangeError } from "./errors.js";
+import { bounded, milliseconds, rangeError } from "./errors.js";
 
 /** The statements of postgres.sql, by the name on the `-- name:` line before each. */
 function statements(text) {
@@ -47,12 +47,26 @@ export class PostgresStore {
   /** Attempt → the handler's open transaction, waiting for its completion. An attempt that
    * took over has a transaction of its own. */
   #open = new Map();
+  #timeout;
 
-  constructor(pool) {
+  /**
+   * @param pool a pg `Pool`
+   * @param options `{ timeout }`: how long one call may take in milliseconds (default
+   * idem-core's, 2000): a call Postgres does not answer by then fails, and the request is
+   * answered 503; a transaction's connection whose call ran out of time is discarded, never
+   * given back to the pool
+   */
+  constructor(pool, { timeout } = {}) {
     if (pool == null || typeof pool.query !== "function") {
       throw rangeError("IDEM-JS-1", "PostgresStore needs a pg Pool (new pg.Pool({ connectionString }))");
     }
     this.#pool = pool;
+    this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
+  }
+
+  /** One statement on `db` (the pool, or a transaction's client), bounded in time. */
+  #query(db, statement) {
+    return bounded(db.query(statement), this.#timeout, "Postgres");
   }
 
   /** The migration: the table and its deadline index (safe to run again). */
@@ -66,7 +80,7 @@ export class PostgresStore {
   }
 
   async load(key) {
-    const { rows } = await this.#pool.query({ name: "idem_load", text: Q.load, values: [key] });
+    const { rows } = await this.#query(this.#pool, { name: "idem_load", text: Q.load, values: [key] });
     if (rows.length === 0) return null;
     const value = rows[0].value;
     return { version: rows[0].version, value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
@@ -98,7 +112,7 @@ export class PostgresStore {
    * failed, its state unknown) discards it. */
   async #close(client, statement) {
     try {
-      await client.query(statement);
+      await this.#query(client, statement);
     } catch (err) {
       client.release(err);
       throw err;
@@ -110,15 +124,15 @@ export class PostgresStore {
   async #write(db, key, write) {
     let done;
     if (write.value === null) {
-      done = await db.query({ name: "idem_delete", text: Q.delete, values: [key, write.expect] });
+      done = await this.#query(db, { name: "idem_delete", text: Q.delete, values: [key, write.expect] });
     } else if (write.expect === null) {
-      done = await db.query({
+      done = await this.#query(db, {
         name: "idem_insert",
         text: Q.insert,
         values: [key, write.version, bytes(write.value), Math.ceil(write.deadline), Math.ceil(write.expires)],
       });
     } else {
-      done = await db.query({
+      done = await this.#query(db, {
         name: "idem_update",
         text: Q.update,
         values: [key, write.expect, write.version, bytes(write.value), Math.ceil(write.deadline), Math.ceil(write.expires)],

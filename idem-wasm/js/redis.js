@@ -10,10 +10,10 @@
 // record's response is kept apart, under the record's key and `:response`, and expires with
 // the response (IDEM-STORE-9): its bytes are gone from Redis when the response retention
 // ends, while the key's tombstone stays. Reads are one script too (redis-load.lua).
-import { redisKeys, responseApart } from "idem";
+import { redisKeys, responseApart, storeTimeoutMs } from "idem";
 import APPLY from "../../idem-core/stores/redis-apply.lua";
 import LOAD from "../../idem-core/stores/redis-load.lua";
-import { rangeError } from "./errors.js";
+import { bounded, milliseconds, rangeError } from "./errors.js";
 
 const SCRIPT = "idemApply";
 const READ = "idemLoad";
@@ -21,18 +21,22 @@ const READ = "idemLoad";
 export class RedisStore {
   #redis;
   #prefix;
+  #timeout;
 
   /**
    * @param redis an ioredis `Redis` or `Cluster`
-   * @param options `{ prefix }`: what every record key starts with (default `"idem:"`)
+   * @param options `{ prefix, timeout }`: what every record key starts with (default
+   * `"idem:"`), and how long one call may take in milliseconds (default idem-core's, 2000):
+   * a call Redis does not answer by then fails, and the request is answered 503
    */
-  constructor(redis, { prefix } = {}) {
+  constructor(redis, { prefix, timeout } = {}) {
     if (redis == null || typeof redis.hmgetBuffer !== "function" || typeof redis.defineCommand !== "function") {
       throw rangeError("IDEM-JS-1", "RedisStore needs an ioredis client (new Redis(url) or new Redis.Cluster(nodes))");
     }
     if (prefix !== undefined && typeof prefix !== "string") throw rangeError("IDEM-JS-1", "options.prefix must be a string");
     this.#redis = redis;
     this.#prefix = prefix;
+    this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
     // ioredis sends the scripts by their SHA-1 and loads them on the server when missing.
     if (typeof redis[SCRIPT] !== "function") redis.defineCommand(SCRIPT, { numberOfKeys: 2, lua: APPLY });
     if (typeof redis[READ] !== "function") redis.defineCommand(READ, { numberOfKeys: 2, lua: LOAD });
@@ -45,7 +49,7 @@ export class RedisStore {
 
   async load(key) {
     const [record, response] = redisKeys(this.#prefix, key);
-    const found = await this.#redis[`${READ}Buffer`](record, response);
+    const found = await bounded(this.#redis[`${READ}Buffer`](record, response), this.#timeout, "Redis");
     if (found === null) return null;
     const [version, value] = found;
     return { version: version.toString("latin1"), value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
@@ -58,7 +62,7 @@ export class RedisStore {
     // record without its response is kept for the key's retention, the whole record until
     // the response expires.
     const held = put && write.deadline < write.expires ? responseApart(write.value) : undefined;
-    const done = await this.#redis[SCRIPT](
+    const applied = this.#redis[SCRIPT](
       record,
       response,
       write.expect ?? "",
@@ -68,7 +72,7 @@ export class RedisStore {
       held !== undefined ? buffer(write.value) : "",
       held !== undefined ? String(Math.ceil(write.deadline)) : "0",
     );
-    return done === 1;
+    return (await bounded(applied, this.#timeout, "Redis")) === 1;
   }
 }
 

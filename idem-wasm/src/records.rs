@@ -131,6 +131,13 @@ pub fn response_apart(value: &[u8]) -> JsResult<Option<Vec<u8>>> {
     Ok(idem_core::stores::response_apart(&record).map(|(held, _)| idem_core::encode_record(&held)))
 }
 
+/// How long one call to a network store may take, in milliseconds, unless its host says
+/// otherwise (idem-core's [`CALL_TIMEOUT`](idem_core::stores::CALL_TIMEOUT)).
+#[wasm_bindgen(js_name = storeTimeoutMs)]
+pub fn store_timeout_ms() -> f64 {
+    idem_core::stores::CALL_TIMEOUT.as_millis() as f64
+}
+
 /// The Redis keys of the record with `storage_key` under `prefix` (`undefined`: idem-core's
 /// default, `idem:`): the record's and its response's, as every Redis store names them
 /// ([`idem_core::stores::redis_keys`]).

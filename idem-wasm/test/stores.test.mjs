@@ -6,7 +6,8 @@
 // same tests under workerd, in examples/worker.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { MemoryStore, withIdempotency } from "idem";
+import { createServer } from "node:net";
+import { MemoryStore, storeTimeoutMs, withIdempotency } from "idem";
 import { RedisStore } from "idem/redis";
 import { PostgresStore } from "idem/postgres";
 import { storeTests } from "idem/store-tests";
@@ -120,4 +121,86 @@ describe("PostgresStore", () => {
     const { rows } = await p.query("EXPLAIN SELECT key, version, value FROM idem_records WHERE deadline <= 1 ORDER BY deadline LIMIT 10");
     assert.match(rows.map((r) => r["QUERY PLAN"]).join("\n"), /idem_records_deadline/);
   });
+});
+
+/** A TCP server on 127.0.0.1 that accepts connections and never answers (a store behind a
+ * partition, or hung): `{ url(scheme), close() }`. */
+async function silentServer() {
+  const sockets = new Set();
+  const server = createServer((s) => {
+    sockets.add(s);
+    s.on("error", () => {});
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  return {
+    port,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** A store whose server never answers fails each call after `timeout` with IDEM-STORE-4, and
+ * a request on it is answered 503 problem+json without running its handler (IDEM-STORE-4). */
+async function stopsAnswering(open) {
+  const silent = await silentServer();
+  try {
+    const store = open(silent.port, 150);
+    const started = Date.now();
+    await assert.rejects(store.load("k"), (e) => e.code === "IDEM-STORE-4" && /within 150 ms/.test(e.message));
+    const took = Date.now() - started;
+    assert.ok(took >= 140, `the call waited its timeout (${took} ms)`);
+    let ran = 0;
+    const handler = withIdempotency(
+      async () => {
+        ran++;
+        return new Response("made", { status: 201 });
+      },
+      { store, principal: () => "p" },
+    );
+    const res = await handler(new Request("http://x/orders", { method: "POST", headers: { "idempotency-key": '"k1"' }, body: "{}" }));
+    assert.equal(res.status, 503);
+    assert.match(res.headers.get("content-type"), /^application\/problem\+json/);
+    assert.equal(ran, 0);
+  } finally {
+    await silent.close();
+  }
+}
+
+test("a store's calls are bounded by idem-core's timeout unless its options say otherwise", () => {
+  assert.equal(storeTimeoutMs(), 2000);
+  for (const timeout of [0, -1, 1.5, Number.NaN, Infinity, "100"]) {
+    assert.throws(() => new PostgresStore({ query() {} }, { timeout }), (e) => e.code === "IDEM-JS-1" && /options.timeout/.test(e.message));
+  }
+});
+
+test("RedisStore: a Redis that stops answering fails the call in time, and the request gets 503 (IDEM-STORE-10)", { timeout: 10_000 }, async () => {
+  const clients = [];
+  try {
+    await stopsAnswering((port, timeout) => {
+      const c = new Redis(`redis://127.0.0.1:${port}`, { lazyConnect: false });
+      c.on("error", () => {});
+      clients.push(c);
+      return new RedisStore(c, { timeout });
+    });
+  } finally {
+    for (const c of clients) c.disconnect();
+  }
+});
+
+test("PostgresStore: a Postgres that stops answering fails the call in time, and the request gets 503 (IDEM-STORE-10)", { timeout: 10_000 }, async () => {
+  const pools = [];
+  try {
+    await stopsAnswering((port, timeout) => {
+      const p = new pg.Pool({ connectionString: `postgres://idem@127.0.0.1:${port}/postgres`, max: 2 });
+      p.on("error", () => {});
+      pools.push(p);
+      return new PostgresStore(p, { timeout });
+    });
+  } finally {
+    // The pool's connections wait on a server that never answers: not ended, dropped.
+    for (const p of pools) p.end().catch(() => {});
+  }
 });

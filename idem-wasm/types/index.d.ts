@@ -75,6 +75,11 @@ export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
  * `expires` (IDEM-STORE-9). */
 export function responseApart(value: Uint8Array): Uint8Array | undefined;
 
+/** How long one call to a network store may take unless its options say otherwise, in
+ * milliseconds (idem-core's `CALL_TIMEOUT`): `RedisStore` and `PostgresStore` fail a call
+ * their server does not answer by then, and the request is answered 503. */
+export function storeTimeoutMs(): number;
+
 /** The Redis keys `[record, response]` of a storage key under `prefix` (undefined: `idem:`):
  * the record's, `<prefix>{<storage key>}`, and its response's, kept apart while it lasts (the
  * same hash slot). Every Redis store names its keys so, the Rust one included. */

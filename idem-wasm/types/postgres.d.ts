@@ -16,7 +16,10 @@ export interface ClientLike {
 /** A store on Postgres: one table, `idem_records`; claims by `INSERT … ON CONFLICT DO
  * NOTHING`, other writes by `UPDATE`/`DELETE … WHERE version = $n`. */
 export class PostgresStore<C extends ClientLike = ClientLike> implements IdempotencyStore {
-  constructor(pool: PoolLike);
+  /** `timeout`: how long one call may take, in milliseconds (default `storeTimeoutMs()`,
+   * 2000); a call Postgres does not answer by then fails (code `IDEM-STORE-4`), and the
+   * request is answered 503. */
+  constructor(pool: PoolLike, options?: { timeout?: number });
   /** The migration: the table and its deadline index (safe to run again). */
   static readonly schema: string;
   /** Runs the migration. */

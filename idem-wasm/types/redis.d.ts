@@ -10,7 +10,10 @@ export interface RedisLike {
 /** A store on Redis or Valkey: one hash per record, written by one Lua compare-and-set
  * script, with the record's key expiry as its time-to-live. */
 export class RedisStore implements IdempotencyStore {
-  constructor(redis: RedisLike, options?: { prefix?: string });
+  /** `timeout`: how long one call may take, in milliseconds (default `storeTimeoutMs()`,
+   * 2000); a call Redis does not answer by then fails (code `IDEM-STORE-4`), and the request
+   * is answered 503. */
+  constructor(redis: RedisLike, options?: { prefix?: string; timeout?: number });
   /** The Redis key of a storage key: `<prefix>{<storage key>}`. */
   redisKey(key: string): string;
   load(key: string): Promise<StoredRecord | null>;
