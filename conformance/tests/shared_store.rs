@@ -8,6 +8,7 @@
 
 #[path = "../../idem-tower/tests/common/mod.rs"]
 mod common;
+mod proxy;
 mod served;
 
 use served::Served;
@@ -40,36 +41,8 @@ fn pair(
 ) -> ((Served, Served), u16, Arc<Vec<AtomicUsize>>) {
     let (a, port_a) = serve_on(store, extra);
     let (b, port_b) = serve_on(store, extra);
-    let (port, counts) = proxy(vec![port_a, port_b], runtime);
+    let (port, counts) = proxy::round_robin(vec![port_a, port_b], runtime);
     ((a, b), port, counts)
-}
-
-/// A round-robin TCP proxy to `ports`; `counts[i]` is how many connections went to port i.
-fn proxy(ports: Vec<u16>, runtime: &tokio::runtime::Runtime) -> (u16, Arc<Vec<AtomicUsize>>) {
-    let counts: Arc<Vec<AtomicUsize>> =
-        Arc::new(ports.iter().map(|_| AtomicUsize::new(0)).collect());
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("a port");
-    let port = listener.local_addr().expect("an address").port();
-    let seen = Arc::clone(&counts);
-    runtime.spawn(async move {
-        let mut next = 0usize;
-        while let Ok((mut client, _)) = listener.accept().await {
-            let i = next % ports.len();
-            next += 1;
-            seen[i].fetch_add(1, Ordering::SeqCst);
-            let upstream = ports[i];
-            tokio::spawn(async move {
-                if let Ok(mut server) =
-                    tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
-                {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                }
-            });
-        }
-    });
-    (port, counts)
 }
 
 fn run(args: &[&str]) -> (i32, String) {

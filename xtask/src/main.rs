@@ -1,12 +1,15 @@
 //! `cargo xtask test`: installs what the tests need (idempotently, quietly when present) and
 //! runs every test of the project. `cargo xtask setup` only installs. `cargo xtask interop`
 //! runs the conformance suite against third-party Idempotency-Key implementations (not part
-//! of `test`: it installs them from their registries and takes minutes).
+//! of `test`: it installs them from their registries and takes minutes). `cargo xtask chaos`
+//! runs the long form of the chaos tests (process and store faults under load, and a soak of
+//! 10⁶ requests); `test` runs their short form.
 
 use std::process::{Command, ExitCode};
 
 mod browser;
 mod interop;
+mod tower;
 mod util;
 mod wasm;
 mod worker;
@@ -22,8 +25,9 @@ fn main() -> ExitCode {
             step("build: idem-conformance (release)");
             worker::build_conformance().and_then(|c| interop::interop(&c))
         }
+        Some("chaos") => setup().and_then(|()| wasm::build()).and_then(|()| chaos()),
         _ => {
-            eprintln!("usage: cargo xtask <setup|test|interop>");
+            eprintln!("usage: cargo xtask <setup|test|interop|chaos>");
             return ExitCode::from(2);
         }
     };
@@ -34,6 +38,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The chaos tests (conformance/tests/chaos.rs) in their long form, release-built, one
+/// scenario after another, their figures printed.
+fn chaos() -> Result<(), String> {
+    step("chaos: process and store faults under load, and the soak (long form)");
+    run(cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "idem-conformance",
+            "--test",
+            "chaos",
+            "--",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("IDEM_CHAOS", "long"))
 }
 
 /// Rust targets: x86_64-unknown-none proves idem-core is no_std; wasm32 builds idem-wasm.
@@ -95,7 +119,8 @@ fn test() -> Result<(), String> {
     run(cargo()
         .args(["doc", "--workspace", "--no-deps", "--quiet"])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
-    step("test: rust workspace");
+    wasm::build()?;
+    step("test: rust workspace (the chaos tests' short form among them)");
     run(cargo().args(["test", "--workspace", "--quiet"]))?;
     step("test: idem-tower with every store (private redis-server and postgres)");
     run(cargo().args(["test", "-p", "idem-tower", "--all-features", "--quiet"]))?;
@@ -111,6 +136,7 @@ fn test() -> Result<(), String> {
     run(&mut package)?;
     step("build: idem-conformance (release, for the package's two-process test and the worker's conformance run)");
     let conformance = worker::build_conformance()?;
+    tower::conformance(&conformance)?;
     wasm::test(&conformance)?;
     worker::test(&conformance)?;
     browser::test(&conformance)

@@ -74,14 +74,19 @@ pub(crate) fn setup() -> Result<(), String> {
 /// The Debian packages of the servers the store tests start.
 pub(crate) const SERVERS: [&str; 2] = ["redis-server", "postgresql"];
 
-/// Builds the package (printing the module size raw, gzip and brotli), checks the
-/// hand-written TypeScript types, and runs the Node tests against the built package; the
-/// two-process test runs `conformance` (the release build of idem-conformance).
-pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
+/// Builds the package (printing the module size raw, gzip and brotli) and checks the
+/// hand-written TypeScript types. Before the Rust tests: the chaos tests run Node servers on
+/// the built package beside the Rust ones.
+pub(crate) fn build() -> Result<(), String> {
     step("build: idem-wasm npm package");
     run(npm().args(["run", "--silent", "build", "--", "--quiet"]))?;
     step("check: idem-wasm TypeScript types");
-    run(npm().args(["run", "--silent", "typecheck"]))?;
+    run(npm().args(["run", "--silent", "typecheck"]))
+}
+
+/// Runs the Node tests against the built package ([`build`] first); the two-process test
+/// runs `conformance` (the release build of idem-conformance).
+pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
     step("test: idem-wasm (node --test against the built package; private redis-server and postgres)");
     run(npm()
         .args(["test", "--silent"])

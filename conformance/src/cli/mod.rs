@@ -107,6 +107,11 @@ struct ServeArgs {
     /// executions at GET /count is shared too). Faults wrap any store.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// Append a line for every handler run to FILE: the key, the fencing number, whether
+    /// the run took over from an earlier attempt ("recovered"), and the process id,
+    /// tab-separated (several processes may share one file).
+    #[arg(long, value_name = "FILE")]
+    execution_log: Option<PathBuf>,
 }
 
 /// Options of `bench`.
@@ -202,7 +207,8 @@ fn start_error(e: crate::server::StartError) -> Failure {
         | crate::server::StartError::Settings(_) => Failure::Usage(e.to_string()),
         crate::server::StartError::Bind(_)
         | crate::server::StartError::Store(_)
-        | crate::server::StartError::Random(_) => harness(e),
+        | crate::server::StartError::Random(_)
+        | crate::server::StartError::Log(_) => harness(e),
     }
 }
 
@@ -228,6 +234,7 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
         tls: None,
         uuid_keys: a.uuid_keys,
         store: a.store.clone(),
+        execution_log: a.execution_log.clone(),
         ..ServerConfig::default()
     }
     .with_kind_bounds();

@@ -38,6 +38,12 @@ pub struct ServerConfig {
     /// `postgres://…`, which several server processes can share (with the count of
     /// executions). Faults wrap whichever store it is.
     pub store: Option<String>,
+    /// A file every handler run appends one line to (created if missing): the key, the
+    /// fencing number, whether the run took over from an earlier attempt, and the process
+    /// id, tab-separated. Each line is one write to a file opened for appending, so it
+    /// survives the process being killed right after, and lines of several processes on one
+    /// file never interleave: the per-key execution log of the chaos tests.
+    pub execution_log: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +67,7 @@ impl Default for ServerConfig {
             counter: CounterConfig::default(),
             token_ttl: Duration::from_secs(3600),
             store: None,
+            execution_log: None,
         }
     }
 }
@@ -131,6 +138,8 @@ pub enum StartError {
     Settings(String),
     /// The operating system gave no random bytes for the token secret.
     Random(getrandom::Error),
+    /// The execution log cannot be opened.
+    Log(std::io::Error),
 }
 
 impl fmt::Display for StartError {
@@ -142,6 +151,7 @@ impl fmt::Display for StartError {
             StartError::Store(e) => write!(f, "store: {e}"),
             StartError::Settings(e) => write!(f, "{e}"),
             StartError::Random(e) => write!(f, "no random bytes for the token secret: {e}"),
+            StartError::Log(e) => write!(f, "execution log: {e}"),
         }
     }
 }

@@ -117,6 +117,8 @@ struct App {
     config: ServerConfig,
     /// What a stateful fault remembers.
     faults: faults::Memory,
+    /// Where every handler run is logged ([`ServerConfig::execution_log`]).
+    log: Option<std::fs::File>,
 }
 
 /// A running reference server. Dropping it stops the server and closes its connections.
@@ -187,12 +189,23 @@ impl Server {
         )
         .await
         .map_err(StartError::Store)?;
+        let log = match &config.execution_log {
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(StartError::Log)?,
+            ),
+            None => None,
+        };
         let app = Arc::new(App {
             transfers: policies[Route::Transfers as usize].clone(),
             checkout: policies[Route::Checkout as usize].clone(),
             store: Arc::new(store),
             config,
             faults: faults::Memory::default(),
+            log,
         });
         crash_quietly();
         let router = match app.config.fault {
@@ -409,7 +422,10 @@ async fn place(
     context: Option<Extension<IdempotencyContext>>,
     body: Bytes,
 ) -> Response<Full<Bytes>> {
-    let recovered = context.is_some_and(|Extension(c)| c.recovered());
+    let recovered = context.as_ref().is_some_and(|Extension(c)| c.recovered());
+    if let (Some(log), Some(Extension(c))) = (&app.log, &context) {
+        log_execution(log, c);
+    }
     run_handler(&app, &body, recovered).await
 }
 
@@ -457,6 +473,21 @@ fn nonce() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     })
+}
+
+/// Appends the line of one handler run to the execution log, in one write. A log that
+/// cannot be written is left short (the chaos tests then see an answer without its
+/// execution), never the answer.
+fn log_execution(mut log: &std::fs::File, c: &IdempotencyContext) {
+    use std::io::Write;
+    let line = format!(
+        "{}\t{}\t{}\t{}\n",
+        c.key(),
+        c.fence(),
+        c.recovered(),
+        std::process::id()
+    );
+    let _ = log.write_all(line.as_bytes());
 }
 
 /// The demo handler: one observable side effect (the execution counter) per run. A

@@ -28,6 +28,21 @@ pub(crate) fn serve(args: &[&str], lines: usize) -> (Served, Vec<String>) {
 /// A served reference server, stopped when dropped (also when the test fails).
 pub(crate) struct Served(std::process::Child);
 
+// Not every test that includes this module kills or measures its servers.
+#[allow(dead_code)]
+impl Served {
+    /// Kills the process with SIGKILL, as a crash would, and reaps it.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.0.kill();

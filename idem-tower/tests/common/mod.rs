@@ -15,19 +15,64 @@ pub struct Server {
     pub port: u16,
     child: Child,
     dir: PathBuf,
+    /// How it was started, to start it again on the same port and data.
+    command: (String, Vec<String>),
+    kind: Kind,
+}
+
+/// Which server, for knowing when it is ready again.
+#[derive(Clone, Copy)]
+enum Kind {
+    Redis,
+    Postgres,
+}
+
+impl Server {
+    /// Signals the whole process group (runuser and postgres's children too).
+    fn signal(&self, signal: &str) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args([signal, "--", &group])
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// Kills every process of the server with SIGKILL, as a crash would, and waits until
+    /// none is left (postgres's children outlive its postmaster for a moment, holding its
+    /// shared memory).
+    pub fn kill(&mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+        let group = format!("-{}", self.child.id());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let alive = Command::new("kill")
+                .args(["-0", "--", &group])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !alive {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the server again on its port and data directory (after [`Server::kill`]), and
+    /// waits until it answers.
+    pub fn restart(&mut self) {
+        let (cmd, args) = &self.command;
+        self.child = spawn(cmd, args);
+        match self.kind {
+            Kind::Redis => wait_listening(self.port, &mut self.child, "redis-server"),
+            Kind::Postgres => wait_postgres(self.port, &mut self.child),
+        }
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // The whole process group: runuser and postgres's children too.
-        let group = format!("-{}", self.child.id());
-        let kill = |signal: &str| {
-            let _ = Command::new("kill")
-                .args([signal, "--", &group])
-                .stderr(Stdio::null())
-                .status();
-        };
-        kill("-INT");
+        self.signal("-INT");
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -35,7 +80,7 @@ impl Drop for Server {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        kill("-KILL");
+        self.signal("-KILL");
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -89,6 +134,13 @@ fn wait_listening(port: u16, child: &mut Child, what: &str) {
 
 /// A private redis-server without persistence.
 pub fn redis() -> Server {
+    redis_with(false)
+}
+
+/// A private redis-server; with `append_only`, every write is in its append-only file
+/// before it is answered (`appendonly yes`, `appendfsync always`), so that a restart after
+/// SIGKILL has every write it answered.
+pub fn redis_with(append_only: bool) -> Server {
     assert!(
         Path::new("/usr/bin/redis-server").exists(),
         "{}",
@@ -104,7 +156,9 @@ pub fn redis() -> Server {
         "--save",
         "",
         "--appendonly",
-        "no",
+        if append_only { "yes" } else { "no" },
+        "--appendfsync",
+        "always",
         "--dir",
         dir.to_str().expect("a UTF-8 path"),
         "--loglevel",
@@ -120,6 +174,8 @@ pub fn redis() -> Server {
         port,
         child,
         dir,
+        command: ("/usr/bin/redis-server".to_owned(), args),
+        kind: Kind::Redis,
     }
 }
 
@@ -142,6 +198,14 @@ fn postgres_bin() -> PathBuf {
 /// A private Postgres cluster (user `idem`, trust authentication, database `postgres`),
 /// without fsync. As root it runs as the `postgres` user the Debian package creates.
 pub fn postgres() -> Server {
+    postgres_with(false)
+}
+
+/// A private Postgres cluster; with `durable_commits`, a commit is answered only once its
+/// WAL is written (`synchronous_commit=on`, the default), so that a restart after SIGKILL
+/// has every commit it answered. Without, commits are answered before (faster tests). Either
+/// way without fsync: what the kernel holds survives a killed process, not a lost machine.
+pub fn postgres_with(durable_commits: bool) -> Server {
     let bin = postgres_bin();
     let root = Command::new("id")
         .arg("-u")
@@ -210,7 +274,11 @@ pub fn postgres() -> Server {
             "-c",
             "fsync=off",
             "-c",
-            "synchronous_commit=off",
+            if durable_commits {
+                "synchronous_commit=on"
+            } else {
+                "synchronous_commit=off"
+            },
             "-c",
             "full_page_writes=off",
             "-c",
@@ -221,10 +289,23 @@ pub fn postgres() -> Server {
         .collect(),
     );
     let mut child = spawn(&cmd, &args);
-    wait_listening(port, &mut child, "postgres");
-    // Accepting connections is not ready: wait until it answers a query.
+    wait_postgres(port, &mut child);
+    Server {
+        url: format!("postgres://idem@127.0.0.1:{port}/postgres"),
+        port,
+        child,
+        dir,
+        command: (cmd, args),
+        kind: Kind::Postgres,
+    }
+}
+
+/// Waits until the postgres started as `child` on `port` answers a query (accepting
+/// connections is not ready).
+fn wait_postgres(port: u16, child: &mut Child) {
+    wait_listening(port, child, "postgres");
     let deadline = Instant::now() + Duration::from_secs(20);
-    let psql = bin.join("psql");
+    let psql = postgres_bin().join("psql");
     loop {
         let ok = Command::new(&psql)
             .args([
@@ -252,11 +333,5 @@ pub fn postgres() -> Server {
             "postgres did not answer after 20 s"
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
-    Server {
-        url: format!("postgres://idem@127.0.0.1:{port}/postgres"),
-        port,
-        child,
-        dir,
     }
 }
