@@ -10,9 +10,15 @@
 //! `Idempotent-Replayed: true`, and the order is created once. Change the body under the
 //! same key: 422. Leave the key out: 400. All refusals are `application/problem+json`.
 //! Ask what became of a key with a `GET` and `Idempotency-Status: POST` (add `; settle` to
-//! settle a key the server never saw, so that it never runs).
+//! settle a key the server never saw, so that it never runs). `GET /count` says how many
+//! orders were created, so that the conformance suite can count executions:
+//!
+//! ```sh
+//! idem-conformance run http://127.0.0.1:3000/orders --count-url /count \
+//!     -H 'x-account-id: acct_1' --second-credential 'x-account-id: acct_2'
+//! ```
 
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use idem_tower::{IdempotencyContext, IdempotencyLayer, MemoryStore};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +27,7 @@ use std::sync::Arc;
 #[tokio::main]
 async fn main() {
     let next_id = Arc::new(AtomicU64::new(1));
+    let created = Arc::clone(&next_id);
     // The lines a service adds: the layer, with a store and who sends each request.
     let idempotency = IdempotencyLayer::builder(MemoryStore::default())
         .principal(|parts| {
@@ -47,11 +54,16 @@ async fn main() {
                 }
             }),
         )
-        .layer(idempotency);
+        .layer(idempotency)
+        .route(
+            "/count",
+            get(move || async move { (created.load(Ordering::SeqCst) - 1).to_string() }),
+        );
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .expect("the address is free");
+    let addr = listener.local_addr().expect("a bound address");
     println!("orders API on http://{addr}");
     axum::serve(listener, app).await.expect("the server runs");
 }

@@ -190,9 +190,38 @@ pub(crate) fn apt_install(packages: &[&str]) -> Result<(), String> {
     quiet(&mut install)
 }
 
+/// Runs the cargo build `cmd` and returns the path of the executable it built for the target
+/// named `name`, read from cargo's own build messages (so any `CARGO_TARGET_DIR` is
+/// honoured); diagnostics go to stderr as usual.
+pub(crate) fn built_executable(
+    cmd: &mut Command,
+    name: &str,
+) -> Result<std::path::PathBuf, String> {
+    cmd.args(["--quiet", "--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit());
+    let output = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("{cmd:?} failed with {}", output.status));
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| executable_of(line, name))
+        .ok_or_else(|| format!("{cmd:?} named no executable {name}"))
+}
+
+/// The executable of target `name` in one line of cargo's JSON messages, if it names one.
+fn executable_of(line: &str, name: &str) -> Option<std::path::PathBuf> {
+    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+    if message["reason"] != "compiler-artifact" || message["target"]["name"] != name {
+        return None;
+    }
+    message["executable"].as_str().map(std::path::PathBuf::from)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{forget_builds, forget_in};
+    use super::{executable_of, forget_builds, forget_in};
+    use std::path::PathBuf;
 
     #[test]
     fn forgets_the_builds_of_our_crates_from_local_registries_only() {
@@ -246,5 +275,23 @@ mod tests {
         let kept: Vec<bool> = dirs.iter().map(|d| src.join(d).exists()).collect();
         std::fs::remove_dir_all(&src).unwrap();
         assert_eq!(kept, [false, true, true, false, true]);
+    }
+
+    #[test]
+    fn reads_the_executable_of_a_cargo_message() {
+        let line = r#"{"reason":"compiler-artifact","target":{"name":"idem-conformance"},"executable":"/t/release/idem-conformance","fresh":true}"#;
+        assert_eq!(
+            executable_of(line, "idem-conformance"),
+            Some(PathBuf::from("/t/release/idem-conformance"))
+        );
+        assert_eq!(executable_of(line, "axum-orders"), None);
+        let escaped = r#"{"reason":"compiler-artifact","target":{"name":"x"},"executable":"C:\\t\\idem \"x\".exe"}"#;
+        assert_eq!(
+            executable_of(escaped, "x"),
+            Some(PathBuf::from(r#"C:\t\idem "x".exe"#))
+        );
+        let library = r#"{"reason":"compiler-artifact","target":{"name":"x"},"executable":null}"#;
+        assert_eq!(executable_of(library, "x"), None);
+        assert_eq!(executable_of(r#"{"executable":"/unterminated"#, "x"), None);
     }
 }

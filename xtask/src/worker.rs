@@ -2,9 +2,9 @@
 //! wrangler, which ship workerd), and its tests under a local workerd, which include a run of
 //! the release-built conformance suite against the worker.
 
-use crate::util::{cargo, npm_ci_if_stale, npm_in, run, step, workspace_dir};
+use crate::util::{built_executable, cargo, npm_ci_if_stale, npm_in, run, step, workspace_dir};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn example_dir() -> PathBuf {
     workspace_dir("idem-wasm/examples/worker")
@@ -27,54 +27,18 @@ pub(crate) fn setup() -> Result<(), String> {
     )
 }
 
-/// Builds idem-conformance in release mode and returns the path of its executable, read
-/// from cargo's own build messages (so any `CARGO_TARGET_DIR` is honoured).
+/// Builds idem-conformance in release mode and returns the path of its executable.
 pub(crate) fn build_conformance() -> Result<PathBuf, String> {
     let mut cmd = cargo();
     cmd.args([
         "build",
         "--release",
-        "--quiet",
         "-p",
         "idem-conformance",
         "--bin",
         "idem-conformance",
-        "--message-format=json-render-diagnostics",
-    ])
-    .stderr(Stdio::inherit());
-    let output = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("{cmd:?} failed with {}", output.status));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .filter(|line| {
-            line.contains(r#""reason":"compiler-artifact""#)
-                && line.contains(r#""name":"idem-conformance""#)
-        })
-        .find_map(executable)
-        .ok_or_else(|| format!("{cmd:?} named no idem-conformance executable"))
-}
-
-/// The `"executable"` path of one cargo `compiler-artifact` message.
-fn executable(line: &str) -> Option<PathBuf> {
-    const FIELD: &str = r#""executable":""#;
-    let start = line.find(FIELD)? + FIELD.len();
-    let mut path = String::new();
-    let mut chars = line[start..].chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return Some(PathBuf::from(path)),
-            '\\' => match chars.next()? {
-                'n' => path.push('\n'),
-                't' => path.push('\t'),
-                other => path.push(other),
-            },
-            c => path.push(c),
-        }
-    }
-    None
+    ]);
+    built_executable(&mut cmd, "idem-conformance")
 }
 
 /// Starts the worker under workerd (Miniflare and `wrangler dev`, both on 127.0.0.1 with an
@@ -86,26 +50,4 @@ pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
     run(npm()
         .args(["test", "--silent"])
         .env("IDEM_CONFORMANCE", conformance))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::executable;
-    use std::path::PathBuf;
-
-    #[test]
-    fn reads_the_executable_of_a_cargo_message() {
-        let line = r#"{"reason":"compiler-artifact","target":{"name":"idem-conformance"},"executable":"/t/release/idem-conformance","fresh":true}"#;
-        assert_eq!(
-            executable(line),
-            Some(PathBuf::from("/t/release/idem-conformance"))
-        );
-        let escaped = r#"{"executable":"C:\\t\\idem \"x\".exe"}"#;
-        assert_eq!(
-            executable(escaped),
-            Some(PathBuf::from(r#"C:\t\idem "x".exe"#))
-        );
-        assert_eq!(executable(r#"{"executable":null}"#), None);
-        assert_eq!(executable(r#"{"executable":"/unterminated"#), None);
-    }
 }
