@@ -1,7 +1,8 @@
 // The conformance suite against the worker under workerd: every case, with the count
 // oracle, 32 concurrent duplicates per round over 5 rounds, lost responses, two principals,
-// stored and released error outcomes, and the expiry windows (IDEM-EXEC-1, IDEM-CONC-1,
-// IDEM-TTL-1, IDEM-TTL-2, IDEM-TTL-3), with claims held in the orders object's memory
+// stored and released error outcomes, the expiry windows, and the status query with its
+// settle (IDEM-EXEC-1, IDEM-CONC-1, IDEM-TTL-1, IDEM-TTL-2, IDEM-TTL-3, IDEM-STATUS-1 to
+// IDEM-STATUS-4), with claims held in the orders object's memory
 // (IDEM-STORE-8). A crash taken over after the lease (IDEM-LEASE-1) needs a claim that
 // outlives the object: that case runs with claims written (ORDER_WRITES_ONLY = "off").
 import { test } from "node:test";
@@ -128,6 +129,12 @@ test("idem-conformance passes every case against the worker under workerd, claim
     "expiry/1",
     "expiry/2",
     "expiry/3",
+    "status/1",
+    "status/3",
+    "status/4",
+    "status/5",
+    "status/6",
+    "status/7",
   ]) {
     const c = byId.get(id);
     assert.ok(c, `case ${id} is missing from the report`);
