@@ -1,0 +1,86 @@
+//! The client side of counter keys: one client's numbering within a session epoch.
+
+use super::*;
+
+/// The client side of counter keys: one client's numbering within a session epoch. It hands
+/// out the next number for each new logical request, so that a number is never used for two
+/// requests while the server may still hold it, and keeps the low-water mark the client
+/// sends with every request (`IDEM-CTR-11`): the oldest number whose answer has not
+/// arrived, or the next number when none is open. Persist it (serde) after every change, so
+/// that a restarted client continues its sequence.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CounterSequence {
+    client: String,
+    epoch: u64,
+    bits: u8,
+    next: u64,
+    /// Numbers handed out whose answers have not arrived, oldest first.
+    open: Vec<u64>,
+}
+
+impl CounterSequence {
+    /// The numbering of `client` in session `epoch`, `bits` wide, from `first_seq` (the first
+    /// number the session was opened with).
+    pub fn new(
+        client: &str,
+        epoch: u64,
+        bits: u8,
+        first_seq: u64,
+    ) -> Result<CounterSequence, CounterError> {
+        if !valid_client_id(client) {
+            return Err(CounterError::BadClientId);
+        }
+        if !(8..=64).contains(&bits) || first_seq > mask(bits) {
+            return Err(CounterError::SequenceBeyondBits {
+                seq: first_seq,
+                bits,
+            });
+        }
+        Ok(CounterSequence {
+            client: String::from(client),
+            epoch,
+            bits,
+            next: first_seq,
+            open: Vec::new(),
+        })
+    }
+
+    /// The client id.
+    pub fn client(&self) -> &str {
+        &self.client
+    }
+
+    /// The session epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The number for a new logical request; the next one wraps modulo 2^bits.
+    pub fn take(&mut self) -> u64 {
+        let seq = self.next;
+        self.next = seq.wrapping_add(1) & mask(self.bits);
+        self.open.push(seq);
+        seq
+    }
+
+    /// The key of number `seq`: `client:epoch:seq`.
+    pub fn key(&self, seq: u64) -> String {
+        alloc::format!("{}:{}:{seq}", self.client, self.epoch)
+    }
+
+    /// The low-water mark to send: every answer below it has arrived.
+    pub fn low_water(&self) -> u64 {
+        self.open.first().copied().unwrap_or(self.next)
+    }
+
+    /// The answer for `seq` arrived (or the request is given up for good): it no longer
+    /// holds the low-water mark back.
+    pub fn done(&mut self, seq: u64) {
+        self.open.retain(|s| *s != seq);
+    }
+
+    /// Numbers handed out whose answers have not arrived.
+    pub fn open(&self) -> &[u64] {
+        &self.open
+    }
+}
