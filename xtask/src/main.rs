@@ -139,5 +139,7 @@ fn test() -> Result<(), String> {
     tower::conformance(&conformance)?;
     wasm::test(&conformance)?;
     worker::test(&conformance)?;
-    browser::test(&conformance)
+    browser::test(&conformance)?;
+    step("done: every check passed");
+    Ok(())
 }

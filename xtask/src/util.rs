@@ -15,9 +15,15 @@ pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// Prints a step heading.
+/// Prints a step heading with the time since the first step (`[mm:ss]`), so that a run's
+/// output says where its time went.
 pub(crate) fn step(name: &str) {
-    println!("\n==> {name}");
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let elapsed = START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
+    println!("\n==> [{:02}:{:02}] {name}", elapsed / 60, elapsed % 60);
 }
 
 /// A directory of the workspace, given relative to its root.
