@@ -186,3 +186,21 @@ pub struct Write {
     /// The change.
     pub op: WriteOp,
 }
+
+#[cfg(test)]
+impl Write {
+    /// Applies the write to `record`, the one record of its key, as a store applies it; the
+    /// precondition must hold (the unit tests' one-record store).
+    pub(crate) fn apply_to(self, record: &mut Option<Record>) {
+        let holds = match (self.precondition, record.as_ref()) {
+            (Precondition::Absent, None) => true,
+            (Precondition::Version(v), Some(r)) => r.version == v,
+            _ => false,
+        };
+        assert!(holds, "{:?} on {record:?}", self.precondition);
+        *record = match self.op {
+            WriteOp::Put(r) => Some(r),
+            WriteOp::Delete => None,
+        };
+    }
+}

@@ -223,19 +223,8 @@ impl std::error::Error for CounterError {}
 mod tests {
     use super::*;
 
-    /// `write` applied to the session record, as a store applies it: its precondition must
-    /// hold.
     fn apply(record: &mut Option<Record>, write: Write) {
-        let holds = match (write.precondition, record.as_ref()) {
-            (Precondition::Absent, None) => true,
-            (Precondition::Version(v), Some(r)) => r.version == v,
-            _ => false,
-        };
-        assert!(holds, "{:?} on {record:?}", write.precondition);
-        *record = match write.op {
-            WriteOp::Put(r) => Some(r),
-            WriteOp::Delete => None,
-        };
+        write.apply_to(record);
     }
 
     /// A slot held as outcome-unknown is refused and blocks the window until it is

@@ -362,19 +362,8 @@ mod tests {
         }
     }
 
-    /// `write` applied to the record of its key, as a store applies it: its precondition
-    /// must hold.
     fn apply(record: &mut Option<Record>, write: Write) {
-        let holds = match (write.precondition, record.as_ref()) {
-            (Precondition::Absent, None) => true,
-            (Precondition::Version(v), Some(r)) => r.version == v,
-            _ => false,
-        };
-        assert!(holds, "{:?} on {record:?}", write.precondition);
-        *record = match write.op {
-            WriteOp::Put(r) => Some(r),
-            WriteOp::Delete => None,
-        };
+        write.apply_to(record);
     }
 
     /// The record of a key claimed and its handler's outcome held as unknown, under
