@@ -5,6 +5,9 @@
 //! Every request has a deadline, every response body is read up to a byte limit, and every
 //! connection is new (no pooling), so a hostile server (slow, huge, garbage, resets) costs
 //! at most one timeout and a bounded amount of memory per request.
+//!
+//! One file for one client: the connection, its deadlines, the raw exchange and the log of
+//! it share their types, and a request's whole path reads top to bottom here.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};

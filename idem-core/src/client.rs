@@ -1,6 +1,10 @@
 //! The client side (`IDEM-CLIENT-1` to `IDEM-CLIENT-8`): an outbox entry per logical request,
 //! as a sans-IO state machine. It never reads a clock or draws random numbers; the caller
 //! passes `now` and a random `u64` into every decision.
+//!
+//! One machine in one file: the entry, its states and the table of outcomes its methods
+//! implement, then the entry's byte format. The states and the transitions are read
+//! together.
 
 use crate::key::{KeyError, MAX_KEY_LEN};
 use crate::request::KeyStatus;

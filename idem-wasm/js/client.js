@@ -1,6 +1,9 @@
 // The client side: `idempotentFetch(input, init, options)`. The retry decisions are the
 // core's outbox entry (idem-core's client state machine, compiled to WebAssembly): this file
 // sends, reports each result, waits as told, and persists the entry between sends.
+//
+// One file for one function: the send loop of `idempotentFetch`, its waits, its
+// persistence and its reconciliation share the entry and the options, and read in order.
 import { random32, sleep } from "./common.js";
 import { rangeError } from "./errors.js";
 import {

@@ -5,6 +5,9 @@
 //
 // Every rule is idem-core's request machine (compiled to WebAssembly): this file only moves
 // data.
+//
+// One class, `Idempotency`, and its methods: the drive loop, the Fetch wrapper and the
+// inbox are in files of their own.
 import { Ran, keyHeader, lowWaterHeader, statusHeader } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
 import { random32 } from "./common.js";

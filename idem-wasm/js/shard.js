@@ -19,6 +19,10 @@
 // other locations, and even "not found" answers are cached, so two requests with one key in
 // two places would both see no record and both run. Claims need one serialised writer per
 // key, which is what a Durable Object is.
+//
+// The object, the store a worker uses to reach it and the store inside the object share the
+// shard's message format (its tags and layouts) and the claim step; they stay in one file
+// so that what both ends of the wire speak is read in one place.
 import { StepKind as Step } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
 import { attemptOf, attemptOfContext } from "./attempt.js";

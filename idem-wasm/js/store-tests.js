@@ -6,6 +6,9 @@
 //
 // The tests use real time (a store with a time-to-live of its own, like Redis, cannot be
 // given a clock), with retention windows of a second or two.
+//
+// One test per rule of the store contract, each self-contained: the file is as long as the
+// contract.
 import assert from "node:assert/strict";
 import { MemoryStore, idempotencyOf, withIdempotency } from "idem";
 

@@ -1,5 +1,8 @@
 //! The client's bindings: [`Outbox`], the core's outbox entry that `idempotentFetch` drives,
 //! and [`Next`], what it says to do after a result.
+//!
+//! One binding per method of the core's outbox entry, each a few lines: the file is as long
+//! as that API.
 
 use crate::from_js::retry_policy;
 use crate::interop::{self, ErrorParts, FetchOutcome, NextKind, OutboxState};

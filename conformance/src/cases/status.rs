@@ -5,6 +5,10 @@
 //! so a server that offers the query is held to it under every profile. Each case first
 //! checks that the target offers it (a 200 of the status media type about a fresh key) and
 //! is skipped otherwise.
+//!
+//! One family in one file, as every family of cases has: the seven cases share the query's
+//! helpers below (the requests themselves are in ctx_status.rs), and a reader looks a case up
+//! by its ID here.
 
 use super::{
     fail, leak_of, miss, pass_counted, problem_type, require_success, runs, spec, Case, Check, Ctx,

@@ -2,6 +2,9 @@
 //! (engine, key kind, fingerprint, in-flight policy, guarded methods, response size limit),
 //! with a `RangeError` citing its requirement for a value the core or this layer refuses.
 //! Durations and times are JavaScript numbers of milliseconds.
+//!
+//! One parser per option the JavaScript side may pass, each next to the requirement it
+//! cites: the file is long because the options are many, not because it does several things.
 
 use super::ErrorParts;
 use alloc::format;

@@ -1,6 +1,8 @@
 //! Every fault, one entry each: its name, its defect, how it is made, and the cases it must
 //! fail with and without an oracle (the others pass). `tests/faults.rs` runs the whole suite
 //! against each, both ways, and README's fault table is this one, rendered.
+//!
+//! It is long because it is a table: one entry per fault, data rather than logic.
 
 use super::{broken, digest, fails, leaks, related, unsafe_, Apply, FaultDef, Want};
 use crate::server::Route;
