@@ -5,7 +5,7 @@
 use idem_core::{
     Applied, AsyncStore, Completing, Record, RecordKey, StoreFailure, UnixMillis, Write,
 };
-use idem_tower::{MemoryStore, PostgresStore, RedisStore};
+use idem_tower::{MemoryStore, PostgresStore, RedisStore, Seal};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -46,7 +46,7 @@ const REDIS_COUNT: &str = "idem-conformance:executions";
 #[derive(Debug)]
 pub struct RefStoreError {
     message: String,
-    full: bool,
+    failure: StoreFailure,
 }
 
 impl fmt::Display for RefStoreError {
@@ -60,7 +60,18 @@ impl std::error::Error for RefStoreError {}
 fn error(e: impl fmt::Display) -> RefStoreError {
     RefStoreError {
         message: e.to_string(),
-        full: false,
+        failure: StoreFailure::Unavailable,
+    }
+}
+
+/// A failure of one of idem-tower's stores, as that store means it.
+fn failed_as<St: AsyncStore>(e: St::Error) -> RefStoreError
+where
+    St::Error: fmt::Display,
+{
+    RefStoreError {
+        failure: St::failure(&e),
+        message: e.to_string(),
     }
 }
 
@@ -70,22 +81,39 @@ impl RefStore {
         kind(url).map(|_| ())
     }
 
-    /// A store for `url` (`None`: memory). A Postgres store runs its migration and creates
-    /// the execution count. Errors show the URL without its password.
-    pub async fn open(url: Option<&str>, memory: MemoryStore) -> Result<RefStore, String> {
+    /// A store for `url` (`None`: memory), its records sealed with `seal` on Redis and
+    /// Postgres. A Postgres store runs its migration and creates the execution count. Errors
+    /// show the URL without its password.
+    pub async fn open(
+        url: Option<&str>,
+        seal: Option<Seal>,
+        memory: MemoryStore,
+    ) -> Result<RefStore, String> {
         let Some(u) = url else {
+            if seal.is_some() {
+                return Err("sealing is for the Redis and Postgres stores".to_owned());
+            }
             return Ok(RefStore::Memory(memory, AtomicU64::new(0)));
         };
+        if seal.is_some() && matches!(kind(u)?, Kind::Memory) {
+            return Err("sealing is for the Redis and Postgres stores".to_owned());
+        }
         let failed = |e: &dyn fmt::Display| format!("--store {}: {e}", shown(u));
         match kind(u)? {
             Kind::Memory => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
             Kind::Redis => {
-                let store = RedisStore::connect(u).await.map_err(|e| failed(&e))?;
+                let mut store = RedisStore::connect(u).await.map_err(|e| failed(&e))?;
+                if let Some(seal) = seal {
+                    store = store.with_seal(seal);
+                }
                 let conn = store.connection();
                 Ok(RefStore::Redis(store, conn))
             }
             Kind::Postgres => {
-                let store = PostgresStore::connect(u, 64).map_err(|e| failed(&e))?;
+                let mut store = PostgresStore::connect(u, 64).map_err(|e| failed(&e))?;
+                if let Some(seal) = seal {
+                    store = store.with_seal(seal);
+                }
                 store.migrate().await.map_err(|e| failed(&e))?;
                 let client = store.pool().get().await.map_err(|e| failed(&e))?;
                 client
@@ -165,8 +193,8 @@ impl AsyncStore for RefStore {
     async fn load(&self, key: &RecordKey) -> Result<Option<Record>, RefStoreError> {
         match self {
             RefStore::Memory(m, _) => m.load(key).await.map_err(error),
-            RefStore::Redis(r, _) => r.load(key).await.map_err(error),
-            RefStore::Postgres(p) => p.load(key).await.map_err(error),
+            RefStore::Redis(r, _) => r.load(key).await.map_err(failed_as::<RedisStore>),
+            RefStore::Postgres(p) => p.load(key).await.map_err(failed_as::<PostgresStore>),
         }
     }
 
@@ -174,7 +202,7 @@ impl AsyncStore for RefStore {
         match self {
             RefStore::Memory(m, _) => m.apply(now, write).await.map_err(|e| RefStoreError {
                 message: e.to_string(),
-                full: true,
+                failure: StoreFailure::Full,
             }),
             RefStore::Redis(r, _) => r.apply(now, write).await.map_err(error),
             RefStore::Postgres(p) => p.apply(now, write).await.map_err(error),
@@ -193,7 +221,7 @@ impl AsyncStore for RefStore {
                     .await
                     .map_err(|e| RefStoreError {
                         message: e.to_string(),
-                        full: true,
+                        failure: StoreFailure::Full,
                     })
             }
             RefStore::Redis(r, _) => r
@@ -208,11 +236,7 @@ impl AsyncStore for RefStore {
     }
 
     fn failure(error: &RefStoreError) -> StoreFailure {
-        if error.full {
-            StoreFailure::Full
-        } else {
-            StoreFailure::Unavailable
-        }
+        error.failure
     }
 }
 

@@ -29,6 +29,9 @@ pub enum DecodeError {
     Truncated,
     /// The input does not start with the record magic: it is something else.
     NotARecord,
+    /// The input is a sealed record ([`crate::seal`]): the store that read it opens it
+    /// first, and a store without the key it names cannot (`IDEM-SEAL-3`).
+    Sealed,
     /// A format version this build cannot read.
     UnsupportedVersion(u8),
     /// The structure is damaged.
@@ -50,6 +53,7 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::Truncated => f.write_str("record is truncated"),
             DecodeError::NotARecord => f.write_str("not an idem record (bad magic)"),
+            DecodeError::Sealed => f.write_str("the record is sealed and was not opened"),
             DecodeError::UnsupportedVersion(v) => {
                 write!(f, "unsupported record format version {v}")
             }
@@ -76,6 +80,9 @@ pub fn encode_record(record: &Record) -> Vec<u8> {
 pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(DecodeError::TooLarge { len: bytes.len() });
+    }
+    if crate::seal::is_sealed(bytes) {
+        return Err(DecodeError::Sealed);
     }
     if bytes.len() < 3 {
         return Err(if MAGIC.starts_with(bytes) {

@@ -33,7 +33,8 @@
 //! [`Record::next_deadline`] (an alarm or a sweep) and [`Record::expire`]; the engine also
 //! reads expiry times directly from the record, so a store that sweeps late is never less
 //! safe, only larger. Records cross process and language boundaries through the record codec
-//! ([`encode_record`], [`decode_record`]); [`stores`] holds what the Redis and Postgres stores
+//! ([`encode_record`], [`decode_record`]), sealed for stores outside the process with [`seal`];
+//! [`stores`] holds what the Redis and Postgres stores
 //! of every language share.
 //!
 //! # Keys and the client side
@@ -72,6 +73,7 @@ mod record;
 mod reply;
 mod request;
 mod response;
+pub mod seal;
 mod session;
 mod store;
 pub mod stores;

@@ -97,6 +97,15 @@ impl Problem {
         "The idempotency store is unavailable",
         "IDEM-STORE-4"
     );
+    /// The key's record is sealed and cannot be opened here (a key the server no longer
+    /// holds, a record moved from another key, damage): nothing is executed and nothing is
+    /// replayed until the key that sealed it is given back. 500: the server's to fix.
+    pub const SEALED: Problem = problem!(
+        500,
+        "record-sealed",
+        "The record of this Idempotency-Key cannot be opened",
+        "IDEM-SEAL-3"
+    );
     /// A final response too large for the store was not kept: the key is held with this
     /// answer instead, so that a retry never runs the handler again and learns that the
     /// original answer cannot be replayed. 410 like an expired response: the client cannot

@@ -125,9 +125,15 @@ impl Refusal {
     }
 
     /// The store failed before anything ran: 503 with `Retry-After` (`IDEM-STORE-3`,
-    /// `IDEM-STORE-4`).
+    /// `IDEM-STORE-4`), or 500 for a record that cannot be opened (`IDEM-SEAL-3`).
     pub fn store(failure: StoreFailure) -> Refusal {
         let (problem, detail) = match failure {
+            StoreFailure::Sealed => {
+                return Refusal::new(
+                    Problem::SEALED,
+                    "the stored record of this key is sealed under a key this server does not hold, or was moved; nothing was executed",
+                )
+            }
             StoreFailure::Full => (Problem::STORE_FULL, "the idempotency store is full"),
             StoreFailure::Unavailable => (
                 Problem::STORE_UNAVAILABLE,

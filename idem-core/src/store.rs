@@ -27,6 +27,10 @@ pub enum StoreFailure {
     Full,
     /// Anything else: unreachable, timed out, refused (`IDEM-STORE-4`).
     Unavailable,
+    /// The record is sealed ([`crate::seal`]) and cannot be opened: under a key the host
+    /// does not hold, or moved from another key, or damaged (`IDEM-SEAL-3`). It is answered,
+    /// never treated as absent: the request is not executed.
+    Sealed,
 }
 
 /// A place that keeps records: the one thing the engine needs from a database.

@@ -717,6 +717,7 @@ fn problems_render_as_problem_json() {
         Problem::OUTCOME_UNKNOWN,
         Problem::STORE_FULL,
         Problem::STORE_UNAVAILABLE,
+        Problem::SEALED,
         Problem::BODY_TOO_LARGE,
         Problem::INVALID_JSON,
     ] {

@@ -86,6 +86,8 @@ mod operation;
 mod postgres_store;
 #[cfg(feature = "redis")]
 mod redis_store;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod seal;
 mod service;
 mod status;
 #[cfg(feature = "store-tests")]
@@ -102,4 +104,6 @@ pub use operation::{answer, deliver, Delivered};
 pub use postgres_store::{PostgresStore, PostgresStoreError, Transaction};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisStore, RedisStoreError};
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub use seal::{Seal, Unreadable};
 pub use service::Idempotent;

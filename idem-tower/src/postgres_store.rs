@@ -9,8 +9,8 @@ use crate::IdempotencyContext;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use idem_core::stores::{postgres_statement, CALL_TIMEOUT};
 use idem_core::{
-    decode_record, encode_record, Applied, AsyncStore, Completing, Expiry, Finish, Precondition,
-    Record, RecordKey, UnixMillis, Write, WriteOp,
+    Applied, AsyncStore, Completing, Expiry, Finish, Precondition, Record, RecordKey, StoreFailure,
+    UnixMillis, Write, WriteOp,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -18,6 +18,8 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
+
+use crate::seal::{self, Seal, Unreadable};
 
 fn statement(name: &str) -> &'static str {
     // The names are this file's, checked by idem-core's tests of the SQL file.
@@ -31,8 +33,9 @@ pub enum PostgresStoreError {
     Pool(deadpool_postgres::PoolError),
     /// Postgres failed.
     Postgres(tokio_postgres::Error),
-    /// The bytes of a row are not a record.
-    Record(idem_core::DecodeError),
+    /// The bytes of a row are not a record, or a sealed one this store cannot open
+    /// (`IDEM-SEAL-3`).
+    Record(Unreadable),
     /// The pool could not be built from the settings.
     Config(String),
     /// Postgres did not answer in time ([`PostgresStore::with_timeout`]); the write may or
@@ -45,7 +48,7 @@ impl fmt::Display for PostgresStoreError {
         match self {
             PostgresStoreError::Pool(e) => write!(f, "postgres pool: {e}"),
             PostgresStoreError::Postgres(e) => write!(f, "postgres: {e}"),
-            PostgresStoreError::Record(e) => write!(f, "a stored value is not a record: {e:?}"),
+            PostgresStoreError::Record(e) => e.fmt(f),
             PostgresStoreError::Config(e) => write!(f, "postgres settings: {e}"),
             PostgresStoreError::Timeout(d) => {
                 write!(f, "postgres did not answer within {} ms", d.as_millis())
@@ -75,6 +78,7 @@ pub struct PostgresStore {
     open: Mutex<HashMap<Attempt, Object>>,
     /// How long one store call may take.
     timeout: Duration,
+    seal: Option<Seal>,
 }
 
 /// One attempt at a key: its storage key and the attempt's identity
@@ -85,7 +89,9 @@ type Attempt = (String, u64);
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresStore").finish_non_exhaustive()
+        f.debug_struct("PostgresStore")
+            .field("seal", &self.seal)
+            .finish_non_exhaustive()
     }
 }
 
@@ -114,7 +120,18 @@ impl PostgresStore {
             pool,
             open: Mutex::new(HashMap::new()),
             timeout: CALL_TIMEOUT,
+            seal: None,
         }
+    }
+
+    /// Seals every record this store writes with `seal`'s first key and opens records sealed
+    /// with any of its keys (`IDEM-SEAL-1`, `IDEM-SEAL-2`): no response is kept in clear in
+    /// the table. Rows written in clear before are still read; a row sealed with a key the
+    /// seal does not hold is answered 500 `record-sealed` and never executed
+    /// (`IDEM-SEAL-3`), and the sweep leaves it alone.
+    pub fn with_seal(mut self, seal: Seal) -> PostgresStore {
+        self.seal = Some(seal);
+        self
     }
 
     /// How long one store call may take, the wait for a connection included (default
@@ -163,14 +180,19 @@ impl PostgresStore {
         for row in rows {
             let key: String = row.get(0);
             let version: String = row.get(1);
-            let record =
-                decode_record(row.get::<_, &[u8]>(2)).map_err(PostgresStoreError::Record)?;
+            let record = match seal::decode(self.seal.as_ref(), &key, row.get::<_, &[u8]>(2)) {
+                Ok(record) => record,
+                // Sealed with a key this store does not hold: another process's to expire.
+                Err(e) if e.is_sealed() => continue,
+                Err(e) => return Err(PostgresStoreError::Record(e)),
+            };
             let op = match record.expire(now) {
                 Expiry::Keep(_) => continue,
                 Expiry::Tombstone(t) => WriteOp::Put(t),
                 Expiry::Delete => WriteOp::Delete,
             };
-            if write_on(&client, &key, Some(&version), &op).await? == Applied::Applied {
+            let seal = self.seal.as_ref();
+            if write_on(&client, seal, &key, Some(&version), &op).await? == Applied::Applied {
                 changed += 1;
             }
         }
@@ -289,13 +311,18 @@ fn pooled_unless_failed<T>(
 
 /// A write on `client`: the compare-and-set on the row's version.
 /// Applies `write` on `client`.
-async fn write_at(client: &ClientWrapper, write: &Write) -> Result<Applied, PostgresStoreError> {
+async fn write_at(
+    client: &ClientWrapper,
+    seal: Option<&Seal>,
+    write: &Write,
+) -> Result<Applied, PostgresStoreError> {
     let expect = match write.precondition {
         Precondition::Absent => None,
         Precondition::Version(v) => Some(v.to_string()),
     };
     write_on(
         client,
+        seal,
         &write.key.storage_key(),
         expect.as_deref(),
         &write.op,
@@ -305,6 +332,7 @@ async fn write_at(client: &ClientWrapper, write: &Write) -> Result<Applied, Post
 
 async fn write_on(
     client: &ClientWrapper,
+    seal: Option<&Seal>,
     key: &str,
     expect: Option<&str>,
     op: &WriteOp,
@@ -318,14 +346,14 @@ async fn write_on(
         (None, WriteOp::Delete) => return Ok(Applied::Conflict),
         (None, WriteOp::Put(record)) => {
             let s = client.prepare_cached(statement("insert")).await?;
-            let (version, value, deadline, expires) = columns(record);
+            let (version, value, deadline, expires) = columns(seal, key, record);
             client
                 .execute(&s, &[&key, &version, &value, &deadline, &expires])
                 .await?
         }
         (Some(v), WriteOp::Put(record)) => {
             let s = client.prepare_cached(statement("update")).await?;
-            let (version, value, deadline, expires) = columns(record);
+            let (version, value, deadline, expires) = columns(seal, key, record);
             client
                 .execute(&s, &[&key, &v, &version, &value, &deadline, &expires])
                 .await?
@@ -338,10 +366,10 @@ async fn write_on(
     })
 }
 
-fn columns(record: &Record) -> (String, Vec<u8>, i64, i64) {
+fn columns(seal: Option<&Seal>, key: &str, record: &Record) -> (String, Vec<u8>, i64, i64) {
     (
         record.version.to_string(),
-        encode_record(record),
+        seal::encode(seal, key, record),
         record.next_deadline().0 as i64,
         record.retained_until().0 as i64,
     )
@@ -350,6 +378,13 @@ fn columns(record: &Record) -> (String, Vec<u8>, i64, i64) {
 impl AsyncStore for PostgresStore {
     type Error = PostgresStoreError;
 
+    fn failure(error: &PostgresStoreError) -> StoreFailure {
+        match error {
+            PostgresStoreError::Record(e) if e.is_sealed() => StoreFailure::Sealed,
+            _ => StoreFailure::Unavailable,
+        }
+    }
+
     fn load(
         &self,
         key: &RecordKey,
@@ -357,6 +392,7 @@ impl AsyncStore for PostgresStore {
         let pool = self.pool.clone();
         let key = key.storage_key();
         let limit = self.timeout;
+        let seal = self.seal.clone();
         async move {
             let client = connection(&pool, limit).await?;
             let row = timed(limit, async {
@@ -365,8 +401,11 @@ impl AsyncStore for PostgresStore {
             })
             .await;
             let row = pooled_unless_failed(client, row)?;
-            row.map(|r| decode_record(r.get::<_, &[u8]>(1)).map_err(PostgresStoreError::Record))
-                .transpose()
+            row.map(|r| {
+                seal::decode(seal.as_ref(), &key, r.get::<_, &[u8]>(1))
+                    .map_err(PostgresStoreError::Record)
+            })
+            .transpose()
         }
     }
 
@@ -378,9 +417,10 @@ impl AsyncStore for PostgresStore {
         // A claim or a heartbeat: never in the handler's transaction.
         let pool = self.pool.clone();
         let limit = self.timeout;
+        let seal = self.seal.clone();
         async move {
             let client = connection(&pool, limit).await?;
-            let applied = timed(limit, write_at(&client, &write)).await;
+            let applied = timed(limit, write_at(&client, seal.as_ref(), &write)).await;
             pooled_unless_failed(client, applied)
         }
     }
@@ -397,10 +437,11 @@ impl AsyncStore for PostgresStore {
         let open = self.open().remove(&attempt);
         let pool = self.pool.clone();
         let limit = self.timeout;
+        let seal = self.seal.clone();
         async move {
             let Some(client) = open else {
                 let client = connection(&pool, limit).await?;
-                let applied = timed(limit, write_at(&client, &write)).await;
+                let applied = timed(limit, write_at(&client, seal.as_ref(), &write)).await;
                 return pooled_unless_failed(client, applied);
             };
             // Anything but a stored response rolls the handler's rows back and is written
@@ -408,13 +449,13 @@ impl AsyncStore for PostgresStore {
             if completion.finish != Finish::Stored {
                 let rolled_back = timed(limit, async {
                     client.batch_execute("ROLLBACK").await?;
-                    write_at(&client, &write).await
+                    write_at(&client, seal.as_ref(), &write).await
                 })
                 .await;
                 return pooled_unless_failed(client, rolled_back);
             }
             // A stored response commits the handler's rows, in one commit with it.
-            let written = timed(limit, write_at(&client, &write)).await;
+            let written = timed(limit, write_at(&client, seal.as_ref(), &write)).await;
             match written {
                 Ok(Applied::Applied) => {
                     let committed = timed(limit, async {

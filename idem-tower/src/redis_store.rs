@@ -11,10 +11,10 @@
 //! (`IDEM-STORE-9`). Reads are one script too ([`idem_core::stores::REDIS_LOAD`]). A Rust
 //! service and a JavaScript one can share one Redis.
 
+use crate::seal::{self, Seal, Unreadable};
 use idem_core::stores::{redis_keys, response_apart, CALL_TIMEOUT, REDIS_PREFIX};
 use idem_core::{
-    decode_record, encode_record, Applied, AsyncStore, Precondition, Record, RecordKey, UnixMillis,
-    Write, WriteOp,
+    Applied, AsyncStore, Precondition, Record, RecordKey, StoreFailure, UnixMillis, Write, WriteOp,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
@@ -29,31 +29,34 @@ pub struct RedisStore {
     prefix: String,
     apply: Script,
     load: Script,
+    seal: Option<Seal>,
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
+            .field("seal", &self.seal)
             .finish_non_exhaustive()
     }
 }
 
-/// Why a Redis store call failed: Redis itself, or bytes under a record key that are not a
-/// record.
+/// Why a Redis store call failed: Redis itself, or bytes under a record key that cannot be
+/// read as a record.
 #[derive(Debug)]
 pub enum RedisStoreError {
     /// Redis failed (connection, timeout, script error).
     Redis(RedisError),
-    /// The bytes stored under the key do not decode as a record.
-    Record(idem_core::DecodeError),
+    /// The bytes stored under the key are not a record, or a sealed one this store cannot
+    /// open (`IDEM-SEAL-3`).
+    Record(Unreadable),
 }
 
 impl fmt::Display for RedisStoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RedisStoreError::Redis(e) => write!(f, "redis: {e}"),
-            RedisStoreError::Record(e) => write!(f, "a stored value is not a record: {e:?}"),
+            RedisStoreError::Record(e) => e.fmt(f),
         }
     }
 }
@@ -88,7 +91,17 @@ impl RedisStore {
             prefix: REDIS_PREFIX.to_owned(),
             apply: Script::new(idem_core::stores::REDIS_APPLY),
             load: Script::new(idem_core::stores::REDIS_LOAD),
+            seal: None,
         }
+    }
+
+    /// Seals every record this store writes with `seal`'s first key and opens records sealed
+    /// with any of its keys (`IDEM-SEAL-1`, `IDEM-SEAL-2`): no response is kept in clear in
+    /// Redis. Records written in clear before are still read; a record sealed with a key the
+    /// seal does not hold is answered 500 `record-sealed` and never executed (`IDEM-SEAL-3`).
+    pub fn with_seal(mut self, seal: Seal) -> RedisStore {
+        self.seal = Some(seal);
+        self
     }
 
     /// The connection the store talks to Redis on: a clone of the store's, for the
@@ -114,18 +127,30 @@ impl RedisStore {
 impl AsyncStore for RedisStore {
     type Error = RedisStoreError;
 
+    fn failure(error: &RedisStoreError) -> StoreFailure {
+        match error {
+            RedisStoreError::Record(e) if e.is_sealed() => StoreFailure::Sealed,
+            _ => StoreFailure::Unavailable,
+        }
+    }
+
     fn load(
         &self,
         key: &RecordKey,
     ) -> impl Future<Output = Result<Option<Record>, RedisStoreError>> + Send {
         let mut conn = self.conn.clone();
-        let [record, response] = self.redis_keys(key);
+        let storage_key = key.storage_key();
+        let [record, response] = redis_keys(&self.prefix, &storage_key);
         let mut invocation = self.load.key(record);
         invocation.key(response);
+        let seal = self.seal.clone();
         async move {
             let found: Option<(Vec<u8>, Vec<u8>)> = invocation.invoke_async(&mut conn).await?;
             found
-                .map(|(_, bytes)| decode_record(&bytes).map_err(RedisStoreError::Record))
+                .map(|(_, bytes)| {
+                    seal::decode(seal.as_ref(), &storage_key, &bytes)
+                        .map_err(RedisStoreError::Record)
+                })
                 .transpose()
         }
     }
@@ -136,7 +161,9 @@ impl AsyncStore for RedisStore {
         write: Write,
     ) -> impl Future<Output = Result<Applied, RedisStoreError>> + Send {
         let mut conn = self.conn.clone();
-        let [record, response] = self.redis_keys(&write.key);
+        let storage_key = write.key.storage_key();
+        let [record, response] = redis_keys(&self.prefix, &storage_key);
+        let encode = |r: &Record| seal::encode(self.seal.as_ref(), &storage_key, r);
         let mut invocation = self.apply.key(record);
         invocation.key(response);
         match write.precondition {
@@ -145,13 +172,13 @@ impl AsyncStore for RedisStore {
         };
         match &write.op {
             WriteOp::Put(record) => {
-                let whole = encode_record(record);
+                let whole = encode(record);
                 invocation.arg(record.version.to_string());
                 match response_apart(record) {
                     // The record as it stands once its response expires is kept for the
                     // key's retention; the whole record expires with the response.
                     Some((held, until)) => invocation
-                        .arg(encode_record(&held))
+                        .arg(encode(&held))
                         .arg(record.retained_until().0)
                         .arg(whole)
                         .arg(until.0),

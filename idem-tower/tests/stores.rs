@@ -6,7 +6,12 @@
 mod common;
 
 use idem_tower::store_tests::{run_all, Options};
-use idem_tower::{MemoryStore, PostgresStore, RedisStore};
+use idem_tower::{MemoryStore, PostgresStore, RedisStore, Seal};
+
+/// The seal of the sealed runs (IDEM-SEAL-1): every rule holds on sealed records too.
+fn seal() -> Seal {
+    Seal::new([("kit", [5u8; 32])]).expect("a key")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_store_keeps_the_rules() {
@@ -35,6 +40,51 @@ async fn redis_store_keeps_the_rules() {
             self_expiring: true,
             ..Options::default()
         },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sealed_redis_store_keeps_the_rules() {
+    let server = common::redis();
+    let url = server.url.clone();
+    run_all(
+        || {
+            let url = url.clone();
+            async move {
+                RedisStore::connect(&url)
+                    .await
+                    .expect("redis")
+                    .with_seal(seal())
+            }
+        },
+        Options {
+            self_expiring: true,
+            ..Options::default()
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sealed_postgres_store_keeps_the_rules() {
+    let server = common::postgres();
+    PostgresStore::connect(&server.url, 2)
+        .expect("a pool")
+        .migrate()
+        .await
+        .expect("the migration");
+    let url = server.url.clone();
+    run_all(
+        || {
+            let url = url.clone();
+            async move {
+                PostgresStore::connect(&url, 16)
+                    .expect("a pool")
+                    .with_seal(seal())
+            }
+        },
+        Options::default(),
     )
     .await;
 }

@@ -6,7 +6,7 @@
 // data. It asks the machine for the next step and does it (read or write the store, sleep,
 // run the handler, send the reply), reporting each result back. With the MemoryStore every
 // store step runs inside the module.
-import { HeartbeatState, Ran, StepKind as Step, eventNames, securityMask } from "./idem_wasm.js";
+import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
 import { random32, sleep } from "./common.js";
 import { bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
@@ -161,7 +161,7 @@ export class Driver {
         }
       } catch (err) {
         if (err?.code === "IDEM-REC-1" || err?.code === "IDEM-JS-2") throw err;
-        engine.storeFailed(slot, err?.code === "IDEM-STORE-3");
+        engine.storeFailed(slot, err?.code === "IDEM-STORE-3" ? StoreFailed.Full : err?.code === "IDEM-SEAL-3" ? StoreFailed.Sealed : StoreFailed.Unavailable);
         if (this.#onEvent !== null) this.#emit(slot, { error: err });
       }
     }

@@ -194,7 +194,8 @@ fn asynchronous_path_reads_writes_and_completes_step_by_step() {
         "IDEM-REC-1"
     );
     // A store failure before anything ran answers 503.
-    h.store_failed(u, false).unwrap();
+    h.store_failed(u, idem_core::StoreFailure::Unavailable)
+        .unwrap();
     assert_eq!(h.poll(u, at(2)).unwrap(), StepKind::Reply);
     assert_eq!(reply(&mut h, u).0, 503);
 }

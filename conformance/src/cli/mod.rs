@@ -107,6 +107,11 @@ struct ServeArgs {
     /// executions at GET /count is shared too). Faults wrap any store.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// Seal the records of a Redis or Postgres store with the keys in the environment
+    /// variable NAME: `ID:BASE64` (a key id and 32 bytes of AES-256 key), comma-separated,
+    /// the key that seals first; the others still open records sealed with them.
+    #[arg(long, value_name = "NAME")]
+    seal_env: Option<String>,
     /// Append a line for every handler run to FILE: the key, the fencing number, whether
     /// the run took over from an earlier attempt ("recovered"), and the process id,
     /// tab-separated (several processes may share one file).
@@ -212,6 +217,28 @@ fn start_error(e: crate::server::StartError) -> Failure {
     }
 }
 
+/// The seal keys in the environment variable `name`: `ID:BASE64`, comma-separated.
+fn seal_from_env(name: &str) -> Result<idem_tower::Seal, String> {
+    use base64::Engine as _;
+    let text =
+        std::env::var(name).map_err(|_| format!("--seal-env {name}: the variable is not set"))?;
+    let keys = text
+        .split(',')
+        .map(|entry| {
+            let (id, key) = entry
+                .trim()
+                .split_once(':')
+                .ok_or_else(|| format!("--seal-env {name}: each key is ID:BASE64"))?;
+            let key = base64::engine::general_purpose::STANDARD
+                .decode(key)
+                .map_err(|_| format!("--seal-env {name}: the key of {id:?} is not base64"))?;
+            Ok((id.to_owned(), key))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    // The keys themselves are never shown, only what is wrong with them.
+    idem_tower::Seal::new(keys).map_err(|e| format!("--seal-env {name}: {e}"))
+}
+
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 && v < 1e9 {
         Ok(Duration::from_secs_f64(v))
@@ -234,6 +261,7 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
         tls: None,
         uuid_keys: a.uuid_keys,
         store: a.store.clone(),
+        seal: a.seal_env.as_deref().map(seal_from_env).transpose()?,
         execution_log: a.execution_log.clone(),
         ..ServerConfig::default()
     }

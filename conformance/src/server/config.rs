@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// `postgres://…`, which several server processes can share (with the count of
     /// executions). Faults wrap whichever store it is.
     pub store: Option<String>,
+    /// The keys that seal the records of a Redis or Postgres store (`IDEM-SEAL-1`).
+    pub seal: Option<idem_tower::Seal>,
     /// A file every handler run appends one line to (created if missing): the key, the
     /// fencing number, whether the run took over from an earlier attempt, and the process
     /// id, tab-separated. Each line is one write to a file opened for appending, so it
@@ -67,6 +69,7 @@ impl Default for ServerConfig {
             counter: CounterConfig::default(),
             token_ttl: Duration::from_secs(3600),
             store: None,
+            seal: None,
             execution_log: None,
         }
     }

@@ -185,6 +185,7 @@ impl Server {
         }
         let store = RefStore::open(
             config.store.as_deref(),
+            config.seal.clone(),
             idem_tower::MemoryStore::new(config.limits),
         )
         .await

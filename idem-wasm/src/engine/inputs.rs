@@ -25,10 +25,11 @@ impl Engine {
             .map_err(js)
     }
 
-    /// The store failed on the last step: full (`IDEM-STORE-3`) or unavailable.
+    /// The store failed on the last step: unavailable, full (`IDEM-STORE-3`), or a sealed
+    /// record it cannot open (`IDEM-SEAL-3`).
     #[wasm_bindgen(js_name = storeFailed)]
-    pub fn store_failed(&mut self, slot: u32, full: bool) -> JsResult<()> {
-        self.host.store_failed(slot, full).map_err(js)
+    pub fn store_failed(&mut self, slot: u32, failure: interop::StoreFailed) -> JsResult<()> {
+        self.host.store_failed(slot, failure.into()).map_err(js)
     }
 
     /// What a Durable Object claimed for a `Claim` step. Throws a `RangeError`

@@ -10,13 +10,17 @@ use idem_core::{Applied, Inbox, Outcome, StoreFailure, StoredResponse, UnixMilli
 impl Host {
     /// The record read for a [`Claim`](idem_core::Step::Claim) or
     /// [`Load`](idem_core::Step::Load) step, as stored bytes (`None`: no record). `IDEM-REC-1`
-    /// for bytes that are not a record.
+    /// for bytes that are not a record; a sealed record that reaches the module unopened
+    /// (its store has no seal, or not its key) is a store failure (`IDEM-SEAL-3`).
     pub fn record(
         &mut self,
         t: u32,
         now: UnixMillis,
         value: Option<&[u8]>,
     ) -> Result<(), ErrorParts> {
+        if value.is_some_and(idem_core::seal::is_sealed) {
+            return self.store_failed(t, StoreFailure::Sealed);
+        }
         let record = stored_record(value)?;
         let (slot, waiters) = self.request(t)?;
         slot.req.handle_record(now, record.as_ref(), waiters);
@@ -36,13 +40,8 @@ impl Host {
     }
 
     /// The store failed on the step handed out: full (`IDEM-STORE-3`) or not.
-    pub fn store_failed(&mut self, t: u32, full: bool) -> Result<(), ErrorParts> {
+    pub fn store_failed(&mut self, t: u32, failure: StoreFailure) -> Result<(), ErrorParts> {
         let (slot, waiters) = self.request(t)?;
-        let failure = if full {
-            StoreFailure::Full
-        } else {
-            StoreFailure::Unavailable
-        };
         slot.req.handle_store_error(failure, waiters);
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! The codes that cross as numbers: the steps of the request machine, the handler's outcome,
-//! the heartbeat states and the delivery outcomes as `#[wasm_bindgen]` enums the JavaScript
+//! the heartbeat states, the delivery outcomes and store failures as `#[wasm_bindgen]` enums the JavaScript
 //! side imports by name, and events as indices into the core's list ([`Event::ALL`]), with
 //! the names JavaScript reads them by.
 
@@ -94,6 +94,29 @@ pub enum DeliveryOutcome {
     Failed = 6,
     /// Refused before it was claimed.
     Refused = 7,
+}
+
+/// How a store call failed, as the JavaScript side reports it (`storeFailed`): the
+/// [`StoreFailure`](idem_core::StoreFailure)s by number.
+#[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailed {
+    /// Unreachable, timed out, refused (`IDEM-STORE-4`).
+    Unavailable = 0,
+    /// Full: it refuses new records (`IDEM-STORE-3`).
+    Full = 1,
+    /// A sealed record it cannot open (`IDEM-SEAL-3`).
+    Sealed = 2,
+}
+
+impl From<StoreFailed> for idem_core::StoreFailure {
+    fn from(failed: StoreFailed) -> Self {
+        match failed {
+            StoreFailed::Unavailable => idem_core::StoreFailure::Unavailable,
+            StoreFailed::Full => idem_core::StoreFailure::Full,
+            StoreFailed::Sealed => idem_core::StoreFailure::Sealed,
+        }
+    }
 }
 
 impl DeliveryOutcome {

@@ -1,0 +1,244 @@
+//! Sealed records (IDEM-SEAL-1..3) through the layer, on private Redis and Postgres servers:
+//! nothing of a response is stored in clear, keys rotate, and a record that cannot be
+//! opened (its key dropped, or moved from another key) is answered 500 `record-sealed`
+//! without running the handler.
+#![cfg(all(feature = "redis", feature = "postgres"))]
+
+mod common;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use idem_core::AsyncStore;
+use idem_tower::{IdempotencyLayer, PostgresStore, RedisStore, Seal};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tower::{Layer, ServiceExt};
+
+/// What the handler answers: personal data, as an order's response carries.
+const SECRET: &str = "Ada Lovelace, 12 St James's Square";
+
+fn seal(keys: &[(&str, u8)]) -> Seal {
+    Seal::new(keys.iter().map(|(id, byte)| (*id, [*byte; 32]))).expect("valid keys")
+}
+
+/// Posts an order with `key` through the layer on `store`; the handler counts its runs.
+async fn post<St>(store: St, runs: &Arc<AtomicU64>, key: &str) -> (u16, String)
+where
+    St: AsyncStore + Send + Sync + 'static,
+    St::Error: std::fmt::Display,
+{
+    let layer = IdempotencyLayer::builder(store)
+        .single_tenant()
+        .build()
+        .expect("a layer");
+    let runs = Arc::clone(runs);
+    let handler = tower::service_fn(move |_request: Request<_>| {
+        let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            let mut r = Response::new(Full::new(Bytes::from(format!(
+                "{{\"order\":{n},\"ship_to\":\"{SECRET}\"}}"
+            ))));
+            *r.status_mut() = StatusCode::CREATED;
+            r.headers_mut()
+                .insert("x-card-last4", http::HeaderValue::from_static("4242"));
+            Ok::<_, Infallible>(r)
+        }
+    });
+    let request = Request::post("/orders")
+        .header("idempotency-key", format!("\"{key}\""))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(b"{\"sku\":\"pen\"}")))
+        .unwrap();
+    let r = layer
+        .layer(handler)
+        .oneshot(request)
+        .await
+        .unwrap_or_else(|e| match e {});
+    let status = r.status().as_u16();
+    let body = r
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Whether `needle` appears in any of `values`.
+fn in_clear(values: &[Vec<u8>], needle: &str) -> bool {
+    values
+        .iter()
+        .any(|v| v.windows(needle.len()).any(|w| w == needle.as_bytes()))
+}
+
+/// Every value under every key of a Redis database: a dump, as an operator would take it.
+async fn redis_dump(url: &str) -> Vec<Vec<u8>> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut values = Vec::new();
+    for key in keys {
+        let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for (field, value) in fields {
+            values.push(field.into_bytes());
+            values.push(value);
+        }
+        values.push(key.into_bytes());
+    }
+    values
+}
+
+fn problem_type(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body).expect("problem+json")["type"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_keeps_only_sealed_records_that_rotate_and_refuse_to_move() {
+    let server = common::redis();
+    let runs = Arc::new(AtomicU64::new(0));
+    let store = |keys: &[(&str, u8)]| {
+        let url = server.url.clone();
+        let seal = seal(keys);
+        async move {
+            RedisStore::connect(&url)
+                .await
+                .expect("redis")
+                .with_seal(seal)
+        }
+    };
+
+    // IDEM-SEAL-1: answered and replayed, with nothing of it in clear in Redis.
+    let (status, first) = post(store(&[("2026-05", 1)]).await, &runs, "a").await;
+    assert_eq!(status, 201, "{first}");
+    assert!(first.contains(SECRET));
+    let (status, again) = post(store(&[("2026-05", 1)]).await, &runs, "a").await;
+    assert_eq!((status, &again), (201, &first));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let dump = redis_dump(&server.url).await;
+    assert!(!dump.is_empty());
+    for clear in [SECRET, "4242", "x-card-last4", "pen"] {
+        assert!(!in_clear(&dump, clear), "{clear:?} is stored in clear");
+    }
+
+    // IDEM-SEAL-2: rotated, the old record still replays; new ones are sealed by the new key.
+    let rotated = || store(&[("2026-11", 2), ("2026-05", 1)]);
+    assert_eq!(post(rotated().await, &runs, "a").await.1, first);
+    let (status, b) = post(rotated().await, &runs, "b").await;
+    assert_eq!(status, 201);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // IDEM-SEAL-3: the old key dropped, its record is refused, never run again; the new
+    // key's record replays.
+    let (status, refused) = post(store(&[("2026-11", 2)]).await, &runs, "a").await;
+    assert_eq!(status, 500, "{refused}");
+    assert_eq!(problem_type(&refused), "urn:idem:problem:record-sealed");
+    assert_eq!(post(store(&[("2026-11", 2)]).await, &runs, "b").await.1, b);
+    // A store with no keys at all refuses it too.
+    let bare = RedisStore::connect(&server.url).await.expect("redis");
+    let (status, refused) = post(bare, &runs, "b").await;
+    assert_eq!(
+        (status, problem_type(&refused).as_str()),
+        (500, "urn:idem:problem:record-sealed")
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // A sealed record copied under another key does not open there: "c" is refused, not
+    // answered with "b"'s response, and not run.
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let probe = store(&[("2026-11", 2)]).await;
+    let scope = idem_core::Policy::new(idem_core::Engine::default())
+        .scope(None, "POST", "/orders")
+        .unwrap();
+    let [from, _] = probe.redis_keys(&idem_core::RecordKey::new(scope.clone(), "b"));
+    let [to, _] = probe.redis_keys(&idem_core::RecordKey::new(scope, "c"));
+    let _: () = redis::cmd("COPY")
+        .arg(&from)
+        .arg(&to)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (status, refused) = post(probe, &runs, "c").await;
+    assert_eq!(
+        (status, problem_type(&refused).as_str()),
+        (500, "urn:idem:problem:record-sealed")
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_keeps_only_sealed_rows_that_rotate_and_refuse_to_move() {
+    let server = common::postgres();
+    let runs = Arc::new(AtomicU64::new(0));
+    let store = |keys: &[(&str, u8)]| {
+        PostgresStore::connect(&server.url, 4)
+            .expect("a pool")
+            .with_seal(seal(keys))
+    };
+    store(&[("k", 0)]).migrate().await.expect("the migration");
+
+    let (status, first) = post(store(&[("2026-05", 1)]), &runs, "a").await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(post(store(&[("2026-05", 1)]), &runs, "a").await.1, first);
+    let raw = PostgresStore::connect(&server.url, 1).expect("a pool");
+    let client = raw.pool().get().await.unwrap();
+    let rows = client
+        .query("SELECT key, version, value FROM idem_records", &[])
+        .await
+        .unwrap();
+    let dump: Vec<Vec<u8>> = rows.iter().map(|r| r.get::<_, Vec<u8>>(2)).collect();
+    assert_eq!(dump.len(), 1);
+    assert!(dump[0].starts_with(b"iS\x01\x072026-05"));
+    for clear in [SECRET, "4242", "x-card-last4", "pen"] {
+        assert!(!in_clear(&dump, clear), "{clear:?} is stored in clear");
+    }
+
+    let rotated = || store(&[("2026-11", 2), ("2026-05", 1)]);
+    assert_eq!(post(rotated(), &runs, "a").await.1, first);
+    let (status, b) = post(rotated(), &runs, "b").await;
+    assert_eq!(status, 201);
+    let (status, refused) = post(store(&[("2026-11", 2)]), &runs, "a").await;
+    assert_eq!(
+        (status, problem_type(&refused).as_str()),
+        (500, "urn:idem:problem:record-sealed")
+    );
+    assert_eq!(post(store(&[("2026-11", 2)]), &runs, "b").await.1, b);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // "b"'s row copied onto a row for "c": refused there, not replayed, not run.
+    let scope = idem_core::Policy::new(idem_core::Engine::default())
+        .scope(None, "POST", "/orders")
+        .unwrap();
+    let [from, to] = ["b", "c"].map(|k| idem_core::RecordKey::new(scope.clone(), k).storage_key());
+    let copied = client
+        .execute(
+            "INSERT INTO idem_records (key, version, value, deadline, expires)
+             SELECT $2, version, value, deadline, expires FROM idem_records WHERE key = $1",
+            &[&from, &to],
+        )
+        .await
+        .unwrap();
+    assert_eq!(copied, 1);
+    let (status, refused) = post(store(&[("2026-11", 2)]), &runs, "c").await;
+    assert_eq!(
+        (status, problem_type(&refused).as_str()),
+        (500, "urn:idem:problem:record-sealed")
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // The sweep leaves what it cannot open alone and expires nothing early.
+    let now = idem_core::UnixMillis::now();
+    assert_eq!(store(&[("2026-11", 2)]).sweep(now, 100).await.unwrap(), 0);
+}
