@@ -10,6 +10,7 @@ import { expire, storeTimeoutMs } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
 import { bounded, milliseconds, rangeError } from "./errors.js";
+import { opened, sealer } from "./seal.js";
 
 /** The statements of postgres.sql, by the name on the `-- name:` line before each. */
 function statements(text) {
@@ -48,20 +49,24 @@ export class PostgresStore {
    * took over has a transaction of its own. */
   #open = new Map();
   #timeout;
+  #seal;
 
   /**
    * @param pool a pg `Pool`
-   * @param options `{ timeout }`: how long one call may take in milliseconds (default
+   * @param options `{ timeout, seal }`: how long one call may take in milliseconds (default
    * idem-core's, 2000): a call Postgres does not answer by then fails, and the request is
    * answered 503; a transaction's connection whose call ran out of time is discarded, never
-   * given back to the pool
+   * given back to the pool. And `{ keys: [{ id, key }, …] }` to seal every record written
+   * with the first key (AES-256-GCM) and open records sealed with any (IDEM-SEAL-1,
+   * IDEM-SEAL-2)
    */
-  constructor(pool, { timeout } = {}) {
+  constructor(pool, { timeout, seal } = {}) {
     if (pool == null || typeof pool.query !== "function") {
       throw rangeError("IDEM-JS-1", "PostgresStore needs a pg Pool (new pg.Pool({ connectionString }))");
     }
     this.#pool = pool;
     this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
+    this.#seal = sealer(seal);
   }
 
   /** One statement on `db` (the pool, or a transaction's client), bounded in time. */
@@ -82,8 +87,9 @@ export class PostgresStore {
   async load(key) {
     const { rows } = await this.#query(this.#pool, { name: "idem_load", text: Q.load, values: [key] });
     if (rows.length === 0) return null;
-    const value = rows[0].value;
-    return { version: rows[0].version, value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
+    const stored = rows[0].value;
+    const value = new Uint8Array(stored.buffer, stored.byteOffset, stored.byteLength);
+    return { version: rows[0].version, value: this.#seal === null ? value : await this.#seal.open(key, value) };
   }
 
   async apply(key, write, _now, info) {
@@ -123,19 +129,20 @@ export class PostgresStore {
   /** The compare-and-set, on `db` (the pool, or a transaction's client). */
   async #write(db, key, write) {
     let done;
+    const value = write.value === null || this.#seal === null ? write.value : await this.#seal.seal(key, write.value);
     if (write.value === null) {
       done = await this.#query(db, { name: "idem_delete", text: Q.delete, values: [key, write.expect] });
     } else if (write.expect === null) {
       done = await this.#query(db, {
         name: "idem_insert",
         text: Q.insert,
-        values: [key, write.version, bytes(write.value), Math.ceil(write.deadline), Math.ceil(write.expires)],
+        values: [key, write.version, bytes(value), Math.ceil(write.deadline), Math.ceil(write.expires)],
       });
     } else {
       done = await this.#query(db, {
         name: "idem_update",
         text: Q.update,
-        values: [key, write.expect, write.version, bytes(write.value), Math.ceil(write.deadline), Math.ceil(write.expires)],
+        values: [key, write.expect, write.version, bytes(value), Math.ceil(write.deadline), Math.ceil(write.expires)],
       });
     }
     return done.rowCount === 1;
@@ -214,7 +221,15 @@ export class PostgresStore {
     const { rows } = await this.#pool.query({ name: "idem_due", text: Q.due, values: [Math.floor(now), limit] });
     let changed = 0;
     for (const row of rows) {
-      const write = expire(now, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
+      let value;
+      try {
+        value = await opened(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
+      } catch (err) {
+        // Sealed with a key this store does not hold: another process's to expire.
+        if (err?.code === "IDEM-SEAL-3") continue;
+        throw err;
+      }
+      const write = expire(now, value);
       if (write === undefined) continue;
       write.expect = row.version;
       if (await this.#write(this.#pool, row.key, write)) changed++;

@@ -14,6 +14,7 @@ import { redisKeys, responseApart, storeTimeoutMs } from "idem";
 import APPLY from "../../idem-core/stores/redis-apply.lua";
 import LOAD from "../../idem-core/stores/redis-load.lua";
 import { bounded, milliseconds, rangeError } from "./errors.js";
+import { sealer } from "./seal.js";
 
 const SCRIPT = "idemApply";
 const READ = "idemLoad";
@@ -22,14 +23,17 @@ export class RedisStore {
   #redis;
   #prefix;
   #timeout;
+  #seal;
 
   /**
    * @param redis an ioredis `Redis` or `Cluster`
-   * @param options `{ prefix, timeout }`: what every record key starts with (default
-   * `"idem:"`), and how long one call may take in milliseconds (default idem-core's, 2000):
-   * a call Redis does not answer by then fails, and the request is answered 503
+   * @param options `{ prefix, timeout, seal }`: what every record key starts with (default
+   * `"idem:"`); how long one call may take in milliseconds (default idem-core's, 2000): a
+   * call Redis does not answer by then fails, and the request is answered 503; and
+   * `{ keys: [{ id, key }, …] }` to seal every record written with the first key (AES-256-GCM)
+   * and open records sealed with any (IDEM-SEAL-1, IDEM-SEAL-2)
    */
-  constructor(redis, { prefix, timeout } = {}) {
+  constructor(redis, { prefix, timeout, seal } = {}) {
     if (redis == null || typeof redis.hmgetBuffer !== "function" || typeof redis.defineCommand !== "function") {
       throw rangeError("IDEM-JS-1", "RedisStore needs an ioredis client (new Redis(url) or new Redis.Cluster(nodes))");
     }
@@ -37,6 +41,7 @@ export class RedisStore {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
+    this.#seal = sealer(seal);
     // ioredis sends the scripts by their SHA-1 and loads them on the server when missing.
     if (typeof redis[SCRIPT] !== "function") redis.defineCommand(SCRIPT, { numberOfKeys: 2, lua: APPLY });
     if (typeof redis[READ] !== "function") redis.defineCommand(READ, { numberOfKeys: 2, lua: LOAD });
@@ -51,8 +56,9 @@ export class RedisStore {
     const [record, response] = redisKeys(this.#prefix, key);
     const found = await bounded(this.#redis[`${READ}Buffer`](record, response), this.#timeout, "Redis");
     if (found === null) return null;
-    const [version, value] = found;
-    return { version: version.toString("latin1"), value: new Uint8Array(value.buffer, value.byteOffset, value.byteLength) };
+    const [version, stored] = found;
+    const value = new Uint8Array(stored.buffer, stored.byteOffset, stored.byteLength);
+    return { version: version.toString("latin1"), value: this.#seal === null ? value : await this.#seal.open(key, value) };
   }
 
   async apply(key, write, _now) {
@@ -62,14 +68,17 @@ export class RedisStore {
     // record without its response is kept for the key's retention, the whole record until
     // the response expires.
     const held = put && write.deadline < write.expires ? responseApart(write.value) : undefined;
+    const sealed = (bytes) => (this.#seal === null ? bytes : this.#seal.seal(key, bytes));
+    const whole = put ? await sealed(write.value) : null;
+    const kept = held !== undefined ? await sealed(held) : whole;
     const applied = this.#redis[SCRIPT](
       record,
       response,
       write.expect ?? "",
       put ? write.version : "",
-      put ? buffer(held ?? write.value) : "",
+      put ? buffer(kept) : "",
       put ? String(Math.ceil(write.expires)) : "0",
-      held !== undefined ? buffer(write.value) : "",
+      held !== undefined ? buffer(whole) : "",
       held !== undefined ? String(Math.ceil(write.deadline)) : "0",
     );
     return (await bounded(applied, this.#timeout, "Redis")) === 1;

@@ -54,6 +54,8 @@ mod names;
 mod outbox;
 #[cfg(feature = "server")]
 mod records;
+#[cfg(feature = "server")]
+mod seal;
 #[cfg(feature = "client")]
 mod sequence;
 
@@ -66,6 +68,8 @@ pub use names::*;
 pub use outbox::*;
 #[cfg(feature = "server")]
 pub use records::*;
+#[cfg(feature = "server")]
+pub use seal::*;
 #[cfg(feature = "client")]
 pub use sequence::*;
 

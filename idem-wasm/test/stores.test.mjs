@@ -15,6 +15,9 @@ import Redis from "ioredis";
 import pg from "pg";
 import { freePort, startPostgres, startRedis } from "./servers.mjs";
 
+/** The seal of the sealed runs of the store tests. */
+const SEAL = { keys: [{ id: "kit", key: new Uint8Array(32).fill(5) }] };
+
 describe("MemoryStore", () => {
   // One process: two `open()`s are two stores, which share nothing.
   storeTests(test, { name: "MemoryStore", open: () => new MemoryStore(), shared: false });
@@ -43,6 +46,13 @@ describe("RedisStore", () => {
     open: () => new RedisStore(client(server.url)),
     outage: async () =>
       new RedisStore(client(`redis://127.0.0.1:${await freePort()}`, { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, lazyConnect: true })),
+    selfExpiring: true,
+  });
+
+  // Every rule holds on sealed records too (IDEM-SEAL-1).
+  storeTests(test, {
+    name: "RedisStore, sealed",
+    open: () => new RedisStore(client(server.url), { seal: SEAL }),
     selfExpiring: true,
   });
 
@@ -112,6 +122,11 @@ describe("PostgresStore", () => {
     // Each store has its own pool: the racing writes come over separate connections.
     open: () => new PostgresStore(pool(server.url)),
     outage: async () => new PostgresStore(pool(`postgres://idem@127.0.0.1:${await freePort()}/postgres`, { connectionTimeoutMillis: 2000 })),
+  });
+
+  storeTests(test, {
+    name: "PostgresStore, sealed",
+    open: () => new PostgresStore(pool(server.url), { seal: SEAL }),
   });
 
   test("PostgresStore: the migration runs again without harm, and the sweep goes through the deadline index", async () => {

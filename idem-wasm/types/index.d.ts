@@ -488,6 +488,33 @@ export function statusHeader(): string;
 /** `application/vnd.idem.key-status+json`: the media type of a status document. */
 export function statusMediaType(): string;
 
+/** The seal keys of a Redis or Postgres store (IDEM-SEAL-1, IDEM-SEAL-2): the first seals
+ * every record written, any of them opens a record sealed with it. An id is 1 to 64 visible
+ * ASCII characters; a key is 32 bytes (AES-256) or an AES-GCM `CryptoKey`. */
+export interface SealOptions {
+  keys: { id: string; key: Uint8Array | ArrayBuffer | CryptoKey }[];
+}
+
+/** The sealed-record format (idem-core's), for a store that seals with WebCrypto: the start
+ * of a record sealed under `keyId` (a RangeError, IDEM-JS-1, for a bad id). */
+export function sealHead(keyId: string): Uint8Array;
+/** The data authenticated with a record sealed with `head` under `storageKey`. */
+export function sealAad(head: Uint8Array, storageKey: string): Uint8Array;
+/** A sealed record: `head`, the 12-byte nonce, the ciphertext with its tag. */
+export function sealFrame(head: Uint8Array, nonce: Uint8Array, ciphertext: Uint8Array): Uint8Array;
+/** Checks seal keys by id and byte length (a RangeError, IDEM-JS-1, naming what is wrong). */
+export function sealCheckKeys(ids: string[], lengths: Uint32Array): void;
+/** A sealed record taken apart; `undefined` for a record in clear. Free it when done. */
+export function sealedParts(bytes: Uint8Array, storageKey: string): SealedParts | undefined;
+/** A sealed record taken apart by `sealedParts`. */
+export interface SealedParts {
+  readonly keyId: string;
+  readonly nonce: Uint8Array;
+  readonly aad: Uint8Array;
+  readonly ciphertextStart: number;
+  free(): void;
+}
+
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */
 export class StoreFullError extends Error {
   readonly code: "IDEM-STORE-3";

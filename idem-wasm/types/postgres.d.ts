@@ -1,5 +1,5 @@
 // Types of `idem/postgres`.
-import type { IdempotencyContext, IdempotencyStore, StoreWrite, StoredRecord } from "idem";
+import type { IdempotencyContext, IdempotencyStore, SealOptions, StoreWrite, StoredRecord } from "idem";
 
 /** The pg methods the store uses (a `Pool`; `connect` only for transactions). */
 export interface PoolLike {
@@ -18,8 +18,11 @@ export interface ClientLike {
 export class PostgresStore<C extends ClientLike = ClientLike> implements IdempotencyStore {
   /** `timeout`: how long one call may take, in milliseconds (default `storeTimeoutMs()`,
    * 2000); a call Postgres does not answer by then fails (code `IDEM-STORE-4`), and the
-   * request is answered 503. */
-  constructor(pool: PoolLike, options?: { timeout?: number });
+   * request is answered 503. `seal`: seal every record written with the first key (AES-256-GCM, WebCrypto) and open
+   * records sealed with any of them (IDEM-SEAL-1, IDEM-SEAL-2); a record none opens is
+   * answered 500 `record-sealed` and never executed (IDEM-SEAL-3), and the sweep leaves it
+   * alone. */
+  constructor(pool: PoolLike, options?: { timeout?: number; seal?: SealOptions });
   /** The migration: the table and its deadline index (safe to run again). */
   static readonly schema: string;
   /** Runs the migration. */

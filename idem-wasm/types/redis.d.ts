@@ -1,5 +1,5 @@
 // Types of `idem/redis`.
-import type { IdempotencyStore, StoreWrite, StoredRecord } from "idem";
+import type { IdempotencyStore, SealOptions, StoreWrite, StoredRecord } from "idem";
 
 /** The ioredis methods the store uses (a `Redis` or a `Cluster`). */
 export interface RedisLike {
@@ -12,8 +12,10 @@ export interface RedisLike {
 export class RedisStore implements IdempotencyStore {
   /** `timeout`: how long one call may take, in milliseconds (default `storeTimeoutMs()`,
    * 2000); a call Redis does not answer by then fails (code `IDEM-STORE-4`), and the request
-   * is answered 503. */
-  constructor(redis: RedisLike, options?: { prefix?: string; timeout?: number });
+   * is answered 503. `seal`: seal every record written with the first key (AES-256-GCM,
+   * WebCrypto) and open records sealed with any of them (IDEM-SEAL-1, IDEM-SEAL-2); a record
+   * none opens is answered 500 `record-sealed` and never executed (IDEM-SEAL-3). */
+  constructor(redis: RedisLike, options?: { prefix?: string; timeout?: number; seal?: SealOptions });
   /** The Redis key of a storage key: `<prefix>{<storage key>}`. */
   redisKey(key: string): string;
   load(key: string): Promise<StoredRecord | null>;

@@ -1,0 +1,282 @@
+// Sealed records (IDEM-SEAL-1..3) on private Redis and Postgres servers: nothing of a
+// response is stored in clear; keys rotate (the first seals, any opens); a record under a
+// key the store does not hold, or copied under another key, is answered 500 record-sealed
+// and never executed; and the reference server (Rust, `idem-conformance serve
+// --seal-env`) and a Node server read each other's sealed records from one Redis and one
+// table.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { dirname, join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { withIdempotency } from "idem";
+import { PostgresStore } from "idem/postgres";
+import { RedisStore } from "idem/redis";
+import Redis from "ioredis";
+import pg from "pg";
+import { conformanceBinary } from "./conformance.mjs";
+import { startPostgres, startRedis } from "./servers.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** What an order's response carries: personal data. */
+const SECRET = "Ada Lovelace, 12 St James's Square";
+const key = (byte) => new Uint8Array(32).fill(byte);
+const b64 = (byte) => Buffer.from(key(byte)).toString("base64");
+const SEALED = "urn:idem:problem:record-sealed";
+
+/** A guarded order handler on `store`, counting its runs in `runs.n`. */
+function orders(store, runs) {
+  return withIdempotency(
+    async (request) => {
+      const body = await request.json();
+      runs.n++;
+      return Response.json({ order: runs.n, sku: body.sku, ship_to: SECRET }, { status: 201, headers: { "x-card-last4": "4242" } });
+    },
+    { store, principal: () => "acct_1" },
+  );
+}
+
+const post = (k) =>
+  new Request("http://shop.test/orders", {
+    method: "POST",
+    headers: { "idempotency-key": `"${k}"`, "content-type": "application/json" },
+    body: JSON.stringify({ sku: "fountain-pen" }),
+  });
+
+async function answer(handler, k) {
+  const r = await handler(post(k));
+  return { status: r.status, replayed: r.headers.get("idempotent-replayed"), type: r.headers.get("content-type"), body: await r.text() };
+}
+
+const inClear = (values, needle) => values.some((v) => Buffer.from(v).includes(needle));
+
+/** The checks every sealed store passes: `open(keys)` makes a store with those seal keys,
+ * `dump()` resolves to every stored value, `move(from, to)` copies one key's record
+ * under another. */
+function sealedStoreTests({ open, dump, move }) {
+  test("records are sealed: answered and replayed, with nothing of them in clear in the store (IDEM-SEAL-1)", async () => {
+    const runs = { n: 0 };
+    const first = await answer(orders(open([{ id: "2026-05", key: key(1) }]), runs), "dump");
+    assert.equal(first.status, 201, first.body);
+    assert.ok(first.body.includes(SECRET));
+    const again = await answer(orders(open([{ id: "2026-05", key: key(1) }]), runs), "dump");
+    assert.deepEqual([again.status, again.replayed, again.body], [201, "true", first.body]);
+    assert.equal(runs.n, 1);
+    const values = await dump();
+    assert.ok(values.length > 0);
+    for (const clear of [SECRET, "4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear(values, clear), `${clear} is stored in clear`);
+  });
+
+  test("keys rotate: the first seals, any opens; a dropped key's records are refused, never run (IDEM-SEAL-2, IDEM-SEAL-3)", async () => {
+    const runs = { n: 0 };
+    const old = [{ id: "2026-05", key: key(1) }];
+    const rotated = [{ id: "2026-11", key: key(2) }, ...old];
+    const next = [{ id: "2026-11", key: key(2) }];
+    const a = await answer(orders(open(old), runs), "rot-a");
+    assert.equal((await answer(orders(open(rotated), runs), "rot-a")).body, a.body);
+    const b = await answer(orders(open(rotated), runs), "rot-b");
+    assert.equal(b.status, 201);
+    assert.equal((await answer(orders(open(next), runs), "rot-b")).body, b.body);
+    const refused = await answer(orders(open(next), runs), "rot-a");
+    assert.equal(refused.status, 500);
+    assert.equal(refused.type, "application/problem+json");
+    assert.equal(JSON.parse(refused.body).type, SEALED);
+    // A store without keys refuses every sealed record too.
+    const bare = await answer(orders(open(undefined), runs), "rot-b");
+    assert.equal(JSON.parse(bare.body).type, SEALED);
+    assert.equal(runs.n, 2);
+  });
+
+  test("a sealed record copied under another key does not open there (IDEM-SEAL-3)", async () => {
+    const runs = { n: 0 };
+    const keys = [{ id: "k", key: key(3) }];
+    assert.equal((await answer(orders(open(keys), runs), "move-from")).status, 201);
+    await move("move-from", "move-to");
+    const refused = await answer(orders(open(keys), runs), "move-to");
+    assert.deepEqual([refused.status, JSON.parse(refused.body).type], [500, SEALED]);
+    assert.equal(runs.n, 1);
+  });
+}
+
+/** The one stored key among `keys` whose record is the Idempotency-Key `k`'s (the storage
+ * key ends with it; in Redis, inside the hash tag's braces). */
+function storedKeyOf(keys, k) {
+  const found = keys.filter((s) => s.endsWith(k) || s.endsWith(`${k}}`));
+  assert.equal(found.length, 1, `records for ${k} among ${keys.join(", ")}`);
+  return found[0];
+}
+
+describe("sealed RedisStore", () => {
+  let server;
+  const clients = [];
+  const client = () => {
+    const c = new Redis(server.url);
+    clients.push(c);
+    return c;
+  };
+  before(async () => {
+    server = await startRedis();
+  });
+  after(async () => {
+    for (const c of clients) c.disconnect();
+    await server?.stop();
+  });
+  sealedStoreTests({
+    open: (keys) => new RedisStore(client(), keys === undefined ? {} : { seal: { keys } }),
+    dump: async () => {
+      const c = client();
+      const values = [];
+      for (const k of await c.keys("*")) {
+        values.push(Buffer.from(k));
+        const hash = await c.hgetallBuffer(k);
+        for (const [field, value] of Object.entries(hash)) values.push(Buffer.from(field), value);
+      }
+      return values;
+    },
+    move: async (from, to) => {
+      const c = client();
+      const source = storedKeyOf(await c.keys("idem:*"), from);
+      const target = `${source.slice(0, -from.length - 1)}${to}}`;
+      assert.equal(await c.copy(source, target), 1);
+    },
+  });
+
+  test("sealing options are checked when the store is made (IDEM-JS-1)", () => {
+    const c = client();
+    for (const seal of [{}, { keys: [] }, { keys: [{ id: "a", key: key(1).subarray(16) }] }, { keys: [{ id: "a b", key: key(1) }] }, { keys: [{ id: "a", key: key(1) }, { id: "a", key: key(2) }] }]) {
+      assert.throws(() => new RedisStore(c, { seal }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1", JSON.stringify(seal));
+    }
+  });
+});
+
+describe("sealed PostgresStore", () => {
+  let server;
+  let pool;
+  before(async () => {
+    server = await startPostgres();
+    pool = new pg.Pool({ connectionString: server.url, max: 8 });
+    // An idle client that loses its server reports here instead of crashing the test.
+    pool.on("error", () => {});
+    await new PostgresStore(pool).migrate();
+  });
+  after(async () => {
+    await pool?.end();
+    await server?.stop();
+  });
+  sealedStoreTests({
+    open: (keys) => new PostgresStore(pool, keys === undefined ? {} : { seal: { keys } }),
+    dump: async () => (await pool.query("SELECT key, version, value FROM idem_records")).rows.map((r) => r.value),
+    move: async (from, to) => {
+      const keys = (await pool.query("SELECT key FROM idem_records")).rows.map((r) => r.key);
+      const source = storedKeyOf(keys, from);
+      const target = source.slice(0, -from.length) + to;
+      const copied = await pool.query(
+        "INSERT INTO idem_records (key, version, value, deadline, expires) SELECT $2, version, value, deadline, expires FROM idem_records WHERE key = $1",
+        [source, target],
+      );
+      assert.equal(copied.rowCount, 1);
+    },
+  });
+
+  test("the sweep leaves a record it cannot open alone", async () => {
+    const store = new PostgresStore(pool, { seal: { keys: [{ id: "other", key: key(9) }] } });
+    assert.equal(await store.sweep(Date.now() + 30 * 24 * 3600 * 1000), 0);
+  });
+});
+
+/** A process that prints its base URL or port on its first line of stdout; `{ url, stop }`. */
+function start(cmd, args, env, toUrl) {
+  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  let err = "";
+  child.stderr.on("data", (d) => (err += d));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    await exited;
+  };
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const line = out.split("\n")[0];
+      if (out.includes("\n")) resolve({ url: toUrl(line), stop });
+    });
+    child.once("exit", (code) => reject(new Error(`${cmd} exited (${code}): ${err}`)));
+  });
+}
+
+const rust = (store, seal) =>
+  start(conformanceBinary(), ["serve", "--listen", "127.0.0.1:0", "--store", store, "--seal-env", "IDEM_SEAL"], { IDEM_SEAL: seal }, (line) => /(https?:\/\/\S+)/.exec(line)[1]);
+const node = (kind, store, seal) =>
+  start(process.execPath, [join(here, "fixtures", "orders-server.mjs"), kind, store], { IDEM_SEAL: seal, ORDER_DELAY_MS: "0" }, (line) => `http://127.0.0.1:${line.trim()}`);
+
+/** POST /orders with key `k` to `base`: status, replay flag, body. */
+async function order(base, k) {
+  const r = await fetch(`${base}/orders`, {
+    method: "POST",
+    headers: { "idempotency-key": `"${k}"`, "content-type": "application/json" },
+    body: JSON.stringify({ item: "fountain pen", ship_to: SECRET }),
+  });
+  return { status: r.status, replayed: r.headers.get("idempotent-replayed"), body: await r.text() };
+}
+
+describe("Rust and JavaScript read each other's sealed records", () => {
+  const running = [];
+  const servers = [];
+  after(async () => {
+    await Promise.all(running.map((p) => p.stop()));
+    await Promise.all(servers.map((s) => s.stop()));
+  });
+
+  for (const kind of ["redis", "postgres"]) {
+    test(`on one ${kind === "redis" ? "Redis" : "Postgres table"}, with keys rotated on one side (IDEM-SEAL-1, IDEM-SEAL-2, IDEM-SEAL-3)`, async () => {
+      const server = kind === "redis" ? await startRedis() : await startPostgres();
+      servers.push(server);
+      if (kind === "postgres") {
+        const pool = new pg.Pool({ connectionString: server.url });
+        await new PostgresStore(pool).migrate();
+        await pool.query("CREATE TABLE test_executions (n bigint NOT NULL); INSERT INTO test_executions VALUES (0);");
+        await pool.end();
+      }
+      const k1 = `k1:${b64(1)}`;
+      const k2 = `k2:${b64(2)}`;
+      const r = await rust(server.url, k1);
+      running.push(r);
+      const n = await node(kind, server.url, `${k2},${k1}`);
+      running.push(n);
+
+      // Sealed by Rust (k1), replayed by Node; sealed by Node (k2), replayed by Rust only
+      // once Rust holds k2 too.
+      const byRust = await order(r.url, "made-in-rust");
+      assert.equal(byRust.status, 201, byRust.body);
+      assert.deepEqual(await order(n.url, "made-in-rust"), { ...byRust, replayed: "true" });
+      const byNode = await order(n.url, "made-in-node");
+      assert.equal(byNode.status, 201, byNode.body);
+      const refused = await order(r.url, "made-in-node");
+      assert.equal(refused.status, 500);
+      assert.equal(JSON.parse(refused.body).type, SEALED);
+      await r.stop();
+      const r2 = await rust(server.url, `${k2},${k1}`);
+      running.push(r2);
+      assert.deepEqual(await order(r2.url, "made-in-node"), { ...byNode, replayed: "true" });
+      assert.deepEqual(await order(r2.url, "made-in-rust"), { ...byRust, replayed: "true" });
+
+      // Nothing of either response is in clear in the store.
+      let values;
+      if (kind === "redis") {
+        const c = new Redis(server.url);
+        values = [];
+        // A record is a hash: `v` its version (in clear), `r` its bytes.
+        for (const k of await c.keys("idem:*")) values.push((await c.hgetallBuffer(k)).r);
+        c.disconnect();
+      } else {
+        const pool = new pg.Pool({ connectionString: server.url });
+        values = (await pool.query("SELECT value FROM idem_records")).rows.map((row) => row.value);
+        await pool.end();
+      }
+      assert.ok(values.length >= 2);
+      assert.ok(!inClear(values, "Ada Lovelace") && !inClear(values, "fountain pen"));
+      assert.ok(values.every((v) => v.subarray(0, 2).toString() === "iS"), "every record is sealed");
+    });
+  }
+});
