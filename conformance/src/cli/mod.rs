@@ -286,6 +286,12 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
         ca_path = Some(identity.write_ca(&dir).map_err(harness)?);
         config.tls = Some(identity);
     }
+    let sealed = config
+        .seal
+        .as_ref()
+        .and_then(|s| s.key_ids().next())
+        .map(|id| format!(", sealed with key {id}"))
+        .unwrap_or_default();
     let mut server = Server::start(a.listen, config).await.map_err(start_error)?;
     outln!(
         "idem reference server listening on {} (POST /orders, GET /count){}{}",
@@ -296,6 +302,7 @@ async fn serve(a: ServeArgs) -> Result<u8, Failure> {
             .filter(|s| *s != "memory")
             .map(|s| format!(", store {}", crate::store::shown(s)))
             .unwrap_or_default()
+            + &sealed
     );
     if let Some(path) = ca_path {
         outln!(
