@@ -9,5 +9,4 @@ export { MemoryStore, expire, redisKeys, responseApart } from "./stores.js";
 export { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, TRANSACTION_KEYS, shardName } from "./shard.js";
 export { StoreFullError } from "./util.js";
 export { keyHeader, lowWaterHeader, statusHeader, statusMediaType, storeTimeoutMs } from "./idem_wasm.js";
-// The sealed-record format (idem-core's), for the stores that seal with WebCrypto.
-export { sealAad, sealCheckKeys, sealFrame, sealHead, sealedParts } from "./idem_wasm.js";
+export { openedRecord, recordSealer } from "./seal.js";

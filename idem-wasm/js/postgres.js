@@ -6,11 +6,10 @@
 // compare-and-set. `sweep()` expires what is due through the index on the deadline.
 // `transaction(context, fn)` commits the handler's own rows in the transaction that
 // completes its key: both or neither (the reason idem records writes, not actions).
-import { expire, storeTimeoutMs } from "idem";
+import { expire, openedRecord, recordSealer, storeTimeoutMs } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
 import { bounded, milliseconds, rangeError } from "./errors.js";
-import { opened, sealer } from "./seal.js";
 
 /** The statements of postgres.sql, by the name on the `-- name:` line before each. */
 function statements(text) {
@@ -66,7 +65,7 @@ export class PostgresStore {
     }
     this.#pool = pool;
     this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
-    this.#seal = sealer(seal);
+    this.#seal = recordSealer(seal);
   }
 
   /** One statement on `db` (the pool, or a transaction's client), bounded in time. */
@@ -223,7 +222,7 @@ export class PostgresStore {
     for (const row of rows) {
       let value;
       try {
-        value = await opened(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
+        value = await openedRecord(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
       } catch (err) {
         // Sealed with a key this store does not hold: another process's to expire.
         if (err?.code === "IDEM-SEAL-3") continue;

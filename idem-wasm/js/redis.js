@@ -10,11 +10,10 @@
 // record's response is kept apart, under the record's key and `:response`, and expires with
 // the response (IDEM-STORE-9): its bytes are gone from Redis when the response retention
 // ends, while the key's tombstone stays. Reads are one script too (redis-load.lua).
-import { redisKeys, responseApart, storeTimeoutMs } from "idem";
+import { recordSealer, redisKeys, responseApart, storeTimeoutMs } from "idem";
 import APPLY from "../../idem-core/stores/redis-apply.lua";
 import LOAD from "../../idem-core/stores/redis-load.lua";
 import { bounded, milliseconds, rangeError } from "./errors.js";
-import { sealer } from "./seal.js";
 
 const SCRIPT = "idemApply";
 const READ = "idemLoad";
@@ -41,7 +40,7 @@ export class RedisStore {
     this.#redis = redis;
     this.#prefix = prefix;
     this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
-    this.#seal = sealer(seal);
+    this.#seal = recordSealer(seal);
     // ioredis sends the scripts by their SHA-1 and loads them on the server when missing.
     if (typeof redis[SCRIPT] !== "function") redis.defineCommand(SCRIPT, { numberOfKeys: 2, lua: APPLY });
     if (typeof redis[READ] !== "function") redis.defineCommand(READ, { numberOfKeys: 2, lua: LOAD });

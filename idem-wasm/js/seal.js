@@ -3,7 +3,7 @@
 // record's storage key authenticated beside it, in idem-core's sealed format, which the
 // Rust stores read and write too. Any key of the list opens a record sealed with it
 // (IDEM-SEAL-2); a record that none opens is refused (IDEM-SEAL-3) and never executed.
-import { sealAad, sealCheckKeys, sealFrame, sealHead, sealedParts } from "idem";
+import { sealAad, sealCheckKeys, sealFrame, sealHead, sealedParts } from "./idem_wasm.js";
 
 /** Thrown by a store for a sealed record it cannot open: its key is not on the store's
  * list, or it was moved from another storage key, or damaged. Answered 500 record-sealed. */
@@ -15,13 +15,16 @@ function unopened(message) {
 }
 
 const ALGORITHM = "AES-GCM";
+/** AES-GCM's nonce and tag, as WebCrypto takes and gives them (96 and 128 bits). */
+const NONCE_BYTES = 12;
+const TAG_BYTES = 16;
 
 /**
  * The sealer of a store's `seal` option `{ keys: [{ id, key }, …] }` (each key 32 bytes, a
  * Uint8Array or ArrayBuffer, or an AES-GCM CryptoKey), or null without one. Throws a
  * RangeError (IDEM-JS-1) for keys that cannot be used.
  */
-export function sealer(option) {
+export function recordSealer(option) {
   if (option === undefined) return null;
   const keys = option?.keys;
   if (!Array.isArray(keys)) {
@@ -45,9 +48,11 @@ export function sealer(option) {
     return k;
   };
   return {
+    /** How many bytes sealing adds to a record. */
+    overhead: head.byteLength + NONCE_BYTES + TAG_BYTES,
     /** `bytes` (a record) sealed for `storageKey` with the first key. */
     async seal(storageKey, bytes) {
-      const nonce = crypto.getRandomValues(new Uint8Array(12));
+      const nonce = crypto.getRandomValues(new Uint8Array(NONCE_BYTES));
       const ciphertext = await crypto.subtle.encrypt({ name: ALGORITHM, iv: nonce, additionalData: sealAad(head, storageKey) }, await cryptoKey(0), bytes);
       return sealFrame(head, nonce, new Uint8Array(ciphertext));
     },
@@ -80,7 +85,7 @@ export function sealer(option) {
 
 /** What `seal` (a sealer, or null) reads from `bytes` stored under `storageKey`: the record
  * opened, or in clear; a sealed record it cannot open rejects with code IDEM-SEAL-3. */
-export async function opened(seal, storageKey, bytes) {
+export async function openedRecord(seal, storageKey, bytes) {
   if (seal !== null) return seal.open(storageKey, bytes);
   const parts = sealedParts(bytes, storageKey);
   if (parts === undefined) return bytes;

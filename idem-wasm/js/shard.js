@@ -26,6 +26,7 @@
 import { StepKind as Step } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
 import { attemptOf, attemptOfContext } from "./attempt.js";
+import { openedRecord, recordSealer } from "./seal.js";
 import { expire } from "./stores.js";
 import { rangeError, takeWrite } from "./util.js";
 
@@ -48,6 +49,9 @@ const MAX_PUT_KEYS = 128;
 /** The largest record value a shard keeps: the chunks of one atomic put, with room for the
  * deadline index entry and the record entry itself. */
 export const MAX_VALUE_BYTES = (MAX_PUT_KEYS - 2) * CHUNK_BYTES;
+
+/** The chunks a value of `length` bytes is stored in (at least one). */
+const chunksOf = (length) => Math.max(1, Math.ceil(length / CHUNK_BYTES));
 
 /**
  * Shards a storage key belongs to. Fixed, so that the placement of a key never changes: not
@@ -96,17 +100,25 @@ export class IdempotencyShard {
   #alarm = undefined;
   /** Whether the object's one alarm is shared with a host of its own (see `setOwnAlarm`). */
   #shared = false;
+  /** With `options.seal`: the sealer of the records it writes to storage (the cache holds
+   * them opened), and the chain that puts them in the order they were written. */
+  #seal = null;
+  #sealing = Promise.resolve();
 
   /** `options.prefix` goes before every storage key of the records (none for an object
    * that holds records only). With `options.held`, a claim of a key that has no record in
    * storage is kept in this object's memory, not written (IDEM-STORE-8). With
    * `options.sharedAlarm`, the object's alarm is the host's too: the host sets its own
-   * through `setOwnAlarm`, and `alarm()` says when that is due. */
+   * through `setOwnAlarm`, and `alarm()` says when that is due. With `options.seal`
+   * (`{ keys: [{ id, key }, …] }`), every record is sealed in storage with the first key and
+   * opened with any (IDEM-SEAL-1, IDEM-SEAL-2): export a subclass that passes the keys from
+   * the environment's secrets. */
   constructor(state, _env, options = {}) {
     this.#storage = state.storage;
     this.#prefix = options.prefix ?? "";
     if (options.held === true) this.#held = new Map();
     this.#shared = options.sharedAlarm === true;
+    this.#seal = recordSealer(options.seal);
   }
 
   /** The object's HTTP face for `DurableObjectStore`. */
@@ -180,7 +192,15 @@ export class IdempotencyShard {
         value.set(part, at);
         at += part.byteLength;
       }
-      entry = { version: entry.version, value, deadline: entry.deadline };
+      entry = { version: entry.version, value, deadline: entry.deadline, chunks: entry.chunks };
+    }
+    if (entry !== null) {
+      // Opened for the cache, which then holds it as the engine reads it. A record that does
+      // not open (or a sealed one, without a seal) is not cached: every request for it is
+      // refused (IDEM-SEAL-3).
+      const value = await openedRecord(this.#seal, key, entry.value);
+      if (this.#cache.has(key) || this.#held?.has(key)) return;
+      entry = { version: entry.version, value, deadline: entry.deadline, chunks: entry.chunks };
     }
     if (this.#cache.size >= CACHE_LIMIT) this.#evict();
     this.#cache.set(key, entry);
@@ -213,8 +233,9 @@ export class IdempotencyShard {
     const current = this.#current(key);
     const holds = write.expect === null ? current === null : current !== null && current.version === write.expect;
     if (!holds) return null;
-    if (write.value !== null && write.value.byteLength > MAX_VALUE_BYTES) {
-      throw rangeError("IDEM-STORE-5", `a record of ${write.value.byteLength} bytes exceeds the ${MAX_VALUE_BYTES} a shard keeps`);
+    const overhead = this.#seal?.overhead ?? 0;
+    if (write.value !== null && write.value.byteLength + overhead > MAX_VALUE_BYTES) {
+      throw rangeError("IDEM-STORE-5", `a record of ${write.value.byteLength} bytes exceeds the ${MAX_VALUE_BYTES - overhead} a shard keeps`);
     }
     const ops = [];
     // What storage holds: a held claim stands for a key that has none.
@@ -234,8 +255,8 @@ export class IdempotencyShard {
       if (current.deadline > 0 && (write.value === null || current.deadline !== write.deadline)) {
         deletes.push(deadlineKey(this.#prefix, current.deadline, key));
       }
-      const chunks = Math.ceil(current.value.byteLength / CHUNK_BYTES);
-      const keep = write.value === null ? 1 : Math.max(1, Math.ceil(write.value.byteLength / CHUNK_BYTES));
+      const chunks = current.chunks ?? Math.ceil(current.value.byteLength / CHUNK_BYTES);
+      const keep = write.value === null ? 1 : chunksOf(write.value.byteLength + overhead);
       for (let i = keep; i < chunks; i++) deletes.push(chunkKey(this.#prefix, key, i));
     }
     const p = this.#prefix;
@@ -245,20 +266,39 @@ export class IdempotencyShard {
       this.#cache.set(key, null);
       deletes.push(p + RECORD + key);
     } else {
-      const entry = { version: write.version, value: write.value, deadline: write.deadline };
-      this.#cache.set(key, entry);
-      const value = write.value;
-      const chunks = Math.max(1, Math.ceil(value.byteLength / CHUNK_BYTES));
-      const first = chunks === 1 ? value : value.subarray(0, CHUNK_BYTES);
-      batch[p + RECORD + key] = { version: write.version, value: first, deadline: write.deadline, chunks, length: value.byteLength };
-      for (let i = 1; i < chunks; i++) batch[chunkKey(p, key, i)] = value.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES);
+      const chunks = chunksOf(write.value.byteLength + overhead);
+      this.#cache.set(key, { version: write.version, value: write.value, deadline: write.deadline, chunks });
       if (write.deadline > 0) batch[deadlineKey(p, write.deadline, key)] = write.version;
     }
     // One put and one delete, with nothing awaited in between: the object's storage commits
     // them as one atomic write.
-    if (Object.keys(batch).length > 0) ops.push(this.#storage.put(batch));
-    if (deletes.length > 0) ops.push(this.#storage.delete(deletes));
-    return ops;
+    const commit = (value) => {
+      if (value !== null) {
+        const chunks = chunksOf(value.byteLength);
+        const first = chunks === 1 ? value : value.subarray(0, CHUNK_BYTES);
+        batch[p + RECORD + key] = { version: write.version, value: first, deadline: write.deadline, chunks, length: value.byteLength };
+        for (let i = 1; i < chunks; i++) batch[chunkKey(p, key, i)] = value.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES);
+      }
+      const out = [];
+      if (Object.keys(batch).length > 0) out.push(this.#storage.put(batch));
+      if (deletes.length > 0) out.push(this.#storage.delete(deletes));
+      return out;
+    };
+    if (this.#seal === null || write.value === null) {
+      // Sealed writes still on their way go to storage first: storage takes the writes in
+      // the order the cache did.
+      if (this.#seal === null) return commit(write.value);
+      const after = this.#sealing.then(() => Promise.all(commit(null)));
+      this.#sealing = after.catch(() => {});
+      return [after];
+    }
+    // The decision was made above, against the cache; sealing only delays the put, and the
+    // chain keeps the puts in the order of the writes.
+    const seal = this.#seal;
+    const value = write.value;
+    const sealed = this.#sealing.then(() => seal.seal(key, value)).then((bytes) => Promise.all(commit(bytes)));
+    this.#sealing = sealed.catch(() => {});
+    return [sealed];
   }
 
   /** Keeps a claim in memory, after looking at the two claims held longest: one past its
@@ -372,13 +412,22 @@ export class IdempotencyShard {
     const due = await this.#storage.list({ start: p + DEADLINE, end: deadlineKey(p, now + 1, ""), limit: 256 });
     for (const [indexKey, version] of due) {
       const key = indexKey.slice(p.length + DEADLINE.length + 17);
-      await this.#fetch(key);
-      const current = this.#cache.get(key) ?? null;
+      let write;
+      let current;
+      try {
+        await this.#fetch(key);
+        current = this.#cache.get(key) ?? null;
+        if (current !== null && current.version === version) write = expire(now, await openedRecord(this.#seal, key, current.value));
+      } catch (err) {
+        // Sealed with a key this object does not hold (IDEM-SEAL-3): it stays, unexpired,
+        // and out of the index, so that the alarm does not come back for it.
+        if (err?.code !== "IDEM-SEAL-3") throw err;
+        current = null;
+      }
       if (current === null || current.version !== version) {
         await this.#storage.delete(indexKey);
         continue;
       }
-      const write = expire(now, current.value);
       if (write === undefined) continue;
       write.expect = current.version;
       const ops = this.#write(key, write, undefined, now);
@@ -524,7 +573,7 @@ export class DurableObjectLocalStore {
     }
     this.#storage = state.storage;
     this.#prefix = prefix;
-    this.#shard = new IdempotencyShard(state, undefined, { prefix, held: writesOnly, sharedAlarm: true });
+    this.#shard = new IdempotencyShard(state, undefined, { prefix, held: writesOnly, sharedAlarm: true, seal: options.seal });
   }
 
   claim(_key, ticket, optionsText, now, hi, lo) {

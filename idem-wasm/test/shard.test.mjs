@@ -427,3 +427,132 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     assert.deepEqual([...storage.map.keys()].filter((k) => k.startsWith("order:")), ["order:1"]);
   });
 });
+
+describe("sealed records in Durable Object storage (IDEM-SEAL-1..3)", () => {
+  const SECRET = "Ada Lovelace, 12 St James's Square";
+  const key = (byte) => new Uint8Array(32).fill(byte);
+  const OLD = { id: "2026-05", key: key(1) };
+  const NEW = { id: "2026-11", key: key(2) };
+  /** The shard class a worker exports to seal with `keys` (none: no seal). */
+  const shardWith = (keys) =>
+    class extends IdempotencyShard {
+      constructor(state, env) {
+        super(state, env, keys === undefined ? {} : { seal: { keys } });
+      }
+    };
+  /** Every byte the objects' storage holds, values and chunks. */
+  const dump = (namespace) => {
+    const out = [];
+    for (const { storage } of namespace.objects.values()) {
+      for (const [k, v] of storage.map) {
+        out.push(Buffer.from(k));
+        if (v instanceof Uint8Array) out.push(Buffer.from(v));
+        else if (v?.value instanceof Uint8Array) out.push(Buffer.from(v.value));
+      }
+    }
+    return out;
+  };
+  const inClear = (values, needle) => values.some((v) => v.includes(needle));
+  const sealedWorker = (keys, options = {}) => {
+    const w = worker({ ...options, respond: (n) => Response.json({ order: n, ship_to: SECRET }, { status: 201, headers: { "x-card-last4": "4242" } }) });
+    w.namespace.Class = shardWith(keys);
+    w.namespace.restart();
+    return w;
+  };
+  const rotate = (namespace, keys) => {
+    namespace.Class = shardWith(keys);
+    namespace.restart();
+  };
+
+  test("sealed in storage, replayed after a restart, nothing of the response in clear", async () => {
+    const { namespace, handler, state } = sealedWorker([OLD]);
+    const first = await handler(post('"a"', { sku: "fountain-pen" }));
+    assert.equal(first.status, 201);
+    const body = await first.text();
+    rotate(namespace, [OLD]);
+    const again = await handler(post('"a"', { sku: "fountain-pen" }));
+    assert.deepEqual([again.headers.get("idempotent-replayed"), await again.text()], ["true", body]);
+    assert.equal(state.executions, 1);
+    const values = dump(namespace);
+    for (const clear of [SECRET, "4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear(values, clear), `${clear} is stored in clear`);
+    const record = [...namespace.objects.values()].flatMap(({ storage }) => [...storage.map.values()]).find((v) => v?.value instanceof Uint8Array);
+    assert.equal(Buffer.from(record.value.subarray(0, 2)).toString(), "iS");
+  });
+
+  test("keys rotate; a record under a dropped key, or in a store with none, is refused and never run", async () => {
+    const { namespace, handler, state } = sealedWorker([OLD]);
+    const a = await (await handler(post('"a"'))).text();
+    rotate(namespace, [NEW, OLD]);
+    assert.equal(await (await handler(post('"a"'))).text(), a);
+    const b = await (await handler(post('"b"'))).text();
+    rotate(namespace, [NEW]);
+    assert.equal(await (await handler(post('"b"'))).text(), b);
+    const refused = await handler(post('"a"'));
+    assert.equal(refused.status, 500);
+    assert.equal((await refused.json()).type, "urn:idem:problem:record-sealed");
+    rotate(namespace, undefined);
+    assert.equal((await (await handler(post('"b"'))).json()).type, "urn:idem:problem:record-sealed");
+    assert.equal(state.executions, 2);
+    // The alarm passes over what it cannot open, and does not come back for it.
+    for (const { object } of namespace.objects.values()) await object.alarm();
+  });
+
+  test("a sealed record copied under another key does not open there", async () => {
+    const storage = new FakeStorage();
+    let executions = 0;
+    const handler = withIdempotency(
+      async () => {
+        executions++;
+        return Response.json({ ship_to: SECRET }, { status: 201 });
+      },
+      { principal: "none", store: new DurableObjectLocalStore({ storage }, { seal: { keys: [OLD] } }) },
+    );
+    await handler(post('"from"'));
+    const from = [...storage.map.keys()].find((k) => k.startsWith("idem:r:") && k.endsWith("from"));
+    storage.map.set(`${from.slice(0, -"from".length)}to`, structuredClone(storage.map.get(from)));
+    const refused = await handler(post('"to"'));
+    assert.equal(refused.status, 500);
+    assert.equal((await refused.json()).type, "urn:idem:problem:record-sealed");
+    assert.equal(executions, 1);
+  });
+
+  test("racing duplicates on sealed records: one execution, and storage ends with the completed record", async () => {
+    for (let round = 0; round < 5; round++) {
+      const gate = barrier();
+      const { namespace, handler, state } = sealedWorker([OLD], { gate: () => gate.wait() });
+      const all = Array.from({ length: 16 }, () => handler(post(`"dup-${round}"`)));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      gate.open();
+      const statuses = (await Promise.all(all)).map((r) => r.status);
+      assert.equal(state.executions, 1);
+      assert.equal(statuses.filter((s) => s === 201).length, 1);
+      // The claim's put and the completion's were put in order: storage replays.
+      rotate(namespace, [OLD]);
+      assert.equal((await handler(post(`"dup-${round}"`))).headers.get("idempotent-replayed"), "true");
+    }
+  });
+
+  test("a response of several chunks is sealed across them and replayed whole", async () => {
+    const big = "x".repeat(300 * 1024) + SECRET;
+    const w = worker({ respond: () => new Response(big, { status: 201 }) });
+    rotate(w.namespace, [OLD]);
+    assert.equal((await w.handler(post('"big"'))).status, 201);
+    rotate(w.namespace, [OLD]);
+    assert.equal(await (await w.handler(post('"big"'))).text(), big);
+    assert.ok(!inClear(dump(w.namespace), SECRET));
+  });
+
+  test("DurableObjectLocalStore seals the records in its object's storage", async () => {
+    const storage = new FakeStorage();
+    const handlerOn = (keys) =>
+      withIdempotency(async () => Response.json({ ship_to: SECRET }, { status: 201 }), {
+        principal: "none",
+        store: new DurableObjectLocalStore({ storage }, { seal: { keys } }),
+      });
+    assert.equal((await handlerOn([OLD])(post('"local"'))).status, 201);
+    assert.equal((await handlerOn([NEW, OLD])(post('"local"'))).headers.get("idempotent-replayed"), "true");
+    assert.equal((await (await handlerOn([NEW])(post('"local"'))).json()).type, "urn:idem:problem:record-sealed");
+    const values = [...storage.map.values()].filter((v) => v?.value instanceof Uint8Array).map((v) => Buffer.from(v.value));
+    assert.ok(values.length > 0 && !inClear(values, SECRET));
+  });
+});

@@ -401,7 +401,11 @@ export interface DurableObjectNamespaceLike {
 
 /** A Durable Object class that owns a shard of keys and makes claims next to its storage. */
 export class IdempotencyShard {
-  constructor(state: DurableObjectStateLike, env?: unknown, options?: { prefix?: string });
+  /** `seal`: every record is sealed in the object's storage with the first key and opened
+   * with any (IDEM-SEAL-1, IDEM-SEAL-2); a record none opens is answered 500 `record-sealed`
+   * and never executed (IDEM-SEAL-3). Pass the keys from a subclass, out of the
+   * environment's secrets. */
+  constructor(state: DurableObjectStateLike, env?: unknown, options?: { prefix?: string; seal?: SealOptions });
   fetch(request: Request): Promise<Response>;
   claim(ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
@@ -450,6 +454,8 @@ export class DurableObjectLocalStore implements IdempotencyStore {
        * completion (IDEM-STORE-8). Only for a handler whose every effect is a write of its
        * transaction: if the object dies, the next request for the key runs afresh at once. */
       writesOnly?: boolean;
+      /** Records sealed in the object's storage, as `IdempotencyShard`'s (IDEM-SEAL-1). */
+      seal?: SealOptions;
     },
   );
   readonly maxResponseBytes: number;
@@ -495,25 +501,27 @@ export interface SealOptions {
   keys: { id: string; key: Uint8Array | ArrayBuffer | CryptoKey }[];
 }
 
-/** The sealed-record format (idem-core's), for a store that seals with WebCrypto: the start
- * of a record sealed under `keyId` (a RangeError, IDEM-JS-1, for a bad id). */
-export function sealHead(keyId: string): Uint8Array;
-/** The data authenticated with a record sealed with `head` under `storageKey`. */
-export function sealAad(head: Uint8Array, storageKey: string): Uint8Array;
-/** A sealed record: `head`, the 12-byte nonce, the ciphertext with its tag. */
-export function sealFrame(head: Uint8Array, nonce: Uint8Array, ciphertext: Uint8Array): Uint8Array;
-/** Checks seal keys by id and byte length (a RangeError, IDEM-JS-1, naming what is wrong). */
-export function sealCheckKeys(ids: string[], lengths: Uint32Array): void;
-/** A sealed record taken apart; `undefined` for a record in clear. Free it when done. */
-export function sealedParts(bytes: Uint8Array, storageKey: string): SealedParts | undefined;
-/** A sealed record taken apart by `sealedParts`. */
-export interface SealedParts {
-  readonly keyId: string;
-  readonly nonce: Uint8Array;
-  readonly aad: Uint8Array;
-  readonly ciphertextStart: number;
-  free(): void;
+/** Seals and opens the records of a store (IDEM-SEAL-1), in idem-core's sealed format with
+ * WebCrypto's AES-GCM: what the Redis, Postgres and Durable Object stores use, for a store of
+ * your own. */
+export interface RecordSealer {
+  /** How many bytes sealing adds to a record. */
+  readonly overhead: number;
+  /** `record` sealed for `storageKey` with the first key. */
+  seal(storageKey: string, record: Uint8Array): Promise<Uint8Array>;
+  /** The record of `bytes` read under `storageKey`: opened, or as it is when it was stored
+   * in clear. Rejects with code `IDEM-SEAL-3` when it cannot be opened. */
+  open(storageKey: string, bytes: Uint8Array): Promise<Uint8Array>;
 }
+
+/** The sealer of a store's `seal` option, or null without one. Throws a RangeError
+ * (IDEM-JS-1) for keys that cannot be used. */
+export function recordSealer(option: SealOptions | undefined): RecordSealer | null;
+
+/** What `sealer` (or null, for a store without keys) reads from `bytes` stored under
+ * `storageKey`: the record, opened or in clear. Rejects with code `IDEM-SEAL-3` for a sealed
+ * record it cannot open. */
+export function openedRecord(sealer: RecordSealer | null, storageKey: string, bytes: Uint8Array): Promise<Uint8Array>;
 
 /** Thrown by a store that cannot take another key (IDEM-STORE-3). */
 export class StoreFullError extends Error {
