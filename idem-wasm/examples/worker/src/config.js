@@ -27,6 +27,8 @@ export const ENGINE_DEFAULTS = Object.freeze(["IDEM_TIME_MAX_AHEAD_MS", "IDEM_TI
 
 /** The token secret: a secret (`wrangler secret put`), never a `[vars]` entry. */
 const TOKEN_SECRET = "IDEM_TOKEN_SECRET";
+/** The keys that seal the idempotency records in Durable Object storage: a secret too. */
+const SEAL_KEYS = "IDEM_SEAL_KEYS";
 
 /** A setting the worker refuses; `variable` names the culprit. */
 export class ConfigError extends Error {
@@ -117,7 +119,32 @@ export function readConfig(env) {
     orderDelayMs: wholeNumber(env, "ORDER_DELAY_MS", { min: 0, max: 60_000 }),
     writesOnly: oneOf(env, "ORDER_WRITES_ONLY", ["on", "off"]) === "on",
     unprotectedRoute: oneOf(env, "UNPROTECTED_ROUTE", ["on", "off"]) === "on",
+    seal: sealOption(env),
   };
+}
+
+/**
+ * The seal option of the Durable Object stores (IDEM-SEAL-1): from the secret
+ * `IDEM_SEAL_KEYS`, `ID:BASE64` (a key id and 32 bytes of key), comma-separated, the key that
+ * seals first. Undefined when it is not set. Throws `ConfigError` when it does not parse; the
+ * stores check the ids and lengths.
+ */
+export function sealOption(env) {
+  const raw = String(env?.[SEAL_KEYS] ?? "").trim();
+  if (raw === "") return undefined;
+  const keys = raw.split(",").map((entry) => {
+    const [id, b64, extra] = entry.trim().split(":");
+    if (!id || !b64 || extra !== undefined) throw new ConfigError(SEAL_KEYS, "each key is ID:BASE64 (openssl rand -base64 32)");
+    let bytes;
+    try {
+      bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    } catch {
+      throw new ConfigError(SEAL_KEYS, `the key of "${id}" is not base64`);
+    }
+    if (bytes.byteLength !== 32) throw new ConfigError(SEAL_KEYS, `the key of "${id}" is ${bytes.byteLength} bytes, not 32`);
+    return { id, key: bytes };
+  });
+  return { keys };
 }
 
 /** `configKey` per environment object: the runtime passes the same one to every request. */

@@ -43,17 +43,24 @@ import {
   DurableObjectLocalStore,
   DurableObjectStore,
   Idempotency,
-  IdempotencyShard,
+  IdempotencyShard as Shard,
   Inbox,
   methodNotAllowed,
   plainProblem,
   statusHeader,
   withIdempotency,
 } from "../../../dist/workerd.js";
-import { ConfigError, configKey, readConfig } from "./config.js";
+import { ConfigError, configKey, readConfig, sealOption } from "./config.js";
 import { createOrder, problem } from "./orders.js";
 
-export { IdempotencyShard };
+/** The package's shard, sealing its records with the keys of the secret `IDEM_SEAL_KEYS`
+ * when it is set (IDEM-SEAL-1). Keys that do not parse stop the object: nothing is written
+ * in clear that was meant to be sealed. */
+export class IdempotencyShard extends Shard {
+  constructor(state, env) {
+    super(state, env, { seal: sealOption(env) });
+  }
+}
 
 const LEDGER_NAME = "orders";
 
@@ -77,7 +84,7 @@ export class OrderLedger extends DurableObject {
     try {
       writesOnly = readConfig(env).writesOnly;
     } catch {}
-    this.#store = new DurableObjectLocalStore(state, { writesOnly });
+    this.#store = new DurableObjectLocalStore(state, { writesOnly, seal: sealOption(env) });
     state.blockConcurrencyWhile(async () => {
       this.#count = (await state.storage.get("count")) ?? 0;
     });

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ConfigError, DEFAULTS, ENGINE_DEFAULTS, configKey, readConfig } from "../src/config.js";
+import { ConfigError, DEFAULTS, ENGINE_DEFAULTS, configKey, readConfig, sealOption } from "../src/config.js";
 import { Idempotency, MemoryStore } from "../../../dist/node.js";
 import { EXAMPLE_DIR } from "./runtime.mjs";
 
@@ -36,6 +36,7 @@ test("the defaults become withIdempotency options", () => {
     orderDelayMs: 0,
     writesOnly: true,
     unprotectedRoute: false,
+    seal: undefined,
   });
 });
 
@@ -137,4 +138,21 @@ test("the kinds' bounds are passed as given, never cut to fit: the engine fits i
   );
   // A zero bound is the worker's to refuse, naming the variable.
   assert.throws(() => readConfig({ IDEM_TIME_MAX_AHEAD_MS: "0" }), (err) => err instanceof ConfigError && err.variable === "IDEM_TIME_MAX_AHEAD_MS");
+});
+
+test("IDEM_SEAL_KEYS: ID:BASE64 pairs, the sealing one first, or a ConfigError naming the variable", () => {
+  const key = (byte) => Buffer.alloc(32, byte).toString("base64");
+  assert.equal(sealOption({}), undefined);
+  const seal = sealOption({ IDEM_SEAL_KEYS: `new:${key(2)}, old:${key(1)}` });
+  assert.deepEqual(
+    seal.keys.map((k) => [k.id, k.key.byteLength, k.key[0]]),
+    [
+      ["new", 32, 2],
+      ["old", 32, 1],
+    ],
+  );
+  assert.equal(readConfig({ IDEM_SEAL_KEYS: `k:${key(3)}` }).seal.keys[0].id, "k");
+  for (const bad of ["nocolon", `k:${key(1)}:x`, "k:!!!", `k:${Buffer.alloc(16).toString("base64")}`, ":abc"]) {
+    assert.throws(() => sealOption({ IDEM_SEAL_KEYS: bad }), (e) => e instanceof ConfigError && e.variable === "IDEM_SEAL_KEYS", bad);
+  }
 });
