@@ -184,6 +184,8 @@ import { Redis } from "ioredis";
 import pg from "pg";
 import { Hono } from "hono";
 import express from "express";
+import { idempotency as fastifyIdempotency } from "idem/fastify";
+import Fastify from "fastify";
 
 const redisStore = new RedisStore(new Redis("redis://127.0.0.1:6379", { lazyConnect: true }), { prefix: "app:" });
 const pool = new pg.Pool();
@@ -216,6 +218,17 @@ app.use(
 app.post("/api/orders", (req, res) => {
   res.json({ key: req.idempotency?.key, bytes: req.rawBody?.byteLength });
 });
+const fastify = Fastify();
+void fastify.register(fastifyIdempotency, {
+  store: redisStore,
+  principal: (request) => String(request.headers["x-user"] ?? ""),
+  skip: (request) => request.url === "/health",
+  fingerprint: { maxBody: 1 << 16 },
+});
+fastify.post("/orders", { config: { idempotency: true } }, async (request) => ({
+  key: request.idempotency?.key,
+  bytes: request.rawBody?.byteLength,
+}));
 
 // idem/manual: the same API, with the host's own initialisation.
 void (async () => {
