@@ -1,9 +1,10 @@
-// A Fastify reply between an app and the engine: the bytes of a payload on its way out, and
-// the engine's replies set on the reply with their headers. Shared by idem/fastify and
+// A Fastify reply between an app and the engine: the answer on its way out (`onSend`) handed
+// to the engine and replaced by what it gives back, and the engine's replies set on the
+// reply with their headers. Shared by idem/fastify and
 // idem/nestjs on the Fastify platform.
 
 /** The bytes of a payload on its way out: a string, a Buffer, a stream, or nothing. */
-export async function bytesOf(payload) {
+async function bytesOf(payload) {
   if (payload == null) return new Uint8Array(0);
   if (typeof payload === "string") return new Uint8Array(Buffer.from(payload));
   if (payload instanceof Uint8Array) return payload;
@@ -35,4 +36,25 @@ export async function replyWith(reply, answer, idem) {
   reply.code(answer.status);
   for (const [name, values] of fields) reply.header(name, values.length === 1 ? values[0] : values);
   return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
+}
+
+/**
+ * In `onSend`, for a request that ran: hands the answer Fastify is about to send (`reply`'s
+ * status and headers, `payload`'s bytes) to the engine through `capture.resolve`, waits for
+ * `capture.done` (the request's `Idempotency#handle`, which stores it) and returns the bytes
+ * to send. When another attempt took the lease over, its outcome is set on `reply` instead
+ * (IDEM-LEASE-5). An error of the engine's rejects, for Fastify's error handling.
+ */
+export async function answered(capture, reply, payload, idem) {
+  const body = await bytesOf(payload);
+  const headers = [];
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (name === "content-length" || name === "transfer-encoding") continue;
+    for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
+  }
+  capture.resolve({ status: reply.statusCode, headers, body });
+  const answer = await capture.done;
+  if (answer.executed) return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
+  for (const [name] of headers) reply.removeHeader(name);
+  return replyWith(reply, answer, idem);
 }

@@ -16,7 +16,7 @@ import { Readable } from "node:stream";
 import { Idempotency } from "idem";
 import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
-import { bytesOf, replyWith } from "./fastify-reply.js";
+import { answered, replyWith } from "./fastify-reply.js";
 
 /** Where a guarded request keeps its capture: `{ answer, resolve, done, headers }`. */
 const CAPTURE = Symbol("idempotency capture");
@@ -107,18 +107,7 @@ export function idempotency(fastify, options, done) {
     if (capture === undefined) return payload;
     // The first answer is the answer: what the store gives back is sent as it is.
     request[CAPTURE] = undefined;
-    const body = await bytesOf(payload);
-    const headers = [];
-    for (const [name, value] of Object.entries(reply.getHeaders())) {
-      if (name === "content-length" || name === "transfer-encoding") continue;
-      for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-    }
-    capture.resolve({ status: reply.statusCode, headers, body });
-    const answer = await capture.done;
-    if (answer.executed) return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
-    // Another attempt took the lease over: its outcome is sent instead (IDEM-LEASE-5).
-    for (const [name] of headers) reply.removeHeader(name);
-    return replyWith(reply, answer, idem);
+    return answered(capture, reply, payload, idem);
   });
   done();
 }
