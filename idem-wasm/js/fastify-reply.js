@@ -58,3 +58,14 @@ export async function answered(capture, reply, payload, idem) {
   for (const [name] of headers) reply.removeHeader(name);
   return replyWith(reply, answer, idem);
 }
+
+/**
+ * In `onSend`, for a request the engine answered itself while the app still sends an answer
+ * of its own (a framework's default for a handler that did not run): sets the engine's
+ * `capture.instead` on `reply` in its place and returns its bytes. The headers set since
+ * `capture.before` (the names present then) are dropped.
+ */
+export function answerInstead(capture, reply, idem) {
+  for (const name of Object.keys(reply.getHeaders())) if (!capture.before.has(name)) reply.removeHeader(name);
+  return replyWith(reply, capture.instead, idem);
+}

@@ -96,3 +96,25 @@ export async function send(res, reply, idem) {
   if (reply.status >= 200 && reply.status !== 204 && reply.status !== 304) res.setHeader("content-length", reply.body.byteLength);
   res.end(Buffer.from(reply.body.buffer, reply.body.byteOffset, reply.body.byteLength));
 }
+
+/**
+ * Sends the engine's `reply` in place of the next answer the app writes to `res` (an answer
+ * the app was always going to write, such as a framework's default for a handler that did
+ * not run): that answer goes nowhere, the headers it set are dropped, and those set before
+ * this call stay unless the reply's replace them. Resolves once the reply is sent.
+ */
+export function sendInstead(res, reply, idem) {
+  const before = new Map(Object.entries(res.getHeaders()));
+  const original = { write: res.write, end: res.end, writeHead: res.writeHead };
+  return new Promise((resolve, reject) => {
+    res.writeHead = () => res;
+    res.write = () => true;
+    res.end = () => {
+      Object.assign(res, original);
+      clearHeaders(res);
+      for (const [name, value] of before) res.setHeader(name, value);
+      send(res, reply, idem).then(resolve, reject);
+      return res;
+    };
+  });
+}
