@@ -75,7 +75,7 @@ class Binding {
     else this.#installExpress(instance);
   }
 
-  /** Whether the engine guards this request: its method, and whether it has a key. */
+  /** The key of a request with these headers (a Node header record), or null. */
   #keyOf(headers) {
     const idem = this.idem;
     return idem.keyOf(headers[idem.keyHeader] ?? null, { get: (name) => headers[name] ?? null });
@@ -101,7 +101,7 @@ class Binding {
         // Nest's body parsers skip a request whose body was read.
         req._body = true;
         next();
-      }, next);
+      }).catch(next);
     });
   }
 
@@ -190,16 +190,19 @@ class Binding {
     }
     if (!this.fastify) {
       // What Nest writes is held back until the outcome is stored, then sent.
-      done.then(
-        (reply) => {
-          held.node.release();
-          return sendNode(res, reply, idem);
-        },
-        () => {
-          held.node.release();
-          if (!res.headersSent) res.writeHead(500).end();
-        },
-      );
+      done
+        .then(
+          (reply) => {
+            held.node.release();
+            return sendNode(res, reply, idem);
+          },
+          () => {
+            held.node.release();
+            if (!res.headersSent) res.writeHead(500).end();
+          },
+        )
+        // Only a failing problem hook gets here: the connection is closed, not left open.
+        .catch(() => res.destroy());
     } else {
       // Awaited in onSend; an answer that never reaches it leaves nothing unhandled.
       done.catch(() => {});

@@ -173,6 +173,31 @@ for (const [name, platform] of PLATFORMS) {
     });
   });
 
+  describe(`idem/nestjs (${name}): the key header's name and the problem hook are options`, () => {
+    test("X-Request-Key carries the key, and refusals come in the host's own error format", async () => {
+      const running = await startApp(platform, {
+        keyHeader: "X-Request-Key",
+        problem: (problem) => Response.json({ error: problem.type.replace("urn:idem:problem:", "") }, { status: problem.status }),
+      });
+      try {
+        const key = fresh();
+        const send = (body = ORDER) =>
+          fetch(`${running.url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "x-user": "alice", "x-request-key": key }, body });
+        assert.equal((await send()).status, 201);
+        assert.equal((await send()).headers.get("idempotent-replayed"), "true");
+        const missing = await post(running.url, { key });
+        assert.equal(missing.status, 400);
+        assert.deepEqual(await missing.json(), { error: "missing-key" });
+        const mismatch = await send('{"amount":2}');
+        assert.equal(mismatch.status, 422);
+        assert.deepEqual(await mismatch.json(), { error: "key-reuse-mismatch" });
+        assert.equal(running.state.count, 1);
+      } finally {
+        await running.close();
+      }
+    });
+  });
+
   describe(`idem/nestjs (${name}): two apps on one Redis (the store kit's shared-store case)`, () => {
     let redis;
     const clients = [];

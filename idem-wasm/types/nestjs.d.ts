@@ -20,8 +20,8 @@ export declare const IDEMPOTENCY: unique symbol;
 /** Marks a handler, or every handler of a controller, as guarded by idempotency keys. */
 export declare function Idempotent(): MethodDecorator & ClassDecorator;
 
-/** The module: global, with the body intake on the platform, the interceptor and the filter
- * that sends the engine's replies. Create the application with `NestFactory.create`. */
+/** The module: global, with the body intake on the platform and the interceptor. Create the
+ * application with `NestFactory.create`. */
 export declare class IdempotencyModule {
   static forRoot<Req = any>(options: NestIdempotencyOptions<Req>): DynamicModule;
 }
