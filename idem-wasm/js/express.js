@@ -12,6 +12,7 @@
 import { Idempotency } from "idem";
 import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
+import { capture, send } from "./node-response.js";
 
 /**
  * Express middleware. `options` are `withIdempotency`'s (a store and a principal are
@@ -104,98 +105,4 @@ function bodyTakenError() {
   err.status = 500;
   err.expose = false;
   return err;
-}
-
-/** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
- * at the first end, and nothing reaches the socket until the outcome is stored. What is
- * written after that first end (a route that answers and then calls `next()` or throws
- * lets a 404 or error handler, or Express's final handler, write too) goes nowhere: the
- * first answer is the answer. `release()` gives `res` its own methods back, without the
- * headers set since. */
-function capture(res) {
-  const original = { write: res.write, end: res.end, writeHead: res.writeHead };
-  const chunks = [];
-  let ended = false;
-  let statusMessage;
-  let resolve;
-  const answer = new Promise((r) => {
-    resolve = r;
-  });
-  const bytes = (chunk, encoding) =>
-    typeof chunk === "string" ? Buffer.from(chunk, typeof encoding === "string" ? encoding : "utf8") : Buffer.from(chunk);
-  const later = (...args) => {
-    const cb = args.find((f) => typeof f === "function");
-    if (cb) queueMicrotask(cb);
-  };
-  res.writeHead = function writeHead(status, reason, headers) {
-    if (ended) return res;
-    res.statusCode = status;
-    const list = typeof reason === "object" && reason !== null ? reason : headers;
-    if (Array.isArray(list)) {
-      for (let i = 0; i < list.length; i += 2) res.setHeader(list[i], list[i + 1]);
-    } else if (list) {
-      for (const [name, value] of Object.entries(list)) res.setHeader(name, value);
-    }
-    return res;
-  };
-  res.write = function write(chunk, encoding, callback) {
-    if (!ended && chunk != null) chunks.push(bytes(chunk, encoding));
-    later(encoding, callback);
-    return true;
-  };
-  res.end = function end(chunk, encoding, callback) {
-    later(chunk, encoding, callback);
-    if (ended) return res;
-    ended = true;
-    if (chunk != null && typeof chunk !== "function") chunks.push(bytes(chunk, encoding));
-    const headers = [];
-    for (const [name, value] of Object.entries(res.getHeaders())) {
-      for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-    }
-    statusMessage = res.statusMessage;
-    clearHeaders(res);
-    const body = Buffer.concat(chunks);
-    resolve({ status: res.statusCode, headers, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
-    return res;
-  };
-  let released = false;
-  const release = () => {
-    if (released) return;
-    released = true;
-    Object.assign(res, original);
-    if (ended) {
-      clearHeaders(res);
-      res.statusMessage = statusMessage;
-    }
-  };
-  return { answer, release };
-}
-
-function clearHeaders(res) {
-  for (const name of res.getHeaderNames()) res.removeHeader(name);
-}
-
-/** Sends the engine's reply (the stored answer, a replay or a refusal). Its headers replace
- * those of the same names already set (by middleware before this one); the rest stay. */
-async function send(res, reply, idem) {
-  // The engine's refusals go through the problem hook; replays and the app's answers never do.
-  const mapped = idem.mappedRefusal(reply);
-  if (mapped !== undefined) {
-    reply = { status: mapped.status, headers: [...mapped.headers].flat(), body: new Uint8Array(await mapped.arrayBuffer()) };
-  }
-  const fields = new Map();
-  for (let i = 0; i < reply.headers.length; i += 2) {
-    const name = reply.headers[i].toLowerCase();
-    // The length is set from the body below; the framing is the connection's.
-    if (name === "content-length" || name === "transfer-encoding") continue;
-    const values = fields.get(name);
-    if (values === undefined) fields.set(name, [reply.headers[i + 1]]);
-    else values.push(reply.headers[i + 1]);
-  }
-  res.statusCode = reply.status;
-  for (const [name, values] of fields) res.setHeader(name, values.length === 1 ? values[0] : values);
-  // Set, not left to Node: once a content-length was removed (the capture clears the
-  // headers), Node would send the answer chunked, and its replays would differ from it.
-  if (reply.status >= 200 && reply.status !== 204 && reply.status !== 304) res.setHeader("content-length", reply.body.byteLength);
-  res.end(Buffer.from(reply.body.buffer, reply.body.byteOffset, reply.body.byteLength));
 }

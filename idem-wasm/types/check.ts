@@ -184,6 +184,10 @@ import { Redis } from "ioredis";
 import pg from "pg";
 import { Hono } from "hono";
 import express from "express";
+import { idempotency as fastifyIdempotency } from "idem/fastify";
+import Fastify from "fastify";
+import { IDEMPOTENCY, Idempotent, IdempotencyModule, type IdempotentRequest } from "idem/nestjs";
+import { Controller, Inject, Module, Post, Req } from "@nestjs/common";
 
 const redisStore = new RedisStore(new Redis("redis://127.0.0.1:6379", { lazyConnect: true }), { prefix: "app:" });
 const pool = new pg.Pool();
@@ -216,6 +220,32 @@ app.use(
 app.post("/api/orders", (req, res) => {
   res.json({ key: req.idempotency?.key, bytes: req.rawBody?.byteLength });
 });
+const fastify = Fastify();
+void fastify.register(fastifyIdempotency, {
+  store: redisStore,
+  principal: (request) => String(request.headers["x-user"] ?? ""),
+  skip: (request) => request.url === "/health",
+  fingerprint: { maxBody: 1 << 16 },
+});
+fastify.post("/orders", { config: { idempotency: true } }, async (request) => ({
+  key: request.idempotency?.key,
+  bytes: request.rawBody?.byteLength,
+}));
+const nestOptions = IdempotencyModule.forRoot<{ user?: { id: string } }>({ store: pgStore, principal: (req) => req.user?.id ?? "", keys: "required" });
+const nestDefault = IdempotencyModule.forRoot({ store, responseTtl: 86_400_000 });
+void [nestOptions, nestDefault];
+class NestOrders {
+  constructor(readonly idempotency: Idempotency) {}
+  create(req: IdempotentRequest) {
+    return { key: req.idempotency?.key, bytes: req.rawBody?.byteLength };
+  }
+}
+Controller("orders")(NestOrders);
+Idempotent()(NestOrders);
+Inject(IDEMPOTENCY)(NestOrders, undefined, 0);
+Reflect.decorate([Post(), Idempotent()], NestOrders.prototype, "create", Object.getOwnPropertyDescriptor(NestOrders.prototype, "create"));
+Req()(NestOrders.prototype, "create", 0);
+Module({ imports: [nestDefault], controllers: [NestOrders] })(class NestApp {});
 
 // idem/manual: the same API, with the host's own initialisation.
 void (async () => {

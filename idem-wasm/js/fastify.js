@@ -1,0 +1,124 @@
+// `idem/fastify`: Idempotency-Key semantics as a Fastify 5 plugin. No lifecycle of its own:
+// a guarded request goes through `Idempotency#handle` (the engine's request machine), the
+// rest of Fastify's request (parsing, validation, the handler, serialisation) runs as its
+// handler, and the answer Fastify is about to send is captured in `onSend`, stored, and then
+// sent.
+//
+//   await app.register(idempotency, { store, principal: (request) => request.user.id });
+//   app.post("/orders", { config: { idempotency: true } }, handler);
+//
+// Routes opt in through their config. The raw body is read in `preParsing` (up to the
+// engine's limit, 413 beyond) for the fingerprint and kept as `request.rawBody`; Fastify's
+// own parser then parses the same bytes into `request.body`. The claim is made there too,
+// so the principal is read after the `onRequest` hooks (where authentication belongs in
+// Fastify) and before the route's `preValidation` and `preHandler` hooks.
+import { Readable } from "node:stream";
+import { Idempotency } from "idem";
+import { readBody } from "./body.js";
+import { rangeError } from "./errors.js";
+import { answered, replyWith } from "./fastify-reply.js";
+
+/** Where a guarded request keeps its capture: `{ answer, resolve, done, headers }`. */
+const CAPTURE = Symbol("idempotency capture");
+
+/**
+ * The Fastify plugin. `options` are `withIdempotency`'s (a store and a principal are
+ * required; `principal` is called with the Fastify request), plus `skip(request)`, a
+ * predicate for requests to let through unguarded. It guards the routes whose config has
+ * `idempotency: true`, in the context it is registered in and below (it does not open a
+ * context of its own). A `GET` carrying `Idempotency-Status` in that context is a status
+ * query (unless `statusQueries: false`). Refusals are problem+json, or the Response that
+ * `options.problem(problem, reply)` returns. Every error (of the store, the principal, the
+ * problem hook) goes to Fastify's error handling.
+ */
+export function idempotency(fastify, options, done) {
+  if (options === null || typeof options !== "object") throw rangeError("IDEM-JS-1", "idempotency(options) needs { store, principal }");
+  const { skip, principal, ...rest } = options;
+  if (skip !== undefined && typeof skip !== "function") throw rangeError("IDEM-JS-1", "options.skip must be a function (request) => boolean");
+  const idem = new Idempotency({
+    ...rest,
+    principal: typeof principal === "function" ? (input) => principal(input.request) : principal,
+  });
+
+  if (idem.statusQueries) {
+    fastify.addHook("onRequest", async (request, reply) => {
+      if (request.method !== "GET") return;
+      const field = request.headers[idem.statusHeader];
+      if (field === undefined || (skip !== undefined && (await skip(request)))) return;
+      // A status query about the request this URL guards: answered from the store.
+      const key = request.headers[idem.keyHeader] ?? null;
+      await send(reply, await idem.status({ request, target: request.url, key, status: field }), idem);
+      return reply;
+    });
+  }
+
+  fastify.addHook("preParsing", async (request, reply, payload) => {
+    if (request.routeOptions.config?.idempotency !== true) return payload;
+    if (skip !== undefined && (await skip(request))) return payload;
+    const key = idem.keyOf(request.headers[idem.keyHeader] ?? null, { get: (name) => request.headers[name] ?? null });
+    if (!idem.protects(request.method, key !== null)) return payload;
+    const body = await readBody(idem, request.headers["content-length"], payload);
+    if (typeof body === "number") {
+      await send(reply, await idem.serve(body, (answer) => answer), idem);
+      return reply;
+    }
+    request.rawBody = body;
+    const capture = { answer: null, resolve: null, done: null };
+    capture.answer = new Promise((resolve) => {
+      capture.resolve = resolve;
+    });
+    let run;
+    const running = new Promise((resolve) => {
+      run = resolve;
+    });
+    capture.done = idem.handle(
+      {
+        request,
+        method: request.method,
+        target: request.url,
+        route: undefined,
+        key,
+        lowWater: request.headers[idem.lowWaterHeader],
+        contentType: request.headers["content-type"],
+        // Node's header record (lower-case names); only the fingerprint headers are read.
+        headers: request.headers,
+        body,
+      },
+      (context) => {
+        request.idempotency = context;
+        request[CAPTURE] = capture;
+        run(true);
+        return capture.answer;
+      },
+    );
+    if (!(await Promise.race([running, capture.done.then(() => false)]))) {
+      // The engine answered (a replay or a refusal): nothing runs.
+      await send(reply, await capture.done, idem);
+      return reply;
+    }
+    // Fastify's parser reads the same bytes again (and checks them against the length).
+    const again = Readable.from(body.byteLength === 0 ? [] : [Buffer.from(body.buffer, body.byteOffset, body.byteLength)]);
+    again.receivedEncodedLength = body.byteLength;
+    return again;
+  });
+
+  fastify.addHook("onSend", async (request, reply, payload) => {
+    const capture = request[CAPTURE];
+    if (capture === undefined) return payload;
+    // The first answer is the answer: what the store gives back is sent as it is.
+    request[CAPTURE] = undefined;
+    return answered(capture, reply, payload, idem);
+  });
+  done();
+}
+
+// Hooks added in the context the plugin is registered in, not in a context of its own (what
+// the `fastify-plugin` package does).
+idempotency[Symbol.for("skip-override")] = true;
+idempotency[Symbol.for("fastify.display-name")] = "idem";
+export default idempotency;
+
+/** Sends the engine's own reply from a hook; the request goes no further. */
+async function send(reply, answer, idem) {
+  reply.send(await replyWith(reply, answer, idem));
+}

@@ -1,0 +1,288 @@
+// `idem/nestjs`: Idempotency-Key semantics for NestJS 10 and 11, on the Express and the
+// Fastify platforms. No lifecycle of its own: a guarded request goes through
+// `Idempotency#handle` (the engine's request machine), with the rest of Nest's request
+// (pipes, the handler, interceptors after this one, exception filters, serialisation) as its
+// handler, and the answer Nest writes is captured under Nest, on the platform, stored, and
+// then sent.
+//
+//   @Module({ imports: [IdempotencyModule.forRoot({ store })] }) class AppModule {}
+//   @Post("orders") @Idempotent() create(@Body() order) { ... }
+//
+// Two pieces, both registered by `IdempotencyModule.forRoot`:
+// - the body intake, installed on the platform when the module is created (before Nest adds
+//   its body parsers): for a request the engine protects (its method, and a key), it reads
+//   the raw body (the engine's limit: 413 at once beyond it) for the fingerprint and hands
+//   it on to Nest's parsing;
+// - the interceptor (global): on a handler marked `@Idempotent()`, after the guards (so that
+//   `req.user` is set), it claims the key and runs the rest of the request; when the engine
+//   answers itself (a replay, a refusal), the handler does not run and the answer Nest then
+//   writes (of nothing) is replaced under Nest, on the platform, by the engine's reply:
+//   an interceptor has no other way to answer with a status and headers of its own, and an
+//   exception filter could be preempted by the application's own catch-all filters.
+import { Readable } from "node:stream";
+import { Module, SetMetadata } from "@nestjs/common";
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from "@nestjs/common/constants.js";
+import { RouteParamtypes } from "@nestjs/common/enums/route-paramtypes.enum.js";
+import { APP_INTERCEPTOR, HttpAdapterHost, Reflector } from "@nestjs/core";
+import { from, mergeMap, of } from "rxjs";
+import { Idempotency } from "idem";
+import { readBody } from "./body.js";
+import { rangeError } from "./errors.js";
+import { answerInstead, answered, replyWith } from "./fastify-reply.js";
+import { capture as captureNode, send as sendNode, sendInstead } from "./node-response.js";
+
+/** The metadata key `@Idempotent()` sets. */
+const IDEMPOTENT = "idem:idempotent";
+/** The provider token of the module's `Idempotency` (the engine on its store), for a
+ * service that issues tokens or opens sessions with it. */
+export const IDEMPOTENCY = Symbol.for("idem:nestjs:idempotency");
+const BINDING = Symbol.for("idem:nestjs:binding");
+/** What the intake keeps on a request: `{ body }`, the raw bytes. */
+const INTAKE = Symbol("idempotency intake");
+/** Where a request that runs on the Fastify platform keeps its capture. */
+const CAPTURE = Symbol("idempotency capture");
+const JSON_TYPE = /^application\/([\w.+-]+\+)?json\b/i;
+const RUN = Symbol("run");
+
+/** Marks a handler (or every handler of a controller) as guarded by idempotency keys. */
+export function Idempotent() {
+  return SetMetadata(IDEMPOTENT, true);
+}
+
+/** The default principal: the id of the request's user (`req.user`, as authentication guards
+ * such as Passport's set it): the user itself when it is a string or number, else its `id`,
+ * else its `sub`. Without a user the principal is empty, which the engine refuses
+ * (IDEM-SCOPE-3): never a shared scope. */
+function userOf(req) {
+  const user = req.user;
+  if (typeof user === "string" || typeof user === "number") return user;
+  return user?.id ?? user?.sub ?? "";
+}
+
+/** The engine on its store, and the platform glue of one application. */
+class Binding {
+  constructor(options, adapterHost) {
+    if (options === null || typeof options !== "object") throw rangeError("IDEM-JS-1", "IdempotencyModule.forRoot(options) needs { store }");
+    const { principal = userOf, ...rest } = options;
+    this.idem = new Idempotency({
+      ...rest,
+      principal: typeof principal === "function" ? (input) => principal(input.req) : principal,
+    });
+    const instance = adapterHost?.httpAdapter?.getInstance?.();
+    if (instance == null) throw rangeError("IDEM-JS-1", "IdempotencyModule needs an HTTP application (NestFactory.create with the Express or Fastify platform)");
+    this.fastify = typeof instance.addHook === "function";
+    if (this.fastify) this.#installFastify(instance);
+    else this.#installExpress(instance);
+  }
+
+  /** The key of a request with these headers (a Node header record), or null. */
+  #keyOf(headers) {
+    const idem = this.idem;
+    return idem.keyOf(headers[idem.keyHeader] ?? null, { get: (name) => headers[name] ?? null });
+  }
+
+  #installExpress(app) {
+    const idem = this.idem;
+    app.use((req, res, next) => {
+      const key = this.#keyOf(req.headers);
+      if (!idem.protects(req.method, key !== null)) return next();
+      readBody(idem, req.headers["content-length"], req).then(async (body) => {
+        if (typeof body === "number") return sendNode(res, await idem.serve(body, (answer) => answer), idem);
+        req[INTAKE] = { body };
+        req.rawBody = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+        if (JSON_TYPE.test(req.headers["content-type"] ?? "") && body.byteLength > 0) {
+          try {
+            req.body = JSON.parse(new TextDecoder().decode(body));
+          } catch {
+            // Refused by the engine on a guarded handler (IDEM-FP-6).
+            req.body = undefined;
+          }
+        }
+        // Nest's body parsers skip a request whose body was read.
+        req._body = true;
+        next();
+      }).catch(next);
+    });
+  }
+
+  #installFastify(fastify) {
+    const idem = this.idem;
+    fastify.addHook("preParsing", async (request, reply, payload) => {
+      const key = this.#keyOf(request.headers);
+      if (!idem.protects(request.method, key !== null)) return payload;
+      const body = await readBody(idem, request.headers["content-length"], payload);
+      if (typeof body === "number") {
+        reply.send(await replyWith(reply, await idem.serve(body, (answer) => answer), idem));
+        return reply;
+      }
+      request[INTAKE] = { body };
+      let bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+      // As NestFactory.create's `rawBody: true` keeps it (its parser sets the same bytes).
+      request.rawBody = bytes;
+      // JSON that does not parse is refused by the engine on a guarded handler (IDEM-FP-6):
+      // Fastify's parser is given `null` instead, so that it does not answer first.
+      if (JSON_TYPE.test(request.headers["content-type"] ?? "") && bytes.length > 0 && !parses(bytes)) bytes = Buffer.from("null");
+      const again = Readable.from(bytes.length === 0 ? [] : [bytes]);
+      // Fastify checks the length it was told against this.
+      again.receivedEncodedLength = body.byteLength;
+      return again;
+    });
+    fastify.addHook("onSend", async (request, reply, payload) => {
+      const capture = request[CAPTURE];
+      if (capture === undefined) return payload;
+      request[CAPTURE] = undefined;
+      return capture.instead !== undefined ? answerInstead(capture, reply, idem) : answered(capture, reply, payload, idem);
+    });
+  }
+
+  /**
+   * Begins a guarded request (in the interceptor): resolves to RUN when the rest of the
+   * request is to run (its answer is then captured under Nest, stored and sent), or to
+   * nothing when the engine answered itself: its reply then replaces what Nest writes, or,
+   * for a handler that answers by itself (`@Res()` or `@Next()` without passthrough), for
+   * which Nest writes nothing, is sent at once.
+   */
+  async begin(req, res, ownAnswer) {
+    const idem = this.idem;
+    const headers = req.headers;
+    const key = this.#keyOf(headers);
+    if (!idem.protects(req.method, key !== null)) return RUN;
+    const intake = req[INTAKE];
+    if (intake === undefined) throw bodyTakenError();
+    let started;
+    const running = new Promise((resolve) => (started = resolve));
+    const held = { node: null, fastify: { resolve: null, done: null } };
+    const done = idem.handle(
+      {
+        req,
+        method: req.method,
+        target: req.originalUrl ?? req.url,
+        route: undefined,
+        key,
+        lowWater: headers[idem.lowWaterHeader],
+        contentType: headers["content-type"],
+        headers,
+        body: intake.body,
+      },
+      (context) => {
+        req.idempotency = context;
+        let answer;
+        if (this.fastify) {
+          answer = new Promise((resolve) => (held.fastify.resolve = resolve));
+          req[CAPTURE] = held.fastify;
+        } else {
+          held.node = captureNode(res);
+          answer = held.node.answer;
+        }
+        started(true);
+        return answer;
+      },
+    );
+    held.fastify.done = done;
+    if (!(await Promise.race([running, done.then(() => false)]))) {
+      const reply = await done;
+      if (ownAnswer) {
+        if (this.fastify) res.send(await replyWith(res, reply, idem));
+        else await sendNode(res, reply, idem);
+      } else if (this.fastify) req[CAPTURE] = { instead: reply, before: new Set(Object.keys(res.getHeaders())) };
+      else sendInstead(res, reply, idem).catch(() => res.destroy());
+      return undefined;
+    }
+    if (!this.fastify) {
+      // What Nest writes is held back until the outcome is stored, then sent.
+      done
+        .then(
+          (reply) => {
+            held.node.release();
+            return sendNode(res, reply, idem);
+          },
+          () => {
+            held.node.release();
+            if (!res.headersSent) res.writeHead(500).end();
+          },
+        )
+        // Only a failing problem hook gets here: the connection is closed, not left open.
+        .catch(() => res.destroy());
+    } else {
+      // Awaited in onSend; an answer that never reaches it leaves nothing unhandled.
+      done.catch(() => {});
+    }
+    return RUN;
+  }
+}
+
+/** Whether the handler answers by itself (Nest's own rule: a `@Res()` or `@Next()`
+ * parameter, without `passthrough`), so that Nest writes nothing after it. */
+function answersItself(context) {
+  const owner = context.getClass();
+  const name = context.getHandler().name;
+  const args = Reflect.getMetadata(ROUTE_ARGS_METADATA, owner, name) ?? {};
+  const own = Object.keys(args).some((k) => {
+    const type = Number(k.split(":")[0]);
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+  return own && Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, owner, name) !== true;
+}
+
+function parses(bytes) {
+  try {
+    JSON.parse(bytes.toString("utf8"));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function bodyTakenError() {
+  const err = new Error(
+    "idem/nestjs: the body of a guarded request was not read by IdempotencyModule's intake " +
+      "(something read it first, or the application was not created with NestFactory.create), so it cannot be fingerprinted.",
+  );
+  err.code = "IDEM-JS-6";
+  return err;
+}
+
+/**
+ * The interceptor (registered globally by `IdempotencyModule.forRoot`): guards the handlers
+ * marked `@Idempotent()`; others, and requests the engine does not protect, pass through.
+ */
+export class IdempotencyInterceptor {
+  #reflector;
+  #binding;
+  constructor(reflector, binding) {
+    this.#reflector = reflector;
+    this.#binding = binding;
+  }
+
+  intercept(context, next) {
+    if (context.getType() !== "http") return next.handle();
+    if (this.#reflector.getAllAndOverride(IDEMPOTENT, [context.getHandler(), context.getClass()]) !== true) return next.handle();
+    const http = context.switchToHttp();
+    return from(this.#binding.begin(http.getRequest(), http.getResponse(), answersItself(context))).pipe(
+      mergeMap((outcome) => (outcome === RUN ? next.handle() : of(undefined))),
+    );
+  }
+}
+
+/**
+ * The module. `IdempotencyModule.forRoot(options)` takes `withIdempotency`'s options (a
+ * store is required); `principal(req)` is called with the platform's request after the
+ * guards, and defaults to the id of `req.user` (see `userOf`); `"none"` is for an API with a
+ * single tenant. It is global: `@Idempotent()` works in every module, and `IDEMPOTENCY`
+ * gives the `Idempotency` it made.
+ */
+export class IdempotencyModule {
+  static forRoot(options) {
+    return {
+      module: IdempotencyModule,
+      global: true,
+      providers: [
+        { provide: BINDING, useFactory: (host) => new Binding(options, host), inject: [HttpAdapterHost] },
+        { provide: IDEMPOTENCY, useFactory: (binding) => binding.idem, inject: [BINDING] },
+        { provide: APP_INTERCEPTOR, useFactory: (reflector, binding) => new IdempotencyInterceptor(reflector, binding), inject: [Reflector, BINDING] },
+      ],
+      exports: [IDEMPOTENCY],
+    };
+  }
+}
+Module({})(IdempotencyModule);

@@ -1,0 +1,217 @@
+// `idem/fastify` on Fastify 5 over loopback HTTP (IDEM-JS-4): the adapters' shared checks
+// (test/framework-http.mjs), the store kit's shared-store case on one Redis through two
+// Fastify apps, what only Fastify has (route opt-in, the parsed body, hooks' headers, errors
+// to Fastify's error handling), and the example of docs/frameworks/fastify.md run as written.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { Readable } from "node:stream";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import Fastify from "fastify";
+import Redis from "ioredis";
+import { MemoryStore } from "idem";
+import { idempotency } from "idem/fastify";
+import { RedisStore } from "idem/redis";
+import { MAX_BODY, ORDER, adapterChecks, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
+import { startRedis } from "./servers.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The app of the shared checks on Fastify, with `options` for the plugin. */
+async function startApp({ store = new MemoryStore(), ...options } = {}) {
+  const state = { count: 0, errors: [] };
+  const app = Fastify();
+  app.addHook("onRequest", async (request, reply) => {
+    reply.header("access-control-allow-origin", "*");
+  });
+  await app.register(idempotency, {
+    store,
+    principal: (request) => request.headers["x-user"] ?? "",
+    fingerprint: { maxBody: MAX_BODY },
+    ...options,
+  });
+  const guarded = { config: { idempotency: true } };
+  app.post("/api/orders", guarded, async (request, reply) => {
+    const id = ++state.count;
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    const order = request.body;
+    if (order === null || typeof order !== "object" || Array.isArray(order)) return reply.code(400).send({ error: "invalid order" });
+    return reply.code(201).header("x-order-id", String(id)).send({ id, order, key: request.idempotency?.key, raw: request.rawBody?.byteLength });
+  });
+  app.get("/api/orders", async () => ({ orders: state.count }));
+  app.post("/open/orders", async (request, reply) => {
+    state.count++;
+    return reply.code(201).send({ open: true });
+  });
+  app.post("/api/fails", guarded, async () => {
+    state.count++;
+    throw new Error("the handler failed");
+  });
+  app.post("/api/later", guarded, async (request, reply) => {
+    // An answer sent as a stream, after the handler returned.
+    state.count++;
+    setTimeout(() => reply.code(202).type("text/plain").send(ReadableFrom(`accepted ${state.count}`)), 10);
+    return reply;
+  });
+  app.setErrorHandler((err, request, reply) => {
+    state.errors.push(err);
+    reply.code(500).send({ error: err.message, code: err.code });
+  });
+  const url = await app.listen({ port: 0, host: "127.0.0.1" });
+  return { url, port: app.server.address().port, state, app, close: () => app.close() };
+}
+
+function ReadableFrom(text) {
+  return Readable.from([Buffer.from(text)]);
+}
+
+describe("idem/fastify on Fastify 5", () => {
+  let running;
+  before(async () => {
+    running = await startApp();
+  });
+  after(async () => running?.close());
+  adapterChecks(() => running);
+
+  test("the route gets its parsed body, the raw bytes and the context; hooks' headers stay on replays and refusals", async () => {
+    const key = fresh();
+    const first = await post(running.url, { key, body: ` ${ORDER}` });
+    const answer = await first.json();
+    assert.deepEqual(answer.order, JSON.parse(ORDER));
+    assert.equal(answer.raw, ORDER.length + 1);
+    assert.equal(answer.key, key.slice(1, -1));
+    const retry = await post(running.url, { key, body: ` ${ORDER}` });
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.equal(retry.headers.get("access-control-allow-origin"), "*");
+    const mismatch = await post(running.url, { key, body: '{"amount":1}' });
+    assert.equal(mismatch.status, 422);
+    assert.equal(mismatch.headers.get("access-control-allow-origin"), "*");
+  });
+
+  test("a handler that throws: Fastify's error handler answers, and the engine takes that 500 as an unknown outcome (IDEM-OUT-3)", async () => {
+    const key = fresh();
+    const before = running.state.count;
+    const errors = running.state.errors.length;
+    const first = await post(running.url, { key, path: "/api/fails" });
+    assert.equal(first.status, 500);
+    assert.deepEqual(await first.json(), { error: "the handler failed" });
+    assert.equal(running.state.errors.length, errors + 1);
+    // The default policy re-executes: the retry runs again, and is not a replay.
+    const retry = await post(running.url, { key, path: "/api/fails" });
+    assert.equal(retry.status, 500);
+    assert.equal(retry.headers.get("idempotent-replayed"), null);
+    assert.equal(running.state.count - before, 2);
+  });
+
+  test("an answer sent later as a stream is captured whole, stored and replayed", async () => {
+    const key = fresh();
+    const first = await post(running.url, { key, path: "/api/later" });
+    assert.equal(first.status, 202);
+    const text = await first.text();
+    assert.match(text, /^accepted \d+$/);
+    const retry = await post(running.url, { key, path: "/api/later" });
+    assert.equal(retry.status, 202);
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.equal(await retry.text(), text);
+  });
+});
+
+describe("idem/fastify: the key header's name and the problem hook are options", () => {
+  test("X-Request-Key carries the key, and refusals come in the host's own error format", async () => {
+    const running = await startApp({
+      keyHeader: "X-Request-Key",
+      problem: (problem) => Response.json({ error: problem.type.replace("urn:idem:problem:", "") }, { status: problem.status }),
+    });
+    try {
+      const key = fresh();
+      const send = (body = ORDER) =>
+        fetch(`${running.url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "x-user": "alice", "x-request-key": key }, body });
+      assert.equal((await send()).status, 201);
+      assert.equal((await send()).headers.get("idempotent-replayed"), "true");
+      const missing = await post(running.url, { key });
+      assert.equal(missing.status, 400);
+      assert.deepEqual(await missing.json(), { error: "missing-key" });
+      const mismatch = await send('{"amount":2}');
+      assert.equal(mismatch.status, 422);
+      assert.deepEqual(await mismatch.json(), { error: "key-reuse-mismatch" });
+      assert.equal(running.state.count, 1);
+    } finally {
+      await running.close();
+    }
+  });
+
+  test("a principal that throws goes to Fastify's error handler, and nothing runs", async () => {
+    const running = await startApp({
+      principal: () => {
+        throw new Error("no session");
+      },
+    });
+    try {
+      const r = await post(running.url, { key: fresh() });
+      assert.equal(r.status, 500);
+      assert.deepEqual(await r.json(), { error: "no session" });
+      assert.equal(running.state.count, 0);
+    } finally {
+      await running.close();
+    }
+  });
+});
+
+describe("idem/fastify: two apps on one Redis (the store kit's shared-store case)", () => {
+  let redis;
+  const clients = [];
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    for (const c of clients) c.disconnect();
+    await redis?.stop();
+  });
+  sharedStoreCheck("Fastify on RedisStore", {
+    open: () => {
+      const client = new Redis(redis.url);
+      clients.push(client);
+      return new RedisStore(client);
+    },
+    start: (store) => startApp({ store }),
+  });
+});
+
+describe("docs/frameworks/fastify.md: the example runs as written", () => {
+  const file = join(here, "..", "examples", "frameworks", "fastify.mjs");
+  const example = readFileSync(file, "utf8");
+
+  test("the page opens with the example's text", () => {
+    const page = readFileSync(join(here, "..", "..", "docs", "frameworks", "fastify.md"), "utf8");
+    assert.ok(page.includes("```js\n" + example + "```"), "docs/frameworks/fastify.md must show examples/frameworks/fastify.mjs verbatim");
+  });
+
+  test("the example serves an order once and replays it", async () => {
+    const child = spawn(process.execPath, [file], { env: { ...process.env, PORT: "0" }, stdio: ["ignore", "pipe", "pipe"] });
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    try {
+      const url = await new Promise((resolve, reject) => {
+        let err = "";
+        child.stderr.on("data", (d) => (err += d));
+        child.stdout.once("data", (d) => resolve(String(d).trim()));
+        child.once("exit", (code) => reject(new Error(`the example exited (${code}): ${err}`)));
+      });
+      const key = fresh();
+      const first = await post(url, { key, path: "/orders" });
+      assert.equal(first.status, 201);
+      const body = await first.json();
+      assert.deepEqual(body.order, JSON.parse(ORDER));
+      const retry = await post(url, { key, path: "/orders" });
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await retry.json(), body);
+      const mismatch = await post(url, { key, path: "/orders", body: '{"amount":1}' });
+      assert.equal(mismatch.status, 422);
+      assert.equal(mismatch.headers.get("content-type"), "application/problem+json");
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      await exited;
+    }
+  });
+});

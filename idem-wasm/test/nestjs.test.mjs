@@ -1,0 +1,277 @@
+// `idem/nestjs` on NestJS 11 over loopback HTTP (IDEM-JS-4), on the Express and the Fastify
+// platforms: the adapters' shared checks (test/framework-http.mjs), the store kit's
+// shared-store case on one Redis through two Nest apps, what only Nest has (the principal
+// from req.user set by a guard, pipes and exception filters inside the guarded request,
+// unmarked handlers untouched), and the TypeScript example of docs/frameworks/nestjs.md,
+// compiled with the pinned typescript and run as written.
+//
+// Node 20 does not parse decorators: the test app applies them as functions.
+import "reflect-metadata";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { BadRequestException, Body, Catch, Controller, Get, HttpException, Module, Post, Req, Res } from "@nestjs/common";
+import { NestFactory } from "@nestjs/core";
+import { ExpressAdapter } from "@nestjs/platform-express";
+import { FastifyAdapter } from "@nestjs/platform-fastify";
+import Redis from "ioredis";
+import ts from "typescript";
+import { MemoryStore } from "idem";
+import { Idempotent, IdempotencyModule } from "idem/nestjs";
+import { RedisStore } from "idem/redis";
+import { MAX_BODY, ORDER, adapterChecks, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
+import { startRedis } from "./servers.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const PLATFORMS = [
+  ["Express", () => new ExpressAdapter()],
+  ["Fastify", () => new FastifyAdapter()],
+];
+
+/** Applies method decorators to `Class.prototype[name]`, as `@a @b name() {}` would. */
+function decorate(Class, name, ...decorators) {
+  const proto = Class.prototype;
+  Reflect.decorate(decorators, proto, name, Object.getOwnPropertyDescriptor(proto, name));
+}
+
+/** The app of the shared checks on Nest: the user is set by a global guard from `x-user`,
+ * CORS is on, and a catch-all exception filter answers every error in the app's own format
+ * (the engine's replays and refusals must get past it untouched). */
+async function startApp(platform, { store = new MemoryStore(), ...options } = {}) {
+  const state = { count: 0 };
+  class OrdersController {
+    async create(order, req, res) {
+      const id = ++state.count;
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      if (order === null || typeof order !== "object" || Array.isArray(order)) throw new BadRequestException("invalid order");
+      res.header("x-order-id", String(id));
+      return { id, order, key: req.idempotency?.key, raw: req.rawBody?.byteLength, user: req.user.id };
+    }
+    list() {
+      return { orders: state.count };
+    }
+    // Answers by itself through the platform's response (Nest then writes nothing).
+    own(res) {
+      const id = ++state.count;
+      const body = JSON.stringify({ id, own: true });
+      if (typeof res.code === "function") res.code(201).header("content-type", "application/json").send(body);
+      else res.status(201).type("json").send(body);
+    }
+  }
+  Controller("api/orders")(OrdersController);
+  Body()(OrdersController.prototype, "create", 0);
+  Req()(OrdersController.prototype, "create", 1);
+  Res({ passthrough: true })(OrdersController.prototype, "create", 2);
+  decorate(OrdersController, "create", Post(), Idempotent());
+  decorate(OrdersController, "list", Get());
+  Res()(OrdersController.prototype, "own", 0);
+  decorate(OrdersController, "own", Post("own"), Idempotent());
+
+  class OpenController {
+    create() {
+      state.count++;
+      return { open: true };
+    }
+  }
+  Controller("open/orders")(OpenController);
+  decorate(OpenController, "create", Post());
+
+  class AppModule {}
+  Module({
+    imports: [IdempotencyModule.forRoot({ store, fingerprint: { maxBody: MAX_BODY }, ...options })],
+    controllers: [OrdersController, OpenController],
+  })(AppModule);
+
+  const app = await NestFactory.create(AppModule, platform(), { logger: false });
+  app.useGlobalGuards({
+    canActivate(context) {
+      const req = context.switchToHttp().getRequest();
+      const user = req.headers["x-user"];
+      if (user !== undefined) req.user = { id: user };
+      return true;
+    },
+  });
+  app.enableCors();
+  class CatchAll {
+    catch(exception, host) {
+      const status = exception instanceof HttpException ? exception.getStatus() : 500;
+      app.getHttpAdapter().reply(host.switchToHttp().getResponse(), { error: exception.message }, status);
+    }
+  }
+  Catch()(CatchAll);
+  app.useGlobalFilters(new CatchAll());
+  await app.listen(0, "127.0.0.1");
+  const port = app.getHttpServer().address().port;
+  return { url: `http://127.0.0.1:${port}`, port, state, close: () => app.close() };
+}
+
+for (const [name, platform] of PLATFORMS) {
+  describe(`idem/nestjs on NestJS 11 with the ${name} platform`, () => {
+    let running;
+    before(async () => {
+      running = await startApp(platform);
+    });
+    after(async () => running?.close());
+    adapterChecks(() => running, { statusQueries: false });
+
+    test("the handler gets the parsed body, the raw bytes, the context and the user the guard set", async () => {
+      const key = fresh();
+      const first = await post(running.url, { key, body: ` ${ORDER}`, user: "carol" });
+      const answer = await first.json();
+      assert.equal(first.status, 201);
+      assert.deepEqual(answer.order, JSON.parse(ORDER));
+      assert.equal(answer.raw, ORDER.length + 1);
+      assert.equal(answer.key, key.slice(1, -1));
+      assert.equal(answer.user, "carol");
+      const retry = await post(running.url, { key, body: ` ${ORDER}`, user: "carol" });
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(retry.headers.get("access-control-allow-origin"), "*");
+      const mismatch = await post(running.url, { key, body: '{"amount":1}', user: "carol" });
+      assert.equal(mismatch.status, 422);
+      assert.equal(mismatch.headers.get("access-control-allow-origin"), "*");
+      assert.equal(mismatch.headers.get("content-type"), "application/problem+json");
+    });
+
+    test("a handler that answers by itself (@Res() without passthrough) runs once, and its answer is replayed", async () => {
+      const key = fresh();
+      const before = running.state.count;
+      const first = await post(running.url, { key, path: "/api/orders/own" });
+      assert.equal(first.status, 201);
+      const body = await first.json();
+      assert.equal(body.own, true);
+      const retry = await post(running.url, { key, path: "/api/orders/own" });
+      assert.equal(retry.status, 201);
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await retry.json(), body);
+      const mismatch = await post(running.url, { key, path: "/api/orders/own", body: '{"amount":1}' });
+      assert.equal(mismatch.status, 422);
+      assert.equal(running.state.count, before + 1);
+    });
+
+    test("an error the handler throws goes to the app's exception filter, whose answer is stored and replayed", async () => {
+      const key = fresh();
+      const first = await post(running.url, { key, body: "[1]" });
+      assert.equal(first.status, 400);
+      assert.deepEqual(await first.json(), { error: "invalid order" });
+      const retry = await post(running.url, { key, body: "[1]" });
+      assert.equal(retry.status, 400);
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await retry.json(), { error: "invalid order" });
+    });
+
+    test("without a user the principal is empty, and the request is refused with 500 no-principal: never a shared scope (IDEM-SCOPE-3)", async () => {
+      const before = running.state.count;
+      const r = await fetch(`${running.url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": fresh() }, body: ORDER });
+      const text = await r.text();
+      assert.equal(r.status, 500, text);
+      assert.equal(JSON.parse(text).type, "urn:idem:problem:no-principal");
+      assert.equal(r.headers.get("content-type"), "application/problem+json", text);
+      assert.equal(running.state.count, before);
+    });
+  });
+
+  describe(`idem/nestjs (${name}): the key header's name and the problem hook are options`, () => {
+    test("X-Request-Key carries the key, and refusals come in the host's own error format", async () => {
+      const running = await startApp(platform, {
+        keyHeader: "X-Request-Key",
+        problem: (problem) => Response.json({ error: problem.type.replace("urn:idem:problem:", "") }, { status: problem.status }),
+      });
+      try {
+        const key = fresh();
+        const send = (body = ORDER) =>
+          fetch(`${running.url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "x-user": "alice", "x-request-key": key }, body });
+        assert.equal((await send()).status, 201);
+        assert.equal((await send()).headers.get("idempotent-replayed"), "true");
+        const missing = await post(running.url, { key });
+        assert.equal(missing.status, 400);
+        assert.deepEqual(await missing.json(), { error: "missing-key" });
+        const mismatch = await send('{"amount":2}');
+        assert.equal(mismatch.status, 422);
+        assert.deepEqual(await mismatch.json(), { error: "key-reuse-mismatch" });
+        assert.equal(running.state.count, 1);
+      } finally {
+        await running.close();
+      }
+    });
+  });
+
+  describe(`idem/nestjs (${name}): two apps on one Redis (the store kit's shared-store case)`, () => {
+    let redis;
+    const clients = [];
+    before(async () => {
+      redis = await startRedis();
+    });
+    after(async () => {
+      for (const c of clients) c.disconnect();
+      await redis?.stop();
+    });
+    sharedStoreCheck(`NestJS (${name}) on RedisStore`, {
+      open: () => {
+        const client = new Redis(redis.url);
+        clients.push(client);
+        return new RedisStore(client);
+      },
+      start: (store) => startApp(platform, { store }),
+    });
+  });
+}
+
+describe("docs/frameworks/nestjs.md: the example runs as written", () => {
+  const file = join(here, "..", "examples", "frameworks", "nestjs.ts");
+  const example = readFileSync(file, "utf8");
+
+  test("the page opens with the example's text", () => {
+    const page = readFileSync(join(here, "..", "..", "docs", "frameworks", "nestjs.md"), "utf8");
+    assert.ok(page.includes("```ts\n" + example + "```"), "docs/frameworks/nestjs.md must show examples/frameworks/nestjs.ts verbatim");
+  });
+
+  test("the example, compiled with the pinned typescript, serves an order once and replays it", async () => {
+    const { outputText, diagnostics } = ts.transpileModule(example, {
+      reportDiagnostics: true,
+      compilerOptions: {
+        module: ts.ModuleKind.ES2022,
+        target: ts.ScriptTarget.ES2022,
+        experimentalDecorators: true,
+        emitDecoratorMetadata: true,
+      },
+    });
+    assert.deepEqual(diagnostics, []);
+    // Inside the package, so that "idem" resolves to it.
+    const dir = mkdtempSync(join(here, ".nestjs-example-"));
+    const compiled = join(dir, "main.mjs");
+    writeFileSync(compiled, outputText);
+    const child = spawn(process.execPath, [compiled], { env: { ...process.env, PORT: "0", NO_COLOR: "1" }, stdio: ["ignore", "pipe", "pipe"] });
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    try {
+      const url = await new Promise((resolve, reject) => {
+        let out = "";
+        let err = "";
+        child.stderr.on("data", (d) => (err += d));
+        child.stdout.on("data", (d) => {
+          out += d;
+          const line = out.match(/^http:\/\/\S+$/m);
+          if (line) resolve(line[0].replace("[::1]", "127.0.0.1"));
+        });
+        child.once("exit", (code) => reject(new Error(`the example exited (${code}): ${out}${err}`)));
+      });
+      const key = fresh();
+      const first = await post(url, { key, path: "/orders" });
+      assert.equal(first.status, 201);
+      const body = await first.json();
+      assert.deepEqual(body.order, JSON.parse(ORDER));
+      const retry = await post(url, { key, path: "/orders" });
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await retry.json(), body);
+      const mismatch = await post(url, { key, path: "/orders", body: '{"amount":1}' });
+      assert.equal(mismatch.status, 422);
+      assert.equal(mismatch.headers.get("content-type"), "application/problem+json");
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
