@@ -75,6 +75,7 @@ mod response;
 mod session;
 mod store;
 pub mod stores;
+pub mod telemetry;
 mod time;
 
 // Key kinds beyond the IETF draft's opaque keys, and the client side.
