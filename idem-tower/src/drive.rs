@@ -56,12 +56,13 @@ impl<St> Shared<St> {
     }
 }
 
-/// The default event hook: `tracing`, security-relevant events at `warn`.
+/// The default event hook: `tracing`, security-relevant events at `warn`. The record is
+/// named by its digest, never by its key (`IDEM-EVT-2`).
 pub(crate) fn log(event: &Event, key: &RecordKey) {
     if event.is_security_relevant() {
-        tracing::warn!(event = ?event, key = %key.key, "idempotency");
+        tracing::warn!(event = ?event, key.digest = %key.digest(), "idempotency");
     } else {
-        tracing::debug!(event = ?event, key = %key.key, "idempotency");
+        tracing::debug!(event = ?event, key.digest = %key.digest(), "idempotency");
     }
 }
 
@@ -167,7 +168,7 @@ impl Drop for Outstanding<'_> {
     fn drop(&mut self) {
         if self.armed {
             tracing::warn!(
-                key = %self.request.key().key,
+                key.digest = %self.request.key().digest(),
                 "idempotency: a store call was abandoned; its answer is taken as a failure"
             );
             self.request
@@ -182,7 +183,7 @@ where
     St: AsyncStore,
     St::Error: fmt::Display,
 {
-    tracing::warn!(error = %error, key = %request.key().key, "idempotency store failed");
+    tracing::warn!(error = %error, key.digest = %request.key().digest(), "idempotency store failed");
     request.handle_store_error(St::failure(error), waiters);
 }
 
@@ -230,7 +231,7 @@ where
             other => {
                 tracing::error!(
                     step = ?other,
-                    key = %self.attempt.0.key,
+                    key.digest = %self.attempt.0.digest(),
                     "idempotency: the outcome was not recorded"
                 );
                 None
