@@ -15,7 +15,7 @@
 //! [`RecordKey::digest`]: crate::RecordKey::digest
 
 use crate::{Event, Operation};
-use alloc::string::{String, ToString};
+use alloc::string::String;
 
 /// The span of each [`Operation`].
 pub mod span {
@@ -226,6 +226,10 @@ pub fn operation_outcome(decision: Option<&Event>, status: u16) -> Outcome {
     }
 }
 
+/// The value of [`attr::ERROR_TYPE`] for an operation that ended with no answer of its own
+/// (the handler failed or threw): OpenTelemetry's fallback value.
+pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+
 /// The value of [`attr::ERROR_TYPE`] for an answer with `status` and problem `type` URI
 /// `problem_type` (the engine's own refusals have one): the problem's slug for idem's
 /// problems (`key-mismatch`, `request-in-progress`, …), the status code for any other
@@ -237,11 +241,13 @@ pub fn error_type(status: u16, problem_type: Option<&str>) -> Option<String> {
     if status >= 400 {
         if let (Some(t), Some(prefix)) = (problem_type, prefix) {
             if let Some(slug) = t.strip_prefix(prefix) {
-                return Some(slug.to_string());
+                return Some(String::from(slug));
             }
         }
     }
-    (status >= 500).then(|| status.to_string())
+    // Decimal, not `to_string`: the integer formatting of `core::fmt` is not linked into the
+    // WebAssembly module for this.
+    (status >= 500).then(|| String::from(crate::canon::Decimal::new(u64::from(status)).as_str()))
 }
 
 #[cfg(test)]
