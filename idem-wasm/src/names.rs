@@ -79,6 +79,130 @@ pub fn security_mask() -> u32 {
     interop::security_mask()
 }
 
+/// The telemetry's names (idem-core's [`telemetry`](idem_core::telemetry)), as JSON:
+/// `spans` (in operation order, see `Engine.operationIndex`), `attributes`, `metrics`,
+/// `storeOperations`, `storeDurationUnit` and `outcomes` (in index order, see
+/// [`operation_outcome`]) (`IDEM-EVT-2`).
+#[cfg(feature = "server")]
+#[wasm_bindgen(js_name = telemetryNames)]
+pub fn telemetry_names() -> String {
+    use idem_core::telemetry::{attr, metric, span, store_op, Outcome};
+    fn list(out: &mut String, names: &mut dyn Iterator<Item = &'static str>) {
+        out.push('[');
+        for (i, n) in names.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(n);
+            out.push('"');
+        }
+        out.push(']');
+    }
+    fn object(out: &mut String, pairs: &[(&str, &str)]) {
+        out.push('{');
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(k);
+            out.push_str("\":\"");
+            out.push_str(v);
+            out.push('"');
+        }
+        out.push('}');
+    }
+    let mut out = String::from("{\"spans\":");
+    list(&mut out, &mut span::ALL.iter().copied());
+    out.push_str(",\"attributes\":");
+    object(
+        &mut out,
+        &[
+            ("keyDigest", attr::KEY_DIGEST),
+            ("decision", attr::DECISION),
+            ("outcome", attr::OUTCOME),
+            ("operation", attr::OPERATION),
+            ("storeOperation", attr::STORE_OPERATION),
+            ("httpRequestMethod", attr::HTTP_REQUEST_METHOD),
+            ("httpRoute", attr::HTTP_ROUTE),
+            ("httpResponseStatusCode", attr::HTTP_RESPONSE_STATUS_CODE),
+            ("errorType", attr::ERROR_TYPE),
+        ],
+    );
+    out.push_str(",\"metrics\":");
+    object(
+        &mut out,
+        &[
+            ("requests", metric::REQUESTS),
+            ("leaseTakeovers", metric::LEASE_TAKEOVERS),
+            ("storeDuration", metric::STORE_DURATION),
+            ("recordsWritten", metric::RECORDS_WRITTEN),
+        ],
+    );
+    out.push_str(",\"storeOperations\":");
+    object(
+        &mut out,
+        &[
+            ("load", store_op::LOAD),
+            ("apply", store_op::APPLY),
+            ("claim", store_op::CLAIM),
+        ],
+    );
+    out.push_str(",\"storeDurationUnit\":\"");
+    out.push_str(metric::STORE_DURATION_UNIT);
+    out.push_str("\",\"operations\":");
+    list(
+        &mut out,
+        &mut idem_core::telemetry::OPERATIONS
+            .iter()
+            .map(|o| idem_core::telemetry::operation_name(*o)),
+    );
+    out.push_str(",\"errorTypeOther\":\"");
+    out.push_str(idem_core::telemetry::ERROR_TYPE_OTHER);
+    out.push_str("\",\"takeover\":");
+    // The index of the event that counts as a lease takeover.
+    let takeover = idem_core::Event::ALL
+        .iter()
+        .position(|e| matches!(e, idem_core::Event::TookOver { .. }))
+        .unwrap_or(0);
+    // An event index is below 32 (the masks are u32): two digits at most.
+    if takeover >= 10 {
+        out.push(char::from(b'0' + (takeover / 10) as u8));
+    }
+    out.push(char::from(b'0' + (takeover % 10) as u8));
+    out.push_str(",\"outcomes\":");
+    list(&mut out, &mut Outcome::ALL.iter().map(|o| o.name()));
+    out.push('}');
+    out
+}
+
+/// The events that decide an operation (its `idem.decision`), as a bit mask over event
+/// indices: idem-core's [`outcome_of`](idem_core::telemetry::outcome_of) is some.
+#[cfg(feature = "server")]
+#[wasm_bindgen(js_name = decisionMask)]
+pub fn decision_mask() -> u32 {
+    idem_core::Event::ALL
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| idem_core::telemetry::outcome_of(e).is_some())
+        .fold(0, |mask, (i, _)| mask | (1 << i))
+}
+
+/// The outcome of an operation (an index into `telemetryNames().outcomes`) whose deciding
+/// event has index `event` (-1 for none) and whose answer had `status`: idem-core's
+/// [`operation_outcome`](idem_core::telemetry::operation_outcome).
+#[cfg(feature = "server")]
+#[wasm_bindgen(js_name = operationOutcome)]
+pub fn operation_outcome(event: i32, status: u16) -> u32 {
+    use idem_core::telemetry::{self, Outcome};
+    let decision = usize::try_from(event)
+        .ok()
+        .and_then(|i| idem_core::Event::ALL.get(i));
+    let outcome = telemetry::operation_outcome(decision, status);
+    Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0) as u32
+}
+
 /// The header a replay carries, lowercase (idem-core's
 /// [`REPLAYED_HEADER`](idem_core::REPLAYED_HEADER)). JavaScript learns that a reply is a
 /// replay from its [`ReplyFlag`](interop::ReplyFlag), never from its headers; this is for
