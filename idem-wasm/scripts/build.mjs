@@ -41,7 +41,7 @@ const SIDES = [
   { feature: "client", name: "idem_client", api: "./client.js", prefix: "client-", types: "client", cjs: "client.cjs" },
 ];
 /** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
-const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express"];
+const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express", "opentelemetry"];
 const dist = join(root, "dist");
 const quiet = process.argv.includes("--quiet");
 const cargo = process.env.CARGO || "cargo";
@@ -188,7 +188,7 @@ copyFileSync(join(root, "types", "client-manual.d.ts"), join(dist, "client-manua
 // imports the main entry as "idem", so that they share its one instance of the module, and
 // leaves its client library (ioredis, pg, hono, express) to the application. The Lua script
 // and the SQL come from idem-core/stores/, the one copy the Rust stores read too.
-const external = ["idem", "ioredis", "pg", "hono", "express", "node:*"].map((e) => `--external:${e}`);
+const external = ["idem", "ioredis", "pg", "hono", "express", "@opentelemetry/api", "node:*"].map((e) => `--external:${e}`);
 const loaders = ["--loader:.lua=text", "--loader:.sql=text"];
 for (const entry of EXTRA_ENTRIES) {
   const src = join(root, "js", `${entry}.js`);
