@@ -307,7 +307,7 @@ test("the typings declare every member of Idempotency, and types/check.ts uses e
   for (const name of called) assert.match(check, new RegExp(`\\.${name}\\b`), `types/check.ts never uses Idempotency#${name}`);
 });
 
-test("the telemetry's names are the core's, read from the module; no JavaScript writes them (IDEM-EVT-2)", () => {
+test("the telemetry's names are the core's, read from the module; no JavaScript writes them; the docs list exactly them (IDEM-EVT-2)", () => {
   const t = JSON.parse(glue.telemetryNames());
   const names = [...t.spans, ...Object.values(t.attributes), ...Object.values(t.metrics)];
   assert.equal(new Set(names).size, names.length, "a name is used twice");
@@ -325,4 +325,8 @@ test("the telemetry's names are the core's, read from the module; no JavaScript 
   for (const [file, text] of sources) {
     for (const name of names) assert.ok(!code(text).includes(`"${name}"`), `${file} writes "${name}" by hand`);
   }
+  // docs/observability.md: one table, one row per name, the first cell the name.
+  const doc = readFileSync(join(root, "..", "docs", "observability.md"), "utf8");
+  const rows = [...doc.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]);
+  assert.deepEqual([...rows].sort(), [...names].sort());
 });
