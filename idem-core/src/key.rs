@@ -443,11 +443,6 @@ impl RecordKey {
     /// [`storage_key`](Self::storage_key), in lowercase hex. One key in one scope always has
     /// the same digest; the key and the principal cannot be read back from it.
     pub fn digest(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        h.update(self.storage_key().as_bytes());
-        let mut hex = String::with_capacity(32);
-        crate::kind::push_hex(&mut hex, &h.finalize()[..16]);
-        hex
+        crate::request::principal_digest(&self.storage_key())
     }
 }

@@ -86,95 +86,98 @@ pub fn security_mask() -> u32 {
 #[cfg(feature = "server")]
 #[wasm_bindgen(js_name = telemetryNames)]
 pub fn telemetry_names() -> String {
-    use idem_core::telemetry::{attr, metric, span, store_op, Outcome};
-    fn list(out: &mut String, names: &mut dyn Iterator<Item = &'static str>) {
-        out.push('[');
-        for (i, n) in names.enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push('"');
-            out.push_str(n);
-            out.push('"');
-        }
-        out.push(']');
-    }
-    fn object(out: &mut String, pairs: &[(&str, &str)]) {
-        out.push('{');
-        for (i, (k, v)) in pairs.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push('"');
-            out.push_str(k);
-            out.push_str("\":\"");
-            out.push_str(v);
-            out.push('"');
-        }
-        out.push('}');
-    }
-    let mut out = String::from("{\"spans\":");
-    list(&mut out, &mut span::ALL.iter().copied());
-    out.push_str(",\"attributes\":");
-    object(
-        &mut out,
-        &[
-            ("keyDigest", attr::KEY_DIGEST),
-            ("decision", attr::DECISION),
-            ("outcome", attr::OUTCOME),
-            ("operation", attr::OPERATION),
-            ("storeOperation", attr::STORE_OPERATION),
-            ("httpRequestMethod", attr::HTTP_REQUEST_METHOD),
-            ("httpRoute", attr::HTTP_ROUTE),
-            ("httpResponseStatusCode", attr::HTTP_RESPONSE_STATUS_CODE),
-            ("errorType", attr::ERROR_TYPE),
-        ],
-    );
-    out.push_str(",\"metrics\":");
-    object(
-        &mut out,
-        &[
-            ("requests", metric::REQUESTS),
-            ("leaseTakeovers", metric::LEASE_TAKEOVERS),
-            ("storeDuration", metric::STORE_DURATION),
-            ("recordsWritten", metric::RECORDS_WRITTEN),
-        ],
-    );
-    out.push_str(",\"storeOperations\":");
-    object(
-        &mut out,
-        &[
-            ("load", store_op::LOAD),
-            ("apply", store_op::APPLY),
-            ("claim", store_op::CLAIM),
-        ],
-    );
-    out.push_str(",\"storeDurationUnit\":\"");
-    out.push_str(metric::STORE_DURATION_UNIT);
-    out.push_str("\",\"operations\":");
-    list(
-        &mut out,
-        &mut idem_core::telemetry::OPERATIONS
-            .iter()
-            .map(|o| idem_core::telemetry::operation_name(*o)),
-    );
-    out.push_str(",\"errorTypeOther\":\"");
-    out.push_str(idem_core::telemetry::ERROR_TYPE_OTHER);
-    out.push_str("\",\"takeover\":");
-    // The index of the event that counts as a lease takeover.
-    let takeover = idem_core::Event::ALL
+    use idem_core::telemetry::{self, attr, metric, span, store_op, Outcome, ERROR_TYPE_OTHER};
+    // One table of pieces joined once: data, not code, in the module.
+    [
+        r#"{"spans":[""#,
+        span::ALL[0],
+        r#"",""#,
+        span::ALL[1],
+        r#"",""#,
+        span::ALL[2],
+        r#"",""#,
+        span::ALL[3],
+        r#"",""#,
+        span::ALL[4],
+        r#""],"operations":[""#,
+        telemetry::operation_name(telemetry::OPERATIONS[0]),
+        r#"",""#,
+        telemetry::operation_name(telemetry::OPERATIONS[1]),
+        r#"",""#,
+        telemetry::operation_name(telemetry::OPERATIONS[2]),
+        r#"",""#,
+        telemetry::operation_name(telemetry::OPERATIONS[3]),
+        r#"",""#,
+        telemetry::operation_name(telemetry::OPERATIONS[4]),
+        r#""],"attributes":{"keyDigest":""#,
+        attr::KEY_DIGEST,
+        r#"","decision":""#,
+        attr::DECISION,
+        r#"","outcome":""#,
+        attr::OUTCOME,
+        r#"","operation":""#,
+        attr::OPERATION,
+        r#"","storeOperation":""#,
+        attr::STORE_OPERATION,
+        r#"","httpRequestMethod":""#,
+        attr::HTTP_REQUEST_METHOD,
+        r#"","httpRoute":""#,
+        attr::HTTP_ROUTE,
+        r#"","httpResponseStatusCode":""#,
+        attr::HTTP_RESPONSE_STATUS_CODE,
+        r#"","errorType":""#,
+        attr::ERROR_TYPE,
+        r#""},"metrics":{"requests":""#,
+        metric::REQUESTS,
+        r#"","leaseTakeovers":""#,
+        metric::LEASE_TAKEOVERS,
+        r#"","storeDuration":""#,
+        metric::STORE_DURATION,
+        r#"","recordsWritten":""#,
+        metric::RECORDS_WRITTEN,
+        r#""},"storeOperations":{"load":""#,
+        store_op::LOAD,
+        r#"","apply":""#,
+        store_op::APPLY,
+        r#"","claim":""#,
+        store_op::CLAIM,
+        r#""},"storeDurationUnit":""#,
+        metric::STORE_DURATION_UNIT,
+        r#"","errorTypeOther":""#,
+        ERROR_TYPE_OTHER,
+        r#"","takeover":"#,
+        TAKEOVER_INDEX[takeover_index()],
+        r#","outcomes":[""#,
+        Outcome::ALL[0].name(),
+        r#"",""#,
+        Outcome::ALL[1].name(),
+        r#"",""#,
+        Outcome::ALL[2].name(),
+        r#"",""#,
+        Outcome::ALL[3].name(),
+        r#"",""#,
+        Outcome::ALL[4].name(),
+        r#"",""#,
+        Outcome::ALL[5].name(),
+        r#""]}"#,
+    ]
+    .concat()
+}
+
+/// Event indices as text (an index is below 32: the masks are u32), for [`telemetry_names`].
+#[cfg(feature = "server")]
+const TAKEOVER_INDEX: [&str; 32] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31",
+];
+
+/// The index of the event that counts as a lease takeover.
+#[cfg(feature = "server")]
+fn takeover_index() -> usize {
+    idem_core::Event::ALL
         .iter()
         .position(|e| matches!(e, idem_core::Event::TookOver { .. }))
-        .unwrap_or(0);
-    // An event index is below 32 (the masks are u32): two digits at most.
-    if takeover >= 10 {
-        out.push(char::from(b'0' + (takeover / 10) as u8));
-    }
-    out.push(char::from(b'0' + (takeover % 10) as u8));
-    out.push_str(",\"outcomes\":");
-    list(&mut out, &mut Outcome::ALL.iter().map(|o| o.name()));
-    out.push('}');
-    out
+        .unwrap_or(0)
 }
 
 /// The events that decide an operation (its `idem.decision`), as a bit mask over event
