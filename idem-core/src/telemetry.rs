@@ -17,20 +17,33 @@
 use crate::{Event, Operation};
 use alloc::string::String;
 
+/// Defines each span name from its operation's name (`idem.<operation>`), from one literal.
+macro_rules! spans {
+    ($($(#[$doc:meta])* $name:ident = $operation:literal;)*) => {
+        $($(#[$doc])* pub const $name: &str = concat!("idem.", $operation);)*
+        /// Every span name, in the order of [`super::OPERATIONS`].
+        pub const ALL: [&str; 5] = [$($name),*];
+        /// The values of [`attr::OPERATION`](super::attr::OPERATION): each span's name without
+        /// `idem.`, in the same order.
+        pub const OPERATIONS: [&str; 5] = [$($operation),*];
+    };
+}
+
 /// The span of each [`Operation`].
 pub mod span {
-    /// A guarded request ([`Operation::Guard`](crate::Operation::Guard)).
-    pub const REQUEST: &str = "idem.request";
-    /// A status query ([`Operation::Status`](crate::Operation::Status)).
-    pub const STATUS: &str = "idem.status";
-    /// Issuing a one-time token ([`Operation::IssueToken`](crate::Operation::IssueToken)).
-    pub const TOKEN_ISSUE: &str = "idem.token.issue";
-    /// Opening a counter session ([`Operation::OpenSession`](crate::Operation::OpenSession)).
-    pub const SESSION_OPEN: &str = "idem.session.open";
-    /// One delivery to an inbox ([`Operation::Deliver`](crate::Operation::Deliver)).
-    pub const INBOX_DELIVERY: &str = "idem.inbox.delivery";
-    /// Every span name, in the order of [`super::OPERATIONS`].
-    pub const ALL: [&str; 5] = [REQUEST, STATUS, TOKEN_ISSUE, SESSION_OPEN, INBOX_DELIVERY];
+    spans! {
+        /// A guarded request ([`Operation::Guard`](crate::Operation::Guard)).
+        REQUEST = "request";
+        /// A status query ([`Operation::Status`](crate::Operation::Status)).
+        STATUS = "status";
+        /// Issuing a one-time token ([`Operation::IssueToken`](crate::Operation::IssueToken)).
+        TOKEN_ISSUE = "token.issue";
+        /// Opening a counter session
+        /// ([`Operation::OpenSession`](crate::Operation::OpenSession)).
+        SESSION_OPEN = "session.open";
+        /// One delivery to an inbox ([`Operation::Deliver`](crate::Operation::Deliver)).
+        INBOX_DELIVERY = "inbox.delivery";
+    }
 }
 
 /// The attributes of spans and metrics: OpenTelemetry's semantic conventions where they
@@ -146,8 +159,8 @@ pub fn span_name(operation: Operation) -> &'static str {
 
 /// The value of [`attr::OPERATION`] for an operation: its span name without `idem.`.
 pub fn operation_name(operation: Operation) -> &'static str {
-    let name = span_name(operation);
-    name.strip_prefix("idem.").unwrap_or(name)
+    let index = OPERATIONS.iter().position(|o| *o == operation).unwrap_or(0);
+    span::OPERATIONS[index]
 }
 
 /// What became of an operation, as the metrics count it.
@@ -180,7 +193,7 @@ impl Outcome {
     ];
 
     /// The value of [`attr::OUTCOME`].
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Outcome::Executed => "executed",
             Outcome::Replayed => "replayed",

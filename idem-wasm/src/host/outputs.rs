@@ -95,11 +95,17 @@ impl Host {
     /// The telemetry's `error.type` for the slot's answer with `status`
     /// ([`telemetry::error_type`](idem_core::telemetry::error_type)).
     pub fn error_type(&self, t: u32, status: u16) -> Result<Option<String>, ErrorParts> {
-        let reply = self.slot(t)?.req.reply();
-        Ok(idem_core::telemetry::error_type(
-            status,
-            reply.as_ref().and_then(idem_core::Reply::problem_type),
-        ))
+        // The refusal or decision that answered, not the rendered reply: its problem type is
+        // all this needs.
+        let req = &self.slot(t)?.req;
+        let problem = match req.refusal() {
+            Some(r) => Some(r.problem.type_uri),
+            None => req
+                .decision()
+                .and_then(Refusal::of_decision)
+                .map(|r| r.problem.type_uri),
+        };
+        Ok(idem_core::telemetry::error_type(status, problem))
     }
 
     /// The requirement of the refusal that answered the request, if one did.
