@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::telemetry::{attr, metric, span};
-use idem_core::{Config, Engine, Policy, Problem, RecordKey, Scope};
-use idem_tower::{IdempotencyLayer, MemoryStore};
+use idem_core::{Config, Engine, Inbox, Message, Policy, Problem, RecordKey, Scope};
+use idem_tower::{deliver, IdempotencyLayer, MemoryStore};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
@@ -331,10 +331,39 @@ async fn the_layer_emits_one_span_per_operation_and_the_metrics_never_the_key() 
     assert_eq!(get(recovered, attr::KEY_DIGEST), record.digest());
     seen.extend(spans);
 
+    // Inbox deliveries: a span each, the redelivery replayed.
+    let inbox = Inbox::new(Engine::new(Config::default()).unwrap());
+    let message = Message {
+        source: "payments",
+        id: "evt-secret-31",
+        content_type: None,
+        body: b"{}",
+    };
+    for _ in 0..2 {
+        let delivered = deliver(&*store, &inbox, &message, |_| async { Ok::<(), ()>(()) })
+            .await
+            .unwrap();
+        assert_eq!(delivered.receipt.status(), 200);
+    }
+    let spans = otel.take_spans();
+    let deliveries: Vec<(String, String)> = spans
+        .iter()
+        .filter(|s| s.name == span::INBOX_DELIVERY)
+        .map(|s| (get(s, attr::OUTCOME), get(s, attr::OPERATION)))
+        .collect();
+    assert_eq!(
+        deliveries,
+        [
+            ("executed".to_owned(), "inbox.delivery".to_owned()),
+            ("replayed".to_owned(), "inbox.delivery".to_owned())
+        ]
+    );
+    seen.extend(spans);
+
     // The metrics: requests by outcome, store latency by call, records written.
     for (outcome, n) in [
-        ("executed", 3.0),
-        ("replayed", 1.0),
+        ("executed", 4.0),
+        ("replayed", 2.0),
         ("mismatch", 1.0),
         ("conflict", 1.0),
         ("recovered", 1.0),
@@ -349,9 +378,10 @@ async fn the_layer_emits_one_span_per_operation_and_the_metrics_never_the_key() 
     assert!(otel.total(metric::STORE_DURATION, attr::STORE_OPERATION, "load") >= 7.0);
     assert!(otel.total(metric::STORE_DURATION, attr::STORE_OPERATION, "apply") >= 4.0);
     // A claim and a completion for each of the three requests that ran (the fresh one, the
-    // first of the race, the recovery), and the crashed attempt's claim.
+    // first of the race, the recovery) and the first delivery, and the crashed attempt's
+    // claim.
     assert!(
-        otel.total(metric::RECORDS_WRITTEN, "", "") >= 7.0,
+        otel.total(metric::RECORDS_WRITTEN, "", "") >= 9.0,
         "{:?} {:?}",
         otel.points(metric::RECORDS_WRITTEN),
         otel.points(metric::STORE_DURATION)
@@ -359,7 +389,13 @@ async fn the_layer_emits_one_span_per_operation_and_the_metrics_never_the_key() 
 
     // Nowhere the key or the principal in clear.
     let values = every_value(&seen);
-    for secret in [key, "race-key-88", "crash-key-5", PRINCIPAL] {
+    for secret in [
+        key,
+        "race-key-88",
+        "crash-key-5",
+        "evt-secret-31",
+        PRINCIPAL,
+    ] {
         assert!(
             !values.iter().any(|v| v.contains(secret)),
             "{secret} in {values:?}"
