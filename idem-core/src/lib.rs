@@ -77,6 +77,7 @@ pub mod seal;
 mod session;
 mod store;
 pub mod stores;
+pub mod telemetry;
 mod time;
 
 // Key kinds beyond the IETF draft's opaque keys, and the client side.

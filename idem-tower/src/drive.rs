@@ -4,6 +4,7 @@
 
 use crate::context::LeaseError;
 use crate::layer::{EventFn, FilterFn, Principal, RouteFn};
+use crate::telemetry::{self, Trace};
 use idem_core::{
     AsyncStore, Event, Finish, Heartbeat, Outcome, Policy, RecordKey, Reply, Request, Step,
     StoreFailure, UnixMillis, Waiters,
@@ -46,8 +47,9 @@ impl<St> Shared<St> {
         (principal, route)
     }
 
-    pub(crate) fn emit(&self, request: &mut Request) {
+    pub(crate) fn emit(&self, request: &mut Request, trace: &Trace) {
         while let Some(event) = request.poll_event() {
+            trace.observe(&event);
             match &self.on_event {
                 Some(f) => f(&event, request.key()),
                 None => log(&event, request.key()),
@@ -56,12 +58,13 @@ impl<St> Shared<St> {
     }
 }
 
-/// The default event hook: `tracing`, security-relevant events at `warn`.
+/// The default event hook: `tracing`, security-relevant events at `warn`. The record is
+/// named by its digest, never by its key (`IDEM-EVT-2`).
 pub(crate) fn log(event: &Event, key: &RecordKey) {
     if event.is_security_relevant() {
-        tracing::warn!(event = ?event, key = %key.key, "idempotency");
+        tracing::warn!(event = ?event, key.digest = %key.digest(), "idempotency");
     } else {
-        tracing::debug!(event = ?event, key = %key.key, "idempotency");
+        tracing::debug!(event = ?event, key.digest = %key.digest(), "idempotency");
     }
 }
 
@@ -86,12 +89,18 @@ pub(crate) async fn sleep_until(t: UnixMillis) {
 /// leaves the machine told that the call failed, so that it never waits for an answer that
 /// cannot come. Whether or not the store made the write, the machine then goes on safely: a
 /// completion that finds the record moved on by its own lease completes from there.
-pub(crate) async fn advance<St>(shared: &Shared<St>, request: &mut Request) -> Step
+pub(crate) async fn advance<St>(shared: &Shared<St>, request: &mut Request, trace: &Trace) -> Step
 where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
-    drive_steps(&shared.store, &shared.waiters, &|r| shared.emit(r), request).await
+    drive_steps(
+        &shared.store,
+        &shared.waiters,
+        &|r| shared.emit(r, trace),
+        request,
+    )
+    .await
 }
 
 /// [`advance`] over any store, with the host's waiters and event hook.
@@ -120,7 +129,9 @@ where
             Step::Claim | Step::Load => {
                 let key = out.request.key().clone();
                 out.armed = true;
+                let since = std::time::Instant::now();
                 let record = store.load(&key).await;
+                telemetry::store_call(idem_core::telemetry::store_op::LOAD, since, false);
                 out.armed = false;
                 match record {
                     Ok(record) => out.request.handle_record(
@@ -134,12 +145,15 @@ where
             Step::Apply(write) => {
                 let completion = out.request.completing();
                 out.armed = true;
+                let since = std::time::Instant::now();
                 let applied = match completion {
                     // The engine's word on what the completion means reaches the store, which
                     // commits a handler's own writes only with a stored response.
                     Some(completion) => store.apply_completion(now, write, completion).await,
                     None => store.apply(now, write).await,
                 };
+                let written = matches!(applied, Ok(idem_core::Applied::Applied));
+                telemetry::store_call(idem_core::telemetry::store_op::APPLY, since, written);
                 out.armed = false;
                 match applied {
                     Ok(applied) => {
@@ -167,7 +181,7 @@ impl Drop for Outstanding<'_> {
     fn drop(&mut self) {
         if self.armed {
             tracing::warn!(
-                key = %self.request.key().key,
+                key.digest = %self.request.key().digest(),
                 "idempotency: a store call was abandoned; its answer is taken as a failure"
             );
             self.request
@@ -182,7 +196,7 @@ where
     St: AsyncStore,
     St::Error: fmt::Display,
 {
-    tracing::warn!(error = %error, key = %request.key().key, "idempotency store failed");
+    tracing::warn!(error = %error, key.digest = %request.key().digest(), "idempotency store failed");
     request.handle_store_error(St::failure(error), waiters);
 }
 
@@ -201,6 +215,8 @@ pub(crate) struct Running<St: AsyncStore> {
     machine: tokio::sync::Mutex<Option<Request>>,
     /// The record and the attempt's identity, as the store knows them.
     attempt: (RecordKey, u64),
+    /// The request's telemetry.
+    trace: Arc<Trace>,
 }
 
 impl<St> Running<St>
@@ -208,9 +224,15 @@ where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
-    pub(crate) fn new(shared: Arc<Shared<St>>, machine: Request, attempt: u64) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared<St>>,
+        machine: Request,
+        attempt: u64,
+        trace: Arc<Trace>,
+    ) -> Self {
         Running {
             attempt: (machine.key().clone(), attempt),
+            trace,
             shared,
             machine: tokio::sync::Mutex::new(Some(machine)),
         }
@@ -222,7 +244,7 @@ where
         let mut guard = self.machine.lock().await;
         let machine = guard.as_mut()?;
         machine.handle_outcome(outcome);
-        let answer = match advance(&self.shared, machine).await {
+        let answer = match advance(&self.shared, machine, &self.trace).await {
             Step::Done(Finish::FencedOut) => machine.reply(),
             Step::Done(_) => None,
             // The machine asked for something else with the outcome in hand: nothing was
@@ -230,7 +252,7 @@ where
             other => {
                 tracing::error!(
                     step = ?other,
-                    key = %self.attempt.0.key,
+                    key.digest = %self.attempt.0.digest(),
                     "idempotency: the outcome was not recorded"
                 );
                 None
@@ -271,7 +293,7 @@ where
                 Ok(()) => {
                     // Cancel-safe: dropped half-way, the machine records the heartbeat as
                     // failed (see `advance`).
-                    let _ = advance(&self.shared, machine).await;
+                    let _ = advance(&self.shared, machine, &self.trace).await;
                     machine.heartbeat_state()
                 }
             };

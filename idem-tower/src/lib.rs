@@ -92,6 +92,7 @@ mod service;
 mod status;
 #[cfg(feature = "store-tests")]
 pub mod store_tests;
+mod telemetry;
 
 pub use body::{read_body, render, BoxError, InnerBody, OuterBody};
 pub use context::{IdempotencyContext, LeaseError};

@@ -5,12 +5,14 @@
 
 use crate::body::render;
 use crate::drive;
+use crate::telemetry::Trace;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::Full;
 use idem_core::{AsyncStore, Delivery, Inbox, Message, Outcome, Plain, Reply, Step};
 use std::fmt;
 use std::future::Future;
+use tracing::Instrument;
 
 /// Drives an operation's machine ([`Policy::open_session`], [`Policy::open_session_from`],
 /// [`Policy::issue_token`]) over `store` to its answer, rendered as the layer renders its own:
@@ -21,32 +23,36 @@ use std::future::Future;
 /// [`Policy::open_session`]: idem_core::Policy::open_session
 /// [`Policy::open_session_from`]: idem_core::Policy::open_session_from
 /// [`Policy::issue_token`]: idem_core::Policy::issue_token
-pub async fn answer<St>(store: &St, mut request: idem_core::Request) -> Response<Full<Bytes>>
+pub async fn answer<St>(store: &St, request: idem_core::Request) -> Response<Full<Bytes>>
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+{
+    let trace = Trace::new(&request, None, None);
+    let span = trace.span().clone();
+    let reply = operate(store, request, &trace).instrument(span).await;
+    trace.answered(Some(&reply), reply.status());
+    render(&reply)
+}
+
+async fn operate<St>(store: &St, mut request: idem_core::Request, trace: &Trace) -> Reply
 where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
     let waiters = std::sync::Mutex::default();
+    let emit = |r: &mut idem_core::Request| log_events(r, trace);
     loop {
-        match drive::drive_steps(store, &waiters, &log_events, &mut request).await {
+        match drive::drive_steps(store, &waiters, &emit, &mut request).await {
             Step::WaitUntil(t) => {
                 drive::sleep_until(t).await;
             }
             Step::Reply | Step::Done(_) => {
-                return match request.reply() {
-                    Some(reply) => render(&reply),
-                    None => render(&Reply::plain(
-                        Plain::Internal,
-                        "the operation has no answer",
-                    )),
-                }
+                return request.reply().unwrap_or_else(|| {
+                    Reply::plain(Plain::Internal, "the operation has no answer")
+                })
             }
-            _ => {
-                return render(&Reply::plain(
-                    Plain::Internal,
-                    "this operation runs a handler",
-                ))
-            }
+            _ => return Reply::plain(Plain::Internal, "this operation runs a handler"),
         }
     }
 }
@@ -79,12 +85,32 @@ where
     F: FnOnce(idem_core::Context) -> Fut,
     Fut: Future<Output = Result<(), E>>,
 {
+    let request = inbox.deliver(message, drive::nonce());
+    let trace = Trace::new(&request, None, None);
+    let span = trace.span().clone();
+    delivery(store, request, process, &trace)
+        .instrument(span)
+        .await
+}
+
+async fn delivery<St, F, Fut, E>(
+    store: &St,
+    mut request: idem_core::Request,
+    process: F,
+    trace: &Trace,
+) -> Result<Delivered, E>
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+    F: FnOnce(idem_core::Context) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
     let waiters = std::sync::Mutex::default();
-    let mut request = inbox.deliver(message, drive::nonce());
+    let emit = |r: &mut idem_core::Request| log_events(r, trace);
     let mut failure = None;
     let mut process = Some(process);
     loop {
-        match drive::drive_steps(store, &waiters, &log_events, &mut request).await {
+        match drive::drive_steps(store, &waiters, &emit, &mut request).await {
             Step::WaitUntil(t) => {
                 drive::sleep_until(t).await;
             }
@@ -105,24 +131,24 @@ where
         }
     }
     if let Some(e) = failure {
+        trace.failed();
         return Err(e);
     }
     let delivery = request.delivery().unwrap_or(Delivery::Failed);
-    let receipt = request.reply().map_or_else(
-        || {
-            render(&Reply::plain(
-                Plain::Internal,
-                "the delivery has no receipt",
-            ))
-        },
-        |r| render(&r),
-    );
-    Ok(Delivered { delivery, receipt })
+    let reply = request
+        .reply()
+        .unwrap_or_else(|| Reply::plain(Plain::Internal, "the delivery has no receipt"));
+    trace.answered(Some(&reply), reply.status());
+    Ok(Delivered {
+        delivery,
+        receipt: render(&reply),
+    })
 }
 
 /// The events of an operation, as the default hook logs them.
-fn log_events(request: &mut idem_core::Request) {
+fn log_events(request: &mut idem_core::Request, trace: &Trace) {
     while let Some(event) = request.poll_event() {
+        trace.observe(&event);
         drive::log(&event, request.key());
     }
 }

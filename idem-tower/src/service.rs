@@ -6,6 +6,7 @@ use crate::body::{internal, read_body, reply_response, BoxError, InnerBody, Oute
 use crate::context::IdempotencyContext;
 use crate::drive::{advance, nonce, sleep_until, Beat, Running, Shared};
 use crate::future::ResponseFuture;
+use crate::telemetry::Trace;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
@@ -19,6 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower_service::Service;
+use tracing::Instrument;
 
 /// A service with Idempotency-Key semantics (see the crate docs).
 pub struct Idempotent<S, St> {
@@ -132,7 +134,7 @@ where
 /// Claims, runs and completes one guarded request.
 async fn guard<S, St, ReqB, ResB>(
     shared: Arc<Shared<St>>,
-    mut inner: S,
+    inner: S,
     parts: Parts,
     body: Bytes,
 ) -> Result<Response<OuterBody<ResB>>, S::Error>
@@ -183,29 +185,69 @@ where
         headers: &selected,
         body: &body,
     };
-    let mut machine = shared.policy.request(&intake, nonce());
+    let machine = shared.policy.request(&intake, nonce());
     drop(keys);
+    let trace = Arc::new(Trace::new(
+        &machine,
+        Some(parts.method.as_str()),
+        Some(&route),
+    ));
+    let span = trace.span().clone();
+    run(shared, inner, parts, body, machine, trace)
+        .instrument(span)
+        .await
+}
+
+/// Runs one guarded request from its claim, in its span.
+async fn run<S, St, ReqB, ResB>(
+    shared: Arc<Shared<St>>,
+    mut inner: S,
+    parts: Parts,
+    body: Bytes,
+    mut machine: idem_core::Request,
+    trace: Arc<Trace>,
+) -> Result<Response<OuterBody<ResB>>, S::Error>
+where
+    S: Service<Request<InnerBody<ReqB>>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes>,
+    ResB::Error: Into<BoxError>,
+    St: AsyncStore + Send + Sync + 'static,
+    St::Error: fmt::Display,
+{
+    let reply = |trace: &Trace, reply: &Reply| {
+        trace.answered(Some(reply), reply.status());
+        reply_response(reply)
+    };
     let context = loop {
-        match advance(&shared, &mut machine).await {
+        match advance(&shared, &mut machine, &trace).await {
             Step::WaitUntil(t) => {
                 sleep_until(t).await;
             }
             Step::Run(context) => break context,
             Step::Reply => {
                 return Ok(match machine.reply() {
-                    Some(reply) => reply_response(&reply),
-                    None => internal("the request machine has no reply"),
+                    Some(r) => reply(&trace, &r),
+                    None => {
+                        trace.answered(None, 500);
+                        internal("the request machine has no reply")
+                    }
                 })
             }
             other => {
                 // The step's text stays in the log: `plain` bodies carry fixed text only.
                 tracing::error!(step = ?other, "idempotency: unexpected step before the handler ran");
+                trace.answered(None, 500);
                 return Ok(internal("the request machine asked for an unexpected step"));
             }
         }
     };
     let record = machine.key().clone();
-    let running = Arc::new(Running::new(Arc::clone(&shared), machine, context.attempt));
+    let running = Arc::new(Running::new(
+        Arc::clone(&shared),
+        machine,
+        context.attempt,
+        Arc::clone(&trace),
+    ));
     let mut request = Request::from_parts(parts, Either::Left(Full::new(body)));
     request.extensions_mut().insert(IdempotencyContext::new(
         record,
@@ -220,6 +262,7 @@ where
         Err(e) => {
             // A handler that failed: its outcome is unknown (IDEM-OUT-3). Its error goes on.
             let _ = running.finish(Outcome::Unknown(None)).await;
+            trace.failed();
             return Err(e);
         }
     };
@@ -231,8 +274,11 @@ where
         None => {
             // The response failed half-way: what the client would have seen is unknown.
             return Ok(match running.finish(Outcome::Unknown(None)).await {
-                Some(reply) => reply_response(&reply),
-                None => internal("the response body failed"),
+                Some(r) => reply(&trace, &r),
+                None => {
+                    trace.answered(None, 500);
+                    internal("the response body failed")
+                }
             });
         }
     };
@@ -253,8 +299,9 @@ where
     // The outcome is written before the response leaves (IDEM-OUT-5); the response is sent
     // whatever the write came to, unless another attempt took the lease over: then its
     // caller gets the key's outcome instead (IDEM-LEASE-5).
-    if let Some(reply) = running.finish(Outcome::classify(stored)).await {
-        return Ok(reply_response(&reply));
+    if let Some(r) = running.finish(Outcome::classify(stored)).await {
+        return Ok(reply(&trace, &r));
     }
+    trace.answered(None, head.status.as_u16());
     Ok(Response::from_parts(head, Either::Left(Full::new(bytes))))
 }

@@ -5,12 +5,14 @@
 
 use crate::body::render;
 use crate::drive::{advance, nonce, sleep_until, Shared};
+use crate::telemetry::Trace;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Response};
 use http_body_util::Full;
 use idem_core::{AsyncStore, Plain, Reply, StatusQuery, Step, KEY_HEADER, STATUS_HEADER};
 use std::fmt;
+use tracing::Instrument;
 
 /// Answers the status query `parts`.
 pub(crate) async fn query<St>(shared: &Shared<St>, parts: &Parts) -> Response<Full<Bytes>>
@@ -29,7 +31,7 @@ where
         .headers
         .get(STATUS_HEADER)
         .map_or(&b""[..], HeaderValue::as_bytes);
-    let mut machine = shared.policy.status(
+    let machine = shared.policy.status(
         &StatusQuery {
             principal: principal.as_deref(),
             route: &route,
@@ -38,23 +40,35 @@ where
         },
         nonce(),
     );
+    let trace = Trace::new(&machine, Some(parts.method.as_str()), Some(&route));
+    let span = trace.span().clone();
+    answer(shared, machine, &trace).instrument(span).await
+}
+
+/// Drives a status query's machine to its answer.
+async fn answer<St>(
+    shared: &Shared<St>,
+    mut machine: idem_core::Request,
+    trace: &Trace,
+) -> Response<Full<Bytes>>
+where
+    St: AsyncStore + Send + Sync,
+    St::Error: fmt::Display,
+{
     loop {
-        match advance(shared, &mut machine).await {
+        match advance(shared, &mut machine, trace).await {
             Step::WaitUntil(t) => sleep_until(t).await,
             Step::Reply | Step::Done(_) => break,
             _ => {
-                return render(&Reply::plain(
-                    Plain::Internal,
-                    "a status query runs nothing",
-                ))
+                let reply = Reply::plain(Plain::Internal, "a status query runs nothing");
+                trace.answered(Some(&reply), reply.status());
+                return render(&reply);
             }
         }
     }
-    match machine.reply() {
-        Some(reply) => render(&reply),
-        None => render(&Reply::plain(
-            Plain::Internal,
-            "the status query has no answer",
-        )),
-    }
+    let reply = machine
+        .reply()
+        .unwrap_or_else(|| Reply::plain(Plain::Internal, "the status query has no answer"));
+    trace.answered(Some(&reply), reply.status());
+    render(&reply)
 }

@@ -8,6 +8,7 @@
 // store step runs inside the module.
 import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
 import { random32, sleep } from "./common.js";
+import { secondsSince } from "./telemetry.js";
 import { bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
 let events = null;
@@ -36,21 +37,38 @@ export class Driver {
   #records;
   #onEvent;
   #now;
+  #telemetry;
+  /** Whether events are read: for `onEvent` or the telemetry. */
+  #observed;
+  /** The method and route of the requests whose slots are open, for their spans (only with
+   * telemetry). */
+  #http = new Map();
 
   /** `records` is the MemoryStore's records inside the module (or null for other stores);
-   * `optionsText` the engine options, for a store that claims itself (a Durable Object). */
-  constructor(engine, store, records, optionsText, now, onEvent) {
+   * `optionsText` the engine options, for a store that claims itself (a Durable Object);
+   * `telemetry` a `Telemetry` (telemetry.js) or null. */
+  constructor(engine, store, records, optionsText, now, onEvent, telemetry) {
     this.#engine = engine;
     this.#optionsText = optionsText;
     this.#store = store;
     this.#records = records;
     this.#onEvent = onEvent;
     this.#now = now;
+    this.#telemetry = telemetry;
+    this.#observed = onEvent !== null || telemetry !== null;
   }
 
-  #emit(slot, extra) {
+  /** With telemetry: the method and route of the request in `slot`, for its span. */
+  describe(slot, method, route) {
+    if (this.#telemetry !== null) this.#http.set(slot, { method, route });
+  }
+
+  #emit(request, extra) {
     const engine = this.#engine;
+    const slot = request.slot;
     for (let i = engine.event(slot); i >= 0; i = engine.event(slot)) {
+      if (request.trace !== null) request.trace.event(i);
+      if (this.#onEvent === null) continue;
       const name = eventName(i);
       let key = null;
       try {
@@ -74,17 +92,27 @@ export class Driver {
    * slot. */
   async serve(slot, answer, execute) {
     const engine = this.#engine;
-    const request = { slot, busy: null, ended: false, outcome: undefined };
+    const request = { slot, busy: null, ended: false, outcome: undefined, trace: null, status: undefined };
+    if (this.#telemetry !== null) {
+      try {
+        request.trace = this.#telemetry.begin(engine, slot, this.#http.get(slot));
+      } catch {
+        // A failing hook never changes how a request is answered.
+      }
+      this.#http.delete(slot);
+    }
     try {
       for (;;) {
         // The memory store answers at once: no await on the common path.
-        const step = this.#records !== null ? this.#driveIn(slot) : await this.#advance(request);
+        const step = this.#records !== null ? this.#driveIn(request) : await this.#advance(request);
         if (step === Step.WaitUntil) {
           await sleep(Math.max(0, engine.waitUntil(slot) - this.#now()));
           continue;
         }
         if (step === Step.Reply) {
-          return answer(takeReply(engine, slot));
+          const reply = takeReply(engine, slot);
+          request.status = reply.status;
+          return answer(reply);
         }
         if (step !== Step.Run) throw new Error(`idem: unexpected step ${Step[step]}`);
         const context = new RunContext(
@@ -93,10 +121,17 @@ export class Driver {
           (ran, status, headers, body) => this.#finish(request, ran, status, headers, body),
           (context) => this.#extend(request, context),
         );
-        return await execute(context);
+        return await (request.trace === null ? execute(context) : request.trace.run(() => execute(context)));
       }
     } finally {
       request.ended = true;
+      if (request.trace !== null) {
+        try {
+          request.trace.end(engine, slot, request.status);
+        } catch {
+          // A failing hook never changes how a request is answered.
+        }
+      }
       // A store that keeps something for an attempt (a handler's transaction) lets go of it
       // when the attempt's request is over, however it ended (IDEM-STORE-7).
       const store = this.#store;
@@ -121,7 +156,7 @@ export class Driver {
    * wait, reply, done, or an input (idle). One pump per request at a time, so that a
    * heartbeat and a completion are written one after the other, as the machine orders them. */
   async #advance(request) {
-    if (this.#records !== null) return this.#driveIn(request.slot);
+    if (this.#records !== null) return this.#driveIn(request);
     while (request.busy !== null) await request.busy;
     const run = this.#pump(request);
     request.busy = run.then(
@@ -139,10 +174,12 @@ export class Driver {
     const slot = request.slot;
     const engine = this.#engine;
     const store = this.#store;
+    const trace = request.trace;
     for (;;) {
       const step = engine.poll(slot, this.#now());
-      if (this.#onEvent !== null) this.#emit(slot);
+      if (this.#observed) this.#emit(request);
       if (step !== Step.Claim && step !== Step.Load && step !== Step.Apply) return step;
+      const start = trace === null ? 0 : performance.now();
       try {
         if (step === Step.Apply) {
           const write = takeWrite(engine, slot);
@@ -151,18 +188,21 @@ export class Driver {
           // and one attempt's transaction from another's.
           const info = request.outcome === undefined ? undefined : { outcome: request.outcome, fence: engine.fence(slot), attempt: request.attempt };
           const applied = await store.apply(engine.storageKey(slot), write, this.#now(), info);
+          if (trace !== null) trace.store("apply", secondsSince(start), applied === true);
           engine.applied(slot, this.#now(), applied === true);
         } else if (step === Step.Claim && typeof store.claim === "function") {
           const bytes = await store.claim(engine.storageKey(slot), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
+          if (trace !== null) trace.store("claim", secondsSince(start), false);
           engine.claimed(slot, this.#now(), bytes);
         } else {
           const current = await store.load(engine.storageKey(slot));
+          if (trace !== null) trace.store("load", secondsSince(start), false);
           engine.record(slot, this.#now(), current?.value ?? undefined);
         }
       } catch (err) {
         if (err?.code === "IDEM-REC-1" || err?.code === "IDEM-JS-2") throw err;
         engine.storeFailed(slot, err?.code === "IDEM-STORE-3" ? StoreFailed.Full : err?.code === "IDEM-SEAL-3" ? StoreFailed.Sealed : StoreFailed.Unavailable);
-        if (this.#onEvent !== null) this.#emit(slot, { error: err });
+        if (this.#observed) this.#emit(request, { error: err });
       }
     }
   }
@@ -174,21 +214,24 @@ export class Driver {
   #finish(request, ran, status, headers, body) {
     const engine = this.#engine;
     request.outcome = ran === Ran.Threw ? "threw" : "answered";
+    if (ran !== Ran.Threw) request.status = status;
     engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
-    if (this.#records !== null) return this.#instead(request, this.#driveIn(request.slot));
+    if (this.#records !== null) return this.#instead(request, this.#driveIn(request));
     return this.#advance(request).then((step) => this.#instead(request, step));
   }
 
   /** After the outcome: the reply that replaces the handler's answer, or null. */
   #instead(request, step) {
     if (step !== Step.Done) return null;
-    return takeReply(this.#engine, request.slot);
+    const reply = takeReply(this.#engine, request.slot);
+    if (reply !== null) request.status = reply.status;
+    return reply;
   }
 
   /** Every store step in the memory store, at once. */
-  #driveIn(slot) {
-    const step = this.#engine.driveIn(this.#records, slot, this.#now());
-    if (this.#onEvent !== null) this.#emit(slot);
+  #driveIn(request) {
+    const step = this.#engine.driveIn(this.#records, request.slot, this.#now());
+    if (this.#observed) this.#emit(request);
     return step;
   }
 

@@ -10,7 +10,7 @@ import { rangeError, toResponse } from "./util.js";
 const EMPTY = new Uint8Array(0);
 const textEncoder = new TextEncoder();
 
-const INBOX_OPTIONS = ["store", "responseTtl", "keyTtl", "lease", "unknownOutcome", "fingerprint", "onEvent", "now"];
+const INBOX_OPTIONS = ["store", "responseTtl", "keyTtl", "lease", "unknownOutcome", "fingerprint", "onEvent", "telemetry", "now"];
 
 let deliveries = null;
 /** A delivery outcome's name and whether its sender is told it was received (the core's). */

@@ -1,10 +1,11 @@
 // The options of `Idempotency` and `withIdempotency`: the host's own are checked here, the
 // engine's are read by the module (their names are the module's: `engineOptionNames`).
 import { Engine, engineOptionNames } from "./idem_wasm.js";
+import { checkTelemetry } from "./telemetry.js";
 import { rangeError } from "./util.js";
 
 /** The options the JavaScript side reads itself; the engine options are read by the module. */
-export const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "now", "keyHeader", "problem", "statusQueries"];
+export const HOST_OPTIONS = ["store", "principal", "route", "onEvent", "telemetry", "now", "keyHeader", "problem", "statusQueries"];
 /** An HTTP field name (RFC 9110 token). */
 export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
@@ -44,6 +45,7 @@ export function checkOptions(options) {
   if (options.statusQueries !== undefined && typeof options.statusQueries !== "boolean") {
     throw rangeError("IDEM-JS-1", "options.statusQueries must be true or false");
   }
+  if (options.telemetry !== undefined) checkTelemetry(options.telemetry);
   for (const fn of ["route", "onEvent", "now", "problem"]) {
     if (options[fn] !== undefined && typeof options[fn] !== "function") {
       throw rangeError("IDEM-JS-1", `options.${fn} must be a function`);

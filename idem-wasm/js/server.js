@@ -14,6 +14,7 @@ import { random32 } from "./common.js";
 import { Driver } from "./drive.js";
 import { delivered } from "./inbox.js";
 import { HEADER_NAME, checkOptions, createEngine, engineOptionsText } from "./options.js";
+import { Telemetry } from "./telemetry.js";
 import { flatHeaders, listText, rangeError, takeReply, toResponse } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
@@ -48,7 +49,8 @@ export class Idempotency {
     this.#engine = createEngine({ ...options, ...limits });
     this.#now = options.now ?? Date.now;
     const optionsText = engineOptionsText({ ...options, ...limits });
-    this.#driver = new Driver(this.#engine, store, recordsOf(store), optionsText, this.#now, options.onEvent ?? null);
+    const telemetry = options.telemetry === undefined ? null : new Telemetry(options.telemetry);
+    this.#driver = new Driver(this.#engine, store, recordsOf(store), optionsText, this.#now, options.onEvent ?? null, telemetry);
     this.#principal = options.principal === "none" ? null : options.principal;
     this.#fingerprintHeaders = (options.fingerprint?.headers ?? []).map((h) => String(h).toLowerCase());
     this.#route = options.route;
@@ -206,7 +208,9 @@ export class Idempotency {
 
   /** Opens the slot of a status query: `key` and `field` are the raw header values. */
   statusSlot(key, principal, route, field) {
-    return this.#engine.status(principal, route, key ?? undefined, field ?? "", random32(), random32());
+    const slot = this.#engine.status(principal, route, key ?? undefined, field ?? "", random32(), random32());
+    this.#driver.describe(slot, "GET", route);
+    return slot;
   }
 
   /** Identifies a request and opens its slot (an integer). A request that cannot be
@@ -236,7 +240,7 @@ export class Idempotency {
       }
       selected = listText(list);
     }
-    return this.#engine.begin(
+    const slot = this.#engine.begin(
       key ?? undefined,
       principal,
       method,
@@ -249,6 +253,8 @@ export class Idempotency {
       random32(),
       random32(),
     );
+    this.#driver.describe(slot, method, route);
+    return slot;
   }
 
   /**

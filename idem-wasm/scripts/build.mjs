@@ -41,7 +41,7 @@ const SIDES = [
   { feature: "client", name: "idem_client", api: "./client.js", prefix: "client-", types: "client", cjs: "client.cjs" },
 ];
 /** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
-const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express", "fastify", "nestjs"];
+const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express", "fastify", "nestjs", "opentelemetry"];
 const dist = join(root, "dist");
 const quiet = process.argv.includes("--quiet");
 const cargo = process.env.CARGO || "cargo";
@@ -186,10 +186,10 @@ copyFileSync(join(root, "types", "manual.d.ts"), join(dist, "manual.d.ts"));
 copyFileSync(join(root, "types", "client-manual.d.ts"), join(dist, "client-manual.d.ts"));
 // The entries beside the main one (stores, adapters, the store tests), ESM and CommonJS. Each
 // imports the main entry as "idem", so that they share its one instance of the module, and
-// leaves its client library (ioredis, pg, hono, express, fastify, NestJS, rxjs) to the
-// application. The Lua script and the SQL come from idem-core/stores/, the one copy the Rust
-// stores read too.
-const external = ["idem", "ioredis", "pg", "hono", "express", "fastify", "@nestjs/*", "rxjs", "node:*"].map((e) => `--external:${e}`);
+// leaves its client library (ioredis, pg, hono, express, fastify, NestJS, rxjs, the
+// OpenTelemetry API) to the application. The Lua script and the SQL come from
+// idem-core/stores/, the one copy the Rust stores read too.
+const external = ["idem", "ioredis", "pg", "hono", "express", "fastify", "@nestjs/*", "rxjs", "@opentelemetry/api", "node:*"].map((e) => `--external:${e}`);
 const loaders = ["--loader:.lua=text", "--loader:.sql=text"];
 for (const entry of EXTRA_ENTRIES) {
   const src = join(root, "js", `${entry}.js`);

@@ -306,3 +306,27 @@ test("the typings declare every member of Idempotency, and types/check.ts uses e
   const check = readFileSync(join(root, "types", "check.ts"), "utf8");
   for (const name of called) assert.match(check, new RegExp(`\\.${name}\\b`), `types/check.ts never uses Idempotency#${name}`);
 });
+
+test("the telemetry's names are the core's, read from the module; no JavaScript writes them; the docs list exactly them (IDEM-EVT-2)", () => {
+  const t = JSON.parse(glue.telemetryNames());
+  const names = [...t.spans, ...Object.values(t.attributes), ...Object.values(t.metrics)];
+  assert.equal(new Set(names).size, names.length, "a name is used twice");
+  assert.deepEqual(t.spans.slice(0, 2), ["idem.request", "idem.status"]);
+  assert.equal(t.attributes.httpRoute, "http.route");
+  assert.deepEqual(t.outcomes, ["executed", "replayed", "conflict", "mismatch", "refused", "recovered"]);
+  // The decision mask and the takeover index point into the event list.
+  const events = glue.eventNames().split(",");
+  assert.equal(events[t.takeover], "took-over");
+  const deciding = events.filter((_, i) => (glue.decisionMask() & (1 << i)) !== 0);
+  assert.ok(deciding.includes("executed") && deciding.includes("duplicate") && !deciding.includes("completed"), deciding);
+  assert.equal(t.outcomes[glue.operationOutcome(events.indexOf("in-progress"), 409)], "conflict");
+  assert.equal(t.outcomes[glue.operationOutcome(-1, 201)], "executed");
+  assert.equal(t.outcomes[glue.operationOutcome(-1, 404)], "refused");
+  for (const [file, text] of sources) {
+    for (const name of names) assert.ok(!code(text).includes(`"${name}"`), `${file} writes "${name}" by hand`);
+  }
+  // docs/observability.md: one table, one row per name, the first cell the name.
+  const doc = readFileSync(join(root, "..", "docs", "observability.md"), "utf8");
+  const rows = [...doc.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]);
+  assert.deepEqual([...rows].sort(), [...names].sort());
+});

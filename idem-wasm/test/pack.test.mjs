@@ -87,4 +87,22 @@ describe("the packed tarball, installed into an empty project", () => {
       assert.deepEqual(JSON.parse(out.bodies[0]), { id: 1, order: { amount: 900 } });
     });
   }
+
+  test("@opentelemetry/api is optional: idem runs without it, only idem/opentelemetry needs it", () => {
+    // The project installed nothing but the tarball: the peer dependency is absent.
+    const app = join(dir, "app");
+    assert.throws(() => execFileSync(process.execPath, ["-e", 'require.resolve("@opentelemetry/api")'], { cwd: app, stdio: "pipe" }));
+    const script = `
+      import("idem").then(async (idem) => {
+        let missing = null;
+        try { await import("idem/opentelemetry"); } catch (e) { missing = e.code; }
+        console.log(JSON.stringify({ loaded: typeof idem.withIdempotency, missing }));
+      });`;
+    const out = JSON.parse(execFileSync(process.execPath, ["--input-type=module", "-e", script], { cwd: app, encoding: "utf8" }));
+    assert.deepEqual(out, { loaded: "function", missing: "ERR_MODULE_NOT_FOUND" });
+    for (const file of ["node.js", "node.cjs", "idem_wasm.js", "workerd.js", "web.js"]) {
+      const text = readFileSync(join(app, "node_modules", "idem", "dist", file), "utf8");
+      assert.ok(!text.includes("@opentelemetry"), `dist/${file} refers to @opentelemetry`);
+    }
+  });
 });

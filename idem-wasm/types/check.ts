@@ -278,3 +278,8 @@ void reconcile("https://api.example/orders", { method: "POST" }, { id: "order-1"
   const outcome: IdempotentFetchResult["outcome"] = r.outcome;
   return outcome === "executed" || outcome === "not-executed" ? outcome : r.key;
 });
+
+// idem/opentelemetry
+import { openTelemetry } from "idem/opentelemetry";
+const traced = new Idempotency({ store: new MemoryStore(), principal: "none", telemetry: openTelemetry() });
+void traced;

@@ -110,6 +110,26 @@ export interface IdempotencyStore {
 /** An event for logs and metrics: `executed`, `took-over`, `replayed`, `in-progress`,
  * `mismatch`, `tombstone-hit`, `outcome-unknown-hit`, `rejected`, `completed`, `released`,
  * `outcome-unknown`, `fenced-out`, `extended`. */
+/** A span as a telemetry hook returns it (an OpenTelemetry `Span` is one). */
+export interface TelemetrySpan {
+  setAttribute(key: string, value: string | number): unknown;
+  end(): void;
+}
+
+/** What records idem's telemetry (`options.telemetry`): the names it is given are
+ * idem-core's, the same as the Rust tower layer's. */
+export interface TelemetryHook {
+  /** Opens the span of one operation (a guarded request, a status query, a token, a session,
+   * an inbox delivery). */
+  startSpan(name: string, attributes: Record<string, string | number>): TelemetrySpan;
+  /** Runs `fn` with `span` as the active span (optional). */
+  inSpan?<T>(span: TelemetrySpan, fn: () => T): T;
+  /** Adds `n` to the counter `metric`. */
+  count(metric: string, n: number, attributes: Record<string, string>): void;
+  /** Records `value` (in `unit`) in the histogram `metric`. */
+  record(metric: string, value: number, attributes: Record<string, string>, unit: string): void;
+}
+
 export interface IdempotencyEvent {
   name: string;
   /** The idempotency key, or null when the request was refused before it was parsed. */
@@ -172,6 +192,9 @@ export interface IdempotencyOptions<R = Request> {
   /** Guarded methods (default POST and PATCH); others pass through. */
   methods?: string[];
   onEvent?: (event: IdempotencyEvent) => void;
+  /** Spans and metrics of every operation, under idem-core's names (docs/observability.md):
+   * `openTelemetry()` of `idem/opentelemetry` builds one on `@opentelemetry/api`. */
+  telemetry?: TelemetryHook;
   /** The clock (default Date.now). */
   now?: () => number;
   /** The header that carries the key (default `Idempotency-Key`). */
@@ -355,7 +378,7 @@ export interface InboxDelivery {
 /** A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
  * processed, redeliveries are acknowledged without processing. */
 export class Inbox {
-  constructor(options: Pick<IdempotencyOptions, "store" | "responseTtl" | "keyTtl" | "lease" | "unknownOutcome" | "fingerprint" | "onEvent" | "now">);
+  constructor(options: Pick<IdempotencyOptions, "store" | "responseTtl" | "keyTtl" | "lease" | "unknownOutcome" | "fingerprint" | "onEvent" | "telemetry" | "now">);
   receive(
     delivery: { source: string; id: string; body?: Uint8Array | string; contentType?: string },
     process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,

@@ -44,6 +44,7 @@ use crate::engine::SharedOutcome;
 use claim::{Decided, Wait};
 use events::Events;
 use hold::{not_stored, Holding, Op, Purpose};
+pub(crate) use policy::principal_digest;
 use policy::Rules;
 use session::Opening;
 use status::Querying;

@@ -359,7 +359,10 @@ impl Policy {
 }
 
 /// The principal as it enters a scope: the first 16 bytes of its SHA-256 digest in hex, so
-/// that credentials never reach a store (`IDEM-SCOPE-2`).
+/// that credentials never reach a store (`IDEM-SCOPE-2`). [`RecordKey::digest`] is the same
+/// function of the storage key (one copy of the code in the WebAssembly module).
+///
+/// [`RecordKey::digest`]: crate::RecordKey::digest
 pub(crate) fn principal_digest(principal: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(principal.as_bytes());

@@ -87,6 +87,27 @@ impl Engine {
         self.host.key(slot).map(String::from).map_err(js)
     }
 
+    /// The record's digest for telemetry (32 hex digits: neither the key nor the
+    /// principal), or undefined for a request refused before it had a key (`IDEM-EVT-2`).
+    #[wasm_bindgen(js_name = keyDigest)]
+    pub fn key_digest(&self, slot: u32) -> JsResult<Option<String>> {
+        self.host.key_digest(slot).map_err(js)
+    }
+
+    /// The slot's operation, as an index into `telemetryNames().spans`.
+    #[wasm_bindgen(js_name = operationIndex)]
+    pub fn operation_index(&self, slot: u32) -> JsResult<u32> {
+        self.host.operation_index(slot).map_err(js)
+    }
+
+    /// The telemetry's `error.type` for the slot's answer with `status`: the problem's slug
+    /// for idem's own problems, the status for another answer of 500 or more, else
+    /// undefined.
+    #[wasm_bindgen(js_name = errorType)]
+    pub fn error_type(&self, slot: u32, status: u16) -> JsResult<Option<String>> {
+        self.host.error_type(slot, status).map_err(js)
+    }
+
     /// The requirement ID of the refusal that answered the request, if one did.
     #[wasm_bindgen(js_name = refusalCode)]
     pub fn refusal_code(&self, slot: u32) -> JsResult<Option<String>> {

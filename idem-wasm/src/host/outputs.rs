@@ -74,6 +74,40 @@ impl Host {
         Ok(&self.slot(t)?.req.key().key)
     }
 
+    /// The record's digest for telemetry
+    /// ([`RecordKey::digest`](idem_core::RecordKey::digest)), or none for a request refused
+    /// before it had a key.
+    pub fn key_digest(&self, t: u32) -> Result<Option<String>, ErrorParts> {
+        let key = self.slot(t)?.req.key();
+        Ok((!key.key.is_empty()).then(|| key.digest()))
+    }
+
+    /// The index of the slot's operation in
+    /// [`telemetry::OPERATIONS`](idem_core::telemetry::OPERATIONS).
+    pub fn operation_index(&self, t: u32) -> Result<u32, ErrorParts> {
+        let operation = self.slot(t)?.req.operation();
+        Ok(idem_core::telemetry::OPERATIONS
+            .iter()
+            .position(|o| *o == operation)
+            .unwrap_or(0) as u32)
+    }
+
+    /// The telemetry's `error.type` for the slot's answer with `status`
+    /// ([`telemetry::error_type`](idem_core::telemetry::error_type)).
+    pub fn error_type(&self, t: u32, status: u16) -> Result<Option<String>, ErrorParts> {
+        // The refusal or decision that answered, not the rendered reply: its problem type is
+        // all this needs.
+        let req = &self.slot(t)?.req;
+        let problem = match req.refusal() {
+            Some(r) => Some(r.problem.type_uri),
+            None => req
+                .decision()
+                .and_then(Refusal::of_decision)
+                .map(|r| r.problem.type_uri),
+        };
+        Ok(idem_core::telemetry::error_type(status, problem))
+    }
+
     /// The requirement of the refusal that answered the request, if one did.
     pub fn refusal(&self, t: u32) -> Result<Option<&Refusal>, ErrorParts> {
         Ok(self.slot(t)?.req.refusal())
