@@ -71,7 +71,7 @@ pub fn response_apart(record: &Record) -> Option<(Record, UnixMillis)> {
 }
 
 /// The Postgres table (`schema`, the migration) and the statements on it (`load`, `insert`,
-/// `update`, `delete`, `due`), each after a `-- name:` line. See [`postgres_statement`].
+/// `update`, `delete`, `due`, `defer`), each after a `-- name:` line. See [`postgres_statement`].
 pub const POSTGRES_SQL: &str = include_str!("../stores/postgres.sql");
 
 /// The statement of [`POSTGRES_SQL`] named `name` (its text up to the next `-- name:` line,
@@ -97,7 +97,9 @@ mod tests {
 
     #[test]
     fn every_statement_is_found_by_name() {
-        for name in ["schema", "load", "insert", "update", "delete", "due"] {
+        for name in [
+            "schema", "load", "insert", "update", "delete", "due", "defer",
+        ] {
             let s = postgres_statement(name).unwrap_or_else(|| panic!("no {name}"));
             assert!(!s.contains("-- name:"), "{name}: {s}");
         }

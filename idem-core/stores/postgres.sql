@@ -39,4 +39,10 @@ DELETE FROM idem_records WHERE key = $1 AND version = $2;
 -- The sweep: the records whose deadline has come, oldest first, through the deadline
 -- index. Each is then expired by the engine (its response dropped, or the row deleted once
 -- its key and any live lease have ended) with `update` or `delete`.
-SELECT key, version, value FROM idem_records WHERE deadline <= $1 ORDER BY deadline LIMIT $2;
+SELECT key, version, value, expires FROM idem_records WHERE deadline <= $1 ORDER BY deadline LIMIT $2;
+
+-- name: defer
+-- A due record the sweep cannot read (sealed under a key it does not hold): due again only
+-- when it need no longer be kept, when it is deleted without being read. Until then it stays
+-- out of the way of the records due behind it.
+UPDATE idem_records SET deadline = expires WHERE key = $1 AND version = $2 AND deadline < expires;

@@ -182,8 +182,24 @@ impl PostgresStore {
             let version: String = row.get(1);
             let record = match seal::decode(self.seal.as_ref(), &key, row.get::<_, &[u8]>(2)) {
                 Ok(record) => record,
-                // Sealed with a key this store does not hold: another process's to expire.
-                Err(e) if e.is_sealed() => continue,
+                // Sealed with a key this store does not hold: deleted once it need no longer
+                // be kept, which needs no reading; until then due only then, so that it does
+                // not stand in front of the records due behind it.
+                Err(e) if e.is_sealed() => {
+                    let expires: i64 = row.get(3);
+                    if expires <= now.0 as i64 {
+                        let seal = self.seal.as_ref();
+                        if write_on(&client, seal, &key, Some(&version), &WriteOp::Delete).await?
+                            == Applied::Applied
+                        {
+                            changed += 1;
+                        }
+                    } else {
+                        let defer = client.prepare_cached(statement("defer")).await?;
+                        client.execute(&defer, &[&key, &version]).await?;
+                    }
+                    continue;
+                }
                 Err(e) => return Err(PostgresStoreError::Record(e)),
             };
             let op = match record.expire(now) {

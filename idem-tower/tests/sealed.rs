@@ -238,7 +238,55 @@ async fn postgres_keeps_only_sealed_rows_that_rotate_and_refuse_to_move() {
         (500, "urn:idem:problem:record-sealed")
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    // The sweep leaves what it cannot open alone and expires nothing early.
-    let now = idem_core::UnixMillis::now();
-    assert_eq!(store(&[("2026-11", 2)]).sweep(now, 100).await.unwrap(), 0);
+    // A sweep that cannot open a due record defers it to when it need no longer be kept, so
+    // that it does not stand in front of the records behind it, and deletes it then.
+    let other = PostgresStore::connect(&server.url, 1)
+        .expect("a pool")
+        .with_seal(seal(&[("other", 9)]));
+    let day = 24 * 3600 * 1000;
+    let now = idem_core::UnixMillis::now().0;
+    let due = |at: u64| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT count(*) FROM idem_records WHERE deadline <= $1",
+                    &[&(at as i64)],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        due(now + day + 60_000).await,
+        3,
+        "the responses' retention has ended"
+    );
+    let swept = other
+        .sweep(idem_core::UnixMillis(now + day + 60_000), 2)
+        .await;
+    assert_eq!(swept.unwrap(), 0, "nothing it cannot read is changed early");
+    assert_eq!(
+        due(now + day + 60_000).await,
+        1,
+        "the two it read are out of the way"
+    );
+    other
+        .sweep(idem_core::UnixMillis(now + day + 60_000), 2)
+        .await
+        .unwrap();
+    assert_eq!(due(now + day + 60_000).await, 0);
+    let late = idem_core::UnixMillis(now + 8 * day);
+    assert_eq!(
+        other.sweep(late, 100).await.unwrap(),
+        3,
+        "deleted once the keys expired"
+    );
+    let left: i64 = client
+        .query_one("SELECT count(*) FROM idem_records", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
 }

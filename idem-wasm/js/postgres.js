@@ -224,9 +224,16 @@ export class PostgresStore {
       try {
         value = await openedRecord(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
       } catch (err) {
-        // Sealed with a key this store does not hold: another process's to expire.
-        if (err?.code === "IDEM-SEAL-3") continue;
-        throw err;
+        if (err?.code !== "IDEM-SEAL-3") throw err;
+        // Sealed with a key this store does not hold: deleted once it need no longer be kept,
+        // which needs no reading; until then due only then, so that it does not stand in
+        // front of the records due behind it.
+        if (Number(row.expires) <= now) {
+          if (await this.#write(this.#pool, row.key, { value: null, expect: row.version })) changed++;
+        } else {
+          await this.#query(this.#pool, { name: "idem_defer", text: Q.defer, values: [row.key, row.version] });
+        }
+        continue;
       }
       const write = expire(now, value);
       if (write === undefined) continue;

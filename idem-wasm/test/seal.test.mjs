@@ -50,7 +50,8 @@ async function answer(handler, k) {
 
 const inClear = (values, needle) => values.some((v) => Buffer.from(v).includes(needle));
 
-/** The checks every sealed store passes: `open(keys)` makes a store with those seal keys,
+/** The checks every sealed store passes: `open(keys, more)` makes a store with those seal
+ * keys (and more seal options),
  * `dump()` resolves to every stored value, `move(from, to)` copies one key's record
  * under another. */
 function sealedStoreTests({ open, dump, move }) {
@@ -85,6 +86,17 @@ function sealedStoreTests({ open, dump, move }) {
     const bare = await answer(orders(open(undefined), runs), "rot-b");
     assert.equal(JSON.parse(bare.body).type, SEALED);
     assert.equal(runs.n, 2);
+  });
+
+  test("a record in clear is refused by a sealing store, unless it reads those while moving to sealing (IDEM-SEAL-3)", async () => {
+    const runs = { n: 0 };
+    const clear = await answer(orders(open(undefined), runs), "clear");
+    assert.equal(clear.status, 201);
+    const refused = await answer(orders(open([{ id: "k", key: key(4) }]), runs), "clear");
+    assert.deepEqual([refused.status, JSON.parse(refused.body).type], [500, SEALED]);
+    const moving = await answer(orders(open([{ id: "k", key: key(4) }], { readClear: true }), runs), "clear");
+    assert.deepEqual([moving.replayed, moving.body], ["true", clear.body]);
+    assert.equal(runs.n, 1);
   });
 
   test("a sealed record copied under another key does not open there (IDEM-SEAL-3)", async () => {
@@ -122,7 +134,7 @@ describe("sealed RedisStore", () => {
     await server?.stop();
   });
   sealedStoreTests({
-    open: (keys) => new RedisStore(client(), keys === undefined ? {} : { seal: { keys } }),
+    open: (keys, more) => new RedisStore(client(), keys === undefined ? {} : { seal: { keys, ...more } }),
     dump: async () => {
       const c = client();
       const values = [];
@@ -164,7 +176,7 @@ describe("sealed PostgresStore", () => {
     await server?.stop();
   });
   sealedStoreTests({
-    open: (keys) => new PostgresStore(pool, keys === undefined ? {} : { seal: { keys } }),
+    open: (keys, more) => new PostgresStore(pool, keys === undefined ? {} : { seal: { keys, ...more } }),
     dump: async () => (await pool.query("SELECT key, version, value FROM idem_records")).rows.map((r) => r.value),
     move: async (from, to) => {
       const keys = (await pool.query("SELECT key FROM idem_records")).rows.map((r) => r.key);
@@ -178,9 +190,22 @@ describe("sealed PostgresStore", () => {
     },
   });
 
-  test("the sweep leaves a record it cannot open alone", async () => {
+  test("a sweep defers the due records it cannot open to their keys' expiry, then deletes them", async () => {
     const store = new PostgresStore(pool, { seal: { keys: [{ id: "other", key: key(9) }] } });
-    assert.equal(await store.sweep(Date.now() + 30 * 24 * 3600 * 1000), 0);
+    const day = 24 * 3600 * 1000;
+    const soon = Date.now() + day + 60_000;
+    const due = async (at) => Number((await pool.query("SELECT count(*) AS n FROM idem_records WHERE deadline <= $1", [at])).rows[0].n);
+    const all = async () => Number((await pool.query("SELECT count(*) AS n FROM idem_records")).rows[0].n);
+    const before = await due(soon);
+    assert.ok(before >= 3, `${before} due`);
+    // Two at a time: each sweep moves what it cannot read out of the way of the next.
+    assert.equal(await store.sweep(soon, 2), 0, "nothing changed early");
+    assert.equal(await due(soon), before - 2);
+    for (let round = 0; round < 100 && (await due(soon)) > 0; round++) await store.sweep(soon, 2);
+    assert.equal(await due(soon), 0);
+    const kept = await all();
+    assert.equal(await store.sweep(Date.now() + 8 * day), kept, "deleted once the keys expired");
+    assert.equal(await all(), 0);
   });
 });
 
