@@ -245,7 +245,7 @@ pub const ERROR_TYPE_OTHER: &str = "_OTHER";
 
 /// The value of [`attr::ERROR_TYPE`] for an answer with `status` and problem `type` URI
 /// `problem_type` (the engine's own refusals have one): the problem's slug for idem's
-/// problems (`key-mismatch`, `request-in-progress`, …), the status code for any other
+/// problems (`key-reuse-mismatch`, `in-progress`, …), the status code for any other
 /// answer of 500 or more (OpenTelemetry's HTTP conventions), `None` otherwise.
 pub fn error_type(status: u16, problem_type: Option<&str>) -> Option<String> {
     let prefix = crate::Problem::MISSING_KEY
@@ -312,6 +312,7 @@ mod tests {
             "histogram.idem.store.duration"
         );
         let mut outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.name()).collect();
+        outcomes.sort_unstable();
         outcomes.dedup();
         assert_eq!(outcomes.len(), 6);
     }

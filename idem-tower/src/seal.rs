@@ -14,7 +14,9 @@ use std::sync::Arc;
 /// The keys a store seals its records with (`IDEM-SEAL-1`, `IDEM-SEAL-2`): the first seals
 /// every record written, any of them opens a record sealed with it, so a key is rotated by
 /// putting a new one first and dropping the old one once no record needs it (after the key
-/// retention). Records written in clear before sealing was turned on are still read.
+/// retention). A record in clear is refused like one that does not open (`IDEM-SEAL-3`): a
+/// store anyone could write to cannot hand a forged response in clear to a replay. While a
+/// store written in clear moves to sealing, [`read_clear`](Seal::read_clear) reads those too.
 ///
 /// ```
 /// # use idem_tower::Seal;
@@ -26,6 +28,8 @@ pub struct Seal {
     keys: Arc<[(String, Aes256Gcm)]>,
     /// The head of a record sealed with the first key.
     head: Arc<[u8]>,
+    /// Whether records in clear are read (a store moving to sealing).
+    read_clear: bool,
 }
 
 impl fmt::Debug for Seal {
@@ -33,6 +37,7 @@ impl fmt::Debug for Seal {
         // The ids only: never the keys.
         f.debug_struct("Seal")
             .field("key_ids", &self.key_ids().collect::<Vec<_>>())
+            .field("read_clear", &self.read_clear)
             .finish()
     }
 }
@@ -48,6 +53,8 @@ pub enum Unreadable {
     /// The record does not open with the key its id names: it was moved from another
     /// storage key, or damaged.
     Rejected,
+    /// The record is in clear, and the store reads sealed records only.
+    Clear,
 }
 
 impl fmt::Display for Unreadable {
@@ -63,6 +70,9 @@ impl fmt::Display for Unreadable {
             Unreadable::Rejected => f.write_str(
                 "a sealed record does not open under its storage key (moved or damaged)",
             ),
+            Unreadable::Clear => {
+                f.write_str("a record is stored in clear, and this store reads sealed records only")
+            }
         }
     }
 }
@@ -77,6 +87,7 @@ impl Unreadable {
             self,
             Unreadable::UnknownKey(_)
                 | Unreadable::Rejected
+                | Unreadable::Clear
                 | Unreadable::Record(DecodeError::Sealed)
         )
     }
@@ -105,7 +116,15 @@ impl Seal {
         Ok(Seal {
             keys: keys.into(),
             head: head.into(),
+            read_clear: false,
         })
+    }
+
+    /// Reads records stored in clear too, while a store written before sealing was turned
+    /// on moves to sealing (until its key retention has passed). Off by default.
+    pub fn read_clear(mut self, read: bool) -> Seal {
+        self.read_clear = read;
+        self
     }
 
     /// The key ids, the sealing one first.
@@ -138,7 +157,8 @@ impl Seal {
     fn open<'a>(&self, storage_key: &str, bytes: &'a [u8]) -> Result<Cow<'a, [u8]>, Unreadable> {
         let sealed = match Sealed::parse(bytes) {
             Ok(Some(sealed)) => sealed,
-            Ok(None) => return Ok(Cow::Borrowed(bytes)),
+            Ok(None) if self.read_clear => return Ok(Cow::Borrowed(bytes)),
+            Ok(None) => return Err(Unreadable::Clear),
             Err(_) => return Err(Unreadable::Rejected),
         };
         let (_, cipher) = self
@@ -257,13 +277,17 @@ mod tests {
             decode(Some(&new), "s", &by_old),
             Err(Unreadable::UnknownKey("2026-05".into()))
         );
-        // A store without keys refuses a sealed record; a record in clear reads everywhere.
+        // A store without keys refuses a sealed record; a sealing store refuses a record in
+        // clear, unless it reads those while moving to sealing.
         assert_eq!(
             decode(None, "s", &by_old),
             Err(Unreadable::UnknownKey("2026-05".into()))
         );
         let clear = encode(None, "s", &record);
-        assert_eq!(decode(Some(&new), "s", &clear), Ok(record));
+        assert_eq!(decode(Some(&new), "s", &clear), Err(Unreadable::Clear));
+        assert!(Unreadable::Clear.is_sealed());
+        let moving = new.clone().read_clear(true);
+        assert_eq!(decode(Some(&moving), "s", &clear), Ok(record.clone()));
         // The key id cannot be swapped for another key's: the head is authenticated.
         let same_key_other_id = Seal::new([("2026-06", [1u8; 32])]).unwrap();
         let mut relabelled = by_old.clone();

@@ -187,11 +187,10 @@ where
     };
     let machine = shared.policy.request(&intake, nonce());
     drop(keys);
-    let trace = Arc::new(Trace::new(
-        &machine,
-        Some(parts.method.as_str()),
-        Some(&route),
-    ));
+    // A route is a span's `http.route` only when the host names routes: a raw path may
+    // carry ids.
+    let named = shared.route.as_ref().map(|_| route.as_str());
+    let trace = Arc::new(Trace::new(&machine, Some(parts.method.as_str()), named));
     let span = trace.span().clone();
     run(shared, inner, parts, body, machine, trace)
         .instrument(span)

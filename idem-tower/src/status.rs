@@ -40,7 +40,8 @@ where
         },
         nonce(),
     );
-    let trace = Trace::new(&machine, Some(parts.method.as_str()), Some(&route));
+    let named = shared.route.as_ref().map(|_| route.as_str());
+    let trace = Trace::new(&machine, Some(parts.method.as_str()), named);
     let span = trace.span().clone();
     answer(shared, machine, &trace).instrument(span).await
 }

@@ -25,7 +25,7 @@ import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from "@nestjs/comm
 import { RouteParamtypes } from "@nestjs/common/enums/route-paramtypes.enum.js";
 import { APP_INTERCEPTOR, HttpAdapterHost, Reflector } from "@nestjs/core";
 import { from, mergeMap, of } from "rxjs";
-import { Idempotency } from "idem";
+import { Idempotency, plainProblem } from "idem";
 import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { answerInstead, answered, replyWith } from "./fastify-reply.js";
@@ -196,9 +196,13 @@ class Binding {
             held.node.release();
             return sendNode(res, reply, idem);
           },
-          () => {
+          async () => {
             held.node.release();
-            if (!res.headersSent) res.writeHead(500).end();
+            if (res.headersSent) return;
+            // The core's about:blank 500, as every host renders a failure of its own.
+            const problem = plainProblem(500, "the answer could not be recorded");
+            res.writeHead(500, Object.fromEntries(problem.headers));
+            res.end(Buffer.from(await problem.arrayBuffer()));
           },
         )
         // Only a failing problem hook gets here: the connection is closed, not left open.

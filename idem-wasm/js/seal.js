@@ -20,9 +20,11 @@ const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 
 /**
- * The sealer of a store's `seal` option `{ keys: [{ id, key }, …] }` (each key 32 bytes, a
- * Uint8Array or ArrayBuffer, or an AES-GCM CryptoKey), or null without one. Throws a
- * RangeError (IDEM-JS-1) for keys that cannot be used.
+ * The sealer of a store's `seal` option `{ keys: [{ id, key }, …], readClear }` (each key 32
+ * bytes, a Uint8Array or ArrayBuffer, or an AES-256-GCM CryptoKey), or null without one.
+ * Records in clear are refused (IDEM-SEAL-3) unless `readClear` is true, for the time a store
+ * written in clear moves to sealing. Throws a RangeError (IDEM-JS-1) for keys that cannot be
+ * used.
  */
 export function recordSealer(option) {
   if (option === undefined) return null;
@@ -32,10 +34,12 @@ export function recordSealer(option) {
     e.code = "IDEM-JS-1";
     throw e;
   }
-  const ids = keys.map((k) => String(k?.id));
-  const lengths = keys.map((k) => (isCryptoKey(k?.key) ? 32 : (k?.key?.byteLength ?? 0)));
+  const ids = keys.map((k) => (typeof k?.id === "string" ? k.id : ""));
+  // A CryptoKey counts as 32 bytes only when it is an AES-256-GCM key.
+  const lengths = keys.map((k) => (isCryptoKey(k?.key) ? (k.key.algorithm?.name === ALGORITHM ? k.key.algorithm.length / 8 : 0) : (k?.key?.byteLength ?? 0)));
   sealCheckKeys(ids, Uint32Array.from(lengths));
   const head = sealHead(ids[0]);
+  const readClear = option.readClear === true;
   // Imported once, when first used: WebCrypto's import is asynchronous.
   const imported = new Map();
   const cryptoKey = (i) => {
@@ -56,8 +60,8 @@ export function recordSealer(option) {
       const ciphertext = await crypto.subtle.encrypt({ name: ALGORITHM, iv: nonce, additionalData: sealAad(head, storageKey) }, await cryptoKey(0), bytes);
       return sealFrame(head, nonce, new Uint8Array(ciphertext));
     },
-    /** The record of `bytes` read under `storageKey`: opened, or as it is when it was
-     * stored in clear. Rejects with code IDEM-SEAL-3 when it cannot be opened. */
+    /** The record of `bytes` read under `storageKey`, opened (or as it is, a record in
+     * clear, with `readClear`). Rejects with code IDEM-SEAL-3 when it cannot be opened. */
     async open(storageKey, bytes) {
       let parts;
       try {
@@ -65,7 +69,10 @@ export function recordSealer(option) {
       } catch (err) {
         throw unopened(err.message);
       }
-      if (parts === undefined) return bytes;
+      if (parts === undefined) {
+        if (readClear) return bytes;
+        throw unopened("a record is stored in clear, and this store reads sealed records only");
+      }
       try {
         const i = ids.indexOf(parts.keyId);
         if (i < 0) throw unopened(`a record is sealed with key ${JSON.stringify(parts.keyId)}, which this store does not hold`);

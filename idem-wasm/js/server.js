@@ -209,7 +209,9 @@ export class Idempotency {
   /** Opens the slot of a status query: `key` and `field` are the raw header values. */
   statusSlot(key, principal, route, field) {
     const slot = this.#engine.status(principal, route, key ?? undefined, field ?? "", random32(), random32());
-    this.#driver.describe(slot, "GET", route);
+    // A route is a span's `http.route` only when the host names routes: a raw path may
+    // carry ids.
+    this.#driver.describe(slot, "GET", this.#route === undefined ? undefined : route);
     return slot;
   }
 
@@ -253,7 +255,7 @@ export class Idempotency {
       random32(),
       random32(),
     );
-    this.#driver.describe(slot, method, route);
+    this.#driver.describe(slot, method, this.#route === undefined ? undefined : route);
     return slot;
   }
 

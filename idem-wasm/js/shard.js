@@ -176,6 +176,10 @@ export class IdempotencyShard {
    * here; callers read `#cache` afterwards, without awaiting in between. */
   async #fetch(key) {
     if (this.#cache.has(key) || this.#held?.has(key)) return;
+    // A sealed write still on its way (of a key evicted from the cache since) reaches
+    // storage before storage is read.
+    if (this.#seal !== null) await this.#sealing;
+    if (this.#cache.has(key) || this.#held?.has(key)) return;
     const stored = await this.#storage.get(this.#prefix + RECORD + key);
     if (this.#cache.has(key) || this.#held?.has(key)) return;
     let entry = stored ?? null;
@@ -289,7 +293,7 @@ export class IdempotencyShard {
       // the order the cache did.
       if (this.#seal === null) return commit(write.value);
       const after = this.#sealing.then(() => Promise.all(commit(null)));
-      this.#sealing = after.catch(() => {});
+      this.#sealing = after.catch(() => this.#cache.clear());
       return [after];
     }
     // The decision was made above, against the cache; sealing only delays the put, and the
@@ -297,7 +301,11 @@ export class IdempotencyShard {
     const seal = this.#seal;
     const value = write.value;
     const sealed = this.#sealing.then(() => seal.seal(key, value)).then((bytes) => Promise.all(commit(bytes)));
-    this.#sealing = sealed.catch(() => {});
+    this.#sealing = sealed.catch(() => {
+      // The cache is ahead of storage: forget it, so that every key is read from storage
+      // again, as after a restart.
+      this.#cache.clear();
+    });
     return [sealed];
   }
 
@@ -417,7 +425,8 @@ export class IdempotencyShard {
       try {
         await this.#fetch(key);
         current = this.#cache.get(key) ?? null;
-        if (current !== null && current.version === version) write = expire(now, await openedRecord(this.#seal, key, current.value));
+        // The cache holds records opened (or in clear), as the engine reads them.
+        if (current !== null && current.version === version) write = expire(now, current.value);
       } catch (err) {
         // Sealed with a key this object does not hold (IDEM-SEAL-3): it stays, unexpired,
         // and out of the index, so that the alarm does not come back for it.

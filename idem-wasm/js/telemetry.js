@@ -58,7 +58,7 @@ class Trace {
     if (digest !== undefined) attributes[a.keyDigest] = digest;
     if (http !== undefined) {
       attributes[a.httpRequestMethod] = http.method;
-      attributes[a.httpRoute] = http.route;
+      if (http.route !== undefined) attributes[a.httpRoute] = http.route;
     }
     this.#span = hook.startSpan(names.spans[operation], attributes);
   }
@@ -66,7 +66,19 @@ class Trace {
   /** Runs the handler in the span's context, where the hook can (so that its own spans
    * are children of this one). */
   run(fn) {
-    return this.#hook.inSpan === undefined ? fn() : this.#hook.inSpan(this.#span, fn);
+    if (this.#hook.inSpan === undefined) return fn();
+    // A hook that fails before it runs the handler never changes how the request is
+    // answered: the handler runs outside the span.
+    let ran = false;
+    try {
+      return this.#hook.inSpan(this.#span, () => {
+        ran = true;
+        return fn();
+      });
+    } catch (err) {
+      if (ran) throw err;
+      return fn();
+    }
   }
 
   /** An event of the operation (its index in `eventNames()`): the first that decides is the

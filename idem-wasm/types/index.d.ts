@@ -517,11 +517,15 @@ export function statusHeader(): string;
 /** `application/vnd.idem.key-status+json`: the media type of a status document. */
 export function statusMediaType(): string;
 
-/** The seal keys of a Redis or Postgres store (IDEM-SEAL-1, IDEM-SEAL-2): the first seals
+/** The seal keys of a Redis, Postgres or Durable Object store (IDEM-SEAL-1, IDEM-SEAL-2): the first seals
  * every record written, any of them opens a record sealed with it. An id is 1 to 64 visible
  * ASCII characters; a key is 32 bytes (AES-256) or an AES-GCM `CryptoKey`. */
 export interface SealOptions {
   keys: { id: string; key: Uint8Array | ArrayBuffer | CryptoKey }[];
+  /** Read records stored in clear too, while a store written before sealing was turned on
+   * moves to sealing (until its key retention has passed). Off: a record in clear is
+   * refused like one that does not open (IDEM-SEAL-3). */
+  readClear?: boolean;
 }
 
 /** Seals and opens the records of a store (IDEM-SEAL-1), in idem-core's sealed format with
