@@ -1,5 +1,6 @@
-// `idem/nestjs` on NestJS 11 over loopback HTTP (IDEM-JS-4), on the Express and the Fastify
-// platforms: the adapters' shared checks (test/framework-http.mjs), the store kit's
+// `idem/nestjs` on NestJS 11 and NestJS 10 over loopback HTTP (IDEM-JS-4), on the Express
+// and the Fastify platforms (Nest 10's is Fastify 4; Nest 10 comes from test/nestjs10, with the
+// built package copied into its node_modules for the run): the adapters' shared checks (test/framework-http.mjs), the store kit's
 // shared-store case on one Redis through two Nest apps, what only Nest has (the principal
 // from req.user set by a guard, pipes and exception filters inside the guarded request,
 // unmarked handlers untouched), and the TypeScript example of docs/frameworks/nestjs.md,
@@ -9,10 +10,10 @@
 import "reflect-metadata";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { BadRequestException, Body, Catch, Controller, Get, HttpException, Module, Post, Req, Res } from "@nestjs/common";
 import { NestFactory } from "@nestjs/core";
 import { ExpressAdapter } from "@nestjs/platform-express";
@@ -26,9 +27,48 @@ import { MAX_BODY, ORDER, adapterChecks, fresh, post, sharedStoreCheck } from ".
 import { startRedis } from "./servers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const PLATFORMS = [
-  ["Express", () => new ExpressAdapter()],
-  ["Fastify", () => new FastifyAdapter()],
+
+/** Nest and idem/nestjs, as one major of Nest sees them. */
+const NEST_11 = { version: 11, BadRequestException, Body, Catch, Controller, Get, HttpException, Module, Post, Req, Res, NestFactory, ExpressAdapter, FastifyAdapter, MemoryStore, Idempotent, IdempotencyModule };
+
+/** NestJS 10 from test/nestjs10 (`npm ci` there), with this build of the package copied into
+ * its node_modules, so that idem/nestjs resolves Nest 10 and its own copy of idem. */
+async function nest10() {
+  const root = join(here, "nestjs10");
+  const modules = join(root, "node_modules");
+  if (!existsSync(join(modules, "@nestjs", "core"))) throw new Error("NestJS 10 is not installed: run npm ci in idem-wasm/test/nestjs10 (cargo xtask setup does)");
+  const idem = join(modules, "idem");
+  rmSync(idem, { recursive: true, force: true });
+  mkdirSync(idem);
+  cpSync(join(here, "..", "package.json"), join(idem, "package.json"));
+  cpSync(join(here, "..", "dist"), join(idem, "dist"), { recursive: true });
+  after(() => rmSync(idem, { recursive: true, force: true }));
+  const from = (path) => import(pathToFileURL(join(modules, path)).href);
+  const [common, core, express, fastify, idemMain, idemNest] = await Promise.all([
+    from("@nestjs/common/index.js"),
+    from("@nestjs/core/index.js"),
+    from("@nestjs/platform-express/index.js"),
+    from("@nestjs/platform-fastify/index.js"),
+    from("idem/dist/node.js"),
+    from("idem/dist/nestjs.js"),
+  ]);
+  assert.match(JSON.parse(readFileSync(join(modules, "@nestjs", "core", "package.json"), "utf8")).version, /^10\./);
+  const { BadRequestException, Body, Catch, Controller, Get, HttpException, Module, Post, Req, Res } = common;
+  return {
+    version: 10,
+    ...{ BadRequestException, Body, Catch, Controller, Get, HttpException, Module, Post, Req, Res },
+    NestFactory: core.NestFactory,
+    ExpressAdapter: express.ExpressAdapter,
+    FastifyAdapter: fastify.FastifyAdapter,
+    MemoryStore: idemMain.MemoryStore,
+    Idempotent: idemNest.Idempotent,
+    IdempotencyModule: idemNest.IdempotencyModule,
+  };
+}
+
+const platforms = (nest) => [
+  ["Express", () => new nest.ExpressAdapter()],
+  ["Fastify", () => new nest.FastifyAdapter()],
 ];
 
 /** Applies method decorators to `Class.prototype[name]`, as `@a @b name() {}` would. */
@@ -40,7 +80,8 @@ function decorate(Class, name, ...decorators) {
 /** The app of the shared checks on Nest: the user is set by a global guard from `x-user`,
  * CORS is on, and a catch-all exception filter answers every error in the app's own format
  * (the engine's replays and refusals must get past it untouched). */
-async function startApp(platform, { store = new MemoryStore(), ...options } = {}) {
+async function startApp(nest, platform, { store = new nest.MemoryStore(), ...options } = {}) {
+  const { BadRequestException, Body, Catch, Controller, Get, HttpException, Module, Post, Req, Res, NestFactory, Idempotent, IdempotencyModule } = nest;
   const state = { count: 0 };
   class OrdersController {
     async create(order, req, res) {
@@ -108,11 +149,12 @@ async function startApp(platform, { store = new MemoryStore(), ...options } = {}
   return { url: `http://127.0.0.1:${port}`, port, state, close: () => app.close() };
 }
 
-for (const [name, platform] of PLATFORMS) {
-  describe(`idem/nestjs on NestJS 11 with the ${name} platform`, () => {
+for (const nest of [NEST_11, await nest10()]) {
+for (const [name, platform] of platforms(nest)) {
+  describe(`idem/nestjs on NestJS ${nest.version} with the ${name} platform`, () => {
     let running;
     before(async () => {
-      running = await startApp(platform);
+      running = await startApp(nest, platform);
     });
     after(async () => running?.close());
     adapterChecks(() => running, { statusQueries: false });
@@ -173,9 +215,9 @@ for (const [name, platform] of PLATFORMS) {
     });
   });
 
-  describe(`idem/nestjs (${name}): the key header's name and the problem hook are options`, () => {
+  describe(`idem/nestjs ${nest.version} (${name}): the key header's name and the problem hook are options`, () => {
     test("X-Request-Key carries the key, and refusals come in the host's own error format", async () => {
-      const running = await startApp(platform, {
+      const running = await startApp(nest, platform, {
         keyHeader: "X-Request-Key",
         problem: (problem) => Response.json({ error: problem.type.replace("urn:idem:problem:", "") }, { status: problem.status }),
       });
@@ -198,7 +240,7 @@ for (const [name, platform] of PLATFORMS) {
     });
   });
 
-  describe(`idem/nestjs (${name}): two apps on one Redis (the store kit's shared-store case)`, () => {
+  describe(`idem/nestjs ${nest.version} (${name}): two apps on one Redis (the store kit's shared-store case)`, () => {
     let redis;
     const clients = [];
     before(async () => {
@@ -208,15 +250,16 @@ for (const [name, platform] of PLATFORMS) {
       for (const c of clients) c.disconnect();
       await redis?.stop();
     });
-    sharedStoreCheck(`NestJS (${name}) on RedisStore`, {
+    sharedStoreCheck(`NestJS ${nest.version} (${name}) on RedisStore`, {
       open: () => {
         const client = new Redis(redis.url);
         clients.push(client);
         return new RedisStore(client);
       },
-      start: (store) => startApp(platform, { store }),
+      start: (store) => startApp(nest, platform, { store }),
     });
   });
+}
 }
 
 describe("docs/frameworks/nestjs.md: the example runs as written", () => {

@@ -66,6 +66,11 @@ pub(crate) fn setup() -> Result<(), String> {
         &package_dir().join("test").join("deno"),
         "Deno for the runtime tests",
     )?;
+    // NestJS 10, for the adapter's tests under the previous major of Nest.
+    npm_ci_if_stale(
+        &package_dir().join("test").join("nestjs10"),
+        "NestJS 10 for the NestJS adapter's tests",
+    )?;
     // The Redis and Postgres stores are tested against real servers, which the tests start
     // privately (127.0.0.1, ports chosen by the OS, data in a temporary directory).
     crate::util::apt_install(&SERVERS)
