@@ -10,6 +10,7 @@
 // JSON when the content type says JSON (so that express.json() after it has nothing to do).
 // A body that something mounted before it has already read is refused (IDEM-JS-6).
 import { Idempotency } from "idem";
+import { keepBody } from "./adapter.js";
 import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { capture, send } from "./node-response.js";
@@ -52,17 +53,7 @@ async function serve(idem, skip, req, res, next, held) {
   if (bodyTaken(req)) throw bodyTakenError();
   const body = await readBody(idem, req.get("content-length"), req);
   if (typeof body === "number") return send(res, await idem.serve(body, (reply) => reply), idem);
-  req.rawBody = body;
-  if (/^application\/([\w.+-]+\+)?json\b/i.test(req.get("content-type") ?? "") && body.byteLength > 0) {
-    try {
-      req.body = JSON.parse(new TextDecoder().decode(body));
-    } catch {
-      // The app's own parser reports it (the fingerprint took the bytes as they are).
-      req.body = undefined;
-    }
-  }
-  // Body parsers skip a request whose body was read.
-  req._body = true;
+  keepBody(req, body, req.get("content-type"));
   const reply = await idem.handle(
     {
       req,

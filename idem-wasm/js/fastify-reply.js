@@ -2,6 +2,7 @@
 // to the engine and replaced by what it gives back, and the engine's replies set on the
 // reply with their headers. Shared by idem/fastify and
 // idem/nestjs on the Fastify platform.
+import { isFraming, replyFields } from "./adapter.js";
 
 /** The bytes of a payload on its way out: a string, a Buffer, a stream, or nothing. */
 async function bytesOf(payload) {
@@ -20,22 +21,10 @@ async function bytesOf(payload) {
  * returns its body: its headers replace those of the same names already set (by hooks
  * before this one); the rest stay. A refusal goes through the problem hook. */
 export async function replyWith(reply, answer, idem) {
-  const mapped = idem.mappedRefusal(answer);
-  if (mapped !== undefined) {
-    answer = { status: mapped.status, headers: [...mapped.headers].flat(), body: new Uint8Array(await mapped.arrayBuffer()) };
-  }
-  const fields = new Map();
-  for (let i = 0; i < answer.headers.length; i += 2) {
-    const name = answer.headers[i].toLowerCase();
-    // The length is Fastify's to set from the body; the framing is the connection's.
-    if (name === "content-length" || name === "transfer-encoding") continue;
-    const values = fields.get(name);
-    if (values === undefined) fields.set(name, [answer.headers[i + 1]]);
-    else values.push(answer.headers[i + 1]);
-  }
-  reply.code(answer.status);
-  for (const [name, values] of fields) reply.header(name, values.length === 1 ? values[0] : values);
-  return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
+  const { status, fields, body } = await replyFields(idem, answer);
+  reply.code(status);
+  for (const [name, value] of fields) reply.header(name, value);
+  return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
 }
 
 /**
@@ -49,7 +38,7 @@ export async function answered(capture, reply, payload, idem) {
   const body = await bytesOf(payload);
   const headers = [];
   for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (name === "content-length" || name === "transfer-encoding") continue;
+    if (isFraming(name)) continue;
     for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
   }
   capture.resolve({ status: reply.statusCode, headers, body });

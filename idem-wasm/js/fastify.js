@@ -14,6 +14,7 @@
 // Fastify) and before the route's `preValidation` and `preHandler` hooks.
 import { Readable } from "node:stream";
 import { Idempotency } from "idem";
+import { begin } from "./adapter.js";
 import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { answered, replyWith } from "./fastify-reply.js";
@@ -67,11 +68,8 @@ export function idempotency(fastify, options, done) {
     capture.answer = new Promise((resolve) => {
       capture.resolve = resolve;
     });
-    let run;
-    const running = new Promise((resolve) => {
-      run = resolve;
-    });
-    capture.done = idem.handle(
+    const begun = await begin(
+      idem,
       {
         request,
         method: request.method,
@@ -87,15 +85,15 @@ export function idempotency(fastify, options, done) {
       (context) => {
         request.idempotency = context;
         request[CAPTURE] = capture;
-        run(true);
         return capture.answer;
       },
     );
-    if (!(await Promise.race([running, capture.done.then(() => false)]))) {
+    if (!begun.ran) {
       // The engine answered (a replay or a refusal): nothing runs.
-      await send(reply, await capture.done, idem);
+      await send(reply, begun.reply, idem);
       return reply;
     }
+    capture.done = begun.done;
     // Fastify's parser reads the same bytes again (and checks them against the length).
     const again = Readable.from(body.byteLength === 0 ? [] : [Buffer.from(body.buffer, body.byteOffset, body.byteLength)]);
     again.receivedEncodedLength = body.byteLength;

@@ -26,6 +26,7 @@ import { RouteParamtypes } from "@nestjs/common/enums/route-paramtypes.enum.js";
 import { APP_INTERCEPTOR, HttpAdapterHost, Reflector } from "@nestjs/core";
 import { from, mergeMap, of } from "rxjs";
 import { Idempotency, plainProblem } from "idem";
+import { begin, isJson, keepBody } from "./adapter.js";
 import { readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { answerInstead, answered, replyWith } from "./fastify-reply.js";
@@ -41,7 +42,6 @@ const BINDING = Symbol.for("idem:nestjs:binding");
 const INTAKE = Symbol("idempotency intake");
 /** Where a request that runs on the Fastify platform keeps its capture. */
 const CAPTURE = Symbol("idempotency capture");
-const JSON_TYPE = /^application\/([\w.+-]+\+)?json\b/i;
 const RUN = Symbol("run");
 
 /** Marks a handler (or every handler of a controller) as guarded by idempotency keys. */
@@ -89,17 +89,7 @@ class Binding {
       readBody(idem, req.headers["content-length"], req).then(async (body) => {
         if (typeof body === "number") return sendNode(res, await idem.serve(body, (answer) => answer), idem);
         req[INTAKE] = { body };
-        req.rawBody = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-        if (JSON_TYPE.test(req.headers["content-type"] ?? "") && body.byteLength > 0) {
-          try {
-            req.body = JSON.parse(new TextDecoder().decode(body));
-          } catch {
-            // Refused by the engine on a guarded handler (IDEM-FP-6).
-            req.body = undefined;
-          }
-        }
-        // Nest's body parsers skip a request whose body was read.
-        req._body = true;
+        keepBody(req, body, req.headers["content-type"]);
         next();
       }).catch(next);
     });
@@ -121,7 +111,7 @@ class Binding {
       request.rawBody = bytes;
       // JSON that does not parse is refused by the engine on a guarded handler (IDEM-FP-6):
       // Fastify's parser is given `null` instead, so that it does not answer first.
-      if (JSON_TYPE.test(request.headers["content-type"] ?? "") && bytes.length > 0 && !parses(bytes)) bytes = Buffer.from("null");
+      if (isJson(request.headers["content-type"]) && bytes.length > 0 && !parses(bytes)) bytes = Buffer.from("null");
       const again = Readable.from(bytes.length === 0 ? [] : [bytes]);
       // Fastify checks the length it was told against this.
       again.receivedEncodedLength = body.byteLength;
@@ -149,10 +139,9 @@ class Binding {
     if (!idem.protects(req.method, key !== null)) return RUN;
     const intake = req[INTAKE];
     if (intake === undefined) throw bodyTakenError();
-    let started;
-    const running = new Promise((resolve) => (started = resolve));
     const held = { node: null, fastify: { resolve: null, done: null } };
-    const done = idem.handle(
+    const begun = await begin(
+      idem,
       {
         req,
         method: req.method,
@@ -174,13 +163,11 @@ class Binding {
           held.node = captureNode(res);
           answer = held.node.answer;
         }
-        started(true);
         return answer;
       },
     );
-    held.fastify.done = done;
-    if (!(await Promise.race([running, done.then(() => false)]))) {
-      const reply = await done;
+    if (!begun.ran) {
+      const reply = begun.reply;
       if (ownAnswer) {
         if (this.fastify) res.send(await replyWith(res, reply, idem));
         else await sendNode(res, reply, idem);
@@ -188,6 +175,8 @@ class Binding {
       else sendInstead(res, reply, idem).catch(() => res.destroy());
       return undefined;
     }
+    const done = begun.done;
+    held.fastify.done = done;
     if (!this.fastify) {
       // What Nest writes is held back until the outcome is stored, then sent.
       done

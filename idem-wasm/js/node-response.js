@@ -2,6 +2,7 @@
 // an app and the engine: what the app writes is held back until its outcome is stored, and
 // the engine's replies are written with their headers. Shared by idem/express and
 // idem/nestjs.
+import { replyFields } from "./adapter.js";
 
 /** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
  * at the first end, and nothing reaches the socket until the outcome is stored. What is
@@ -75,26 +76,13 @@ function clearHeaders(res) {
 /** Sends the engine's reply (the stored answer, a replay or a refusal). Its headers replace
  * those of the same names already set (by middleware before this one); the rest stay. */
 export async function send(res, reply, idem) {
-  // The engine's refusals go through the problem hook; replays and the app's answers never do.
-  const mapped = idem.mappedRefusal(reply);
-  if (mapped !== undefined) {
-    reply = { status: mapped.status, headers: [...mapped.headers].flat(), body: new Uint8Array(await mapped.arrayBuffer()) };
-  }
-  const fields = new Map();
-  for (let i = 0; i < reply.headers.length; i += 2) {
-    const name = reply.headers[i].toLowerCase();
-    // The length is set from the body below; the framing is the connection's.
-    if (name === "content-length" || name === "transfer-encoding") continue;
-    const values = fields.get(name);
-    if (values === undefined) fields.set(name, [reply.headers[i + 1]]);
-    else values.push(reply.headers[i + 1]);
-  }
-  res.statusCode = reply.status;
-  for (const [name, values] of fields) res.setHeader(name, values.length === 1 ? values[0] : values);
+  const { status, fields, body } = await replyFields(idem, reply);
+  res.statusCode = status;
+  for (const [name, value] of fields) res.setHeader(name, value);
   // Set, not left to Node: once a content-length was removed (the capture clears the
   // headers), Node would send the answer chunked, and its replays would differ from it.
-  if (reply.status >= 200 && reply.status !== 204 && reply.status !== 304) res.setHeader("content-length", reply.body.byteLength);
-  res.end(Buffer.from(reply.body.buffer, reply.body.byteOffset, reply.body.byteLength));
+  if (status >= 200 && status !== 204 && status !== 304) res.setHeader("content-length", body.byteLength);
+  res.end(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
 }
 
 /**

@@ -1,0 +1,78 @@
+// What the framework adapters (Express, Fastify, NestJS) share around `Idempotency#handle`:
+// beginning a guarded request whose handler is the rest of the framework's chain, keeping a
+// body read for the fingerprint where the framework's parsers find it, and the engine's
+// replies as a framework sets them.
+
+/**
+ * Begins a guarded request: `idem.handle(input, …)`, where `onRun(context)` starts the rest
+ * of the framework's chain and returns the promise of its answer. Resolves to
+ * `{ ran: true, done }` once the handler is to run (`done`: the promise of the reply to send
+ * once its outcome is stored), or `{ ran: false, reply }` when the engine answered itself (a
+ * replay, a refusal): then nothing runs.
+ */
+export async function begin(idem, input, onRun) {
+  let started;
+  const running = new Promise((resolve) => (started = resolve));
+  const done = idem.handle(input, (context) => {
+    const answer = onRun(context);
+    started(true);
+    return answer;
+  });
+  if (await Promise.race([running, done.then(() => false)])) return { ran: true, done };
+  return { ran: false, reply: await done };
+}
+
+/** A JSON media type (`application/json`, `application/problem+json`, …). */
+const JSON_TYPE = /^application\/([\w.+-]+\+)?json\b/i;
+
+/**
+ * Keeps a Node request's body, read for the fingerprint, where the app reads it: its bytes as
+ * `req.rawBody`, and `req.body` parsed when it is JSON, as `express.json()` would (undefined
+ * when it does not parse: the engine refuses it on a guarded request, IDEM-FP-6). The body is
+ * marked read, so that the app's body parsers skip it.
+ */
+export function keepBody(req, body, contentType) {
+  req.rawBody = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  if (isJson(contentType) && body.byteLength > 0) {
+    try {
+      req.body = JSON.parse(new TextDecoder().decode(body));
+    } catch {
+      req.body = undefined;
+    }
+  }
+  req._body = true;
+}
+
+/** Whether `contentType` is a JSON media type. */
+export function isJson(contentType) {
+  return JSON_TYPE.test(contentType ?? "");
+}
+
+/** Header fields that are the framework's and the connection's to set, never a stored
+ * answer's: the length (from the body sent) and the framing. */
+export function isFraming(name) {
+  return name === "content-length" || name === "transfer-encoding";
+}
+
+/**
+ * The engine's `reply` as a framework sets it: through the problem hook when it is a
+ * refusal (replays and the app's answers never are), with its header fields folded by name
+ * (a repeated name's values in a list) and without the framing fields. Resolves to
+ * `{ status, fields: Map<name, value | values>, body }`.
+ */
+export async function replyFields(idem, reply) {
+  const mapped = idem.mappedRefusal(reply);
+  if (mapped !== undefined) {
+    reply = { status: mapped.status, headers: [...mapped.headers].flat(), body: new Uint8Array(await mapped.arrayBuffer()) };
+  }
+  const fields = new Map();
+  for (let i = 0; i < reply.headers.length; i += 2) {
+    const name = reply.headers[i].toLowerCase();
+    if (isFraming(name)) continue;
+    const values = fields.get(name);
+    if (values === undefined) fields.set(name, [reply.headers[i + 1]]);
+    else values.push(reply.headers[i + 1]);
+  }
+  for (const [name, values] of fields) if (values.length === 1) fields.set(name, values[0]);
+  return { status: reply.status, fields, body: reply.body };
+}
