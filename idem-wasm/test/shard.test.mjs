@@ -536,7 +536,7 @@ describe("sealed records in Durable Object storage (IDEM-SEAL-1..3)", () => {
     const shard = new Sealed({ storage }, {});
     // The first write is large (its seal takes longer), the second small: both are taken at
     // once, and storage must end with the second.
-    const large = new Uint8Array(1 << 20).fill(7);
+    const large = new Uint8Array(8 << 20).fill(7);
     const small = new Uint8Array([1, 2, 3]);
     const first = shard.apply("k", { expect: null, value: large, version: "1", deadline: 0 }, Date.now());
     const second = shard.apply("k", { expect: "1", value: small, version: "2", deadline: 0 }, Date.now());
