@@ -182,7 +182,9 @@ async fn the_layer_emits_one_span_per_operation_and_the_metrics_never_the_key() 
     // IDEM-EVT-2
     let otel = install();
     let store = Arc::new(MemoryStore::default());
+    // The host names its routes: the route is the spans' http.route.
     let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .route(|_| "/orders".to_owned())
         .principal(|parts| {
             parts
                 .headers
@@ -326,6 +328,8 @@ async fn the_layer_emits_one_span_per_operation_and_the_metrics_never_the_key() 
         .find(|s| attr_of(&s.attributes, attr::OUTCOME).as_deref() == Some("recovered"))
         .unwrap_or_else(|| panic!("no recovered span: {spans:#?}"));
     assert_eq!(get(recovered, attr::DECISION), "took-over");
+    // No route function: a raw path may carry ids, so it is no span's http.route.
+    assert_eq!(attr_of(&recovered.attributes, attr::HTTP_ROUTE), None);
     // Single tenant: the scope is method and route, and the digest is idem-core's.
     let record = RecordKey::new(Scope::new("", "POST", "/orders"), "crash-key-5");
     assert_eq!(get(recovered, attr::KEY_DIGEST), record.digest());
