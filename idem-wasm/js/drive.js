@@ -6,6 +6,10 @@
 // data. It asks the machine for the next step and does it (read or write the store, sleep,
 // run the handler, send the reply), reporting each result back. With the MemoryStore every
 // store step runs inside the module.
+//
+// One file for the loop and the run context: a handler's heartbeats and its completion go
+// through the same pump as the loop's own store steps, one at a time, so both share the
+// request's state here.
 import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
 import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";

@@ -22,7 +22,8 @@
 //
 // The object, the store a worker uses to reach it and the store inside the object share the
 // shard's message format (its tags and layouts) and the claim step; they stay in one file
-// so that what both ends of the wire speak is read in one place.
+// so that what both ends of the wire speak is read in one place. Sealing (IDEM-SEAL-1) sits
+// at the same boundary, where records go to and come from the object's storage.
 import { StepKind as Step } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
 import { attemptOf, attemptOfContext } from "./attempt.js";
