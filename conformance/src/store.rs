@@ -1,11 +1,15 @@
 //! The reference server's store: idem-tower's memory store (one process), or its Redis or
-//! Postgres store (`serve --store URL`), where several server processes share the records
-//! and the count of executions.
+//! Postgres store (`serve --store URL`, with the features `redis` and `postgres`), where
+//! several server processes share the records and the count of executions.
 
 use idem_core::{
     Applied, AsyncStore, Completing, Record, RecordKey, StoreFailure, UnixMillis, Write,
 };
-use idem_tower::{MemoryStore, PostgresStore, RedisStore, Seal};
+use idem_tower::MemoryStore;
+#[cfg(feature = "postgres")]
+use idem_tower::PostgresStore;
+#[cfg(feature = "redis")]
+use idem_tower::RedisStore;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,9 +18,29 @@ pub enum RefStore {
     /// One process.
     Memory(MemoryStore, AtomicU64),
     /// Shared through Redis; the execution count is a Redis counter.
+    #[cfg(feature = "redis")]
     Redis(RedisStore, redis::aio::ConnectionManager),
     /// Shared through Postgres; the execution count is a row.
+    #[cfg(feature = "postgres")]
     Postgres(PostgresStore),
+}
+
+/// The keys that seal the records of a Redis or Postgres store.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub use idem_tower::Seal;
+
+/// The keys that seal the records of a Redis or Postgres store: none exist in a build
+/// without either (`--seal-env` is refused before one could be made).
+#[cfg(not(any(feature = "redis", feature = "postgres")))]
+#[derive(Debug, Clone)]
+pub enum Seal {}
+
+#[cfg(not(any(feature = "redis", feature = "postgres")))]
+impl Seal {
+    /// The ids of the keys, the sealing one first.
+    pub fn key_ids(&self) -> std::iter::Empty<&str> {
+        match *self {}
+    }
 }
 
 /// The stores a URL can name.
@@ -28,18 +52,34 @@ enum Kind {
 
 fn kind(url: &str) -> Result<Kind, String> {
     let scheme = url.split_once("://").map(|(s, _)| s);
-    match (url, scheme) {
-        ("memory", _) => Ok(Kind::Memory),
-        (_, Some("redis" | "rediss")) => Ok(Kind::Redis),
-        (_, Some("postgres" | "postgresql")) => Ok(Kind::Postgres),
-        _ => Err(format!(
-            "--store {}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB",
+    let kind = match (url, scheme) {
+        ("memory", _) => Kind::Memory,
+        (_, Some("redis" | "rediss")) => Kind::Redis,
+        (_, Some("postgres" | "postgresql")) => Kind::Postgres,
+        _ => {
+            return Err(format!(
+                "--store {}: use memory, redis://HOST:PORT or postgres://USER@HOST:PORT/DB",
+                shown(url)
+            ))
+        }
+    };
+    let missing = match kind {
+        Kind::Redis if cfg!(not(feature = "redis")) => Some("redis"),
+        Kind::Postgres if cfg!(not(feature = "postgres")) => Some("postgres"),
+        _ => None,
+    };
+    match missing {
+        Some(feature) => Err(format!(
+            "--store {}: this build has no {feature} store; install it with \
+             `cargo install idem-conformance --features {feature}`",
             shown(url)
         )),
+        None => Ok(kind),
     }
 }
 
 /// The key of the shared execution count in Redis.
+#[cfg(feature = "redis")]
 const REDIS_COUNT: &str = "idem-conformance:executions";
 
 /// Why a store call failed.
@@ -65,6 +105,7 @@ fn error(e: impl fmt::Display) -> RefStoreError {
 }
 
 /// A failure of one of idem-tower's stores, as that store means it.
+#[cfg(any(feature = "redis", feature = "postgres"))]
 fn failed_as<St: AsyncStore>(e: St::Error) -> RefStoreError
 where
     St::Error: fmt::Display,
@@ -98,9 +139,11 @@ impl RefStore {
         if seal.is_some() && matches!(kind(u)?, Kind::Memory) {
             return Err("sealing is for the Redis and Postgres stores".to_owned());
         }
+        #[cfg(any(feature = "redis", feature = "postgres"))]
         let failed = |e: &dyn fmt::Display| format!("--store {}: {e}", shown(u));
         match kind(u)? {
             Kind::Memory => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
+            #[cfg(feature = "redis")]
             Kind::Redis => {
                 let mut store = RedisStore::connect(u).await.map_err(|e| failed(&e))?;
                 if let Some(seal) = seal {
@@ -109,6 +152,7 @@ impl RefStore {
                 let conn = store.connection();
                 Ok(RefStore::Redis(store, conn))
             }
+            #[cfg(feature = "postgres")]
             Kind::Postgres => {
                 let mut store = PostgresStore::connect(u, 64).map_err(|e| failed(&e))?;
                 if let Some(seal) = seal {
@@ -125,6 +169,9 @@ impl RefStore {
                     .map_err(|e| failed(&e))?;
                 Ok(RefStore::Postgres(store))
             }
+            // `kind` refuses a store this build has not.
+            #[allow(unreachable_patterns)]
+            _ => Err(format!("--store {}: not in this build", shown(u))),
         }
     }
 
@@ -132,6 +179,7 @@ impl RefStore {
     pub fn memory(&self) -> Option<&MemoryStore> {
         match self {
             RefStore::Memory(m, _) => Some(m),
+            #[allow(unreachable_patterns)]
             _ => None,
         }
     }
@@ -140,6 +188,7 @@ impl RefStore {
     pub async fn count_execution(&self) -> Result<u64, RefStoreError> {
         match self {
             RefStore::Memory(_, n) => Ok(n.fetch_add(1, Ordering::SeqCst) + 1),
+            #[cfg(feature = "redis")]
             RefStore::Redis(_, conn) => {
                 let mut conn = conn.clone();
                 redis::cmd("INCR")
@@ -148,6 +197,7 @@ impl RefStore {
                     .await
                     .map_err(error)
             }
+            #[cfg(feature = "postgres")]
             RefStore::Postgres(store) => {
                 let client = store.pool().get().await.map_err(error)?;
                 let row = client
@@ -166,6 +216,7 @@ impl RefStore {
     pub async fn executions(&self) -> Result<u64, RefStoreError> {
         match self {
             RefStore::Memory(_, n) => Ok(n.load(Ordering::SeqCst)),
+            #[cfg(feature = "redis")]
             RefStore::Redis(_, conn) => {
                 let mut conn = conn.clone();
                 let n: Option<u64> = redis::cmd("GET")
@@ -175,6 +226,7 @@ impl RefStore {
                     .map_err(error)?;
                 Ok(n.unwrap_or(0))
             }
+            #[cfg(feature = "postgres")]
             RefStore::Postgres(store) => {
                 let client = store.pool().get().await.map_err(error)?;
                 let row = client
@@ -193,7 +245,9 @@ impl AsyncStore for RefStore {
     async fn load(&self, key: &RecordKey) -> Result<Option<Record>, RefStoreError> {
         match self {
             RefStore::Memory(m, _) => m.load(key).await.map_err(error),
+            #[cfg(feature = "redis")]
             RefStore::Redis(r, _) => r.load(key).await.map_err(failed_as::<RedisStore>),
+            #[cfg(feature = "postgres")]
             RefStore::Postgres(p) => p.load(key).await.map_err(failed_as::<PostgresStore>),
         }
     }
@@ -204,7 +258,9 @@ impl AsyncStore for RefStore {
                 message: e.to_string(),
                 failure: StoreFailure::Full,
             }),
+            #[cfg(feature = "redis")]
             RefStore::Redis(r, _) => r.apply(now, write).await.map_err(error),
+            #[cfg(feature = "postgres")]
             RefStore::Postgres(p) => p.apply(now, write).await.map_err(error),
         }
     }
@@ -224,10 +280,12 @@ impl AsyncStore for RefStore {
                         failure: StoreFailure::Full,
                     })
             }
+            #[cfg(feature = "redis")]
             RefStore::Redis(r, _) => r
                 .apply_completion(now, write, completion)
                 .await
                 .map_err(error),
+            #[cfg(feature = "postgres")]
             RefStore::Postgres(p) => p
                 .apply_completion(now, write, completion)
                 .await
@@ -267,5 +325,25 @@ mod tests {
         assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
         assert!(RefStore::check("memory").is_ok());
         assert!(RefStore::check("mysql://x").is_err());
+    }
+
+    #[test]
+    fn a_store_this_build_has_not_is_refused_with_the_feature_that_adds_it() {
+        for (url, feature, built) in [
+            ("redis://127.0.0.1:6379", "redis", cfg!(feature = "redis")),
+            (
+                "postgres://u@db/app",
+                "postgres",
+                cfg!(feature = "postgres"),
+            ),
+        ] {
+            match RefStore::check(url) {
+                Ok(()) => assert!(built, "{url} accepted without the feature {feature}"),
+                Err(e) => {
+                    assert!(!built, "{url} refused with the feature {feature}: {e}");
+                    assert!(e.contains(&format!("--features {feature}")), "{e}");
+                }
+            }
+        }
     }
 }

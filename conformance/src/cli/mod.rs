@@ -218,7 +218,17 @@ fn start_error(e: crate::server::StartError) -> Failure {
 }
 
 /// The seal keys in the environment variable `name`: `ID:BASE64`, comma-separated.
-fn seal_from_env(name: &str) -> Result<idem_tower::Seal, String> {
+#[cfg(not(any(feature = "redis", feature = "postgres")))]
+fn seal_from_env(name: &str) -> Result<crate::store::Seal, String> {
+    Err(format!(
+        "--seal-env {name}: this build has no Redis or Postgres store to seal; install it \
+         with `cargo install idem-conformance --features redis,postgres`"
+    ))
+}
+
+/// The seal keys in the environment variable `name`: `ID:BASE64`, comma-separated.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn seal_from_env(name: &str) -> Result<crate::store::Seal, String> {
     use base64::Engine as _;
     let text =
         std::env::var(name).map_err(|_| format!("--seal-env {name}: the variable is not set"))?;

@@ -39,7 +39,7 @@ pub struct ServerConfig {
     /// executions). Faults wrap whichever store it is.
     pub store: Option<String>,
     /// The keys that seal the records of a Redis or Postgres store (`IDEM-SEAL-1`).
-    pub seal: Option<idem_tower::Seal>,
+    pub seal: Option<crate::store::Seal>,
     /// A file every handler run appends one line to (created if missing): the key, the
     /// fencing number, whether the run took over from an earlier attempt, and the process
     /// id, tab-separated. Each line is one write to a file opened for appending, so it
