@@ -352,7 +352,7 @@ async fn memory_keeps_only_sealed_records_that_rotate() {
     assert!(held.starts_with(b"iS\x01\x072026-05"));
     for clear in [SECRET, "4242", "x-card-last4", "pen"] {
         assert!(
-            !in_clear(&[held.clone()], clear),
+            !in_clear(std::slice::from_ref(&held), clear),
             "{clear:?} is held in clear"
         );
     }
