@@ -86,7 +86,7 @@ mod operation;
 mod postgres_store;
 #[cfg(feature = "redis")]
 mod redis_store;
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(feature = "seal")]
 mod seal;
 mod service;
 mod status;
@@ -99,12 +99,12 @@ pub use context::{IdempotencyContext, LeaseError};
 pub use future::ResponseFuture;
 pub use idem_core;
 pub use layer::{BuildError, Builder, IdempotencyLayer};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, MemoryStoreError};
 pub use operation::{answer, deliver, Delivered};
 #[cfg(feature = "postgres")]
 pub use postgres_store::{PostgresStore, PostgresStoreError, Transaction};
 #[cfg(feature = "redis")]
 pub use redis_store::{RedisStore, RedisStoreError};
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(feature = "seal")]
 pub use seal::{Seal, Unreadable};
 pub use service::Idempotent;

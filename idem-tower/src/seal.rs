@@ -1,7 +1,7 @@
-//! Sealed records for the stores whose records leave the process, Redis and Postgres
-//! (`IDEM-SEAL-1`): each record is written encrypted with AES-256-GCM under a named key,
-//! with its storage key authenticated beside it, in idem-core's sealed format
-//! ([`idem_core::seal`]), which the JavaScript stores read and write too.
+//! Sealed records for every store, memory, Redis and Postgres (`IDEM-SEAL-1`): each record
+//! is written encrypted with AES-256-GCM under a named key, with its storage key
+//! authenticated beside it, in idem-core's sealed format ([`idem_core::seal`]), which the
+//! JavaScript stores read and write too.
 
 use aes_gcm::aead::{Aead, Payload};
 use aes_gcm::{Aes256Gcm, KeyInit, Nonce};

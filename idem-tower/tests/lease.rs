@@ -8,10 +8,10 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{
-    Applied, AsyncStore, Config, Engine, MemoryStoreError, Policy, Record, RecordKey, RecordState,
-    UnixMillis, Write, WriteOp,
+    Applied, AsyncStore, Config, Engine, Policy, Record, RecordKey, RecordState, UnixMillis, Write,
+    WriteOp,
 };
-use idem_tower::{IdempotencyContext, IdempotencyLayer, MemoryStore};
+use idem_tower::{IdempotencyContext, IdempotencyLayer, MemoryStore, MemoryStoreError};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

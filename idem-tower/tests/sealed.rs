@@ -1,16 +1,19 @@
-//! Sealed records (IDEM-SEAL-1..3) through the layer, on private Redis and Postgres servers:
-//! nothing of a response is stored in clear, keys rotate, and a record that cannot be
-//! opened (its key dropped, or moved from another key) is answered 500 `record-sealed`
-//! without running the handler.
-#![cfg(all(feature = "redis", feature = "postgres"))]
+//! Sealed records (IDEM-SEAL-1..3) through the layer, in a memory store and on private
+//! Redis and Postgres servers: nothing of a response is stored in clear, keys rotate, and a
+//! record that cannot be opened (its key dropped, or moved from another key) is answered 500
+//! `record-sealed` without running the handler.
+#![cfg(feature = "seal")]
 
+#[cfg(all(feature = "redis", feature = "postgres"))]
 mod common;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use idem_core::AsyncStore;
-use idem_tower::{IdempotencyLayer, PostgresStore, RedisStore, Seal};
+use idem_tower::{IdempotencyLayer, MemoryStore, Seal};
+#[cfg(all(feature = "redis", feature = "postgres"))]
+use idem_tower::{PostgresStore, RedisStore};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -74,6 +77,7 @@ fn in_clear(values: &[Vec<u8>], needle: &str) -> bool {
 }
 
 /// Every value under every key of a Redis database: a dump, as an operator would take it.
+#[cfg(all(feature = "redis", feature = "postgres"))]
 async fn redis_dump(url: &str) -> Vec<Vec<u8>> {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -105,6 +109,7 @@ fn problem_type(body: &str) -> String {
         .to_owned()
 }
 
+#[cfg(all(feature = "redis", feature = "postgres"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_keeps_only_sealed_records_that_rotate_and_refuse_to_move() {
     let server = common::redis();
@@ -179,6 +184,7 @@ async fn redis_keeps_only_sealed_records_that_rotate_and_refuse_to_move() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+#[cfg(all(feature = "redis", feature = "postgres"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keeps_only_sealed_rows_that_rotate_and_refuse_to_move() {
     let server = common::postgres();
@@ -289,4 +295,155 @@ async fn postgres_keeps_only_sealed_rows_that_rotate_and_refuse_to_move() {
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+}
+
+/// One memory store behind several layers, as one process's routes share it.
+#[derive(Clone)]
+struct Shared(Arc<MemoryStore>);
+
+impl AsyncStore for Shared {
+    type Error = <MemoryStore as AsyncStore>::Error;
+
+    fn load(
+        &self,
+        key: &idem_core::RecordKey,
+    ) -> impl std::future::Future<Output = Result<Option<idem_core::Record>, Self::Error>> + Send
+    {
+        self.0.load(key)
+    }
+
+    fn apply(
+        &self,
+        now: idem_core::UnixMillis,
+        write: idem_core::Write,
+    ) -> impl std::future::Future<Output = Result<idem_core::Applied, Self::Error>> + Send {
+        self.0.apply(now, write)
+    }
+
+    fn failure(error: &Self::Error) -> idem_core::StoreFailure {
+        MemoryStore::failure(error)
+    }
+}
+
+/// The record key of the Idempotency-Key `key` on `POST /orders`.
+fn order_key(key: &str) -> idem_core::RecordKey {
+    let scope = idem_core::Policy::new(idem_core::Engine::default())
+        .scope(None, "POST", "/orders")
+        .unwrap();
+    idem_core::RecordKey::new(scope, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_keeps_only_sealed_records_that_rotate() {
+    let runs = Arc::new(AtomicU64::new(0));
+    let store = Shared(Arc::new(
+        MemoryStore::default().with_seal(seal(&[("2026-05", 1)])),
+    ));
+
+    // IDEM-SEAL-1: answered and replayed, with nothing of it in clear in the store; the
+    // same record in a store without a seal shows all of it.
+    let (status, first) = post(store.clone(), &runs, "a").await;
+    assert_eq!(status, 201, "{first}");
+    assert!(first.contains(SECRET));
+    let (status, again) = post(store.clone(), &runs, "a").await;
+    assert_eq!((status, &again), (201, &first));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let held = store.0.stored(&order_key("a")).expect("the record");
+    assert!(held.starts_with(b"iS\x01\x072026-05"));
+    for clear in [SECRET, "4242", "x-card-last4", "pen"] {
+        assert!(
+            !in_clear(std::slice::from_ref(&held), clear),
+            "{clear:?} is held in clear"
+        );
+    }
+    let clear = Shared(Arc::new(MemoryStore::default()));
+    assert_eq!(post(clear.clone(), &runs, "a").await.0, 201);
+    let unsealed = clear.0.stored(&order_key("a")).expect("the record");
+    assert!(in_clear(&[unsealed], SECRET) && in_clear(&[held], "2026-05"));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // IDEM-SEAL-2: the keys rotated while it runs, the old record still replays; new ones
+    // are sealed by the new key.
+    assert!(store
+        .0
+        .replace_seal(seal(&[("2026-11", 2), ("2026-05", 1)])));
+    assert_eq!(post(store.clone(), &runs, "a").await.1, first);
+    let (status, b) = post(store.clone(), &runs, "b").await;
+    assert_eq!(status, 201);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    let held = store.0.stored(&order_key("b")).expect("the record");
+    assert!(held.starts_with(b"iS\x01\x072026-11"));
+
+    // IDEM-SEAL-3: the old key dropped, its record is refused and never run again; the new
+    // key's record replays.
+    assert!(store.0.replace_seal(seal(&[("2026-11", 2)])));
+    let (status, refused) = post(store.clone(), &runs, "a").await;
+    assert_eq!(status, 500, "{refused}");
+    assert_eq!(problem_type(&refused), "urn:idem:problem:record-sealed");
+    assert_eq!(post(store.clone(), &runs, "b").await.1, b);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    // A store made without a seal has none to replace.
+    assert!(!clear.0.replace_seal(seal(&[("k", 3)])));
+}
+
+#[tokio::test]
+async fn a_sealed_memory_store_expires_and_fills_up_without_opening_records() {
+    use idem_core::{
+        Applied, Fingerprint, Precondition, Record, RecordState, StoredResponse, UnixMillis, Write,
+        WriteOp,
+    };
+    let completed = |key: &str| Write {
+        key: order_key(key),
+        precondition: Precondition::Absent,
+        op: WriteOp::Put(Record {
+            version: 1,
+            fence: 1,
+            fingerprint: Fingerprint::from_digest([1; 32]),
+            created: UnixMillis(1_000),
+            key_expires: UnixMillis(9_000),
+            state: RecordState::Completed {
+                response: Arc::new(StoredResponse {
+                    status: 201,
+                    headers: vec![],
+                    body: SECRET.as_bytes().to_vec(),
+                }),
+                response_expires: UnixMillis(5_000),
+            },
+        }),
+    };
+    let limits = idem_core::MemoryStoreLimits {
+        max_entries: 1,
+        ..Default::default()
+    };
+    // The keys it was sealed with are gone: expiry works on the sealed bytes all the same.
+    let store = MemoryStore::new(limits).with_seal(seal(&[("old", 1)]));
+    let now = UnixMillis(1_000);
+    assert_eq!(
+        store.apply(now, completed("x")).await.unwrap(),
+        Applied::Applied
+    );
+    let full = store.apply(now, completed("y")).await.unwrap_err();
+    assert_eq!(MemoryStore::failure(&full), idem_core::StoreFailure::Full);
+    let whole = store.stored(&order_key("x")).unwrap();
+    assert!(store.replace_seal(seal(&[("new", 2)])));
+    let unopened = store.load(&order_key("x")).await.unwrap_err();
+    assert_eq!(
+        MemoryStore::failure(&unopened),
+        idem_core::StoreFailure::Sealed
+    );
+    assert_eq!(store.sweep(UnixMillis(4_999)), 0);
+    // IDEM-STORE-9: once the response expired, its sealed bytes are gone; the tombstone
+    // stays until the key expires.
+    assert_eq!(store.sweep(UnixMillis(5_000)), 1);
+    let tombstone = store.stored(&order_key("x")).unwrap();
+    assert!(tombstone.len() + SECRET.len() <= whole.len());
+    assert!(store.replace_seal(seal(&[("old", 1)])));
+    let record = store.load(&order_key("x")).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Tombstone);
+    assert_eq!(store.sweep(UnixMillis(9_000)), 1);
+    assert!(store.is_empty());
+    assert_eq!(
+        store.apply(now, completed("y")).await.unwrap(),
+        Applied::Applied
+    );
 }

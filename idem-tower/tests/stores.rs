@@ -1,6 +1,6 @@
 //! The store test kit (`store_tests`: IDEM-STORE-1, IDEM-STORE-3, IDEM-STORE-4, IDEM-STORE-5,
 //! IDEM-STORE-6, IDEM-TTL-1..4, IDEM-LEASE-4) against every store of this crate: the
-//! MemoryStore, and RedisStore and PostgresStore on private servers.
+//! MemoryStore, and RedisStore and PostgresStore on private servers, each also sealed.
 #![cfg(all(feature = "redis", feature = "postgres", feature = "store-tests"))]
 
 mod common;
@@ -18,6 +18,18 @@ async fn memory_store_keeps_the_rules() {
     // One process: two stores share nothing.
     run_all(
         || async { MemoryStore::default() },
+        Options {
+            shared: false,
+            ..Options::default()
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sealed_memory_store_keeps_the_rules() {
+    run_all(
+        || async { MemoryStore::default().with_seal(seal()) },
         Options {
             shared: false,
             ..Options::default()

@@ -1,4 +1,4 @@
-// Sealed records for the Redis and Postgres stores (IDEM-SEAL-1): every record a store
+// Sealed records for every store (IDEM-SEAL-1): every record a store
 // writes is encrypted with AES-256-GCM (WebCrypto) under the first of its keys, with the
 // record's storage key authenticated beside it, in idem-core's sealed format, which the
 // Rust stores read and write too. Any key of the list opens a record sealed with it

@@ -1,4 +1,4 @@
-// Sealed records (IDEM-SEAL-1..3) on private Redis and Postgres servers: nothing of a
+// Sealed records (IDEM-SEAL-1..3) in a MemoryStore and on private Redis and Postgres servers: nothing of a
 // response is stored in clear; keys rotate (the first seals, any opens); a record under a
 // key the store does not hold, or copied under another key, is answered 500 record-sealed
 // and never executed; and the reference server (Rust, `idem-conformance serve
@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { withIdempotency } from "idem";
+import { MemoryStore, withIdempotency } from "idem";
 import { PostgresStore } from "idem/postgres";
 import { RedisStore } from "idem/redis";
 import Redis from "ioredis";
@@ -117,6 +117,88 @@ function storedKeyOf(keys, k) {
   assert.equal(found.length, 1, `records for ${k} among ${keys.join(", ")}`);
   return found[0];
 }
+
+/** `store` with the storage keys of its writes seen: the engine writes a sealed
+ * MemoryStore through `apply`, as any store. */
+function watched(store) {
+  const keys = new Set();
+  const apply = store.apply.bind(store);
+  store.apply = (key, write, now) => {
+    keys.add(key);
+    return apply(key, write, now);
+  };
+  return { store, keyOf: (k) => storedKeyOf([...keys], k) };
+}
+
+describe("sealed MemoryStore", () => {
+  const ORDER = { responseTtl: 60_000, keyTtl: 3_600_000 };
+
+  test("records are held sealed: answered and replayed, with nothing of them in clear (IDEM-SEAL-1)", async () => {
+    const runs = { n: 0 };
+    const { store, keyOf } = watched(new MemoryStore({ seal: { keys: [{ id: "2026-05", key: key(1) }] } }));
+    const handler = orders(store, runs);
+    const first = await answer(handler, "a");
+    assert.equal(first.status, 201, first.body);
+    assert.ok(first.body.includes(SECRET));
+    const again = await answer(handler, "a");
+    assert.deepEqual([again.status, again.replayed, again.body], [201, "true", first.body]);
+    assert.equal(runs.n, 1);
+    const held = store.stored(keyOf("a"));
+    assert.equal(Buffer.from(held.subarray(0, 11)).toString("latin1"), "iS\x01\x072026-05");
+    for (const clear of [SECRET, "4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear([held], clear), `${clear} is held in clear`);
+    // The same record in a MemoryStore without a seal shows it all; that one is driven
+    // inside the module, never through `apply`.
+    const plain = new MemoryStore();
+    const applied = [];
+    plain.apply = (...args) => applied.push(args);
+    assert.equal((await answer(orders(plain, runs), "a")).status, 201);
+    assert.ok(inClear([plain.stored(keyOf("a"))], SECRET));
+    assert.equal(applied.length, 0);
+    assert.equal(store.size, 1);
+  });
+
+  test("keys rotate while it runs: the first seals, any opens; a dropped key's records are refused, never run (IDEM-SEAL-2, IDEM-SEAL-3)", async () => {
+    const runs = { n: 0 };
+    const old = [{ id: "2026-05", key: key(1) }];
+    const { store, keyOf } = watched(new MemoryStore({ seal: { keys: old } }));
+    const handler = orders(store, runs);
+    const a = await answer(handler, "rot-a");
+    assert.ok(store.replaceSeal({ keys: [{ id: "2026-11", key: key(2) }, ...old] }));
+    assert.equal((await answer(handler, "rot-a")).body, a.body);
+    const b = await answer(handler, "rot-b");
+    assert.equal(b.status, 201);
+    assert.equal(Buffer.from(store.stored(keyOf("rot-b")).subarray(4, 11)).toString(), "2026-11");
+    assert.ok(store.replaceSeal({ keys: [{ id: "2026-11", key: key(2) }] }));
+    assert.equal((await answer(handler, "rot-b")).body, b.body);
+    const refused = await answer(handler, "rot-a");
+    assert.equal(refused.status, 500);
+    assert.equal(refused.type, "application/problem+json");
+    assert.equal(JSON.parse(refused.body).type, SEALED);
+    assert.equal(runs.n, 2);
+    assert.equal(new MemoryStore().replaceSeal({ keys: old }), false, "a store made without a seal has none to replace");
+  });
+
+  test("expiry and limits work on the sealed bytes, without the keys that sealed them (IDEM-STORE-3, IDEM-STORE-9)", async () => {
+    const runs = { n: 0 };
+    const { store, keyOf } = watched(new MemoryStore({ maxEntries: 1, seal: { keys: [{ id: "old", key: key(1) }] } }));
+    const handler = withIdempotency(async () => (runs.n++, new Response(SECRET, { status: 201 })), { store, principal: () => "acct_1", ...ORDER });
+    assert.equal((await answer(handler, "x")).status, 201);
+    assert.equal((await answer(handler, "y")).status, 503, "full: a new key is refused");
+    const whole = store.stored(keyOf("x")).byteLength;
+    store.replaceSeal({ keys: [{ id: "new", key: key(2) }] });
+    assert.equal(store.sweep(Date.now() + ORDER.responseTtl + 1000), 1);
+    assert.ok(store.stored(keyOf("x")).byteLength + SECRET.length <= whole, "the response's sealed bytes are gone");
+    assert.equal(store.size, 1);
+    assert.equal(store.sweep(Date.now() + ORDER.keyTtl + 1000), 1);
+    assert.equal(store.size, 0);
+    assert.equal((await answer(handler, "y")).status, 201);
+    assert.equal(runs.n, 2);
+  });
+
+  test("sealing options are checked when the store is made (IDEM-JS-1)", () => {
+    assert.throws(() => new MemoryStore({ seal: { keys: [] } }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  });
+});
 
 describe("sealed RedisStore", () => {
   let server;

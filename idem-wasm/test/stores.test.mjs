@@ -1,6 +1,6 @@
 // The store tests (`idem/store-tests`: IDEM-STORE-1, IDEM-STORE-3, IDEM-STORE-4, IDEM-STORE-5,
 // IDEM-STORE-6, IDEM-TTL-1..4, IDEM-LEASE-4) against every store in this package: the MemoryStore
-// inside the module, and RedisStore and PostgresStore on private servers (started here from
+// inside the module (and sealed, outside it), and RedisStore and PostgresStore on private servers (started here from
 // the Debian packages, on 127.0.0.1, on ports the OS chose, with data in a temporary
 // directory, and stopped at the end whatever happens). The Durable Object store passes the
 // same tests under workerd, in examples/worker.
@@ -21,6 +21,8 @@ const SEAL = { keys: [{ id: "kit", key: new Uint8Array(32).fill(5) }] };
 describe("MemoryStore", () => {
   // One process: two `open()`s are two stores, which share nothing.
   storeTests(test, { name: "MemoryStore", open: () => new MemoryStore(), shared: false });
+  // Every rule holds on sealed records too (IDEM-SEAL-1).
+  storeTests(test, { name: "MemoryStore, sealed", open: () => new MemoryStore({ seal: SEAL }), shared: false });
 });
 
 describe("RedisStore", () => {

@@ -27,6 +27,9 @@ import initAsync, * as manual from "./manual.js";
 
 const store = new MemoryStore({ maxEntries: 10, maxBytes: 1 << 20 });
 const held: number = store.bytes + store.size;
+const sealed = new MemoryStore({ seal: { keys: [{ id: "2026-11", key: new Uint8Array(32) }] } });
+const rotated: boolean = sealed.replaceSeal({ keys: [{ id: "2027-05", key: new Uint8Array(32) }, { id: "2026-11", key: new Uint8Array(32) }] });
+const inspected: Uint8Array | undefined = sealed.stored("k");
 const events: IdempotencyEvent[] = [];
 const handler = withIdempotency(
   async (request: Request, env: { DB: string }) => {

@@ -390,14 +390,23 @@ export class Inbox {
  * and records (default 256 MiB): new claims then get 503 store-full. `load` and `apply`
  * take the engine's storage keys. */
 export class MemoryStore implements IdempotencyStore {
-  constructor(options?: { maxEntries?: number; maxBytes?: number });
+  /** `seal`: every record is held sealed with the first key and opened with any
+   * (IDEM-SEAL-1, IDEM-SEAL-2), so that no response is kept in clear in the process's
+   * memory; `load` and `apply` then answer with promises. */
+  constructor(options?: { maxEntries?: number; maxBytes?: number; seal?: SealOptions });
   readonly size: number;
   /** Bytes held, as counted against `maxBytes`. */
   readonly bytes: number;
   readonly expired: number;
   readonly nextDeadline: number | undefined;
-  load(key: string): StoredRecord | null;
-  apply(key: string, write: StoreWrite, now: number): boolean;
+  /** Replaces a sealed store's keys while it runs, keeping its records (IDEM-SEAL-2); false,
+   * changing nothing, for a store made without `seal`. */
+  replaceSeal(seal: SealOptions): boolean;
+  /** The record under a storage key as this store holds it (sealed bytes in a sealed
+   * store), for inspection; or undefined. */
+  stored(key: string): Uint8Array | undefined;
+  load(key: string): Promise<StoredRecord | null> | StoredRecord | null;
+  apply(key: string, write: StoreWrite, now: number): Promise<boolean> | boolean;
   /** Applies expiry to every record due at `now`; returns how many changed. */
   sweep(now: number): number;
 }
@@ -517,7 +526,7 @@ export function statusHeader(): string;
 /** `application/vnd.idem.key-status+json`: the media type of a status document. */
 export function statusMediaType(): string;
 
-/** The seal keys of a Redis, Postgres or Durable Object store (IDEM-SEAL-1, IDEM-SEAL-2): the first seals
+/** The seal keys of a memory, Redis, Postgres or Durable Object store (IDEM-SEAL-1, IDEM-SEAL-2): the first seals
  * every record written, any of them opens a record sealed with it. An id is 1 to 64 visible
  * ASCII characters; a key is 32 bytes (AES-256) or an AES-GCM `CryptoKey`. */
 export interface SealOptions {
