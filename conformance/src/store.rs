@@ -25,17 +25,17 @@ pub enum RefStore {
     Postgres(PostgresStore),
 }
 
-/// The keys that seal the records of a Redis or Postgres store.
-#[cfg(any(feature = "redis", feature = "postgres"))]
+/// The keys that seal the records of the reference server's store.
+#[cfg(feature = "seal")]
 pub use idem_tower::Seal;
 
-/// The keys that seal the records of a Redis or Postgres store: none exist in a build
-/// without either (`--seal-env` is refused before one could be made).
-#[cfg(not(any(feature = "redis", feature = "postgres")))]
+/// The keys that seal the records of the reference server's store: none exist in a build
+/// without the feature `seal` (`--seal-env` is refused before one could be made).
+#[cfg(not(feature = "seal"))]
 #[derive(Debug, Clone)]
 pub enum Seal {}
 
-#[cfg(not(any(feature = "redis", feature = "postgres")))]
+#[cfg(not(feature = "seal"))]
 impl Seal {
     /// The ids of the keys, the sealing one first.
     pub fn key_ids(&self) -> std::iter::Empty<&str> {
@@ -97,6 +97,7 @@ impl fmt::Display for RefStoreError {
 
 impl std::error::Error for RefStoreError {}
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 fn error(e: impl fmt::Display) -> RefStoreError {
     RefStoreError {
         message: e.to_string(),
@@ -104,8 +105,25 @@ fn error(e: impl fmt::Display) -> RefStoreError {
     }
 }
 
+/// The memory store, sealed with `seal` if given.
+#[cfg(feature = "seal")]
+fn sealed(memory: MemoryStore, seal: Option<Seal>) -> MemoryStore {
+    match seal {
+        Some(seal) => memory.with_seal(seal),
+        None => memory,
+    }
+}
+
+/// The memory store (no seal exists in this build).
+#[cfg(not(feature = "seal"))]
+fn sealed(memory: MemoryStore, seal: Option<Seal>) -> MemoryStore {
+    match seal {
+        Some(seal) => match seal {},
+        None => memory,
+    }
+}
+
 /// A failure of one of idem-tower's stores, as that store means it.
-#[cfg(any(feature = "redis", feature = "postgres"))]
 fn failed_as<St: AsyncStore>(e: St::Error) -> RefStoreError
 where
     St::Error: fmt::Display,
@@ -122,27 +140,21 @@ impl RefStore {
         kind(url).map(|_| ())
     }
 
-    /// A store for `url` (`None`: memory), its records sealed with `seal` on Redis and
-    /// Postgres. A Postgres store runs its migration and creates the execution count. Errors
-    /// show the URL without its password.
+    /// A store for `url` (`None`: memory), its records sealed with `seal`. A Postgres store
+    /// runs its migration and creates the execution count. Errors show the URL without its
+    /// password.
     pub async fn open(
         url: Option<&str>,
         seal: Option<Seal>,
         memory: MemoryStore,
     ) -> Result<RefStore, String> {
         let Some(u) = url else {
-            if seal.is_some() {
-                return Err("sealing is for the Redis and Postgres stores".to_owned());
-            }
-            return Ok(RefStore::Memory(memory, AtomicU64::new(0)));
+            return Ok(RefStore::Memory(sealed(memory, seal), AtomicU64::new(0)));
         };
-        if seal.is_some() && matches!(kind(u)?, Kind::Memory) {
-            return Err("sealing is for the Redis and Postgres stores".to_owned());
-        }
         #[cfg(any(feature = "redis", feature = "postgres"))]
         let failed = |e: &dyn fmt::Display| format!("--store {}: {e}", shown(u));
         match kind(u)? {
-            Kind::Memory => Ok(RefStore::Memory(memory, AtomicU64::new(0))),
+            Kind::Memory => Ok(RefStore::Memory(sealed(memory, seal), AtomicU64::new(0))),
             #[cfg(feature = "redis")]
             Kind::Redis => {
                 let mut store = RedisStore::connect(u).await.map_err(|e| failed(&e))?;
@@ -244,7 +256,7 @@ impl AsyncStore for RefStore {
 
     async fn load(&self, key: &RecordKey) -> Result<Option<Record>, RefStoreError> {
         match self {
-            RefStore::Memory(m, _) => m.load(key).await.map_err(error),
+            RefStore::Memory(m, _) => m.load(key).await.map_err(failed_as::<MemoryStore>),
             #[cfg(feature = "redis")]
             RefStore::Redis(r, _) => r.load(key).await.map_err(failed_as::<RedisStore>),
             #[cfg(feature = "postgres")]
@@ -254,10 +266,7 @@ impl AsyncStore for RefStore {
 
     async fn apply(&self, now: UnixMillis, write: Write) -> Result<Applied, RefStoreError> {
         match self {
-            RefStore::Memory(m, _) => m.apply(now, write).await.map_err(|e| RefStoreError {
-                message: e.to_string(),
-                failure: StoreFailure::Full,
-            }),
+            RefStore::Memory(m, _) => m.apply(now, write).await.map_err(failed_as::<MemoryStore>),
             #[cfg(feature = "redis")]
             RefStore::Redis(r, _) => r.apply(now, write).await.map_err(error),
             #[cfg(feature = "postgres")]
@@ -272,14 +281,10 @@ impl AsyncStore for RefStore {
         completion: Completing,
     ) -> Result<Applied, RefStoreError> {
         match self {
-            RefStore::Memory(m, _) => {
-                m.apply_completion(now, write, completion)
-                    .await
-                    .map_err(|e| RefStoreError {
-                        message: e.to_string(),
-                        failure: StoreFailure::Full,
-                    })
-            }
+            RefStore::Memory(m, _) => m
+                .apply_completion(now, write, completion)
+                .await
+                .map_err(failed_as::<MemoryStore>),
             #[cfg(feature = "redis")]
             RefStore::Redis(r, _) => r
                 .apply_completion(now, write, completion)

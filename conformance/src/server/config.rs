@@ -38,7 +38,7 @@ pub struct ServerConfig {
     /// `postgres://…`, which several server processes can share (with the count of
     /// executions). Faults wrap whichever store it is.
     pub store: Option<String>,
-    /// The keys that seal the records of a Redis or Postgres store (`IDEM-SEAL-1`).
+    /// The keys that seal the records of the store (`IDEM-SEAL-1`).
     pub seal: Option<crate::store::Seal>,
     /// A file every handler run appends one line to (created if missing): the key, the
     /// fencing number, whether the run took over from an earlier attempt, and the process
