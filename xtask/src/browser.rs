@@ -17,7 +17,7 @@ pub(crate) fn setup() -> Result<(), String> {
 }
 
 /// Runs the example's tests: its own server and Chromium per test, stopped at the end.
-/// Needs the idem-wasm package built (`wasm::test` builds it first) and the release-built
+/// Needs the idem-wasm package built (`wasm::test` builds it first) and the built
 /// idem-conformance (for the HTML report).
 pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
     step("test: the browser example in headless Chromium (node --test)");

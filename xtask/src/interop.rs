@@ -9,7 +9,7 @@
 //!
 //! Not part of `cargo xtask test`: it needs the registries and takes minutes.
 
-use crate::util::{npm_ci_if_stale, run, step, workspace_dir};
+use crate::util::{built_executable, cargo, npm_ci_if_stale, run, step, workspace_dir};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -420,6 +420,20 @@ fn compare(
         }
     }
     Ok(differences)
+}
+
+/// Builds idem-conformance in release mode and returns the path of its executable.
+pub(crate) fn build_conformance() -> Result<PathBuf, String> {
+    let mut cmd = cargo();
+    cmd.args([
+        "build",
+        "--release",
+        "-p",
+        "idem-conformance",
+        "--bin",
+        "idem-conformance",
+    ]);
+    built_executable(&mut cmd, "idem-conformance")
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         Some("test") => setup().and_then(|()| test()),
         Some("interop") => {
             step("build: idem-conformance (release)");
-            worker::build_conformance().and_then(|c| interop::interop(&c))
+            interop::build_conformance().and_then(|c| interop::interop(&c))
         }
         Some("chaos") => setup().and_then(|()| wasm::build()).and_then(|()| chaos()),
         _ => {
@@ -50,6 +50,8 @@ fn chaos() -> Result<(), String> {
             "--release",
             "-p",
             "idem-conformance",
+            "--features",
+            "redis,postgres",
             "--test",
             "chaos",
             "--",
@@ -120,10 +122,16 @@ fn test() -> Result<(), String> {
         .args(["doc", "--workspace", "--no-deps", "--quiet"])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     wasm::build()?;
+    // One build for every Rust test, with every feature (each store's tests start a
+    // private redis-server or postgres): the CLI that the npm, worker and browser tests
+    // drive and the axum example come out of the same build.
+    step("build: the rust workspace's tests, every feature");
+    let mut build = cargo();
+    build.args(["test", "--workspace", "--all-features", "--no-run"]);
+    let [conformance, example] =
+        util::built_executables(&mut build, ["idem-conformance", "axum-orders"])?;
     step("test: rust workspace (the chaos tests' short form among them)");
-    run(cargo().args(["test", "--workspace", "--quiet"]))?;
-    step("test: idem-tower with every store (private redis-server and postgres)");
-    run(cargo().args(["test", "-p", "idem-tower", "--all-features", "--quiet"]))?;
+    run(cargo().args(["test", "--workspace", "--all-features", "--quiet"]))?;
     step("check: the published crates package and build from their packages");
     util::forget_local_packages(&PUBLISHED)?;
     // Packaged together so that each one's path dependencies resolve to the others'
@@ -134,9 +142,7 @@ fn test() -> Result<(), String> {
         package.args(["-p", name]);
     }
     run(&mut package)?;
-    step("build: idem-conformance (release, for the package's two-process test and the worker's conformance run)");
-    let conformance = worker::build_conformance()?;
-    tower::conformance(&conformance)?;
+    tower::conformance(&conformance, &example)?;
     wasm::test(&conformance)?;
     worker::test(&conformance)?;
     browser::test(&conformance)?;

@@ -203,22 +203,45 @@ pub(crate) fn built_executable(
     cmd: &mut Command,
     name: &str,
 ) -> Result<std::path::PathBuf, String> {
+    let [path] = built_executables(cmd, [name])?;
+    Ok(path)
+}
+
+/// Runs the cargo build `cmd` (a `build`, or a `test --no-run`) and returns the executables
+/// it built for the binaries and examples named `names`, in their order; the test harnesses
+/// built from the same targets are not among them.
+pub(crate) fn built_executables<const N: usize>(
+    cmd: &mut Command,
+    names: [&str; N],
+) -> Result<[std::path::PathBuf; N], String> {
     cmd.args(["--quiet", "--message-format=json-render-diagnostics"])
         .stderr(std::process::Stdio::inherit());
     let output = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if !output.status.success() {
         return Err(format!("{cmd:?} failed with {}", output.status));
     }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find_map(|line| executable_of(line, name))
-        .ok_or_else(|| format!("{cmd:?} named no executable {name}"))
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut found = Vec::with_capacity(N);
+    for name in names {
+        let path = stdout
+            .lines()
+            .find_map(|line| executable_of(line, name))
+            .ok_or_else(|| format!("{cmd:?} named no executable {name}"))?;
+        found.push(path);
+    }
+    found
+        .try_into()
+        .map_err(|_| "one executable per name".to_owned())
 }
 
-/// The executable of target `name` in one line of cargo's JSON messages, if it names one.
+/// The executable of target `name` in one line of cargo's JSON messages, if it names one
+/// that is not a test harness.
 fn executable_of(line: &str, name: &str) -> Option<std::path::PathBuf> {
     let message: serde_json::Value = serde_json::from_str(line).ok()?;
-    if message["reason"] != "compiler-artifact" || message["target"]["name"] != name {
+    if message["reason"] != "compiler-artifact"
+        || message["target"]["name"] != name
+        || message["profile"]["test"] == true
+    {
         return None;
     }
     message["executable"].as_str().map(std::path::PathBuf::from)
@@ -296,6 +319,8 @@ mod tests {
             executable_of(escaped, "x"),
             Some(PathBuf::from(r#"C:\t\idem "x".exe"#))
         );
+        let harness = r#"{"reason":"compiler-artifact","target":{"name":"x"},"profile":{"test":true},"executable":"/t/debug/deps/x-0123"}"#;
+        assert_eq!(executable_of(harness, "x"), None);
         let library = r#"{"reason":"compiler-artifact","target":{"name":"x"},"executable":null}"#;
         assert_eq!(executable_of(library, "x"), None);
         assert_eq!(executable_of(r#"{"executable":"/unterminated"#, "x"), None);

@@ -90,7 +90,7 @@ pub(crate) fn build() -> Result<(), String> {
 }
 
 /// Runs the Node tests against the built package ([`build`] first); the two-process test
-/// runs `conformance` (the release build of idem-conformance).
+/// runs `conformance` (a build of idem-conformance with every feature).
 pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
     step("test: idem-wasm (node --test against the built package; private redis-server and postgres)");
     run(npm()

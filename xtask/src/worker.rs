@@ -1,8 +1,8 @@
 //! The edge worker example (idem-wasm/examples/worker): its npm packages (miniflare and
 //! wrangler, which ship workerd), and its tests under a local workerd, which include a run of
-//! the release-built conformance suite against the worker.
+//! the conformance suite against the worker.
 
-use crate::util::{built_executable, cargo, npm_ci_if_stale, npm_in, run, step, workspace_dir};
+use crate::util::{npm_ci_if_stale, npm_in, run, step, workspace_dir};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -25,20 +25,6 @@ pub(crate) fn setup() -> Result<(), String> {
         &example_dir(),
         "edge worker example: miniflare, wrangler, autocannon",
     )
-}
-
-/// Builds idem-conformance in release mode and returns the path of its executable.
-pub(crate) fn build_conformance() -> Result<PathBuf, String> {
-    let mut cmd = cargo();
-    cmd.args([
-        "build",
-        "--release",
-        "-p",
-        "idem-conformance",
-        "--bin",
-        "idem-conformance",
-    ]);
-    built_executable(&mut cmd, "idem-conformance")
 }
 
 /// Starts the worker under workerd (Miniflare and `wrangler dev`, both on 127.0.0.1 with an
