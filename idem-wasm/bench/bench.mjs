@@ -2,14 +2,26 @@
 // one workload, in one run. Build first (`npm run build`).
 //
 // Workload (each library): N requests with fresh keys, then the same N keys again (replays),
-// then the same N keys with a changed body (mismatches). Every request starts as the same
-// raw data (method, path, headers, the same JSON body text of about 90 bytes) and each
-// library is given it in its own native form, built inside the timed loop: plain objects
-// with the body as bytes for `Idempotency#handle`, a Fetch `Request` for `withIdempotency`,
-// plain objects with the parsed body for the others (what body-parser would hand them). The
-// handler does the same work everywhere: it answers 201 with the same small JSON body.
-// Requests run one after another (no overlap), so the numbers are per-request costs, not
-// throughput under load. Mismatch rows count the library's own refusal as the answer.
+// then the same N keys with a changed body (mismatches). Requests run one after another (no
+// overlap), so the numbers are per-request costs, not throughput under load. Mismatch rows
+// count the library's own refusal as the answer.
+//
+// Equal work. A row's input and output have the same form for every library in it.
+//   Plain rows (`Idempotency#handle` and the peers) run as a route handler of a framework
+//   that has parsed the request runs: every library starts from the same parsed body object
+//   (about 90 bytes of JSON, built for each request inside the timed loop) and ends with a
+//   parsed response object. idem pays its own way in and out: `JSON.stringify` and
+//   `TextEncoder.encode` of the body, `JSON.stringify` of the handler's reply object (the
+//   engine encodes it), then `TextDecoder.decode` and `JSON.parse` of the reply it returns
+//   (a fresh answer, a stored one, or its problem+json refusal). The peers take objects and
+//   are handed objects: the body object as the request's body (what body-parser would give
+//   them), the handler's reply object, and a replay's stored reply comes back as the object
+//   the library itself returns; a refusal is the library's own error. Whatever a peer
+//   serialises or parses to store a record, it does itself; nothing is added to it.
+//   Fetch rows (`withIdempotency` and the rows without idempotency beside it) start from the
+//   same body object too: the caller puts `JSON.stringify` of it in a `Request`, the handler
+//   reads it with `request.json()` and answers `Response.json(...)` with 201, and the caller
+//   reads the answer with `response.json()`, in every Fetch row alike.
 //
 // The work is repeated for R rounds, each library starting each round on an empty store and
 // the libraries taking turns within a round, so that a busy machine slows them alike; each
@@ -27,9 +39,11 @@
 // Peers and adapters:
 //   @node-idempotency/core 1.0.11 with @node-idempotency/storage-adapter-memory
 //   express-idempotency 1.0.6 with its in-memory adapter (the middleware is driven with
-//     minimal Express-shaped req/res objects; no Express app or socket is involved)
+//     minimal Express-shaped req/res objects; no Express app or socket is involved; the
+//     handler calls `res.send` with the reply object, which the library stores and replays)
 //   @aws-lambda-powertools/idempotency 2.35.0 with a small in-memory persistence layer (the
-//     conditional put of its DynamoDB layer, over a Map)
+//     conditional put of its DynamoDB layer, over a Map; it holds the reply object itself,
+//     where the library's own layers hold it as JSON text or DynamoDB attributes)
 //
 // Usage: node bench/bench.mjs [N] [R]   (N defaults to 5000 requests, R to 5 rounds)
 import { Idempotency, MemoryStore, withIdempotency } from "idem";
@@ -47,9 +61,16 @@ import { BasePersistenceLayer, IdempotencyRecord } from "@aws-lambda-powertools/
 const N = Number(process.argv[2] ?? 5000);
 const ROUNDS = Number(process.argv[3] ?? 5);
 const encoder = new TextEncoder();
-const bodyOf = (i, changed) =>
-  JSON.stringify({ amount: changed ? 2000 + i : 1000 + i, currency: "eur", customer: `cus_${i}`, note: "benchmark order" });
-const answer = (i) => JSON.stringify({ id: `ord_${i}`, status: "created" });
+const decoder = new TextDecoder();
+/** The parsed request body, built for each request: about 90 bytes as JSON. */
+const bodyOf = (i, changed) => ({ amount: changed ? 2000 + i : 1000 + i, currency: "eur", customer: `cus_${i}`, note: "benchmark order" });
+/** The handler's reply object. */
+const answer = (i) => ({ id: `ord_${i}`, status: "created" });
+/** Every row checks that a 201 it ends with is the reply stored for its key. */
+function check(name, phase, i, status, body) {
+  if (status !== expected(phase)) throw new Error(`${name} ${phase}: ${status}`);
+  if (status === 201 && body.id !== `ord_${i}`) throw new Error(`${name} ${phase}: ${body.id} for key ${i}`);
+}
 const expected = (phase) => (phase === "mismatch" ? 422 : 201);
 
 async function time(run) {
@@ -63,14 +84,14 @@ function fetchRequest(phase, prefix, i) {
   return new Request("http://api.local/orders", {
     method: "POST",
     headers: { "idempotency-key": `"${prefix}-${i}"`, "content-type": "application/json" },
-    body: bodyOf(i, phase === "mismatch"),
+    body: JSON.stringify(bodyOf(i, phase === "mismatch")),
   });
 }
 
-/** The handler every Fetch row runs: it reads the order and answers 201. */
+/** The handler every Fetch row runs: it parses the order and answers 201 with JSON. */
 async function orderHandler(request) {
-  await request.arrayBuffer();
-  return new Response(answer(0), { status: 201, headers: { "content-type": "application/json" } });
+  const order = await request.json();
+  return Response.json(answer(order.amount - 1000), { status: 201 });
 }
 
 function fetchBench(make) {
@@ -82,10 +103,11 @@ function fetchBench(make) {
     run: (phase, prefix) =>
       time(async (i) => {
         const response = await handler(fetchRequest(phase, prefix, i));
-        await response.arrayBuffer();
-        // The rows without idempotency run the handler every time.
-        const want = make === idemFetch ? expected(phase) : 201;
-        if (response.status !== want) throw new Error(`fetch ${phase}: ${response.status}`);
+        const body = await response.json();
+        if (make === idemFetch) check("withIdempotency", phase, i, response.status, body);
+        // The rows without idempotency run the handler every time; the stored-bytes row
+        // answers with one fixed reply.
+        else if (response.status !== 201) throw new Error(`fetch ${phase}: ${response.status}`);
       }),
   };
 }
@@ -99,7 +121,7 @@ function bare() {
 }
 /** What a Fetch-standard wrapper does to answer without the handler (a replay, a refusal):
  * read the body, build a Response from stored bytes. */
-const storedBody = new TextEncoder().encode(answer(0));
+const storedBody = new TextEncoder().encode(JSON.stringify(answer(0)));
 const storedHeaders = [
   ["content-type", "application/json"],
   ["idempotent-replayed", "true"],
@@ -129,17 +151,19 @@ function idemPlain() {
     },
     run: (phase, prefix) =>
       time(async (i) => {
+        const body = bodyOf(i, phase === "mismatch");
         const reply = await idem.handle(
           {
             method: "POST",
             target: "/orders",
             key: `"${prefix}-${i}"`,
             contentType: "application/json",
-            body: encoder.encode(bodyOf(i, phase === "mismatch")),
+            body: encoder.encode(JSON.stringify(body)),
           },
-          () => ({ status: 201, headers: [["content-type", "application/json"]], body: answer(i) }),
+          () => ({ status: 201, headers: [["content-type", "application/json"]], body: JSON.stringify(answer(i)) }),
         );
-        if (reply.status !== expected(phase)) throw new Error(`idem plain ${phase}: ${reply.status}`);
+        const parsed = JSON.parse(typeof reply.body === "string" ? reply.body : decoder.decode(reply.body));
+        check("idem plain", phase, i, reply.status, parsed);
       }),
   };
 }
@@ -157,22 +181,25 @@ function nodeIdempotency() {
           headers: { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
           path: "/orders",
           method: "POST",
-          body: JSON.parse(bodyOf(i, phase === "mismatch")),
+          body: bodyOf(i, phase === "mismatch"),
         };
         let status;
+        let body;
         try {
           const cached = await idem.onRequest(req);
           if (cached) {
             status = cached.additional.status;
+            body = cached.body;
           } else {
-            const res = { body: JSON.parse(answer(i)), additional: { status: 201 } };
+            const res = { body: answer(i), additional: { status: 201 } };
             await idem.onResponse(req, res);
             status = 201;
+            body = res.body;
           }
         } catch (err) {
           status = err.code === "IDEMPOTENCY_FINGERPRINT_MISSMATCH" ? 422 : 500;
         }
-        if (status !== expected(phase)) throw new Error(`node-idempotency ${phase}: ${status}`);
+        check("node-idempotency", phase, i, status, body);
       }),
   };
 }
@@ -213,11 +240,12 @@ function expressIdem() {
           new Promise((resolve, reject) => {
             const req = expressReq(
               { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
-              JSON.parse(bodyOf(i, phase === "mismatch")),
+              bodyOf(i, phase === "mismatch"),
             );
-            const finish = (status) => {
+            const finish = (status, body) => {
               // express-idempotency refuses a changed payload with 417.
               if (status !== (phase === "mismatch" ? 417 : 201)) reject(new Error(`express-idempotency ${phase}: ${status}`));
+              else if (status === 201 && body.id !== `ord_${i}`) reject(new Error(`express-idempotency ${phase}: ${body.id}`));
               else setImmediate(resolve); // let the library's response hook store the result
             };
             const res = expressRes(finish);
@@ -300,17 +328,20 @@ function powertools() {
       time(async (i) => {
         const event = {
           headers: { "idempotency-key": `${prefix}-${i}`, "content-type": "application/json" },
-          body: JSON.parse(bodyOf(i, phase === "mismatch")),
+          body: bodyOf(i, phase === "mismatch"),
           i,
         };
         let status;
+        let body;
         try {
-          status = (await fn(event)).statusCode;
+          const result = await fn(event);
+          status = result.statusCode;
+          body = result.body;
         } catch (err) {
           status = err.name === "IdempotencyValidationError" ? 422 : 500;
           if (status === 500 || phase !== "mismatch") throw err;
         }
-        if (status !== expected(phase)) throw new Error(`powertools ${phase}: ${status}`);
+        check("powertools", phase, i, status, body);
       }),
   };
 }
