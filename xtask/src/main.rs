@@ -8,6 +8,7 @@
 use std::process::{Command, ExitCode};
 
 mod browser;
+mod harness;
 mod interop;
 mod tower;
 mod util;
@@ -126,12 +127,14 @@ fn test() -> Result<(), String> {
     // private redis-server or postgres): the CLI that the npm, worker and browser tests
     // drive and the axum example come out of the same build.
     step("build: the rust workspace's tests, every feature");
-    let mut build = cargo();
-    build.args(["test", "--workspace", "--all-features", "--no-run"]);
-    let [conformance, example] =
-        util::built_executables(&mut build, ["idem-conformance", "axum-orders"])?;
-    step("test: rust workspace (the chaos tests' short form among them)");
-    run(cargo().args(["test", "--workspace", "--all-features", "--quiet"]))?;
+    let built = harness::build(&["--all-features"])?;
+    let conformance = built.executable("idem-conformance")?;
+    let example = built.executable("axum-orders")?;
+    let parallel = harness::parallel();
+    step(&format!(
+        "test: rust workspace, {parallel} test executables at a time (the chaos tests' short form among them)"
+    ));
+    harness::run(built, parallel)?;
     step("check: the published crates package and build from their packages");
     util::forget_local_packages(&PUBLISHED)?;
     // Packaged together so that each one's path dependencies resolve to the others'

@@ -203,35 +203,16 @@ pub(crate) fn built_executable(
     cmd: &mut Command,
     name: &str,
 ) -> Result<std::path::PathBuf, String> {
-    let [path] = built_executables(cmd, [name])?;
-    Ok(path)
-}
-
-/// Runs the cargo build `cmd` (a `build`, or a `test --no-run`) and returns the executables
-/// it built for the binaries and examples named `names`, in their order; the test harnesses
-/// built from the same targets are not among them.
-pub(crate) fn built_executables<const N: usize>(
-    cmd: &mut Command,
-    names: [&str; N],
-) -> Result<[std::path::PathBuf; N], String> {
     cmd.args(["--quiet", "--message-format=json-render-diagnostics"])
         .stderr(std::process::Stdio::inherit());
     let output = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     if !output.status.success() {
         return Err(format!("{cmd:?} failed with {}", output.status));
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let mut found = Vec::with_capacity(N);
-    for name in names {
-        let path = stdout
-            .lines()
-            .find_map(|line| executable_of(line, name))
-            .ok_or_else(|| format!("{cmd:?} named no executable {name}"))?;
-        found.push(path);
-    }
-    found
-        .try_into()
-        .map_err(|_| "one executable per name".to_owned())
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| executable_of(line, name))
+        .ok_or_else(|| format!("{cmd:?} named no executable {name}"))
 }
 
 /// The executable of target `name` in one line of cargo's JSON messages, if it names one

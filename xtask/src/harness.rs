@@ -1,0 +1,223 @@
+//! The Rust tests, run from one build: cargo builds every test executable once, and they run
+//! side by side, as many at a time as the machine has cores, instead of one after another
+//! (most of the long ones wait on servers they started, processes they killed or leases
+//! running out, not on a core). Each prints a line with its time when it ends, its whole
+//! output when it fails.
+
+use crate::util::cargo;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// One test executable cargo built, or the doc tests.
+struct Job {
+    /// `package/target`, as the lines name it.
+    name: String,
+    command: Command,
+    /// Bigger executables (the ones with servers, clients and runtimes linked in) start
+    /// first: they are the long ones.
+    weight: u64,
+}
+
+/// What `cargo test --no-run` built: the test executables, and the binaries and examples
+/// that came out of the same build.
+pub(crate) struct Built {
+    jobs: Vec<Job>,
+    executables: Vec<(String, PathBuf)>,
+}
+
+impl Built {
+    /// The executable of the binary or example `name` (not its test harness).
+    pub(crate) fn executable(&self, name: &str) -> Result<PathBuf, String> {
+        self.executables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| format!("the test build made no executable {name}"))
+    }
+}
+
+/// Builds every test of the workspace with `args` (features) and returns what was built.
+pub(crate) fn build(args: &[&str]) -> Result<Built, String> {
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace", "--no-run", "--quiet"])
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit());
+    let output = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("{cmd:?} failed with {}", output.status));
+    }
+    let mut built = Built {
+        jobs: Vec::new(),
+        executables: Vec::new(),
+    };
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Some(artifact) = Artifact::of(line) else {
+            continue;
+        };
+        if artifact.test {
+            built.jobs.push(artifact.job());
+        } else {
+            built
+                .executables
+                .push((artifact.target, artifact.executable));
+        }
+    }
+    // The doc tests are compiled as they run, by rustdoc: the longest job of all.
+    let mut doc = cargo();
+    doc.args(["test", "--workspace", "--doc", "--quiet"])
+        .args(args);
+    built.jobs.push(Job {
+        name: "doc tests".to_owned(),
+        command: doc,
+        weight: u64::MAX,
+    });
+    Ok(built)
+}
+
+/// How many test executables run at a time: one per core.
+pub(crate) fn parallel() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// Runs every test executable and the doc tests, `parallel` at a time, the heaviest first.
+pub(crate) fn run(built: Built, parallel: usize) -> Result<(), String> {
+    let mut jobs = built.jobs;
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.weight));
+    let total = jobs.len();
+    let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<Job>>());
+    let failed = Mutex::new(Vec::new());
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..parallel.max(1) {
+            s.spawn(|| loop {
+                let Some(mut job) = lock(&queue).pop_front() else {
+                    return;
+                };
+                let began = Instant::now();
+                let output = job.command.output();
+                let seconds = began.elapsed().as_secs_f64();
+                let at = start.elapsed().as_secs();
+                let ok = matches!(&output, Ok(o) if o.status.success());
+                // One line per job, written whole, so that two jobs' lines never mix.
+                let line = format!(
+                    "    [+{:02}:{:02}] {} {} ({seconds:.1} s)\n",
+                    at / 60,
+                    at % 60,
+                    if ok { "ok    " } else { "FAILED" },
+                    job.name
+                );
+                let mut out = std::io::stdout().lock();
+                let _ = std::io::Write::write_all(&mut out, line.as_bytes());
+                if !ok {
+                    let _ = std::io::Write::write_all(&mut out, shown(&output).as_bytes());
+                    lock(&failed).push(job.name);
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+    if failed.is_empty() {
+        println!("    {total} test executables passed");
+        Ok(())
+    } else {
+        Err(format!("tests failed: {}", failed.join(", ")))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A failed job's output, or why it could not start.
+fn shown(output: &std::io::Result<Output>) -> String {
+    match output {
+        Ok(o) => format!(
+            "{}{}\n",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("could not start: {e}\n"),
+    }
+}
+
+/// A `compiler-artifact` message of cargo's with an executable.
+#[derive(Debug, PartialEq)]
+struct Artifact {
+    package: String,
+    target: String,
+    test: bool,
+    executable: PathBuf,
+    manifest_dir: PathBuf,
+}
+
+impl Artifact {
+    fn of(line: &str) -> Option<Artifact> {
+        let m: serde_json::Value = serde_json::from_str(line).ok()?;
+        if m["reason"] != "compiler-artifact" {
+            return None;
+        }
+        let manifest = Path::new(m["manifest_path"].as_str()?);
+        let package = m["package_id"].as_str()?;
+        // `path+file:///…/conformance#idem-conformance@0.1.0`, or the older
+        // `idem-conformance 0.1.0 (path+file:///…)`.
+        let package = match package.rsplit_once('#') {
+            Some((_, name)) => name.split('@').next().unwrap_or(name),
+            None => package.split(' ').next().unwrap_or(package),
+        };
+        Some(Artifact {
+            package: package.to_owned(),
+            target: m["target"]["name"].as_str()?.to_owned(),
+            test: m["profile"]["test"] == true,
+            executable: PathBuf::from(m["executable"].as_str()?),
+            manifest_dir: manifest.parent()?.to_owned(),
+        })
+    }
+
+    /// The executable run as `cargo test` runs it: quiet, from its package's directory,
+    /// with the package's variables set.
+    fn job(self) -> Job {
+        let weight = std::fs::metadata(&self.executable).map_or(0, |m| m.len());
+        let mut command = Command::new(&self.executable);
+        command
+            .arg("--quiet")
+            .current_dir(&self.manifest_dir)
+            .env("CARGO_MANIFEST_DIR", &self.manifest_dir)
+            .env("CARGO_PKG_NAME", &self.package);
+        Job {
+            name: format!("{}/{}", self.package, self.target),
+            command,
+            weight,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Artifact;
+    use std::path::PathBuf;
+
+    #[test]
+    fn reads_test_executables_and_binaries_from_cargo_messages() {
+        let harness = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/conformance#idem-conformance@0.1.0","manifest_path":"/w/conformance/Cargo.toml","target":{"name":"chaos"},"profile":{"test":true},"executable":"/t/debug/deps/chaos-0123"}"#;
+        assert_eq!(
+            Artifact::of(harness),
+            Some(Artifact {
+                package: "idem-conformance".into(),
+                target: "chaos".into(),
+                test: true,
+                executable: PathBuf::from("/t/debug/deps/chaos-0123"),
+                manifest_dir: PathBuf::from("/w/conformance"),
+            })
+        );
+        let bin = r#"{"reason":"compiler-artifact","package_id":"idem-tower 0.1.0 (path+file:///w/idem-tower)","manifest_path":"/w/idem-tower/Cargo.toml","target":{"name":"axum-orders"},"profile":{"test":false},"executable":"/t/debug/examples/axum-orders"}"#;
+        let bin = Artifact::of(bin).unwrap();
+        assert_eq!((bin.package.as_str(), bin.test), ("idem-tower", false));
+        let library = r#"{"reason":"compiler-artifact","package_id":"x","manifest_path":"/w/x/Cargo.toml","target":{"name":"x"},"profile":{"test":false},"executable":null}"#;
+        assert_eq!(Artifact::of(library), None);
+        assert_eq!(Artifact::of(r#"{"reason":"build-finished"}"#), None);
+    }
+}
