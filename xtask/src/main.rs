@@ -118,9 +118,16 @@ fn test() -> Result<(), String> {
         "--target",
         "x86_64-unknown-none",
     ]))?;
+    // Every feature, as docs.rs documents the crates.
     step("check: docs");
     run(cargo()
-        .args(["doc", "--workspace", "--no-deps", "--quiet"])
+        .args([
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--all-features",
+            "--quiet",
+        ])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     wasm::build()?;
     // One build for every Rust test, with every feature (each store's tests start a

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// When full it refuses new claims with 503 `store-full` after dropping what has expired; it
 /// never evicts a live record (`IDEM-STORE-3`).
 ///
-/// With [`with_seal`](MemoryStore::with_seal) (feature `seal`) it holds every record sealed
+/// With `with_seal` (feature `seal`) it holds every record sealed
 /// instead, so that a dump of the process's memory shows no response in clear.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
