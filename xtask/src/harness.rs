@@ -144,6 +144,17 @@ fn shown(output: &std::io::Result<Output>) -> String {
     }
 }
 
+/// The package's name in a cargo package id: `path+file:///w/conformance#idem-conformance@0.1.0`,
+/// `path+file:///w/idem-tower#0.1.0` (the name is the folder's), or the older
+/// `idem-tower 0.1.0 (path+file:///w/idem-tower)`.
+fn package_name(id: &str) -> Option<&str> {
+    match id.rsplit_once('#') {
+        Some((_, name_version)) if name_version.contains('@') => name_version.split('@').next(),
+        Some((url, _)) => url.rsplit('/').next(),
+        None => id.split(' ').next(),
+    }
+}
+
 /// A `compiler-artifact` message of cargo's with an executable.
 #[derive(Debug, PartialEq)]
 struct Artifact {
@@ -161,13 +172,7 @@ impl Artifact {
             return None;
         }
         let manifest = Path::new(m["manifest_path"].as_str()?);
-        let package = m["package_id"].as_str()?;
-        // `path+file:///…/conformance#idem-conformance@0.1.0`, or the older
-        // `idem-conformance 0.1.0 (path+file:///…)`.
-        let package = match package.rsplit_once('#') {
-            Some((_, name)) => name.split('@').next().unwrap_or(name),
-            None => package.split(' ').next().unwrap_or(package),
-        };
+        let package = package_name(m["package_id"].as_str()?)?;
         Some(Artifact {
             package: package.to_owned(),
             target: m["target"]["name"].as_str()?.to_owned(),
@@ -197,8 +202,26 @@ impl Artifact {
 
 #[cfg(test)]
 mod tests {
-    use super::Artifact;
+    use super::{package_name, Artifact};
     use std::path::PathBuf;
+
+    #[test]
+    fn reads_the_package_name_of_each_form_of_package_id() {
+        let ids = [
+            "path+file:///w/conformance#idem-conformance@0.1.0",
+            "path+file:///w/idem-tower#0.1.0",
+            "idem-tower 0.1.0 (path+file:///w/idem-tower)",
+        ];
+        let names: Vec<_> = ids.iter().map(|id| package_name(id)).collect();
+        assert_eq!(
+            names,
+            [
+                Some("idem-conformance"),
+                Some("idem-tower"),
+                Some("idem-tower")
+            ]
+        );
+    }
 
     #[test]
     fn reads_test_executables_and_binaries_from_cargo_messages() {
