@@ -15,7 +15,8 @@
 //      by the ESM entries (for the server, also exported as `idem/manual`), and the CommonJS
 //      entry. The client's sources are the server's entries and bundles with the module's
 //      name and the API's file changed;
-//   5. the sizes are printed: each module raw, gzip and brotli, and the packed package.
+//   5. the sizes are printed: each module raw, gzip and brotli, what a browser page loads for
+//      `idem/client`, and the packed package.
 //
 // Usage: node scripts/build.mjs [--quiet]
 //
@@ -222,8 +223,16 @@ for (const side of SIDES) {
   const wasm = readFileSync(join(dist, `${side.name}_bg.wasm`));
   sizes[side.feature] = { raw: wasm.length, gzip: gz(wasm), brotli: br(wasm) };
 }
+// What a browser loads for `idem/client`: its entry, the glue with the API, and the module.
+const page = ["client-web.js", "idem_client.js", "idem_client_bg.wasm"].map((f) => readFileSync(join(dist, f)));
+sizes.clientPage = {
+  raw: page.reduce((n, b) => n + b.length, 0),
+  gzip: page.reduce((n, b) => n + gz(b), 0),
+  brotli: page.reduce((n, b) => n + br(b), 0),
+};
 writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
 const line = (s) => `${s.raw} B raw (${kib(s.raw)}), ${s.gzip} B gzip (${kib(s.gzip)}), ${s.brotli} B brotli (${kib(s.brotli)})`;
 for (const side of SIDES) console.log(`${side.name}_bg.wasm (${side.feature}): ${line(sizes[side.feature])}`);
+console.log(`a page with idem/client (client-web.js, idem_client.js, the module): ${line(sizes.clientPage)}`);
 console.log(`package (${shipped.length} files, each compressed): ${line(sizes.package)}`);
