@@ -325,11 +325,7 @@ impl FingerprintSpec {
                 max: self.max_body,
             });
         }
-        let mut h = Sha256::new();
-        h.update(DOMAIN);
-        put(&mut h, req.method.as_bytes());
-        put(&mut h, req.target.as_bytes());
-        h.update((self.headers.len() as u64).to_le_bytes());
+        let mut h = head(req.method, req.target, self.headers.len());
         for name in &self.headers {
             put(&mut h, name.to_ascii_lowercase().as_bytes());
             let values = req
@@ -356,11 +352,38 @@ impl FingerprintSpec {
             h.update(b"J");
             put(&mut h, &canon);
         } else {
-            h.update(b"B");
-            put(&mut h, req.body);
+            put_bytes_body(&mut h, req.body);
         }
         Ok(h.finalize().into())
     }
+}
+
+/// The hash with the domain, the method, the target and the number of selected headers
+/// written: what every fingerprint starts with.
+fn head(method: &str, target: &str, headers: usize) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(DOMAIN);
+    put(&mut h, method.as_bytes());
+    put(&mut h, target.as_bytes());
+    h.update((headers as u64).to_le_bytes());
+    h
+}
+
+/// A body hashed as bytes, not as JSON.
+fn put_bytes_body(h: &mut Sha256, body: &[u8]) {
+    h.update(b"B");
+    put(h, body);
+}
+
+/// The digest of a payload as its sender sees it: method, target and body bytes, laid out
+/// as a fingerprint with no selected headers and the body hashed as bytes
+/// ([`JsonMode::Never`]). A client that serialised the body itself sends the same bytes on
+/// every retry, so it needs no canonical form; this is the digest of an
+/// [`OutboxEntry`](crate::OutboxEntry)'s payload that `idempotentFetch` uses.
+pub fn payload_digest(method: &str, target: &str, body: &[u8]) -> [u8; 32] {
+    let mut h = head(method, target, 0);
+    put_bytes_body(&mut h, body);
+    h.finalize().into()
 }
 
 fn put(h: &mut Sha256, bytes: &[u8]) {
@@ -421,6 +444,37 @@ mod tests {
             spec.fingerprint(&broken).map(|f| f.digest)
         );
         assert!(spec.digest(&broken).is_err());
+    }
+
+    #[test]
+    fn a_payload_digest_is_the_fingerprint_of_the_bytes() {
+        let spec = FingerprintSpec {
+            json: JsonMode::Never,
+            max_body: usize::MAX,
+            ..FingerprintSpec::default()
+        };
+        for (content_type, body) in [
+            (Some("application/json"), &br#"{"b":1, "a":2}"#[..]),
+            (None, b"\x00 raw bytes"),
+            (None, b""),
+        ] {
+            let req = RequestParts {
+                method: "PATCH",
+                target: "/orders/7?x=1",
+                content_type,
+                headers: &[],
+                body,
+            };
+            assert_eq!(
+                payload_digest(req.method, req.target, body),
+                spec.digest(&req).unwrap()
+            );
+        }
+        // The bytes, not their meaning: a re-serialised body is another payload.
+        assert_ne!(
+            payload_digest("POST", "/o", br#"{"a":1,"b":2}"#),
+            payload_digest("POST", "/o", br#"{"b":2,"a":1}"#)
+        );
     }
 
     /// How field digests were stored before they shared one buffer: records written then

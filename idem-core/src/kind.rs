@@ -114,6 +114,12 @@ pub(crate) fn parse_decimal(s: &str, field: &'static str) -> Result<u64, KindKey
         .ok_or(KindKeyError::TooLarge { field })
 }
 
+/// Appends `n` in decimal, [`parse_decimal`]'s inverse (without `core::fmt`, which a
+/// client's WebAssembly module does not otherwise need).
+pub(crate) fn push_decimal(out: &mut String, n: u64) {
+    out.push_str(crate::canon::Decimal::new(n).as_str());
+}
+
 /// A key-kind configuration that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

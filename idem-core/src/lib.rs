@@ -98,7 +98,8 @@ pub use engine::{
 };
 pub use event::Event;
 pub use fingerprint::{
-    FieldDigests, Fingerprint, FingerprintError, FingerprintSpec, JsonMode, RequestParts,
+    payload_digest, FieldDigests, Fingerprint, FingerprintError, FingerprintSpec, JsonMode,
+    RequestParts,
 };
 pub use key::{
     parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, RecordKey, Scope, UuidVersion,

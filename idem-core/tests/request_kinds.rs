@@ -410,6 +410,8 @@ fn a_client_sequence_never_reuses_an_open_number_and_its_mark_trails_the_oldest_
     let c = seq.take();
     assert_eq!((a, b, c), (254, 255, 0), "the numbers wrap at 2^bits");
     assert_eq!(seq.key(c), "app-7:42:0");
+    assert_eq!(seq.key(u64::MAX), "app-7:42:18446744073709551615");
+    assert_eq!(seq.key(1_000_200), "app-7:42:1000200");
     assert_eq!(seq.low_water(), 254);
     seq.done(b);
     assert_eq!(seq.low_water(), 254, "an older answer is still missing");

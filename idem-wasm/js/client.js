@@ -257,7 +257,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   // The retry options are read (and checked) by the module.
   const retry = options.retry;
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
-  const digest = Outbox.digest(method, url, template.headers.get("content-type") ?? undefined, body ?? new Uint8Array(0));
+  const digest = Outbox.digest(method, url, body ?? new Uint8Array(0));
 
   let entry = null;
   if (options.persist) {

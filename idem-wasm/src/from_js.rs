@@ -27,7 +27,7 @@ pub(crate) fn number(object: &JsValue, name: &str) -> Result<Option<f64>, ErrorP
     }
     v.as_f64()
         .map(Some)
-        .ok_or_else(|| ErrorParts::options(alloc::format!("{name} must be a number")))
+        .ok_or_else(|| ErrorParts::about(interop::CODE_OPTIONS, name, " must be a number"))
 }
 
 #[cfg(feature = "server")]

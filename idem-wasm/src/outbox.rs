@@ -7,7 +7,7 @@
 use crate::from_js::retry_policy;
 use crate::interop::{self, ErrorParts, FetchOutcome, NextKind, OutboxState};
 use crate::{js, JsResult};
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use wasm_bindgen::prelude::*;
 
@@ -79,13 +79,8 @@ impl Outbox {
     #[wasm_bindgen(js_name = fromBytes)]
     pub fn from_bytes(bytes: &[u8], retry: &JsValue) -> JsResult<Outbox> {
         let policy = retry_policy(retry).map_err(js)?;
-        let entry = idem_core::decode_entry(bytes).map_err(|e| {
-            js(ErrorParts {
-                kind: interop::ErrorKind::Range,
-                code: "IDEM-CLIENT-6",
-                message: e.to_string(),
-            })
-        })?;
+        let entry =
+            idem_core::decode_entry(bytes).map_err(|e| js(interop::entry_decode_error(&e)))?;
         Ok(Outbox { entry, policy })
     }
 
@@ -94,36 +89,11 @@ impl Outbox {
         idem_core::encode_entry(&self.entry)
     }
 
-    /// The digest that identifies a payload: the request fingerprint (method, URL, body,
-    /// with JSON bodies canonicalised), so a re-serialised body is not a change.
-    pub fn digest(
-        method: &str,
-        url: &str,
-        content_type: Option<String>,
-        body: &[u8],
-    ) -> JsResult<Vec<u8>> {
-        let spec = idem_core::FingerprintSpec {
-            max_body: usize::MAX,
-            ..idem_core::FingerprintSpec::default()
-        };
-        let parts = idem_core::RequestParts {
-            method,
-            target: url,
-            content_type: content_type.as_deref(),
-            headers: &[],
-            body,
-        };
-        // A body labelled JSON that does not parse is hashed as bytes.
-        let digest = spec.digest(&parts).or_else(|_| {
-            idem_core::FingerprintSpec {
-                json: idem_core::JsonMode::Never,
-                ..spec.clone()
-            }
-            .digest(&parts)
-        });
-        digest
-            .map(|d| d.to_vec())
-            .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::fingerprint(&e))))
+    /// The digest that identifies a payload: idem-core's
+    /// [`payload_digest`](idem_core::payload_digest) of the method, the URL and the body
+    /// bytes, which this client serialised itself and sends unchanged on every retry.
+    pub fn digest(method: &str, url: &str, body: &[u8]) -> Vec<u8> {
+        idem_core::payload_digest(method, url, body).to_vec()
     }
 
     /// A new UUID v4 key from 128 random bits (four u32 values).

@@ -2,7 +2,7 @@
 
 use crate::interop::{self, ErrorParts};
 use crate::{js, JsResult};
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use wasm_bindgen::prelude::*;
 
@@ -24,7 +24,7 @@ impl CounterSequence {
         let first = interop::decimal("firstSeq", first_seq).map_err(js)?;
         idem_core::CounterSequence::new(client, epoch, bits, first)
             .map(|inner| CounterSequence { inner })
-            .map_err(|e| js(ErrorParts::refusal(&idem_core::Refusal::session(&e))))
+            .map_err(|e| js(interop::sequence_error(&e)))
     }
 
     /// The client id.
@@ -36,12 +36,12 @@ impl CounterSequence {
     /// The session epoch, decimal.
     #[wasm_bindgen(getter)]
     pub fn epoch(&self) -> String {
-        self.inner.epoch().to_string()
+        interop::decimal_text(self.inner.epoch())
     }
 
     /// The number for a new logical request, decimal.
     pub fn take(&mut self) -> String {
-        self.inner.take().to_string()
+        interop::decimal_text(self.inner.take())
     }
 
     /// The key of number `seq`: `client:epoch:seq`.
@@ -52,7 +52,7 @@ impl CounterSequence {
     /// The low-water mark to send, decimal.
     #[wasm_bindgen(js_name = lowWater)]
     pub fn low_water(&self) -> String {
-        self.inner.low_water().to_string()
+        interop::decimal_text(self.inner.low_water())
     }
 
     /// The answer for `seq` arrived (or it was given up for good).
@@ -71,6 +71,11 @@ impl CounterSequence {
     pub fn from_bytes(bytes: &[u8]) -> JsResult<CounterSequence> {
         postcard::from_bytes(bytes)
             .map(|inner| CounterSequence { inner })
-            .map_err(|_| js(ErrorParts::wire("counter sequence")))
+            .map_err(|_| {
+                js(ErrorParts::range(
+                    interop::CODE_WIRE,
+                    "malformed counter sequence",
+                ))
+            })
     }
 }

@@ -26,7 +26,7 @@ mod scan;
 mod text;
 mod write;
 
-pub(crate) use pointer::{string_at, Found};
+pub(crate) use pointer::{members_at, string_at, Found};
 use scan::{room, Number, Scan, Text};
 use text::{write_bytes, write_f64};
 pub(crate) use text::{write_int, write_str, Decimal};

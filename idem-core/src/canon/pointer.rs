@@ -37,6 +37,110 @@ pub(crate) fn string_at(body: &[u8], pointer: &str) -> Result<Found> {
     Ok(found)
 }
 
+/// The values at `N` member paths of `body` (each a list of member names from the top-level
+/// object; no array indices), found in one pass as [`string_at`] finds each (the last of
+/// duplicate members wins), except that a number is checked for its syntax only and not
+/// read as a float: for documents whose numbers are read as integers, such as the status
+/// document a client reads. The body must be JSON, as for [`string_at`].
+pub(crate) fn members_at<const N: usize>(body: &[u8], paths: [&[&str]; N]) -> Result<[Found; N]> {
+    let mut m = Members {
+        s: Scan { b: body, i: 0 },
+        text: Vec::new(),
+        open: Vec::new(),
+        found: core::array::from_fn(|_| Found::Missing),
+    };
+    m.value(&paths, (1u64 << N) - 1, 0)?;
+    m.s.end()?;
+    Ok(m.found)
+}
+
+/// [`members_at`]'s scan: `on` is a bit set of the paths the value is on, `depth` the number
+/// of member names read to reach it.
+struct Members<'a, const N: usize> {
+    s: Scan<'a>,
+    text: Vec<u8>,
+    open: Vec<u8>,
+    found: [Found; N],
+}
+
+impl<const N: usize> Members<'_, N> {
+    fn value(&mut self, paths: &[&[&str]; N], on: u64, depth: usize) -> Result<()> {
+        self.s.ws();
+        let here = |i: usize| on & (1 << i) != 0 && paths[i].len() == depth;
+        let deeper = (0..N).any(|i| on & (1 << i) != 0 && paths[i].len() > depth);
+        let found = match self.s.peek() {
+            Some(b'"') => Found::String(match self.s.string(&mut self.text)? {
+                Text::Raw(raw) => String::from_utf8_lossy(&self.s.b[raw]).into_owned(),
+                Text::Unescaped => String::from_utf8_lossy(&self.text).into_owned(),
+            }),
+            Some(b'-' | b'0'..=b'9') => {
+                let start = self.s.i;
+                self.s.skip_number()?;
+                Found::Number(String::from_utf8_lossy(&self.s.b[start..self.s.i]).into_owned())
+            }
+            Some(b't') => self.s.literal(b"true").map(|()| Found::Bool(true))?,
+            Some(b'f') => self.s.literal(b"false").map(|()| Found::Bool(false))?,
+            Some(b'{') if deeper => {
+                self.object(paths, on, depth)?;
+                Found::NotString
+            }
+            _ => {
+                self.s.skip_value(&mut self.open)?;
+                Found::NotString
+            }
+        };
+        let mut found = Some(found);
+        for i in (0..N).filter(|&i| here(i)) {
+            if let Some(f) = found.take() {
+                self.found[i] = f;
+            }
+        }
+        Ok(())
+    }
+
+    fn object(&mut self, paths: &[&[&str]; N], on: u64, depth: usize) -> Result<()> {
+        self.s.i += 1;
+        self.s.ws();
+        if self.s.peek() == Some(b'}') {
+            self.s.i += 1;
+            return Ok(());
+        }
+        loop {
+            self.s.ws();
+            if self.s.peek() != Some(b'"') {
+                return self.s.fail();
+            }
+            let mut next = 0;
+            {
+                let key = match self.s.string(&mut self.text)? {
+                    Text::Raw(raw) => &self.s.b[raw],
+                    Text::Unescaped => &self.text[..],
+                };
+                for (i, path) in paths.iter().enumerate() {
+                    if on & (1 << i) != 0 && path.get(depth).is_some_and(|t| t.as_bytes() == key) {
+                        next |= 1 << i;
+                    }
+                }
+            }
+            self.s.expect(b':')?;
+            if next != 0 {
+                self.value(paths, next, depth + 1)?;
+            } else {
+                self.s.skip_value(&mut self.open)?;
+            }
+            self.s.ws();
+            match self.s.peek() {
+                Some(b',') => self.s.i += 1,
+                Some(b'}') => {
+                    self.s.i += 1;
+                    return Ok(());
+                }
+                _ => return self.s.fail(),
+            }
+        }
+    }
+}
+
 struct Finder<'a> {
     s: Scan<'a>,
     text: Vec<u8>,
@@ -197,5 +301,48 @@ mod pointer_tests {
         );
         assert!(string_at(b"{not json", "/a").is_err());
         assert!(string_at(br#"{"a":"x"} trailing"#, "/a").is_err());
+    }
+
+    #[test]
+    fn members_are_found_in_one_pass_as_a_pointer_finds_each() {
+        let bodies: [&[u8]; 6] = [
+            br#"{"a/b":{"k":"x"},"n":7,"f":-1.5e3,"s":"top","t":true,"u":false,"z":null,"o":{"k":[1,{"k":2}]},"s":"last"}"#,
+            br#" { "o" : { "k" : "\u00e9" , "n" : 12 } , "t" : [ ] } "#,
+            br#"["not", "an", "object"]"#,
+            br#""whole""#,
+            b"{}",
+            br#"{"o":{"k":1}}"#,
+        ];
+        let paths: [&[&str]; 9] = [
+            &["a/b", "k"],
+            &["n"],
+            &["f"],
+            &["s"],
+            &["t"],
+            &["u"],
+            &["z"],
+            &["o", "k"],
+            &["o", "n"],
+        ];
+        for body in bodies {
+            let found = members_at(body, paths).unwrap();
+            for (path, found) in paths.iter().zip(found) {
+                let mut pointer = String::new();
+                for token in *path {
+                    pointer.push('/');
+                    pointer.push_str(&token.replace('~', "~0").replace('/', "~1"));
+                }
+                assert_eq!(found, string_at(body, &pointer).unwrap(), "{pointer}");
+            }
+        }
+        for bad in [
+            &b"{not json"[..],
+            br#"{"s":"x"} trailing"#,
+            br#"{"s":01}"#,
+            b"",
+        ] {
+            assert!(members_at(bad, paths).is_err());
+            assert!(string_at(bad, "/s").is_err());
+        }
     }
 }

@@ -452,7 +452,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A number that is skipped: its form only.
-    fn skip_number(&mut self) -> Result<()> {
+    pub(super) fn skip_number(&mut self) -> Result<()> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }

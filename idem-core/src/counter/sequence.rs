@@ -65,7 +65,13 @@ impl CounterSequence {
 
     /// The key of number `seq`: `client:epoch:seq`.
     pub fn key(&self, seq: u64) -> String {
-        alloc::format!("{}:{}:{seq}", self.client, self.epoch)
+        let mut key = String::with_capacity(self.client.len() + 42);
+        key.push_str(&self.client);
+        key.push(':');
+        crate::kind::push_decimal(&mut key, self.epoch);
+        key.push(':');
+        crate::kind::push_decimal(&mut key, seq);
+        key
     }
 
     /// The low-water mark to send: every answer below it has arrived.

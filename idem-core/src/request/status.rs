@@ -69,27 +69,36 @@ impl KeyStatus {
     /// status, a status outside 200-599). A missing `retryAfter` reads as
     /// [`RETRY_SOON_SECS`](crate::engine::RETRY_SOON_SECS).
     pub fn from_document(body: &[u8]) -> Option<KeyStatus> {
-        use crate::canon::{string_at, Found};
-        let number = |pointer: &str| match string_at(body, pointer) {
-            Ok(Found::Number(n)) => n.parse::<u64>().ok(),
+        use crate::canon::{members_at, Found};
+        let [name, status, replayable, retry_after] = members_at(
+            body,
+            [
+                &["status"],
+                &["response", "status"],
+                &["response", "replayable"],
+                &["retryAfter"],
+            ],
+        )
+        .ok()?;
+        let number = |found: Found| match found {
+            Found::Number(n) => n.parse::<u64>().ok(),
             _ => None,
         };
-        let Ok(Found::String(name)) = string_at(body, "/status") else {
+        let Found::String(name) = name else {
             return None;
         };
         Some(match name.as_str() {
             "completed" => {
-                let status = number("/response/status")
+                let status = number(status)
                     .and_then(|s| u16::try_from(s).ok())
                     .filter(|s| (200..=599).contains(s))?;
-                let replayable = match string_at(body, "/response/replayable") {
-                    Ok(Found::Bool(b)) => b,
-                    _ => return None,
+                let Found::Bool(replayable) = replayable else {
+                    return None;
                 };
                 KeyStatus::Completed { status, replayable }
             }
             "in-progress" => KeyStatus::InProgress {
-                retry_after_secs: number("/retryAfter").unwrap_or(crate::engine::RETRY_SOON_SECS),
+                retry_after_secs: number(retry_after).unwrap_or(crate::engine::RETRY_SOON_SECS),
             },
             "released" => KeyStatus::Released,
             "held" => KeyStatus::Held,

@@ -4,7 +4,7 @@
 
 use super::options::{duration, whole};
 use super::ErrorParts;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use idem_core::UnixMillis;
 
@@ -212,17 +212,55 @@ impl OutboxState {
 
 /// The `code` of a client error: `IDEM-CLIENT-1` for a changed payload, `IDEM-KEY-1` for a
 /// bad key, `IDEM-CLIENT-8` for a status answer the entry cannot take, `IDEM-CLIENT-7` for
-/// another call in the wrong state.
+/// another call in the wrong state. The message is fixed per error, without the values the
+/// core's `Display` formats (the client's module has no formatting machinery).
 pub fn client_error(e: &idem_core::ClientError) -> ErrorParts {
     use idem_core::ClientError as E;
-    let code = match e {
-        E::PayloadChanged => "IDEM-CLIENT-1",
-        E::InvalidKey(_) => "IDEM-KEY-1",
-        E::InvalidStatus(_) => "IDEM-CLIENT-2",
-        E::NothingToReconcile(_) => "IDEM-CLIENT-8",
-        _ => "IDEM-CLIENT-7",
+    let (code, message) = match e {
+        E::PayloadChanged => (
+            "IDEM-CLIENT-1",
+            "the payload differs from the first send; a retry must send the same payload",
+        ),
+        E::InvalidKey(_) => (
+            "IDEM-KEY-1",
+            "invalid idempotency key: 1 to 255 characters of visible ASCII or space",
+        ),
+        E::InvalidStatus(_) => ("IDEM-CLIENT-2", "invalid response status: not 200-599"),
+        E::NothingToReconcile(_) => (
+            "IDEM-CLIENT-8",
+            "nothing to ask the server about: the entry was never sent or is over",
+        ),
+        E::NotDue { .. } => ("IDEM-CLIENT-7", "the backoff has not ended"),
+        E::NothingInFlight(_) => ("IDEM-CLIENT-7", "no send is in flight"),
+        E::NotAnswered(_) => ("IDEM-CLIENT-7", "no final response yet"),
+        _ => ("IDEM-CLIENT-7", "the entry cannot be sent now"),
     };
-    ErrorParts::range(code, e.to_string())
+    ErrorParts::range(code, message)
+}
+
+/// The `code` (`IDEM-CLIENT-6`) and a fixed message for bytes that are not an outbox entry.
+pub fn entry_decode_error(e: &idem_core::EntryDecodeError) -> ErrorParts {
+    use idem_core::EntryDecodeError as E;
+    let message = match e {
+        E::TooLarge { .. } => "outbox entry exceeds the size limit",
+        E::NotAnEntry => "not an outbox entry (bad magic)",
+        E::UnsupportedVersion(_) => "unsupported outbox entry format version",
+        E::Invalid(why) => why,
+        _ => "outbox entry is malformed",
+    };
+    ErrorParts::range("IDEM-CLIENT-6", message)
+}
+
+/// A counter numbering the core refuses (`IDEM-CTR-1`, as the server refuses such a key),
+/// with a fixed message.
+pub fn sequence_error(e: &idem_core::CounterError) -> ErrorParts {
+    let message = match e {
+        idem_core::CounterError::BadClientId => {
+            "counter.client must be 1 to 64 characters of A-Z a-z 0-9 - . _ ~"
+        }
+        _ => "counter.bits must be 8 to 64, and counter.firstSeq fit in them",
+    };
+    ErrorParts::range("IDEM-CTR-1", message)
 }
 
 /// A UUID v7 key (RFC 9562 §5.7) from the time and 80 random bits.

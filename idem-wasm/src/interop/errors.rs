@@ -47,6 +47,15 @@ impl ErrorParts {
         ErrorParts::range(CODE_OPTIONS, message)
     }
 
+    /// A `RangeError` whose message is `name` followed by `rest`: joined without
+    /// `core::fmt`, which the client's module does not otherwise need.
+    pub fn about(code: &'static str, name: &str, rest: &str) -> ErrorParts {
+        let mut message = String::with_capacity(name.len() + rest.len());
+        message.push_str(name);
+        message.push_str(rest);
+        ErrorParts::range(code, message)
+    }
+
     /// A refusal as an error (the client side, which throws instead of answering): its
     /// requirement is the code.
     pub fn refusal(r: &Refusal) -> ErrorParts {

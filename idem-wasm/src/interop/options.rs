@@ -6,7 +6,7 @@
 //! One parser per option the JavaScript side may pass, each next to the requirement it
 //! cites: the file is long because the options are many, not because it does several things.
 
-use super::ErrorParts;
+use super::{ErrorParts, CODE_OPTIONS};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -254,9 +254,11 @@ pub(super) fn duration(
 ) -> Result<Duration, ErrorParts> {
     let Some(ms) = ms else { return Ok(default) };
     if !(whole(ms) && ms > 0.0 && ms <= MAX_DURATION_MS as f64) {
-        return Err(ErrorParts::options(format!(
-            "{name} must be a whole number of milliseconds greater than zero"
-        )));
+        return Err(ErrorParts::about(
+            CODE_OPTIONS,
+            name,
+            " must be a whole number of milliseconds greater than zero",
+        ));
     }
     Ok(Duration::from_millis(ms as u64))
 }
@@ -295,7 +297,22 @@ pub fn decimal(name: &str, text: &str) -> Result<u64, ErrorParts> {
     text.parse::<u64>()
         .ok()
         .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| ErrorParts::range("IDEM-CTR-1", format!("{name} must be a decimal number")))
+        .ok_or_else(|| ErrorParts::about("IDEM-CTR-1", name, " must be a decimal number"))
+}
+
+/// `n` as decimal text, [`decimal`]'s inverse, written without `core::fmt`.
+pub fn decimal_text(mut n: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[at..].iter().map(|&d| char::from(d)).collect()
 }
 
 /// The token secret: 32 bytes as 64 hex digits.
