@@ -29,13 +29,22 @@ pub(crate) struct Built {
 }
 
 impl Built {
-    /// The executable of the binary or example `name` (not its test harness).
+    /// The executable of the binary or example `name` (not its test harness), copied to a
+    /// folder of its own: a later build of the same target with other features (the
+    /// package check's, say) writes over the one cargo built here.
     pub(crate) fn executable(&self, name: &str) -> Result<PathBuf, String> {
-        self.executables
+        let built = self
+            .executables
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, p)| p.clone())
-            .ok_or_else(|| format!("the test build made no executable {name}"))
+            .map(|(_, p)| p)
+            .ok_or_else(|| format!("the test build made no executable {name}"))?;
+        let dir = crate::util::target_dir().join("xtask-bin");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let kept = dir.join(built.file_name().unwrap_or(name.as_ref()));
+        std::fs::copy(built, &kept)
+            .map_err(|e| format!("copying {} to {}: {e}", built.display(), kept.display()))?;
+        Ok(kept)
     }
 }
 

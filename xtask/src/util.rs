@@ -72,10 +72,14 @@ pub(crate) fn forget_local_packages(names: &[&str]) -> Result<(), String> {
     if let Some(h) = home {
         forget_in(&h.join("registry").join("src"), names)?;
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    forget_builds(&target_dir(), names)
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR`, or the workspace's `target`.
+pub(crate) fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| workspace_dir("target"));
-    forget_builds(&target, names)
+        .unwrap_or_else(|| workspace_dir("target"))
 }
 
 /// Forgets the builds of our crates made from a local registry (the package check's), so
