@@ -43,6 +43,7 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 mod edge;
 #[cfg(feature = "server")]
 mod engine;
+#[cfg(feature = "server")]
 mod from_js;
 #[cfg(feature = "server")]
 pub mod headroom;
