@@ -68,6 +68,7 @@ mod event;
 mod fingerprint;
 mod key;
 mod memory;
+mod persist;
 mod problem;
 mod record;
 mod reply;

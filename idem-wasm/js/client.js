@@ -116,6 +116,15 @@ async function askStatus(entry, request, canResend) {
   return entry.onStatus(now(), random32(), random32(), document, canResend);
 }
 
+/** The retry options as the module takes them: `base`, `cap`, `maxAttempts` and `deadline`
+ * as plain numbers (the module checks them), each undefined for its default; a value that is
+ * not a number is NaN, which the module refuses (IDEM-JS-1). */
+function retryArgs(retry) {
+  if (retry == null) return [];
+  if (typeof retry !== "object") throw rangeError("IDEM-JS-1", "options.retry must be an object");
+  return [retry.base, retry.cap, retry.maxAttempts, retry.deadline].map((v) => (v == null || typeof v === "number" ? v : NaN));
+}
+
 function newKey(version, now) {
   // Random values are drawn here, inside the call, never at module load.
   if (version === 7) return Outbox.keyV7(now, crypto.getRandomValues(new Uint8Array(10)));
@@ -254,15 +263,15 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   const request = prepare(input, init, options);
   const { doFetch, now, signal, template, sendOptions, method, url, kind, keyValue } = request;
   const reconcile = options.reconcile ?? true;
-  // The retry options are read (and checked) by the module.
-  const retry = options.retry;
+  // The retry options are checked by the module.
+  const retry = retryArgs(options.retry);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
   const digest = Outbox.digest(method, url, body ?? new Uint8Array(0));
 
   let entry = null;
   if (options.persist) {
     const saved = await options.persist.load(options.id);
-    if (saved != null) entry = Outbox.fromBytes(saved, retry);
+    if (saved != null) entry = Outbox.fromBytes(saved, ...retry);
   }
   if (entry === null) {
     let key = options.key;
@@ -273,7 +282,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       // A number no other request of this client has, saved before anything is sent.
       key = await withSequence(options.counter, options.persist, (sequence) => sequence.key(sequence.take()));
     }
-    entry = new Outbox(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
+    entry = new Outbox(key ?? newKey(options.keyVersion ?? 4, now()), digest, ...retry);
   }
   const seq = kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   const save = async () => {
@@ -406,7 +415,7 @@ export async function reconcile(input, init = {}, options = {}) {
   const request = prepare(input, init, options);
   const saved = await options.persist.load(options.id);
   if (saved == null) return null;
-  const entry = Outbox.fromBytes(saved, options.retry);
+  const entry = Outbox.fromBytes(saved, ...retryArgs(options.retry));
   const seq = request.kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   try {
     if (entry.outcome !== undefined && entry.state !== OutboxState.Undetermined) {

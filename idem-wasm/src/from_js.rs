@@ -4,7 +4,6 @@
 use crate::interop::{self, ErrorParts};
 use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
-#[cfg(feature = "server")]
 use {
     crate::interop::EngineOptions,
     alloc::string::String,
@@ -30,7 +29,6 @@ pub(crate) fn number(object: &JsValue, name: &str) -> Result<Option<f64>, ErrorP
         .ok_or_else(|| ErrorParts::about(interop::CODE_OPTIONS, name, " must be a number"))
 }
 
-#[cfg(feature = "server")]
 fn text(object: &JsValue, name: &str) -> Result<Option<String>, ErrorParts> {
     let v = get(object, name);
     if !given(&v) {
@@ -41,7 +39,6 @@ fn text(object: &JsValue, name: &str) -> Result<Option<String>, ErrorParts> {
         .ok_or_else(|| ErrorParts::options(alloc::format!("{name} must be a string")))
 }
 
-#[cfg(feature = "server")]
 fn strings(object: &JsValue, name: &str, label: &str) -> Result<Option<Vec<String>>, ErrorParts> {
     let v = get(object, name);
     if !given(&v) {
@@ -60,7 +57,6 @@ fn strings(object: &JsValue, name: &str, label: &str) -> Result<Option<Vec<Strin
 
 /// The engine options from the options object, by the names in
 /// [`interop::ENGINE_OPTIONS`] (other members are the JavaScript side's).
-#[cfg(feature = "server")]
 pub(crate) fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
     if !o.is_object() {
         return Err(ErrorParts::options("options must be an object"));
@@ -175,25 +171,5 @@ pub(crate) fn engine_options(o: &JsValue) -> Result<EngineOptions, ErrorParts> {
         methods: strings(o, "methods", "options.methods")?,
         keys: text(o, "keys")?,
         max_response_bytes: number(o, "maxResponseBytes")?,
-    })
-}
-
-/// The retry policy from the `retry` options object (`undefined` for the defaults).
-#[cfg(feature = "client")]
-pub(crate) fn retry_policy(retry: &JsValue) -> Result<idem_core::RetryPolicy, ErrorParts> {
-    if !given(retry) {
-        return interop::retry_policy(&interop::RetryOptions::default());
-    }
-    if !retry.is_object() {
-        return Err(ErrorParts::options("options.retry must be an object"));
-    }
-    interop::retry_policy(&interop::RetryOptions {
-        base: number(retry, "base")
-            .map_err(|_| ErrorParts::options("retry.base must be a number"))?,
-        cap: number(retry, "cap").map_err(|_| ErrorParts::options("retry.cap must be a number"))?,
-        max_attempts: number(retry, "maxAttempts")
-            .map_err(|_| ErrorParts::options("retry.maxAttempts must be a number"))?,
-        deadline: number(retry, "deadline")
-            .map_err(|_| ErrorParts::options("retry.deadline must be a number"))?,
     })
 }

@@ -27,9 +27,14 @@
 
 extern crate alloc;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "server"))]
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// The client's module alone (see Cargo.toml): talc, smaller than dlmalloc.
+#[cfg(all(target_arch = "wasm32", not(feature = "server")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 /// A panic is a bug (the layer returns errors for every bad input): stop at once. The
 /// module then traps, and the JavaScript side sees a `RuntimeError`.
@@ -43,6 +48,7 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 mod edge;
 #[cfg(feature = "server")]
 mod engine;
+#[cfg(feature = "server")]
 mod from_js;
 #[cfg(feature = "server")]
 pub mod headroom;

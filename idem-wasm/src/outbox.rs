@@ -4,7 +4,6 @@
 //! One binding per method of the core's outbox entry, each a few lines: the file is as long
 //! as that API.
 
-use crate::from_js::retry_policy;
 use crate::interop::{self, ErrorParts, FetchOutcome, NextKind, OutboxState};
 use crate::{js, JsResult};
 use alloc::string::String;
@@ -65,20 +64,35 @@ impl Next {
 #[wasm_bindgen]
 impl Outbox {
     /// A new entry for `key` and the payload digest (32 bytes, from [`Outbox::digest`]), with
-    /// the retry options `{ base, cap, maxAttempts, deadline }` (ms; each optional).
+    /// the retry options `retry.base`, `retry.cap`, `retry.maxAttempts` and `retry.deadline`
+    /// (ms; each `undefined` for its default) as plain numbers.
     #[wasm_bindgen(constructor)]
-    pub fn new(key: &str, payload: &[u8], retry: &JsValue) -> JsResult<Outbox> {
-        let policy = retry_policy(retry).map_err(js)?;
+    pub fn new(
+        key: &str,
+        payload: &[u8],
+        base: Option<f64>,
+        cap: Option<f64>,
+        max_attempts: Option<f64>,
+        deadline: Option<f64>,
+    ) -> JsResult<Outbox> {
+        let policy = retry_policy(base, cap, max_attempts, deadline)?;
         let entry = idem_core::OutboxEntry::new(key, digest32(payload)?)
             .map_err(|e| js(interop::client_error(&e)))?;
         Ok(Outbox { entry, policy })
     }
 
-    /// Restores an entry saved with [`Outbox::encode`]. Throws a `RangeError`
-    /// (`IDEM-CLIENT-6`) for bytes that are not an entry.
+    /// Restores an entry saved with [`Outbox::encode`], with the retry options as for
+    /// [`Outbox::new`]. Throws a `RangeError` (`IDEM-CLIENT-6`) for bytes that are not an
+    /// entry.
     #[wasm_bindgen(js_name = fromBytes)]
-    pub fn from_bytes(bytes: &[u8], retry: &JsValue) -> JsResult<Outbox> {
-        let policy = retry_policy(retry).map_err(js)?;
+    pub fn from_bytes(
+        bytes: &[u8],
+        base: Option<f64>,
+        cap: Option<f64>,
+        max_attempts: Option<f64>,
+        deadline: Option<f64>,
+    ) -> JsResult<Outbox> {
+        let policy = retry_policy(base, cap, max_attempts, deadline)?;
         let entry =
             idem_core::decode_entry(bytes).map_err(|e| js(interop::entry_decode_error(&e)))?;
         Ok(Outbox { entry, policy })
@@ -292,6 +306,23 @@ impl Outbox {
             .mark_processed()
             .map_err(|e| js(interop::client_error(&e)))
     }
+}
+
+/// The retry policy (`IDEM-JS-1` for a value that is not a whole number in range; the
+/// JavaScript side passes any value that is not a number as `NaN`).
+fn retry_policy(
+    base: Option<f64>,
+    cap: Option<f64>,
+    max_attempts: Option<f64>,
+    deadline: Option<f64>,
+) -> JsResult<idem_core::RetryPolicy> {
+    interop::retry_policy(&interop::RetryOptions {
+        base,
+        cap,
+        max_attempts,
+        deadline,
+    })
+    .map_err(js)
 }
 
 fn digest32(bytes: &[u8]) -> JsResult<[u8; 32]> {

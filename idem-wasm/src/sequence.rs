@@ -63,15 +63,15 @@ impl CounterSequence {
 
     /// The state, to persist after every change.
     pub fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(&self.inner).unwrap_or_default()
+        self.inner.to_bytes()
     }
 
     /// A persisted state. Throws a `RangeError` (`IDEM-JS-2`) for bytes that are not one.
     #[wasm_bindgen(js_name = fromBytes)]
     pub fn from_bytes(bytes: &[u8]) -> JsResult<CounterSequence> {
-        postcard::from_bytes(bytes)
+        idem_core::CounterSequence::from_bytes(bytes)
             .map(|inner| CounterSequence { inner })
-            .map_err(|_| {
+            .ok_or_else(|| {
                 js(ErrorParts::range(
                     interop::CODE_WIRE,
                     "malformed counter sequence",

@@ -1,13 +1,15 @@
 //! The client side of counter keys: one client's numbering within a session epoch.
 
 use super::*;
+use crate::persist::{Reader, Writer};
 
 /// The client side of counter keys: one client's numbering within a session epoch. It hands
 /// out the next number for each new logical request, so that a number is never used for two
 /// requests while the server may still hold it, and keeps the low-water mark the client
 /// sends with every request (`IDEM-CTR-11`): the oldest number whose answer has not
 /// arrived, or the next number when none is open. Persist it (serde) after every change, so
-/// that a restarted client continues its sequence.
+/// that a restarted client continues its sequence: its serde form, or the same bytes in
+/// postcard's encoding from [`CounterSequence::to_bytes`] without serde.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CounterSequence {
     client: String,
@@ -88,5 +90,46 @@ impl CounterSequence {
     /// Numbers handed out whose answers have not arrived.
     pub fn open(&self) -> &[u64] {
         &self.open
+    }
+
+    /// The sequence as bytes, to persist after every change: exactly what `postcard` writes
+    /// for its serde form, written by hand.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::with_capacity(
+            32 + self.client.len() + 10 * self.open.len(),
+        ));
+        w.bytes(self.client.as_bytes());
+        w.varint(self.epoch);
+        w.byte(self.bits);
+        w.varint(self.next);
+        w.varint(self.open.len() as u64);
+        for &n in &self.open {
+            w.varint(n);
+        }
+        w.0
+    }
+
+    /// A sequence from bytes of [`CounterSequence::to_bytes`] (or of postcard's encoding of
+    /// its serde form), or `None` where postcard would fail. As postcard's `from_bytes`,
+    /// bytes after the sequence are ignored.
+    pub fn from_bytes(bytes: &[u8]) -> Option<CounterSequence> {
+        let mut r = Reader(bytes);
+        let client = r.str()?.into();
+        let epoch = r.u64()?;
+        let bits = r.byte()?;
+        let next = r.u64()?;
+        let n = r.len()?;
+        // Each number takes at least one byte: a longer count is damaged.
+        if n > r.0.len() {
+            return None;
+        }
+        let open = (0..n).map(|_| r.u64()).collect::<Option<Vec<u64>>>()?;
+        Some(CounterSequence {
+            client,
+            epoch,
+            bits,
+            next,
+            open,
+        })
     }
 }

@@ -3,16 +3,21 @@
 //! passes `now` and a random `u64` into every decision.
 //!
 //! One machine in one file: the entry, its states and the table of outcomes its methods
-//! implement, then the entry's byte format. The states and the transitions are read
-//! together.
+//! implement. The states and the transitions are read together; the entry's byte format is
+//! in `format.rs`.
 
 use crate::key::{KeyError, MAX_KEY_LEN};
 use crate::request::KeyStatus;
 use crate::time::UnixMillis;
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
+
+mod format;
+
+pub use format::{
+    decode_entry, encode_entry, EntryDecodeError, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES,
+};
 
 /// How an entry retries. See `spec/KINDS.md` for the reasons behind the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -700,96 +705,4 @@ pub fn uuid_v4_key(random: [u64; 2]) -> String {
     let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
     let mut buf = uuid::Uuid::encode_buffer();
     String::from(uuid.hyphenated().encode_lower(&mut buf))
-}
-
-/// The format version written by [`encode_entry`].
-pub const ENTRY_FORMAT_VERSION: u8 = 1;
-/// The largest encoded entry [`decode_entry`] accepts.
-pub const MAX_ENTRY_BYTES: usize = 1024;
-const ENTRY_MAGIC: &[u8; 2] = b"iO";
-
-/// Why bytes are not an outbox entry (`IDEM-CLIENT-6`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EntryDecodeError {
-    /// More than [`MAX_ENTRY_BYTES`].
-    TooLarge {
-        /// The input's size.
-        len: usize,
-    },
-    /// The input does not start with the entry magic.
-    NotAnEntry,
-    /// A format version this build cannot read.
-    UnsupportedVersion(u8),
-    /// The structure is damaged or truncated, or bytes follow it.
-    Malformed,
-    /// The structure decodes but breaks an invariant (the message names it).
-    Invalid(&'static str),
-}
-
-impl fmt::Display for EntryDecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EntryDecodeError::TooLarge { len } => write!(
-                f,
-                "outbox entry of {len} bytes exceeds the limit of {MAX_ENTRY_BYTES}"
-            ),
-            EntryDecodeError::NotAnEntry => f.write_str("not an outbox entry (bad magic)"),
-            EntryDecodeError::UnsupportedVersion(v) => {
-                write!(f, "unsupported outbox entry format version {v}")
-            }
-            EntryDecodeError::Malformed => f.write_str("outbox entry is malformed"),
-            EntryDecodeError::Invalid(why) => write!(f, "invalid outbox entry: {why}"),
-        }
-    }
-}
-
-#[cfg(feature = "std")]
-impl std::error::Error for EntryDecodeError {}
-
-/// Encodes an entry: the magic `iO`, a format-version byte, then the entry in `postcard`.
-pub fn encode_entry(entry: &OutboxEntry) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + entry.key.len());
-    out.extend_from_slice(ENTRY_MAGIC);
-    out.push(ENTRY_FORMAT_VERSION);
-    // Serialising plain data into a Vec cannot fail.
-    postcard::to_extend(entry, out).unwrap_or_default()
-}
-
-/// Decodes an entry written by [`encode_entry`], checking its invariants; never panics.
-pub fn decode_entry(bytes: &[u8]) -> Result<OutboxEntry, EntryDecodeError> {
-    if bytes.len() > MAX_ENTRY_BYTES {
-        return Err(EntryDecodeError::TooLarge { len: bytes.len() });
-    }
-    if bytes.len() < 3 || &bytes[..2] != ENTRY_MAGIC {
-        return Err(EntryDecodeError::NotAnEntry);
-    }
-    if bytes[2] != ENTRY_FORMAT_VERSION {
-        return Err(EntryDecodeError::UnsupportedVersion(bytes[2]));
-    }
-    let (entry, rest): (OutboxEntry, _) =
-        postcard::take_from_bytes(&bytes[3..]).map_err(|_| EntryDecodeError::Malformed)?;
-    if !rest.is_empty() {
-        return Err(EntryDecodeError::Malformed);
-    }
-    check_key(&entry.key).map_err(|_| EntryDecodeError::Invalid("invalid key"))?;
-    let sent = entry.attempts > 0;
-    if sent != entry.first_sent.is_some() || sent == (entry.state == EntryState::Created) {
-        return Err(EntryDecodeError::Invalid(
-            "attempts, first send and state disagree",
-        ));
-    }
-    let status = match entry.state {
-        EntryState::Executed { status } => status,
-        _ => None,
-    };
-    if entry
-        .last_status
-        .into_iter()
-        .chain(status)
-        .any(|s| !(200..=599).contains(&s))
-    {
-        return Err(EntryDecodeError::Invalid("status outside 200-599"));
-    }
-    Ok(entry)
 }
