@@ -2,9 +2,9 @@
 // runtime that runs this file. The same file runs under all three (build first, `npm run
 // build`; the commands are run from idem-wasm/):
 //
-//   node bench/fetch.mjs [N] [R] [--against DIST]
-//   bun bench/fetch.mjs [N] [R] [--against DIST]          (node_modules/.bin/bun)
-//   deno run -A bench/fetch.mjs [N] [R] [--against DIST]  (test/deno/node_modules/@deno/linux-x64-glibc/deno)
+//   node bench/fetch.mjs [N] [R] [--content-length] [--against DIST]
+//   bun bench/fetch.mjs [N] [R] [--content-length] [--against DIST]          (node_modules/.bin/bun)
+//   deno run -A bench/fetch.mjs [N] [R] [--content-length] [--against DIST]  (test/deno/node_modules/@deno/linux-x64-glibc/deno)
 //
 // Each row serves N requests with fresh keys, then the same N keys again (replays), one after
 // another (no overlap), so that the figures are per-request costs. The rows take turns in R
@@ -26,6 +26,10 @@
 //   (d) `Idempotency#handle` on the same data, for reference: it starts from the same body
 //       object (`JSON.stringify` and `TextEncoder.encode` of it) and ends with `JSON.parse`
 //       of its decoded reply.
+// A `Request` built in the process has no `Content-Length`, so `withIdempotency` reads its body
+// chunk by chunk, to refuse an endless upload as soon as it passes the limit. A server's
+// `Request` carries the length its client declared, and a body of a declared length is read
+// at once: `--content-length` gives every row's `Request` that header, as a server's has.
 // `--against DIST` adds (b) from another build of the package (a `dist` directory, for
 // example a copy of the one before a change), in the same rounds.
 const runtime = globalThis.Deno
@@ -36,7 +40,8 @@ const runtime = globalThis.Deno
 const args = globalThis.Deno ? Deno.args : process.argv.slice(2);
 const flag = args.indexOf("--against");
 const against = flag < 0 ? null : args[flag + 1];
-const numbers = flag < 0 ? args : [...args.slice(0, flag), ...args.slice(flag + 2)];
+const declared = args.includes("--content-length");
+const numbers = args.filter((a, k) => !a.startsWith("--") && (flag < 0 || k !== flag + 1));
 const N = Number(numbers[0] ?? 2000);
 const ROUNDS = Number(numbers[1] ?? 9);
 
@@ -62,11 +67,11 @@ async function orderHandler(request) {
 }
 
 function request(prefix, i) {
-  return new Request("http://api.local/orders", {
-    method: "POST",
-    headers: { "idempotency-key": `"${prefix}-${i}"`, "content-type": "application/json" },
-    body: JSON.stringify(bodyOf(i)),
-  });
+  const body = JSON.stringify(bodyOf(i));
+  const headers = { "idempotency-key": `"${prefix}-${i}"`, "content-type": "application/json" };
+  // The bodies are ASCII: their length in bytes is their length in characters.
+  if (declared) headers["content-length"] = String(body.length);
+  return new Request("http://api.local/orders", { method: "POST", headers, body });
 }
 
 /** A Fetch row: `make()` gives the handler the caller sends each request to. `check` says
@@ -186,7 +191,8 @@ const median = (xs) => {
 };
 const col = (x) => x.toFixed(1).padStart(10);
 const line = (label, f) => console.log(`  ${label.padEnd(58)}${phases.map((p) => col(f(p))).join("")}`);
-console.log(`\nµs per request, ${runtime}, median of ${ROUNDS} rounds of ${N} requests per phase\n`);
+const form = declared ? "with Content-Length" : "without Content-Length";
+console.log(`\nµs per request, ${runtime}, median of ${ROUNDS} rounds of ${N} requests per phase, requests ${form}\n`);
 console.log(`  ${"".padEnd(58)}${phases.map((p) => p.padStart(10)).join("")}`);
 rows.forEach(([label], k) => line(label, (p) => median(samples[k].map((s) => s[p]))));
 /** The median of the rounds' differences between two rows. */
@@ -203,4 +209,5 @@ if (against !== null) {
   const O = at(`(b) withIdempotency, ${against}`);
   line(`added with ${against}`, diff(O, A));
   line(`idem's own with ${against}`, diff(O, C));
+  line(`(b) − (b) with ${against}`, diff(B, O));
 }
