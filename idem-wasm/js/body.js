@@ -18,11 +18,13 @@ export async function readBody(idem, declared, from) {
     if (refused !== undefined) return refused;
   }
   if (typeof from.arrayBuffer !== "function") return readChunks(idem, nodeChunks(from));
-  if (from.body === null) return EMPTY;
   // A Fetch body of a declared length within the limit is read at once: the runtime holds it
-  // to that length.
+  // to that length. Its `body` is not asked for: Deno and Bun make a stream for it, and then
+  // read through the stream.
   if (declared != null) return new Uint8Array(await from.arrayBuffer());
-  return readChunks(idem, streamChunks(from.body));
+  const stream = from.body;
+  if (stream === null) return EMPTY;
+  return readChunks(idem, streamChunks(stream));
 }
 
 /** The chunks of a Fetch `ReadableStream`; `stop` cancels it. */

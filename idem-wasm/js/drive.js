@@ -13,7 +13,7 @@
 import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
 import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";
-import { bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
+import { attemptText, bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
 let events = null;
 function eventName(index) {
@@ -96,7 +96,7 @@ export class Driver {
    * slot. */
   async serve(slot, answer, execute) {
     const engine = this.#engine;
-    const request = { slot, busy: null, ended: false, outcome: undefined, trace: null, status: undefined };
+    const request = new Served(slot);
     if (this.#telemetry !== null) {
       try {
         request.trace = this.#telemetry.begin(engine, slot, this.#http.get(slot));
@@ -139,7 +139,7 @@ export class Driver {
       // A store that keeps something for an attempt (a handler's transaction) lets go of it
       // when the attempt's request is over, however it ended (IDEM-STORE-7).
       const store = this.#store;
-      const key = request.attempt !== undefined && typeof store.end === "function" ? engine.storageKey(slot) : null;
+      const key = request.high >= 0 && typeof store.end === "function" ? engine.storageKey(slot) : null;
       const close = () => {
         engine.end(slot);
         if (key !== null) {
@@ -257,6 +257,30 @@ export class Driver {
   }
 }
 
+/** One request (a slot) being served: what its drive loop, its heartbeats and its completion
+ * share. */
+class Served {
+  constructor(slot) {
+    this.slot = slot;
+    /** The store steps on their way, if any (one pump at a time). */
+    this.busy = null;
+    this.ended = false;
+    /** "answered" or "threw", once the handler is done. */
+    this.outcome = undefined;
+    this.trace = null;
+    this.status = undefined;
+    /** The halves of the running attempt's identity (`high` is -1 until one runs): its text
+     * is made only for a store or a handler that asks for it. */
+    this.high = -1;
+    this.low = 0;
+  }
+
+  /** The running attempt's identity, or undefined when none ran. */
+  get attempt() {
+    return this.high < 0 ? undefined : attemptText(this.high, this.low);
+  }
+}
+
 /** What a handler runs with: its key, whether it recovers from an attempt whose lease
  * ended, the fence and end of its lease, and `extend()`. `finish` and `storageKey` are not
  * the handler's data: they sit on the prototype, so they are not enumerated (and a class
@@ -267,12 +291,13 @@ class RunContext {
   #finish;
   constructor(engine, request, finish, extend) {
     // One call for the four, not one each.
-    const { key, recovered, fence, leaseExpires, attempt } = takeContext(engine, request.slot);
+    const { key, recovered, fence, leaseExpires, high, low } = takeContext(engine, request.slot);
     this.key = key;
     this.recovered = recovered;
     this.fence = fence;
     this.leaseExpires = leaseExpires;
-    request.attempt = attempt;
+    request.high = high;
+    request.low = low;
     // Its own property, so that `const { extend } = context` works.
     this.extend = () => extend(this);
     this.#engine = engine;

@@ -89,7 +89,9 @@ export function withIdempotency(handler, options) {
     );
     return idem.serve(slot, answer, async (context) => {
       // The handler gets a request it can read: the body was read for the fingerprint.
-      const forHandler = request.body !== null ? new Request(request, { body }) : request;
+      // (Bytes read mean a body; only for none is `request.body` asked, which makes Deno and
+      // Bun build a stream.)
+      const forHandler = body.byteLength !== 0 || request.body !== null ? new Request(request, { body }) : request;
       contexts.set(forHandler, context);
       let response;
       let bytes;
@@ -101,10 +103,14 @@ export function withIdempotency(handler, options) {
         // The body is read to store it, unless the context built it (IDEM-JS-5): no await
         // on the body, so writes the handler left pending go to storage with the completion.
         // A body that fails is a failed attempt, like a throw.
-        bytes =
-          NULL_BODY_STATUS.has(response.status) || response.body === null
-            ? null
-            : (built ?? new Uint8Array(await response.arrayBuffer()));
+        // `response.body` is asked only of an empty body, to tell it from none: asked first,
+        // Deno and Bun would build a stream and read through it.
+        if (NULL_BODY_STATUS.has(response.status)) bytes = null;
+        else if (built !== undefined) bytes = built;
+        else {
+          bytes = new Uint8Array(await response.arrayBuffer());
+          if (bytes.byteLength === 0 && response.body === null) bytes = null;
+        }
       } catch (err) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;

@@ -102,7 +102,8 @@ export function takeReply(engine, slot) {
 }
 
 /** The context of the handler running in a slot (`Engine.context`), read in place:
- * `{ key, recovered, fence, leaseExpires, attempt }`. */
+ * `{ key, recovered, fence, leaseExpires, high, low }`, `high` and `low` the halves of the
+ * attempt's identity (`attemptText` gives its text). */
 export function takeContext(engine, slot) {
   const length = engine.context(slot);
   const at = engine.outPtr();
@@ -113,13 +114,15 @@ export function takeContext(engine, slot) {
     recovered: bytes[at + 24] === 1,
     fence: numbers.getFloat64(0, true),
     leaseExpires: numbers.getFloat64(8, true),
-    // 64 bits as 16 hex digits: an identity to key by, never a number to compute with.
-    attempt: hex32(numbers.getUint32(20, true)) + hex32(numbers.getUint32(16, true)),
+    high: numbers.getUint32(20, true),
+    low: numbers.getUint32(16, true),
   };
 }
 
-function hex32(n) {
-  return n.toString(16).padStart(8, "0");
+/** An attempt's identity from its halves: 64 bits as 16 hex digits, an identity to key by,
+ * never a number to compute with. */
+export function attemptText(high, low) {
+  return high.toString(16).padStart(8, "0") + low.toString(16).padStart(8, "0");
 }
 
 /** Write bytes at `at` to `to` (src/interop/layout.rs): the write a store applies, `{ expect,
