@@ -106,7 +106,10 @@ pub use key::{
     parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, RecordKey, Scope, UuidVersion,
     MAX_KEY_LEN,
 };
-pub use memory::{MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats};
+pub use memory::{
+    MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats, ENTRY_OVERHEAD,
+    SWEEP_PER_WRITE,
+};
 pub use problem::Problem;
 pub use record::{Expiry, Precondition, Record, RecordState, Write, WriteOp};
 pub use reply::{

@@ -191,11 +191,13 @@ impl fmt::Debug for MemoryStore {
 }
 
 /// Bytes counted per record beyond its key and [`Record::size`]: the slot, the index and
-/// the deadline index.
-const ENTRY_OVERHEAD: usize = 64;
+/// the deadline index. A store that keeps records in another form (sealed, say) counts its
+/// records against [`MemoryStoreLimits::max_bytes`] with the same overhead.
+pub const ENTRY_OVERHEAD: usize = 64;
 
-/// Due records a write expires before it is applied.
-const SWEEP_PER_WRITE: usize = 32;
+/// Due records a write expires before it is applied, in this store and in every in-process
+/// store that expires records as it writes.
+pub const SWEEP_PER_WRITE: usize = 32;
 
 impl MemoryStore {
     /// An empty store with these limits.

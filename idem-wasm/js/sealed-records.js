@@ -14,14 +14,15 @@
 // The limits are the MemoryStore's (IDEM-STORE-3): a new claim past them sweeps what is due
 // and, if still past, is refused; writes to existing records are always taken; no live
 // record is evicted. Each write first sweeps up to 32 due records.
-import { responseApart } from "./idem_wasm.js";
+import { memoryAccounting, responseApart } from "./idem_wasm.js";
 import { openedRecord } from "./seal.js";
 import { StoreFullError } from "./util.js";
 
-/** Bytes counted per record beyond its key and sealed bytes (as the module counts). */
-const ENTRY_OVERHEAD = 64;
-/** Due records a write expires before it is applied. */
-const SWEEP_PER_WRITE = 32;
+/** Bytes counted per record beyond its key and sealed bytes, and the due records a write
+ * expires before it is applied: idem-core's, as the module's MemoryStore counts (read from
+ * the module once it is ready, by the first sealed store). */
+let ENTRY_OVERHEAD;
+let SWEEP_PER_WRITE;
 
 export class SealedRecords {
   /** Storage key → `{ version, value, held, heldUntil, expires }`. */
@@ -35,6 +36,7 @@ export class SealedRecords {
   #expired = 0;
 
   constructor(maxEntries, maxBytes, seal) {
+    if (ENTRY_OVERHEAD === undefined) [ENTRY_OVERHEAD, SWEEP_PER_WRITE] = memoryAccounting();
     this.#maxEntries = maxEntries;
     this.#maxBytes = maxBytes;
     this.#seal = seal;

@@ -253,3 +253,16 @@ pub fn problem_type_prefix() -> String {
 pub fn outcome_names() -> String {
     interop::outcome_names()
 }
+
+/// The in-process stores' accounting, idem-core's: the bytes counted per record beyond its
+/// key and its bytes ([`ENTRY_OVERHEAD`](idem_core::ENTRY_OVERHEAD)) and the due records a
+/// write expires first ([`SWEEP_PER_WRITE`](idem_core::SWEEP_PER_WRITE)), for the stores
+/// that keep records in JavaScript (a sealed `MemoryStore`).
+#[cfg(feature = "server")]
+#[wasm_bindgen(js_name = memoryAccounting)]
+pub fn memory_accounting() -> alloc::vec::Vec<u32> {
+    alloc::vec![
+        idem_core::ENTRY_OVERHEAD as u32,
+        idem_core::SWEEP_PER_WRITE as u32
+    ]
+}

@@ -189,6 +189,14 @@ test("reply bytes read in place decode what the module wrote: UTF-8 heads, empty
   assert.equal(events[0].code, "IDEM-KEY-5");
 });
 
+test("a sealed MemoryStore counts and sweeps its records with idem-core's figures, read from the module", () => {
+  const [overhead, sweep] = glue.memoryAccounting();
+  assert.ok(Number.isInteger(overhead) && overhead > 0 && Number.isInteger(sweep) && sweep > 0);
+  const text = code(readFileSync(join(root, "js", "sealed-records.js"), "utf8"));
+  assert.match(text, /\[ENTRY_OVERHEAD, SWEEP_PER_WRITE\] = memoryAccounting\(\)/);
+  assert.doesNotMatch(text, /(ENTRY_OVERHEAD|SWEEP_PER_WRITE)\s*=\s*\d/);
+});
+
 test("header names, media types and the problem type prefix are the core's, read from the module, and no JavaScript writes them", async () => {
   // Both modules name the same headers.
   assert.equal(clientGlue.keyHeader(), glue.keyHeader());

@@ -18,18 +18,12 @@ use crate::seal::{self, Seal, Unreadable};
 use idem_core::stores::response_apart;
 use idem_core::{
     Applied, MemoryStoreLimits, Precondition, Record, RecordKey, UnixMillis, Write, WriteOp,
+    ENTRY_OVERHEAD, SWEEP_PER_WRITE,
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-
-/// Bytes counted per record beyond its key and its sealed bytes: the entry, the map and
-/// the deadline index (as idem-core's store counts).
-const ENTRY_OVERHEAD: usize = 64;
-
-/// Due records a write expires before it is applied (as idem-core's store).
-const SWEEP_PER_WRITE: usize = 32;
 
 /// The seal and the records of a sealed memory store.
 pub(super) struct Sealed {
