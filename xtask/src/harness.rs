@@ -1,8 +1,8 @@
 //! The Rust tests, run from one build: cargo builds every test executable once, and they run
-//! side by side, as many at a time as the machine has cores, instead of one after another
+//! side by side, one more at a time than the machine has cores, instead of one after another
 //! (most of the long ones wait on servers they started, processes they killed or leases
-//! running out, not on a core). Each prints a line with its time when it ends, its whole
-//! output when it fails.
+//! running out, not on a core), with the package check compiling beside them. Each prints a
+//! line with its time when it ends, its whole output when it fails.
 
 use crate::util::cargo;
 use std::collections::VecDeque;
@@ -11,15 +11,25 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// One test executable cargo built, or the doc tests.
+/// One test executable cargo built, or another check run beside them.
 struct Job {
     /// `package/target`, as the lines name it.
     name: String,
     command: Command,
-    /// Bigger executables (the ones with servers, clients and runtimes linked in) start
-    /// first: they are the long ones.
+    /// Jobs start heaviest first: checks added with [`Built::first`], then the tests known
+    /// to take longest ([`LONG`]), then the bigger executables (the ones with servers,
+    /// clients and runtimes linked in).
     weight: u64,
 }
+
+/// The test executables that take longest (the lines of this command's output say how
+/// long each took), started first so that none is left running alone at the end.
+const LONG: [&str; 4] = [
+    "idem-conformance/chaos",
+    "idem-conformance/faults",
+    "idem-conformance/cli",
+    "idem-conformance/shared_store",
+];
 
 /// What `cargo test --no-run` built: the test executables, and the binaries and examples
 /// that came out of the same build.
@@ -45,6 +55,17 @@ impl Built {
         std::fs::copy(built, &kept)
             .map_err(|e| format!("copying {} to {}: {e}", built.display(), kept.display()))?;
         Ok(kept)
+    }
+}
+
+impl Built {
+    /// Runs `command` beside the tests, started before any of them.
+    pub(crate) fn first(&mut self, name: &str, command: Command) {
+        self.jobs.push(Job {
+            name: name.to_owned(),
+            command,
+            weight: u64::MAX,
+        });
     }
 }
 
@@ -75,21 +96,13 @@ pub(crate) fn build(args: &[&str]) -> Result<Built, String> {
                 .push((artifact.target, artifact.executable));
         }
     }
-    // The doc tests are compiled as they run, by rustdoc: the longest job of all.
-    let mut doc = cargo();
-    doc.args(["test", "--workspace", "--doc", "--quiet"])
-        .args(args);
-    built.jobs.push(Job {
-        name: "doc tests".to_owned(),
-        command: doc,
-        weight: u64::MAX,
-    });
     Ok(built)
 }
 
-/// How many test executables run at a time: one per core.
+/// How many jobs run at a time: one per core and one more, as the longest tests mostly
+/// wait (on servers they started, processes they killed, leases running out).
 pub(crate) fn parallel() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
+    std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
 }
 
 /// Runs every test executable and the doc tests, `parallel` at a time, the heaviest first.
@@ -130,7 +143,7 @@ pub(crate) fn run(built: Built, parallel: usize) -> Result<(), String> {
     });
     let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
     if failed.is_empty() {
-        println!("    {total} test executables passed");
+        println!("    {total} jobs passed");
         Ok(())
     } else {
         Err(format!("tests failed: {}", failed.join(", ")))
@@ -194,7 +207,11 @@ impl Artifact {
     /// The executable run as `cargo test` runs it: quiet, from its package's directory,
     /// with the package's variables set.
     fn job(self) -> Job {
-        let weight = std::fs::metadata(&self.executable).map_or(0, |m| m.len());
+        let name = format!("{}/{}", self.package, self.target);
+        let weight = match LONG.iter().position(|l| *l == name) {
+            Some(i) => u64::MAX - 1 - i as u64,
+            None => std::fs::metadata(&self.executable).map_or(0, |m| m.len()),
+        };
         let mut command = Command::new(&self.executable);
         command
             .arg("--quiet")
@@ -202,7 +219,7 @@ impl Artifact {
             .env("CARGO_MANIFEST_DIR", &self.manifest_dir)
             .env("CARGO_PKG_NAME", &self.package);
         Job {
-            name: format!("{}/{}", self.package, self.target),
+            name,
             command,
             weight,
         }

@@ -134,15 +134,11 @@ fn test() -> Result<(), String> {
     // private redis-server or postgres): the CLI that the npm, worker and browser tests
     // drive and the axum example come out of the same build.
     step("build: the rust workspace's tests, every feature");
-    let built = harness::build(&["--all-features"])?;
+    let mut built = harness::build(&["--all-features"])?;
     let conformance = built.executable("idem-conformance")?;
     let example = built.executable("axum-orders")?;
-    let parallel = harness::parallel();
-    step(&format!(
-        "test: rust workspace, {parallel} test executables at a time (the chaos tests' short form among them)"
-    ));
-    harness::run(built, parallel)?;
-    step("check: the published crates package and build from their packages");
+    step("test: the doc tests");
+    run(cargo().args(["test", "--workspace", "--doc", "--all-features", "--quiet"]))?;
     util::forget_local_packages(&PUBLISHED)?;
     // Packaged together so that each one's path dependencies resolve to the others'
     // packages; `--allow-dirty` so that the check also runs on a work tree with changes.
@@ -151,7 +147,15 @@ fn test() -> Result<(), String> {
     for name in PUBLISHED {
         package.args(["-p", name]);
     }
-    run(&mut package)?;
+    built.first(
+        "check: the published crates package and build from their packages",
+        package,
+    );
+    let parallel = harness::parallel();
+    step(&format!(
+        "test: rust workspace, {parallel} at a time (the chaos tests' short form among them), and the package check"
+    ));
+    harness::run(built, parallel)?;
     tower::conformance(&conformance, &example)?;
     wasm::test(&conformance)?;
     worker::test(&conformance)?;
