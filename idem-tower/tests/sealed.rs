@@ -45,7 +45,7 @@ where
             ))));
             *r.status_mut() = StatusCode::CREATED;
             r.headers_mut()
-                .insert("x-card-last4", http::HeaderValue::from_static("4242"));
+                .insert("x-card-last4", http::HeaderValue::from_static("card-4242"));
             Ok::<_, Infallible>(r)
         }
     });
@@ -134,7 +134,7 @@ async fn redis_keeps_only_sealed_records_that_rotate_and_refuse_to_move() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let dump = redis_dump(&server.url).await;
     assert!(!dump.is_empty());
-    for clear in [SECRET, "4242", "x-card-last4", "pen"] {
+    for clear in [SECRET, "card-4242", "x-card-last4", "pen"] {
         assert!(!in_clear(&dump, clear), "{clear:?} is stored in clear");
     }
 
@@ -208,7 +208,7 @@ async fn postgres_keeps_only_sealed_rows_that_rotate_and_refuse_to_move() {
     let dump: Vec<Vec<u8>> = rows.iter().map(|r| r.get::<_, Vec<u8>>(2)).collect();
     assert_eq!(dump.len(), 1);
     assert!(dump[0].starts_with(b"iS\x01\x072026-05"));
-    for clear in [SECRET, "4242", "x-card-last4", "pen"] {
+    for clear in [SECRET, "card-4242", "x-card-last4", "pen"] {
         assert!(!in_clear(&dump, clear), "{clear:?} is stored in clear");
     }
 
@@ -350,7 +350,7 @@ async fn memory_keeps_only_sealed_records_that_rotate() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let held = store.0.stored(&order_key("a")).expect("the record");
     assert!(held.starts_with(b"iS\x01\x072026-05"));
-    for clear in [SECRET, "4242", "x-card-last4", "pen"] {
+    for clear in [SECRET, "card-4242", "x-card-last4", "pen"] {
         assert!(
             !in_clear(std::slice::from_ref(&held), clear),
             "{clear:?} is held in clear"

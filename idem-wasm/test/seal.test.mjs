@@ -30,7 +30,7 @@ function orders(store, runs) {
     async (request) => {
       const body = await request.json();
       runs.n++;
-      return Response.json({ order: runs.n, sku: body.sku, ship_to: SECRET }, { status: 201, headers: { "x-card-last4": "4242" } });
+      return Response.json({ order: runs.n, sku: body.sku, ship_to: SECRET }, { status: 201, headers: { "x-card-last4": "card-4242" } });
     },
     { store, principal: () => "acct_1" },
   );
@@ -65,7 +65,7 @@ function sealedStoreTests({ open, dump, move }) {
     assert.equal(runs.n, 1);
     const values = await dump();
     assert.ok(values.length > 0);
-    for (const clear of [SECRET, "4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear(values, clear), `${clear} is stored in clear`);
+    for (const clear of [SECRET, "card-4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear(values, clear), `${clear} is stored in clear`);
   });
 
   test("keys rotate: the first seals, any opens; a dropped key's records are refused, never run (IDEM-SEAL-2, IDEM-SEAL-3)", async () => {
@@ -145,7 +145,7 @@ describe("sealed MemoryStore", () => {
     assert.equal(runs.n, 1);
     const held = store.stored(keyOf("a"));
     assert.equal(Buffer.from(held.subarray(0, 11)).toString("latin1"), "iS\x01\x072026-05");
-    for (const clear of [SECRET, "4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear([held], clear), `${clear} is held in clear`);
+    for (const clear of [SECRET, "card-4242", "x-card-last4", "fountain-pen"]) assert.ok(!inClear([held], clear), `${clear} is held in clear`);
     // The same record in a MemoryStore without a seal shows it all; that one is driven
     // inside the module, never through `apply`.
     const plain = new MemoryStore();
