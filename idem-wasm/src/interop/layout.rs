@@ -63,10 +63,15 @@ pub fn push_item_bytes(out: &mut Vec<u8>, item: &str) {
 fn utf16_len(item: &str) -> ([u8; 20], usize) {
     // One unit per character, two for those of four bytes (above U+FFFF): counted over the
     // bytes, each leading byte once, with no decoding.
-    let mut n: usize = item
+    let n: usize = item
         .bytes()
         .map(|b| usize::from(b & 0xC0 != 0x80) + usize::from(b >= 0xF0))
         .sum();
+    decimal_digits(n as u64)
+}
+
+/// `n` in decimal ASCII digits, from the returned index to the end, without `core::fmt`.
+pub fn decimal_digits(mut n: u64) -> ([u8; 20], usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {

@@ -301,17 +301,8 @@ pub fn decimal(name: &str, text: &str) -> Result<u64, ErrorParts> {
 }
 
 /// `n` as decimal text, [`decimal`]'s inverse, written without `core::fmt`.
-pub fn decimal_text(mut n: u64) -> String {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
+pub fn decimal_text(n: u64) -> String {
+    let (digits, at) = super::layout::decimal_digits(n);
     digits[at..].iter().map(|&d| char::from(d)).collect()
 }
 
