@@ -2,7 +2,7 @@
 //! and its tests in headless Chromium: the order page across a lost response, a reload and
 //! a killed browser, and the conformance suite's HTML report.
 
-use crate::util::{apt_install, npm_ci_if_stale, npm_in, run, step, workspace_dir};
+use crate::util::{apt_install, npm_ci_if_stale, npm_in, workspace_dir};
 
 fn example_dir() -> std::path::PathBuf {
     workspace_dir("idem-wasm/examples/browser")
@@ -16,12 +16,12 @@ pub(crate) fn setup() -> Result<(), String> {
     npm_ci_if_stale(&example_dir(), "browser example: puppeteer-core")
 }
 
-/// Runs the example's tests: its own server and Chromium per test, stopped at the end.
-/// Needs the idem-wasm package built (`wasm::test` builds it first) and the built
-/// idem-conformance (for the HTML report).
-pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
-    step("test: the browser example in headless Chromium (node --test)");
-    run(npm_in(&example_dir())
-        .args(["test", "--silent"])
-        .env("IDEM_CONFORMANCE", conformance))
+/// What runs the example's tests: its own server and Chromium per test, stopped at the
+/// end. Needs the idem-wasm package built (`wasm::build`) and the built idem-conformance
+/// (for the HTML report).
+pub(crate) fn tests(conformance: &std::path::Path) -> std::process::Command {
+    let mut cmd = npm_in(&example_dir());
+    cmd.args(["test", "--silent"])
+        .env("IDEM_CONFORMANCE", conformance);
+    cmd
 }

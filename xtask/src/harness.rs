@@ -1,40 +1,65 @@
-//! The Rust tests, run from one build: cargo builds every test executable once, and they run
+//! The tests, run from one build: cargo builds every Rust test executable once, and they run
 //! side by side, one more at a time than the machine has cores, instead of one after another
 //! (most of the long ones wait on servers they started, processes they killed or leases
-//! running out, not on a core), with the package check compiling beside them. Each prints a
-//! line with its time when it ends, its whole output when it fails.
+//! running out, not on a core), with the package check compiling and the JavaScript suites
+//! running beside them. Each job prints a line with its time when it ends, its whole output
+//! when it fails.
 
 use crate::util::cargo;
 use std::collections::VecDeque;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 /// One test executable cargo built, or another check run beside them.
 struct Job {
-    /// `package/target`, as the lines name it.
+    /// `package/target` for a test executable, as the lines name it.
     name: String,
-    command: Command,
-    /// Jobs start heaviest first: checks added with [`Built::first`], then the tests known
-    /// to take longest ([`LONG`]), then the bigger executables (the ones with servers,
-    /// clients and runtimes linked in).
-    weight: u64,
+    /// The package whose test executable this is (none for the other checks).
+    package: Option<String>,
+    /// Starts only once no test executable of this package is queued or running.
+    after: Option<&'static str>,
+    /// Runs the job to its end: `Err` holds what to show of a failure.
+    work: Box<dyn FnOnce() -> Result<(), String> + Send>,
 }
 
-/// The test executables that take longest (the lines of this command's output say how
-/// long each took), started first so that none is left running alone at the end.
-const LONG: [&str; 4] = [
+impl Job {
+    /// Jobs start in this order: those named in [`FIRST`], in its order, then the bigger
+    /// executables (the ones with servers, clients and runtimes linked in) first.
+    fn weight(&self, size: u64) -> u64 {
+        match FIRST.iter().position(|n| *n == self.name) {
+            Some(i) => u64::MAX - i as u64,
+            None => size,
+        }
+    }
+}
+
+/// The jobs that take longest (the lines of this command's output say how long each took),
+/// started first so that none is left running alone at the end. The package check is
+/// first, but it waits for the conformance tests (see `main.rs`), so it starts once they are
+/// done; they come next. The JavaScript suites go between them: the conformance tests that
+/// are left after `shared_store` take seconds.
+pub(crate) const FIRST: [&str; 8] = [
+    PACKAGE_CHECK,
     "idem-conformance/chaos",
     "idem-conformance/faults",
+    "idem-wasm: node --test",
     "idem-conformance/cli",
     "idem-conformance/shared_store",
+    "edge worker: node --test under workerd",
+    "browser example: node --test in headless Chromium",
 ];
+
+/// The name of the check that the published crates package and build from their packages.
+pub(crate) const PACKAGE_CHECK: &str =
+    "check: the published crates package and build from their packages";
 
 /// What `cargo test --no-run` built: the test executables, and the binaries and examples
 /// that came out of the same build.
 pub(crate) struct Built {
-    jobs: Vec<Job>,
+    jobs: Vec<(u64, Job)>,
     executables: Vec<(String, PathBuf)>,
 }
 
@@ -56,16 +81,40 @@ impl Built {
             .map_err(|e| format!("copying {} to {}: {e}", built.display(), kept.display()))?;
         Ok(kept)
     }
-}
 
-impl Built {
-    /// Runs `command` beside the tests, started before any of them.
-    pub(crate) fn first(&mut self, name: &str, command: Command) {
-        self.jobs.push(Job {
-            name: name.to_owned(),
-            command,
-            weight: u64::MAX,
-        });
+    /// Runs `check` beside the tests, its output shown only when it fails.
+    pub(crate) fn add(
+        &mut self,
+        name: &str,
+        check: impl FnOnce() -> Result<(), String> + Send + 'static,
+    ) {
+        self.push(
+            Job {
+                name: name.to_owned(),
+                package: None,
+                after: None,
+                work: Box::new(check),
+            },
+            0,
+        );
+    }
+
+    /// Runs `command` beside the tests, its output shown only when it fails.
+    pub(crate) fn command(&mut self, name: &str, command: Command) {
+        self.add(name, move || finished(command));
+    }
+
+    /// Runs `command` as [`Built::command`] does, once every test executable of `package`
+    /// has ended.
+    pub(crate) fn command_after(&mut self, package: &'static str, name: &str, command: Command) {
+        self.command(name, command);
+        if let Some((_, job)) = self.jobs.last_mut() {
+            job.after = Some(package);
+        }
+    }
+
+    fn push(&mut self, job: Job, size: u64) {
+        self.jobs.push((job.weight(size), job));
     }
 }
 
@@ -89,7 +138,8 @@ pub(crate) fn build(args: &[&str]) -> Result<Built, String> {
             continue;
         };
         if artifact.test {
-            built.jobs.push(artifact.job());
+            let size = std::fs::metadata(&artifact.executable).map_or(0, |m| m.len());
+            built.push(artifact.job(), size);
         } else {
             built
                 .executables
@@ -105,37 +155,81 @@ pub(crate) fn parallel() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
 }
 
-/// Runs every test executable and the doc tests, `parallel` at a time, the heaviest first.
+/// The jobs not yet started, heaviest first, and the packages of those running.
+struct Queue {
+    waiting: VecDeque<Job>,
+    running: Vec<Option<String>>,
+}
+
+impl Queue {
+    /// The first waiting job that may start: one that waits for no package, or for one
+    /// none of whose tests is waiting or running.
+    fn next(&mut self) -> Option<Job> {
+        let busy = |p: &str| {
+            self.waiting.iter().any(|j| j.package.as_deref() == Some(p))
+                || self.running.iter().any(|r| r.as_deref() == Some(p))
+        };
+        let i = self
+            .waiting
+            .iter()
+            .position(|j| j.after.is_none_or(|p| !busy(p)))?;
+        let job = self.waiting.remove(i)?;
+        self.running.push(job.package.clone());
+        Some(job)
+    }
+
+    fn ended(&mut self, package: &Option<String>) {
+        if let Some(i) = self.running.iter().position(|r| r == package) {
+            self.running.swap_remove(i);
+        }
+    }
+}
+
+/// Runs every job, `parallel` at a time, the heaviest first.
 pub(crate) fn run(built: Built, parallel: usize) -> Result<(), String> {
     let mut jobs = built.jobs;
-    jobs.sort_by_key(|j| std::cmp::Reverse(j.weight));
+    jobs.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
     let total = jobs.len();
-    let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<Job>>());
+    let queue = Mutex::new(Queue {
+        waiting: jobs.into_iter().map(|(_, j)| j).collect(),
+        running: Vec::new(),
+    });
+    let changed = Condvar::new();
     let failed = Mutex::new(Vec::new());
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..parallel.max(1) {
             s.spawn(|| loop {
-                let Some(mut job) = lock(&queue).pop_front() else {
-                    return;
+                let job = {
+                    let mut queue = lock(&queue);
+                    loop {
+                        if queue.waiting.is_empty() {
+                            return;
+                        }
+                        match queue.next() {
+                            Some(job) => break job,
+                            None => queue = changed.wait(queue).unwrap_or_else(|e| e.into_inner()),
+                        }
+                    }
                 };
                 let began = Instant::now();
-                let output = job.command.output();
+                let outcome = (job.work)();
                 let seconds = began.elapsed().as_secs_f64();
                 let at = start.elapsed().as_secs();
-                let ok = matches!(&output, Ok(o) if o.status.success());
+                lock(&queue).ended(&job.package);
+                changed.notify_all();
                 // One line per job, written whole, so that two jobs' lines never mix.
                 let line = format!(
                     "    [+{:02}:{:02}] {} {} ({seconds:.1} s)\n",
                     at / 60,
                     at % 60,
-                    if ok { "ok    " } else { "FAILED" },
+                    if outcome.is_ok() { "ok    " } else { "FAILED" },
                     job.name
                 );
                 let mut out = std::io::stdout().lock();
-                let _ = std::io::Write::write_all(&mut out, line.as_bytes());
-                if !ok {
-                    let _ = std::io::Write::write_all(&mut out, shown(&output).as_bytes());
+                let _ = out.write_all(line.as_bytes());
+                if let Err(shown) = outcome {
+                    let _ = writeln!(out, "{}", shown.trim_end());
                     lock(&failed).push(job.name);
                 }
             });
@@ -152,6 +246,15 @@ pub(crate) fn run(built: Built, parallel: usize) -> Result<(), String> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `command` to its end; a failure's `Err` holds its output.
+fn finished(mut command: Command) -> Result<(), String> {
+    let output = command.output();
+    match &output {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err(shown(&output)),
+    }
 }
 
 /// A failed job's output, or why it could not start.
@@ -208,10 +311,6 @@ impl Artifact {
     /// with the package's variables set.
     fn job(self) -> Job {
         let name = format!("{}/{}", self.package, self.target);
-        let weight = match LONG.iter().position(|l| *l == name) {
-            Some(i) => u64::MAX - 1 - i as u64,
-            None => std::fs::metadata(&self.executable).map_or(0, |m| m.len()),
-        };
         let mut command = Command::new(&self.executable);
         command
             .arg("--quiet")
@@ -220,16 +319,53 @@ impl Artifact {
             .env("CARGO_PKG_NAME", &self.package);
         Job {
             name,
-            command,
-            weight,
+            package: Some(self.package),
+            after: None,
+            work: Box::new(move || finished(command)),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{package_name, Artifact};
+    use super::{package_name, Artifact, Job, Queue};
     use std::path::PathBuf;
+
+    fn job(name: &str, package: Option<&str>, after: Option<&'static str>) -> Job {
+        Job {
+            name: name.into(),
+            package: package.map(Into::into),
+            after,
+            work: Box::new(|| Ok(())),
+        }
+    }
+
+    #[test]
+    fn a_job_after_a_package_waits_until_its_tests_have_ended() {
+        let mut queue = Queue {
+            waiting: [
+                job("check", None, Some("p")),
+                job("p/a", Some("p"), None),
+                job("q/b", Some("q"), None),
+                job("p/c", Some("p"), None),
+            ]
+            .into(),
+            running: Vec::new(),
+        };
+        let mut next = || queue.next().map(|j| (j.name, j.package));
+        let started: Vec<_> = (0..3).map(|_| next().map(|(n, _)| n)).collect();
+        assert_eq!(
+            started,
+            [Some("p/a".into()), Some("q/b".into()), Some("p/c".into())]
+        );
+        assert!(queue.next().is_none(), "p's tests are still running");
+        queue.ended(&Some("p".into()));
+        queue.ended(&Some("q".into()));
+        assert!(queue.next().is_none(), "one of p's tests is still running");
+        queue.ended(&Some("p".into()));
+        assert_eq!(queue.next().map(|j| j.name), Some("check".into()));
+        assert!(queue.waiting.is_empty());
+    }
 
     #[test]
     fn reads_the_package_name_of_each_form_of_package_id() {

@@ -147,19 +147,27 @@ fn test() -> Result<(), String> {
     for name in PUBLISHED {
         package.args(["-p", name]);
     }
-    built.first(
-        "check: the published crates package and build from their packages",
-        package,
+    // The package check builds `idem-conformance` again, with its default features, over
+    // the `target/debug/idem-conformance` that the conformance tests run (cargo's
+    // `CARGO_BIN_EXE_idem-conformance`): it starts once they have ended.
+    built.command_after("idem-conformance", harness::PACKAGE_CHECK, package);
+    built.command("idem-wasm: node --test", wasm::tests(&conformance));
+    built.command(
+        "edge worker: node --test under workerd",
+        worker::tests(&conformance),
     );
+    built.command(
+        "browser example: node --test in headless Chromium",
+        browser::tests(&conformance),
+    );
+    built.add("axum example: the conformance suite", move || {
+        tower::conformance(&conformance, &example)
+    });
     let parallel = harness::parallel();
     step(&format!(
-        "test: rust workspace, {parallel} at a time (the chaos tests' short form among them), and the package check"
+        "test: every test, {parallel} at a time: the rust workspace's (the chaos tests' short form among them), the package check, and the npm package's, the worker's, the browser's and the axum example's"
     ));
     harness::run(built, parallel)?;
-    tower::conformance(&conformance, &example)?;
-    wasm::test(&conformance)?;
-    worker::test(&conformance)?;
-    browser::test(&conformance)?;
     step("done: every check passed");
     Ok(())
 }

@@ -2,7 +2,6 @@
 //! suite: the example as a user runs it, on an OS-chosen port, graded with the
 //! count oracle it serves at `/count` and two principals.
 
-use crate::util::step;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -26,7 +25,6 @@ const MUST_PASS: [&str; 11] = [
 
 /// Starts the built example, runs the whole suite against it, and checks the report.
 pub(crate) fn conformance(conformance: &Path, example: &Path) -> Result<(), String> {
-    step("test: idem-tower's axum example under the conformance suite");
     let mut server = Stopped(
         Command::new(example)
             .env("ADDR", "127.0.0.1:0")
@@ -92,7 +90,6 @@ fn check(report: &serde_json::Value) -> Result<(), String> {
             return Err(format!("{bad}: {} in {summary}", summary[bad]));
         }
     }
-    println!("axum-orders: {summary}");
     Ok(())
 }
 

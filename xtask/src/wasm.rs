@@ -89,11 +89,11 @@ pub(crate) fn build() -> Result<(), String> {
     run(npm().args(["run", "--silent", "typecheck"]))
 }
 
-/// Runs the Node tests against the built package ([`build`] first); the two-process test
-/// runs `conformance` (a build of idem-conformance with every feature).
-pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
-    step("test: idem-wasm (node --test against the built package; private redis-server and postgres)");
-    run(npm()
-        .args(["test", "--silent"])
-        .env("IDEM_CONFORMANCE", conformance))
+/// What runs the Node tests against the built package ([`build`] first); the two-process
+/// test runs `conformance` (a build of idem-conformance with every feature).
+pub(crate) fn tests(conformance: &std::path::Path) -> Command {
+    let mut cmd = npm();
+    cmd.args(["test", "--silent"])
+        .env("IDEM_CONFORMANCE", conformance);
+    cmd
 }

@@ -2,7 +2,7 @@
 //! wrangler, which ship workerd), and its tests under a local workerd, which include a run of
 //! the conformance suite against the worker.
 
-use crate::util::{npm_ci_if_stale, npm_in, run, step, workspace_dir};
+use crate::util::{npm_ci_if_stale, npm_in, workspace_dir};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -30,10 +30,10 @@ pub(crate) fn setup() -> Result<(), String> {
 /// Starts the worker under workerd (Miniflare and `wrangler dev`, both on 127.0.0.1 with an
 /// OS-chosen port) and runs its tests: the conformance suite with the count oracle, restarts
 /// with persisted state, alarms, bad input, the in-flight policies and wrangler's bundle.
-/// Needs the idem-wasm package built (`wasm::test` builds it first).
-pub(crate) fn test(conformance: &std::path::Path) -> Result<(), String> {
-    step("test: edge worker under workerd (node --test)");
-    run(npm()
-        .args(["test", "--silent"])
-        .env("IDEM_CONFORMANCE", conformance))
+/// Needs the idem-wasm package built (`wasm::build`).
+pub(crate) fn tests(conformance: &std::path::Path) -> Command {
+    let mut cmd = npm();
+    cmd.args(["test", "--silent"])
+        .env("IDEM_CONFORMANCE", conformance);
+    cmd
 }
