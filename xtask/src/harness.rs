@@ -26,13 +26,19 @@ struct Job {
 }
 
 impl Job {
-    /// Jobs start in this order: those named in [`FIRST`], in its order, then the bigger
-    /// executables (the ones with servers, clients and runtimes linked in) first.
-    fn weight(&self, size: u64) -> u64 {
-        match FIRST.iter().position(|n| *n == self.name) {
-            Some(i) => u64::MAX - i as u64,
-            None => size,
-        }
+    /// Jobs start in this order: those named in [`FIRST`], in its order; then the test
+    /// executables of a package that another job waits for; then the bigger executables
+    /// (the ones with servers, clients and runtimes linked in) first.
+    fn order(&self, size: u64, awaited: &[&str]) -> (usize, bool, std::cmp::Reverse<u64>) {
+        let first = FIRST
+            .iter()
+            .position(|n| *n == self.name)
+            .unwrap_or(FIRST.len());
+        let waited_for = self
+            .package
+            .as_deref()
+            .is_some_and(|p| awaited.contains(&p));
+        (first, !waited_for, std::cmp::Reverse(size))
     }
 }
 
@@ -59,6 +65,7 @@ pub(crate) const PACKAGE_CHECK: &str =
 /// What `cargo test --no-run` built: the test executables, and the binaries and examples
 /// that came out of the same build.
 pub(crate) struct Built {
+    /// Each with the size of its executable (0 for the other checks).
     jobs: Vec<(u64, Job)>,
     executables: Vec<(String, PathBuf)>,
 }
@@ -114,7 +121,7 @@ impl Built {
     }
 
     fn push(&mut self, job: Job, size: u64) {
-        self.jobs.push((job.weight(size), job));
+        self.jobs.push((size, job));
     }
 }
 
@@ -188,7 +195,8 @@ impl Queue {
 /// Runs every job, `parallel` at a time, the heaviest first.
 pub(crate) fn run(built: Built, parallel: usize) -> Result<(), String> {
     let mut jobs = built.jobs;
-    jobs.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
+    let awaited: Vec<&str> = jobs.iter().filter_map(|(_, j)| j.after).collect();
+    jobs.sort_by_key(|(size, job)| job.order(*size, &awaited));
     let total = jobs.len();
     let queue = Mutex::new(Queue {
         waiting: jobs.into_iter().map(|(_, j)| j).collect(),
@@ -338,6 +346,17 @@ mod tests {
             after,
             work: Box::new(|| Ok(())),
         }
+    }
+
+    #[test]
+    fn the_tests_a_job_waits_for_start_before_bigger_ones() {
+        let first = job(super::FIRST[1], Some("idem-conformance"), None);
+        let awaited = job("p/small", Some("p"), None);
+        let big = job("q/big", Some("q"), None);
+        let mut jobs = [(10, big), (1, awaited), (5, first)];
+        jobs.sort_by_key(|(size, job)| job.order(*size, &["p"]));
+        let names: Vec<_> = jobs.iter().map(|(_, j)| j.name.as_str()).collect();
+        assert_eq!(names, [super::FIRST[1], "p/small", "q/big"]);
     }
 
     #[test]
