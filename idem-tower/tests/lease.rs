@@ -197,10 +197,10 @@ async fn an_abandoned_heartbeat_leaves_the_outcome_recorded_and_runs_once() {
     }
 }
 
-/// A layer on the in-process store whose lease lasts 300 ms.
-fn short_lease(store: Arc<MemoryStore>) -> IdempotencyLayer<Arc<MemoryStore>> {
+/// A layer on the in-process store with a short `lease`.
+fn short_lease(store: Arc<MemoryStore>, lease: Duration) -> IdempotencyLayer<Arc<MemoryStore>> {
     let engine = Engine::new(Config {
-        lease: Duration::from_millis(300),
+        lease,
         ..Config::default()
     })
     .expect("valid times");
@@ -234,7 +234,7 @@ fn stalling(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_attempt_whose_lease_was_taken_over_answers_with_the_keys_outcome() {
     // IDEM-LEASE-5: the winner completed first: its stored response, replayed.
-    let layer = short_lease(Arc::new(MemoryStore::default()));
+    let layer = short_lease(Arc::new(MemoryStore::default()), Duration::from_millis(300));
     let zombie = tokio::spawn(send(
         stalling(&layer, "zombie", 700, StatusCode::CREATED),
         "a",
@@ -299,7 +299,10 @@ async fn a_handler_that_panics_is_a_crash_its_key_taken_over_after_the_lease() {
     // died: its key stays in flight until the lease ends, then a retry takes over as a
     // recovery. The panic goes on.
     let store = Arc::new(MemoryStore::default());
-    let layer = short_lease(Arc::clone(&store));
+    // Long enough that the check "still in flight" comes before the lease ends on a loaded
+    // machine too.
+    let lease = Duration::from_secs(2);
+    let layer = short_lease(Arc::clone(&store), lease);
     let panicking = layer.layer(tower::service_fn(|_: Request<Body>| async {
         if true {
             panic!("the handler failed");
@@ -321,7 +324,7 @@ async fn a_handler_that_panics_is_a_crash_its_key_taken_over_after_the_lease() {
         409,
         "in flight until the lease ends"
     );
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(lease + Duration::from_millis(50)).await;
     let retry = send(recovering, "p").await;
     assert_eq!(
         (retry.status, retry.body.as_str()),
