@@ -44,7 +44,7 @@ pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorPar
 
 /// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
 /// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FetchOutcome {
     /// A final 2xx or 3xx.
@@ -129,7 +129,7 @@ pub fn outcome_names() -> String {
 
 /// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
 /// `Next.kind`.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextKind {
     /// The interaction is complete: act on the response.
@@ -166,7 +166,7 @@ impl NextKind {
 
 /// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
 /// `Outbox.state`.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutboxState {
     /// Not sent yet.
