@@ -17,6 +17,15 @@ pub(crate) enum Found {
     NotString,
 }
 
+/// Text the scan read: a string it checked to be UTF-8, or a number's ASCII digits and signs
+/// (so the empty fallback is never taken; `from_utf8_lossy` would bring its replacement
+/// machinery into the client's module for nothing).
+fn owned(text: &[u8]) -> String {
+    core::str::from_utf8(text)
+        .map(String::from)
+        .unwrap_or_default()
+}
+
 /// The value at JSON pointer `pointer` in `body`, read while scanning: the members and
 /// elements off the path are skipped.
 pub(crate) fn string_at(body: &[u8], pointer: &str) -> Result<Found> {
@@ -70,13 +79,13 @@ impl<const N: usize> Members<'_, N> {
         let deeper = (0..N).any(|i| on & (1 << i) != 0 && paths[i].len() > depth);
         let found = match self.s.peek() {
             Some(b'"') => Found::String(match self.s.string(&mut self.text)? {
-                Text::Raw(raw) => String::from_utf8_lossy(&self.s.b[raw]).into_owned(),
-                Text::Unescaped => String::from_utf8_lossy(&self.text).into_owned(),
+                Text::Raw(raw) => owned(&self.s.b[raw]),
+                Text::Unescaped => owned(&self.text),
             }),
             Some(b'-' | b'0'..=b'9') => {
                 let start = self.s.i;
                 self.s.skip_number()?;
-                Found::Number(String::from_utf8_lossy(&self.s.b[start..self.s.i]).into_owned())
+                Found::Number(owned(&self.s.b[start..self.s.i]))
             }
             Some(b't') => self.s.literal(b"true").map(|()| Found::Bool(true))?,
             Some(b'f') => self.s.literal(b"false").map(|()| Found::Bool(false))?,
@@ -173,7 +182,7 @@ impl Finder<'_> {
                     Text::Unescaped => &self.text[..],
                 };
                 Ok(if path.is_empty() {
-                    Found::String(String::from_utf8_lossy(text).into_owned())
+                    Found::String(owned(text))
                 } else {
                     Found::Missing
                 })
@@ -191,7 +200,7 @@ impl Finder<'_> {
                 self.s.number()?;
                 Ok(if path.is_empty() {
                     let text = &self.s.b[start..self.s.i];
-                    Found::Number(String::from_utf8_lossy(text).into_owned())
+                    Found::Number(owned(text))
                 } else {
                     Found::Missing
                 })
