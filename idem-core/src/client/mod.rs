@@ -589,7 +589,7 @@ impl OutboxEntry {
         random: u64,
         result: Result<&ClientResponse, NetworkError>,
     ) -> Result<(NextStep, bool), ClientError> {
-        if self.state != EntryState::Sent {
+        if !matches!(self.state, EntryState::Sent) {
             return Err(ClientError::NothingInFlight(self.state));
         }
         let mut maybe = self.maybe_processed;
