@@ -78,8 +78,7 @@ impl KeyStatus {
                 &["response", "replayable"],
                 &["retryAfter"],
             ],
-        )
-        .ok()?;
+        )?;
         let number = |found: Found| match found {
             Found::Number(n) => n.parse::<u64>().ok(),
             _ => None,
