@@ -65,7 +65,7 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
         ClientOp::KeyV7 => {
             let now = interop::millis(a.number()?);
             let r: [u8; 10] = random(a, "keyV7 needs 10 random bytes")?;
-            out.text(&interop::uuid_v7_key(now, r));
+            out.text(&idem_core::uuid_v7_key(now, r));
         }
         ClientOp::Create => {
             let (key, digest) = (a.text()?, digest32(a)?);
