@@ -35,10 +35,11 @@ extern crate alloc;
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
-/// The client's module alone (see Cargo.toml): talc, smaller than dlmalloc.
+/// The client's module alone (see Cargo.toml): lol_alloc's free list, smaller than talc.
 #[cfg(all(target_arch = "wasm32", not(feature = "server")))]
 #[global_allocator]
-static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
+    lol_alloc::LockedAllocator::new(lol_alloc::FreeListAllocator::new());
 
 /// A panic is a bug (the layer returns errors for every bad input): stop at once. The
 /// module then traps, and the JavaScript side sees a `RuntimeError`.
