@@ -33,11 +33,15 @@ fn text(mut bytes: [u8; 16], version: u8) -> String {
         if matches!(i, 4 | 6 | 8 | 10) {
             out.push('-');
         }
-        for nibble in [b >> 4, b & 0x0f] {
-            out.push(char::from(b"0123456789abcdef"[usize::from(nibble)]));
-        }
+        out.push(hex(b >> 4));
+        out.push(hex(b & 0x0f));
     }
     out
+}
+
+/// A nibble as a lowercase hex digit.
+fn hex(nibble: u8) -> char {
+    char::from(if nibble < 10 { b'0' } else { b'a' - 10 } + nibble)
 }
 
 #[cfg(test)]
