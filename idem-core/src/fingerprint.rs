@@ -11,7 +11,6 @@
 //! units. The two orders differ only between characters above U+FFFF and U+E000–U+FFFF;
 //! both sides of a comparison use the same order, so fingerprints stay consistent.
 
-use crate::small_sha256::SmallSha256;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -326,7 +325,7 @@ impl FingerprintSpec {
                 max: self.max_body,
             });
         }
-        let mut h = head(Sha256::new(), req.method, req.target, self.headers.len());
+        let mut h = head(req.method, req.target, self.headers.len());
         for name in &self.headers {
             put(&mut h, name.to_ascii_lowercase().as_bytes());
             let values = req
@@ -359,38 +358,20 @@ impl FingerprintSpec {
     }
 }
 
-/// A SHA-256 computation the fingerprint's layout is written into: `sha2`'s (the server's
-/// fingerprints, fast) or [`SmallSha256`] (the client's payload digest, small). The layout
-/// is written once, here, for both.
-trait Absorb {
-    fn absorb(&mut self, bytes: &[u8]);
-}
-
-impl Absorb for Sha256 {
-    fn absorb(&mut self, bytes: &[u8]) {
-        self.update(bytes);
-    }
-}
-
-impl Absorb for SmallSha256 {
-    fn absorb(&mut self, bytes: &[u8]) {
-        self.update(bytes);
-    }
-}
-
-/// The hash `h` with the domain, the method, the target and the number of selected headers
+/// The hash with the domain, the method, the target and the number of selected headers
 /// written: what every fingerprint starts with.
-fn head<H: Absorb>(mut h: H, method: &str, target: &str, headers: usize) -> H {
-    h.absorb(DOMAIN);
+fn head(method: &str, target: &str, headers: usize) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(DOMAIN);
     put(&mut h, method.as_bytes());
     put(&mut h, target.as_bytes());
-    h.absorb(&(headers as u64).to_le_bytes());
+    h.update((headers as u64).to_le_bytes());
     h
 }
 
 /// A body hashed as bytes, not as JSON.
-fn put_bytes_body<H: Absorb>(h: &mut H, body: &[u8]) {
-    h.absorb(b"B");
+fn put_bytes_body(h: &mut Sha256, body: &[u8]) {
+    h.update(b"B");
     put(h, body);
 }
 
@@ -398,18 +379,16 @@ fn put_bytes_body<H: Absorb>(h: &mut H, body: &[u8]) {
 /// as a fingerprint with no selected headers and the body hashed as bytes
 /// ([`JsonMode::Never`]). A client that serialised the body itself sends the same bytes on
 /// every retry, so it needs no canonical form; this is the digest of an
-/// [`OutboxEntry`](crate::OutboxEntry)'s payload that `idempotentFetch` uses. It is hashed
-/// with a SHA-256 written for size (the same digest as `sha2`'s), so that the client's module
-/// carries no `sha2`.
+/// [`OutboxEntry`](crate::OutboxEntry)'s payload that `idempotentFetch` uses.
 pub fn payload_digest(method: &str, target: &str, body: &[u8]) -> [u8; 32] {
-    let mut h = head(SmallSha256::new(), method, target, 0);
+    let mut h = head(method, target, 0);
     put_bytes_body(&mut h, body);
-    h.finalize()
+    h.finalize().into()
 }
 
-fn put<H: Absorb>(h: &mut H, bytes: &[u8]) {
-    h.absorb(&(bytes.len() as u64).to_le_bytes());
-    h.absorb(bytes);
+fn put(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
 }
 
 /// `application/json`, `application/problem+json`, `application/vnd.x+json; charset=utf-8`…

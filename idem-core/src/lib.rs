@@ -76,7 +76,6 @@ mod request;
 mod response;
 pub mod seal;
 mod session;
-mod small_sha256;
 mod store;
 pub mod stores;
 pub mod telemetry;
