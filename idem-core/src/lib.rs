@@ -127,9 +127,9 @@ pub use store::{Applied, AsyncStore, Completing, Finish, Store, StoreFailure};
 pub use time::UnixMillis;
 
 pub use client::{
-    backoff_ms, decode_entry, encode_entry, uuid_v4_key, ClientError, ClientResponse, Completion,
-    EntryDecodeError, EntryState, GiveUp, KeyAnswer, NetworkError, NextStep, OutboxEntry,
-    RetryPolicy, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES, MAX_STATUS_ASKS,
+    backoff_ms, decode_entry, encode_entry, uuid_v4_key, uuid_v7_key, ClientError, ClientResponse,
+    Completion, EntryDecodeError, EntryState, GiveUp, KeyAnswer, NetworkError, NextStep,
+    OutboxEntry, RetryPolicy, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES, MAX_STATUS_ASKS,
 };
 pub use counter::{
     parse_counter_key, serial_cmp, CounterConfig, CounterError, CounterKey, CounterLease,

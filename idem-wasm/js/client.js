@@ -1,32 +1,14 @@
 // The client side: `idempotentFetch(input, init, options)`. The retry decisions are the
-// core's outbox entry (idem-core's client state machine, compiled to WebAssembly): this file
-// sends, reports each result, waits as told, and persists the entry between sends.
+// core's outbox entry (idem-core's client state machine, compiled to WebAssembly, reached through
+// outbox.js): this file sends, reports each result, waits as told, and persists the entry
+// between sends.
 //
 // One file for one function: the send loop of `idempotentFetch`, its waits, its
 // persistence and its reconciliation share the entry and the options, and read in order.
-import { random32, sleep } from "./common.js";
+import { sleep } from "./common.js";
 import { rangeError } from "./errors.js";
-import {
-  CounterSequence,
-  FetchOutcome,
-  NextKind,
-  Outbox,
-  OutboxState,
-  keyHeader,
-  lowWaterHeader,
-  outcomeNames,
-  problemMediaType,
-  statusHeader,
-  statusMediaType,
-} from "./idem_client.js";
-
-let names = null;
-
-/** The name of a `FetchOutcome` in the result of `idempotentFetch` (the module's). */
-function outcomeName(outcome) {
-  names ??= outcomeNames().split(",");
-  return names[outcome];
-}
+import { ClientOp, FetchOutcome, NextKind, OutboxState } from "./idem_client.js";
+import { CounterSequence, Outbox, moduleNames, run } from "./outbox.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -49,7 +31,7 @@ function retryAfterSeconds(value, now) {
 
 async function problemType(response) {
   const type = response.headers.get("content-type") ?? "";
-  if (!type.toLowerCase().startsWith(problemMediaType())) return undefined;
+  if (!type.toLowerCase().startsWith(moduleNames().problemMediaType)) return undefined;
   try {
     const body = await response.clone().json();
     return typeof body?.type === "string" ? body.type : undefined;
@@ -98,13 +80,14 @@ async function askStatus(entry, request, canResend) {
   const { doFetch, url, method, template, sendOptions, keyValue, signal, now } = request;
   const headers = new Headers(template.headers);
   for (const name of BODY_FIELDS) headers.delete(name);
-  headers.set(keyHeader(), keyValue(entry.key));
-  headers.set(statusHeader(), Outbox.statusField(method));
+  const names = moduleNames();
+  headers.set(names.key, keyValue(entry.key));
+  headers.set(names.status, run(ClientOp.StatusField, method)[0]);
   let document;
   try {
     const response = await doFetch(url, { ...sendOptions, method: "GET", headers, body: undefined, signal });
     const type = (response.headers.get("content-type") ?? "").toLowerCase();
-    if (response.status === 200 && type.split(";")[0].trim() === statusMediaType()) {
+    if (response.status === 200 && type.split(";")[0].trim() === names.statusMediaType) {
       document = new Uint8Array(await response.arrayBuffer());
     } else {
       await response.arrayBuffer().catch(() => {});
@@ -113,23 +96,22 @@ async function askStatus(entry, request, canResend) {
     if (signal?.aborted) throw err;
   }
   if (signal?.aborted) throw abortReason(signal);
-  return entry.onStatus(now(), random32(), random32(), document, canResend);
+  return entry.onStatus(now(), document, canResend);
 }
 
 /** The retry options as the module takes them: `base`, `cap`, `maxAttempts` and `deadline`
  * as plain numbers (the module checks them), each undefined for its default; a value that is
  * not a number is NaN, which the module refuses (IDEM-JS-1). */
 function retryArgs(retry) {
-  if (retry == null) return [];
-  if (typeof retry !== "object") throw rangeError("IDEM-JS-1", "options.retry must be an object");
-  return [retry.base, retry.cap, retry.maxAttempts, retry.deadline].map((v) => (v == null || typeof v === "number" ? v : NaN));
+  if (retry != null && typeof retry !== "object") throw rangeError("IDEM-JS-1", "options.retry must be an object");
+  const r = retry ?? {};
+  return [r.base, r.cap, r.maxAttempts, r.deadline].map((v) => (v == null || typeof v === "number" ? v : NaN));
 }
 
 function newKey(version, now) {
   // Random values are drawn here, inside the call, never at module load.
-  if (version === 7) return Outbox.keyV7(now, crypto.getRandomValues(new Uint8Array(10)));
-  const r = crypto.getRandomValues(new Uint32Array(4));
-  return Outbox.keyV4(r[0], r[1], r[2], r[3]);
+  if (version === 7) return run(ClientOp.KeyV7, now, crypto.getRandomValues(new Uint8Array(10)))[0];
+  return run(ClientOp.KeyV4, crypto.getRandomValues(new Uint8Array(16)))[0];
 }
 
 /**
@@ -158,11 +140,10 @@ async function withSequence(counter, persist, change) {
     }
     if (slot.sequence === null || slot.sequence.epoch !== epoch) {
       // A new session epoch starts a new numbering.
-      slot.sequence?.free();
-      slot.sequence = new CounterSequence(client, epoch, counter.bits ?? 32, String(counter.firstSeq ?? 0));
+      slot.sequence = CounterSequence.create(client, epoch, Number(counter.bits ?? 32), String(counter.firstSeq ?? 0));
     }
     const result = change(slot.sequence);
-    if (persist) await persist.save(sequenceId(client), slot.sequence.encode());
+    if (persist) await persist.save(sequenceId(client), slot.sequence.bytes);
     return result;
   });
   slot.chain = run.catch(() => {});
@@ -206,9 +187,7 @@ async function finishWith(entry, options, seq, keep, outcome, fields) {
   if (seq !== null && outcome !== FetchOutcome.Undetermined) {
     await withSequence(options.counter, options.persist, (sequence) => sequence.done(seq));
   }
-  const result = { outcome: outcomeName(outcome), key: entry.key, attempts: entry.attempts, ...fields };
-  entry.free();
-  return result;
+  return { outcome: moduleNames().outcomes[outcome], key: entry.key, attempts: entry.attempts, ...fields };
 }
 
 /** The request fields both calls share: the template Request, its send options and signal. */
@@ -266,12 +245,12 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   // The retry options are checked by the module.
   const retry = retryArgs(options.retry);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
-  const digest = Outbox.digest(method, url, body ?? new Uint8Array(0));
+  const [digest] = run(ClientOp.Digest, method, url, body ?? new Uint8Array(0));
 
   let entry = null;
   if (options.persist) {
     const saved = await options.persist.load(options.id);
-    if (saved != null) entry = Outbox.fromBytes(saved, ...retry);
+    if (saved != null) entry = Outbox.fromBytes(saved, retry);
   }
   if (entry === null) {
     let key = options.key;
@@ -280,13 +259,13 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       key = options.clientId === undefined ? String(now()) : `${options.clientId}:${now()}`;
     } else if (key === undefined && kind === "counter") {
       // A number no other request of this client has, saved before anything is sent.
-      key = await withSequence(options.counter, options.persist, (sequence) => sequence.key(sequence.take()));
+      key = await withSequence(options.counter, options.persist, (sequence) => sequence.takeKey());
     }
-    entry = new Outbox(key ?? newKey(options.keyVersion ?? 4, now()), digest, ...retry);
+    entry = Outbox.create(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
   }
   const seq = kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   const save = async () => {
-    if (options.persist) await options.persist.save(options.id, entry.encode());
+    if (options.persist) await options.persist.save(options.id, entry.bytes);
   };
   const finish = (outcome, fields) =>
     finishWith(entry, options, seq, reconcile && outcome === FetchOutcome.Undetermined, outcome, {
@@ -294,105 +273,87 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       ...fields,
     });
 
-  try {
-    let next = null;
-    // Whether the server was asked in this call: an undetermined step after that ends it.
-    let asked = false;
-    const resumable = entry.state === OutboxState.Sent || entry.state === OutboxState.Undetermined || entry.state === OutboxState.Asking;
-    // Another payload under this id is refused before anything goes out (IDEM-CLIENT-1).
-    if (entry.outcome === undefined || resumable) entry.checkPayload(digest);
-    if (resumable && reconcile) {
-      // Saved in flight or unreconciled: the process stopped, and the effect is unknown.
-      next = await askStatus(entry, request, true);
-      asked = true;
-      await save();
-    } else if (entry.state === OutboxState.Sent) {
-      next = entry.onNetworkError(now(), random32(), random32(), true);
-      await save();
-    } else if (entry.outcome !== undefined) {
-      // Saved when it was over (the process stopped before deleting it): report what it was,
-      // a deterministic refusal included.
-      return await finish(entry.outcome, {});
-    }
-    for (;;) {
-      if (next !== null) {
-        const step = next.kind;
-        if (step === NextKind.Undetermined && reconcile && !asked) {
-          next.free();
-          next = await askStatus(entry, request, true);
-          asked = true;
-          await save();
-          continue;
-        }
-        if (step === NextKind.AskStatus) {
-          next.free();
-          next = null;
-          for (let due = entry.nextAsk(now()); due !== undefined && due > now() && !signal?.aborted; ) {
-            await sleep(due - now() + 1, signal);
-          }
-          if (signal?.aborted) throw abortReason(signal);
-          next = await askStatus(entry, request, true);
-          await save();
-          continue;
-        }
-        if (step !== NextKind.Retry) {
-          const outcome = next.outcome;
-          const fields = { reason: next.reason, status: step === NextKind.Executed ? next.status : entry.lastStatus };
-          next.free();
-          return await finish(outcome, fields);
-        }
-        // A retry, the replay fetch after a status query included (if that ends undetermined
-        // too, the call ends: the server is not asked twice in one call).
-        next.free();
-        next = null;
-      }
-      // Timers may fire a little early against the clock: wait until the backoff has ended.
-      for (let due = entry.nextSend(now()); due !== undefined && due > now() && !signal?.aborted; ) {
-        await sleep(due - now() + 1, signal);
-      }
-      if (signal?.aborted) throw abortReason(signal);
-      entry.send(now(), digest);
-      await save();
-      const headers = new Headers(template.headers);
-      headers.set(keyHeader(), keyValue(entry.key));
-      if (seq !== null) {
-        headers.set(lowWaterHeader(), await withSequence(options.counter, options.persist, (sequence) => sequence.lowWater()));
-      }
-      let response;
-      try {
-        response = await doFetch(url, { ...sendOptions, method, headers, body, signal });
-      } catch (err) {
-        // Aborted while in flight: the entry stays as sent (its effect unknown) for a resume.
-        if (signal?.aborted) throw err;
-        next = entry.onNetworkError(now(), random32(), random32(), networkErrorWasLost(err));
+  let next = null;
+  // Whether the server was asked in this call: an undetermined step after that ends it.
+  let asked = false;
+  const resumable = entry.state === OutboxState.Sent || entry.state === OutboxState.Undetermined || entry.state === OutboxState.Asking;
+  // Another payload under this id is refused before anything goes out (IDEM-CLIENT-1).
+  if (entry.outcome === undefined || resumable) entry.checkPayload(digest);
+  if (resumable && reconcile) {
+    // Saved in flight or unreconciled: the process stopped, and the effect is unknown.
+    next = await askStatus(entry, request, true);
+    asked = true;
+    await save();
+  } else if (entry.state === OutboxState.Sent) {
+    next = entry.onNetworkError(now(), true);
+    await save();
+  } else if (entry.outcome !== undefined) {
+    // Saved when it was over (the process stopped before deleting it): report what it was,
+    // a deterministic refusal included.
+    return await finish(entry.outcome, {});
+  }
+  for (;;) {
+    if (next !== null) {
+      const step = next.kind;
+      if (step === NextKind.Undetermined && reconcile && !asked) {
+        next = await askStatus(entry, request, true);
+        asked = true;
         await save();
         continue;
       }
-      const problem = await problemType(response);
-      // Aborted while the answer was read: it is not reported, and the entry stays as sent.
-      if (signal?.aborted) throw abortReason(signal);
-      next = entry.onResponse(
-        now(),
-        random32(),
-        random32(),
-        response.status,
-        retryAfterSeconds(response.headers.get("retry-after"), now()),
-        problem,
-        false,
-      );
-      await save();
-      if (next.kind === NextKind.Complete) {
-        const outcome = next.outcome;
-        next.free();
-        entry.markProcessed();
-        return await finish(outcome, { status: response.status, response });
+      if (step === NextKind.AskStatus) {
+        next = null;
+        for (let due = entry.nextAsk(now()); due !== undefined && due > now() && !signal?.aborted; ) {
+          await sleep(due - now() + 1, signal);
+        }
+        if (signal?.aborted) throw abortReason(signal);
+        next = await askStatus(entry, request, true);
+        await save();
+        continue;
       }
-      // A response that does not end the interaction is not returned: drain it.
-      await response.arrayBuffer().catch(() => {});
+      if (step !== NextKind.Retry) {
+        const outcome = next.outcome;
+        const fields = { reason: next.reason, status: step === NextKind.Executed ? next.status : entry.lastStatus };
+        return await finish(outcome, fields);
+      }
+      // A retry, the replay fetch after a status query included (if that ends undetermined
+      // too, the call ends: the server is not asked twice in one call).
+      next = null;
     }
-  } catch (err) {
-    if (entry.__wbg_ptr !== 0) entry.free();
-    throw err;
+    // Timers may fire a little early against the clock: wait until the backoff has ended.
+    for (let due = entry.nextSend(now()); due !== undefined && due > now() && !signal?.aborted; ) {
+      await sleep(due - now() + 1, signal);
+    }
+    if (signal?.aborted) throw abortReason(signal);
+    entry.send(now(), digest);
+    await save();
+    const headers = new Headers(template.headers);
+    headers.set(moduleNames().key, keyValue(entry.key));
+    if (seq !== null) {
+      headers.set(moduleNames().lowWater, await withSequence(options.counter, options.persist, (sequence) => sequence.lowWater()));
+    }
+    let response;
+    try {
+      response = await doFetch(url, { ...sendOptions, method, headers, body, signal });
+    } catch (err) {
+      // Aborted while in flight: the entry stays as sent (its effect unknown) for a resume.
+      if (signal?.aborted) throw err;
+      next = entry.onNetworkError(now(), networkErrorWasLost(err));
+      await save();
+      continue;
+    }
+    const problem = await problemType(response);
+    // Aborted while the answer was read: it is not reported, and the entry stays as sent.
+    if (signal?.aborted) throw abortReason(signal);
+    next = entry.onResponse(now(), response.status, retryAfterSeconds(response.headers.get("retry-after"), now()), problem, false);
+    await save();
+    if (next.kind === NextKind.Complete) {
+      const outcome = next.outcome;
+      entry.markProcessed();
+      return await finish(outcome, { status: response.status, response });
+    }
+    // A response that does not end the interaction is not returned: drain it.
+    await response.arrayBuffer().catch(() => {});
   }
 }
 
@@ -415,35 +376,27 @@ export async function reconcile(input, init = {}, options = {}) {
   const request = prepare(input, init, options);
   const saved = await options.persist.load(options.id);
   if (saved == null) return null;
-  const entry = Outbox.fromBytes(saved, ...retryArgs(options.retry));
+  const entry = Outbox.fromBytes(saved, retryArgs(options.retry));
   const seq = request.kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
-  try {
-    if (entry.outcome !== undefined && entry.state !== OutboxState.Undetermined) {
-      return await finishWith(entry, options, seq, false, entry.outcome, { status: entry.lastStatus });
+  if (entry.outcome !== undefined && entry.state !== OutboxState.Undetermined) {
+    return await finishWith(entry, options, seq, false, entry.outcome, { status: entry.lastStatus });
+  }
+  if (entry.state === OutboxState.Created) {
+    // Never sent: nothing can have run.
+    await options.persist.delete(options.id);
+    return { outcome: moduleNames().outcomes[FetchOutcome.NotExecuted], key: entry.key, attempts: 0 };
+  }
+  for (;;) {
+    const due = entry.nextAsk(request.now());
+    for (let at = due; at !== undefined && at > request.now() && !request.signal?.aborted; ) {
+      await sleep(at - request.now() + 1, request.signal);
     }
-    if (entry.state === OutboxState.Created) {
-      // Never sent: nothing can have run.
-      await options.persist.delete(options.id);
-      const result = { outcome: "not-executed", key: entry.key, attempts: 0 };
-      entry.free();
-      return result;
-    }
-    for (;;) {
-      const due = entry.nextAsk(request.now());
-      for (let at = due; at !== undefined && at > request.now() && !request.signal?.aborted; ) {
-        await sleep(at - request.now() + 1, request.signal);
-      }
-      const next = await askStatus(entry, request, false);
-      await options.persist.save(options.id, entry.encode());
-      const step = next.kind;
-      const fields = { reason: next.reason, status: next.status ?? undefined };
-      const outcome = next.outcome;
-      next.free();
-      if (step === NextKind.AskStatus) continue;
-      return await finishWith(entry, options, seq, outcome === FetchOutcome.Undetermined, outcome, fields);
-    }
-  } catch (err) {
-    if (entry.__wbg_ptr !== 0) entry.free();
-    throw err;
+    const next = await askStatus(entry, request, false);
+    await options.persist.save(options.id, entry.bytes);
+    const step = next.kind;
+    const fields = { reason: next.reason, status: next.status ?? undefined };
+    const outcome = next.outcome;
+    if (step === NextKind.AskStatus) continue;
+    return await finishWith(entry, options, seq, outcome === FetchOutcome.Undetermined, outcome, fields);
   }
 }

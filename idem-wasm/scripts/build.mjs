@@ -11,10 +11,11 @@
 //      top-level await, and `idem/manual` leaves it to the host;
 //   3. wasm-opt from the `binaryen` npm package shrinks the module (Debian's binaryen 108
 //      produces modules that fail to load; do not put it first on PATH);
-//   4. esbuild bundles and minifies the glue with the JavaScript API: one ESM module shared
-//      by the ESM entries (for the server, also exported as `idem/manual`), and the CommonJS
-//      entry. The client's sources are the server's entries and bundles with the module's
-//      name and the API's file changed;
+//   4. esbuild bundles and minifies the glue (without its console warnings) with the
+//      JavaScript API: one ESM module shared by the ESM entries (for the server, also
+//      exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
+//      client's sources are the server's entries and bundles with the module's name and the
+//      API's file changed;
 //   5. the sizes are printed: each module raw, gzip and brotli, what a browser page loads for
 //      `idem/client`, and the packed package.
 //
@@ -32,7 +33,7 @@ import { brotliCompressSync, constants, gzipSync } from "node:zlib";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** The ESM entries of `idem` itself, one per runtime (the package's `exports` conditions),
- * copied as they are: each instantiates the module its own way and re-exports the API. */
+ * each minified on its own: each instantiates the module its own way and re-exports the API. */
 const ENTRIES = ["node.js", "workerd.js", "edge-light.js", "deno.js", "bun.js", "web.js"];
 /** The two modules: the crate feature each is built with, the name of its glue and module
  * (`<name>.js`, `<name>_bg.wasm`), the file of its API, the prefix of its entries, and the
@@ -145,14 +146,30 @@ for (const side of SIDES) {
 // 4. The JavaScript: the glue and the API sources side by side, bundled and minified into
 //    one ESM module per side (dist/idem_wasm.js and dist/idem_client.js, shared by that
 //    side's ESM entries) and one CommonJS bundle (dist/node.cjs, dist/client.cjs); the ESM
-//    entries are copied as they are, and for the client with the module's name changed.
+//    entries are minified one by one, and for the client with the module's name changed.
 const stage = join(meta.target_directory, "idem-wasm-stage");
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
-for (const side of SIDES) copyFileSync(join(bindgenOut, `${side.name}.js`), join(stage, `${side.name}.js`));
+for (const side of SIDES) {
+  writeFileSync(join(stage, `${side.name}.js`), withoutWarnings(readFileSync(join(bindgenOut, `${side.name}.js`), "utf8")));
+}
 for (const f of readdirSync(join(root, "js"))) {
   if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(stage, f));
 }
+/** The glue without its three console warnings (a module passed the deprecated way to
+ * `initSync` or `init`; a module served without the `application/wasm` type, for which the
+ * glue falls back to `WebAssembly.instantiate` all the same), each one line of the glue
+ * wasm-bindgen 0.2.129 writes: text a page would load for messages it never needs. The build
+ * stops if they are not where they were, so that another CLI's glue is looked at again. */
+function withoutWarnings(glue) {
+  const lines = glue.split("\n");
+  const kept = lines.filter((l) => !/^\s*console\.warn\(.*\);?$/.test(l));
+  if (lines.length - kept.length !== 3 || kept.some((l) => l.includes("console."))) {
+    throw new Error("the wasm-bindgen glue's console warnings are not the three lines this build removes");
+  }
+  return kept.join("\n");
+}
+
 /** A server source as the client's: its module and its API swapped for the client's. */
 const forSide = (side, text) => text.replaceAll("idem_wasm", side.name).replaceAll('"./index.js"', `"${side.api}"`);
 const esbuild = join(root, "node_modules", ".bin", "esbuild");
@@ -177,8 +194,13 @@ for (const side of SIDES) {
     "--log-override:empty-import-meta=silent",
     `--outfile=${join(dist, side.cjs)}`,
   ]);
+  // The entries, minified one by one (they stay separate files, each importing the bundle),
+  // in the syntax they are written in (Deno's entry imports in the source phase).
   for (const f of ENTRIES) {
-    writeFileSync(join(dist, `${side.prefix}${f}`), forSide(side, readFileSync(join(root, "js", f), "utf8")));
+    const entry = join(stage, `entry-${side.prefix}${f}`);
+    writeFileSync(entry, forSide(side, readFileSync(join(root, "js", f), "utf8")));
+    const out = `--outfile=${join(dist, `${side.prefix}${f}`)}`;
+    run(esbuild, [entry, ...(profiling ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning", "--format=esm", "--target=esnext", out]);
   }
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.ts`));
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.cts`));

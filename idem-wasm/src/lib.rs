@@ -12,6 +12,10 @@
 //! client's outbox (`outbox.rs`) and counter numbering (`sequence.rs`). The conversions are
 //! plain Rust in [`interop`], the slots in [`host`], both tested natively.
 //!
+//! The client's module (feature `client` alone) has one entry point, [`call`]: an operation
+//! number and its arguments as bytes in, its answer as bytes out
+//! ([`interop::call`](crate::interop::ClientOp)), so that it carries no binding per method.
+//!
 //! Time and random values come from JavaScript. Errors are real JavaScript errors
 //! (`RangeError` for bad input) whose `code` property is the ID of the requirement in
 //! `spec/requirements.toml` that the input broke; a refused request is not an error but a
@@ -31,10 +35,11 @@ extern crate alloc;
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
-/// The client's module alone (see Cargo.toml): talc, smaller than dlmalloc.
+/// The client's module alone (see Cargo.toml): lol_alloc's free list, smaller than talc.
 #[cfg(all(target_arch = "wasm32", not(feature = "server")))]
 #[global_allocator]
-static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
+    lol_alloc::LockedAllocator::new(lol_alloc::FreeListAllocator::new());
 
 /// A panic is a bug (the layer returns errors for every bad input): stop at once. The
 /// module then traps, and the JavaScript side sees a `RuntimeError`.
@@ -55,6 +60,7 @@ pub mod headroom;
 #[cfg(feature = "server")]
 pub mod host;
 pub mod interop;
+#[cfg(feature = "server")]
 mod names;
 #[cfg(feature = "client")]
 mod outbox;
@@ -69,6 +75,7 @@ mod sequence;
 pub use edge::*;
 #[cfg(feature = "server")]
 pub use engine::*;
+#[cfg(feature = "server")]
 pub use names::*;
 #[cfg(feature = "client")]
 pub use outbox::*;
@@ -76,14 +83,16 @@ pub use outbox::*;
 pub use records::*;
 #[cfg(feature = "server")]
 pub use seal::*;
-#[cfg(feature = "client")]
-pub use sequence::*;
 
+#[cfg(feature = "server")]
 use interop::ErrorParts;
+#[cfg(feature = "server")]
 use wasm_bindgen::prelude::*;
 
+#[cfg(feature = "server")]
 type JsResult<T> = Result<T, JsValue>;
 
+#[cfg(feature = "server")]
 fn js(e: ErrorParts) -> JsValue {
     e.into_js()
 }

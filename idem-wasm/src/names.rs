@@ -1,6 +1,7 @@
-//! The names and codes JavaScript reads from the module instead of writing them itself: the
-//! header names (idem-core's), the engine option names, the event and delivery names with
-//! their flags, the problem type prefix, and the client's outcome names.
+//! The names and codes JavaScript reads from the server's module instead of writing them
+//! itself: the header names (idem-core's), the engine option names, the event and delivery
+//! names with their flags and the problem type prefix. (The client's module answers its
+//! names through its one entry point: [`ClientOp::Names`](crate::interop::ClientOp::Names).)
 
 use crate::interop;
 use alloc::string::String;
@@ -244,14 +245,6 @@ pub fn replayed_header() -> String {
 pub fn problem_type_prefix() -> String {
     let p = idem_core::Problem::MISSING_KEY;
     String::from(p.type_uri.strip_suffix(p.slug).unwrap_or(p.type_uri))
-}
-
-/// The names of the outcomes of `idempotentFetch` in index order, comma-separated (a
-/// [`FetchOutcome`](interop::FetchOutcome) is an index).
-#[cfg(feature = "client")]
-#[wasm_bindgen(js_name = outcomeNames)]
-pub fn outcome_names() -> String {
-    interop::outcome_names()
 }
 
 /// The in-process stores' accounting, idem-core's: the bytes counted per record beyond its

@@ -1,332 +1,364 @@
-//! The client's bindings: [`Outbox`], the core's outbox entry that `idempotentFetch` drives,
-//! and [`Next`], what it says to do after a result.
+//! The client's module has one entry point, [`call`]: an operation number and its arguments
+//! as bytes in, its answer as bytes out ([`interop::call`] holds the operations and the
+//! format). This file runs the operations on the core's outbox entry, which
+//! `idempotentFetch` drives; the counter numbering's are in `sequence.rs`.
 //!
-//! One binding per method of the core's outbox entry, each a few lines: the file is as long
-//! as that API.
+//! JavaScript holds an entry as its persisted bytes: each operation reads it, calls the core,
+//! and answers the entry's new bytes with what JavaScript reads of it (its *view*). Nothing
+//! lives in the module between calls.
 
-use crate::interop::{self, ErrorParts, FetchOutcome, NextKind, OutboxState};
-use crate::{js, JsResult};
-use alloc::string::String;
+use crate::interop::{
+    self, Answer, Args, ClientOp, ErrorParts, FetchOutcome, NextKind, OutboxState,
+};
+use crate::sequence;
 use alloc::vec::Vec;
+use idem_core::{NextStep, OutboxEntry, RetryPolicy};
 use wasm_bindgen::prelude::*;
 
-/// One logical client request: the core's outbox entry (`IDEM-CLIENT-1` to
-/// `IDEM-CLIENT-8`) with its retry policy. `idempotentFetch` drives it.
+/// Runs operation `op` ([`ClientOp`]) on `input` (its arguments) and returns its answer: the
+/// values the operation answers, or [`Wire::Error`](interop::Wire::Error) with the code and
+/// the message of the `RangeError` JavaScript throws.
 #[wasm_bindgen]
-pub struct Outbox {
-    entry: idem_core::OutboxEntry,
-    policy: idem_core::RetryPolicy,
+pub fn call(op: u32, input: &[u8]) -> Vec<u8> {
+    let mut args = Args(input);
+    let mut answer = Answer::default();
+    let ran = match ClientOp::from_number(op) {
+        Some(op) => run(op, &mut args, &mut answer),
+        None => Err(ErrorParts::range(interop::CODE_WIRE, "unknown operation")),
+    };
+    match ran.and_then(|()| done(&args)) {
+        Ok(()) => answer.0,
+        Err(e) => Answer::error(&e),
+    }
 }
 
-/// What the outbox says to do after a result.
-#[wasm_bindgen]
-pub struct Next {
-    next: idem_core::NextStep,
+/// Refuses arguments left over: the JavaScript side encoded the call wrong.
+fn done(args: &Args<'_>) -> Result<(), ErrorParts> {
+    if args.is_empty() {
+        Ok(())
+    } else {
+        Err(ErrorParts::range(interop::CODE_WIRE, "malformed call"))
+    }
 }
 
-#[wasm_bindgen]
-impl Next {
-    /// Complete, retry, failed, undetermined, ask again, executed or not executed.
-    #[wasm_bindgen(getter)]
-    pub fn kind(&self) -> NextKind {
-        NextKind::of(&self.next)
-    }
-
-    /// The outcome the interaction ends with (`undefined` for a retry): for `Complete`,
-    /// whether the final response was a success (2xx/3xx) or a deterministic refusal (4xx).
-    #[wasm_bindgen(getter)]
-    pub fn outcome(&self) -> Option<FetchOutcome> {
-        FetchOutcome::of_next(&self.next)
-    }
-
-    /// For `executed`: the stored response's status, when the server still had it.
-    #[wasm_bindgen(getter)]
-    pub fn status(&self) -> Option<u16> {
-        match self.next {
-            idem_core::NextStep::Executed { status } => status,
-            _ => None,
-        }
-    }
-
-    /// For `failed` and `undetermined`: `deadline`, `budget` or `key-forgotten`.
-    #[wasm_bindgen(getter)]
-    pub fn reason(&self) -> Option<String> {
-        match self.next {
-            idem_core::NextStep::Failed { reason }
-            | idem_core::NextStep::Undetermined { reason } => {
-                Some(String::from(interop::give_up_name(reason)))
+fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorParts> {
+    match op {
+        ClientOp::Names => {
+            out.text(idem_core::KEY_HEADER)
+                .text(idem_core::LOW_WATER_HEADER)
+                .text(idem_core::STATUS_HEADER)
+                .text(idem_core::STATUS_MEDIA_TYPE)
+                .text(idem_core::PROBLEM_JSON);
+            for o in FetchOutcome::ALL {
+                out.text(o.name());
             }
-            _ => None,
+        }
+        ClientOp::Digest => {
+            let (method, url, body) = (a.text()?, a.text()?, a.bytes()?);
+            out.bytes(&idem_core::payload_digest(method, url, body));
+        }
+        ClientOp::KeyV4 => {
+            let r: [u8; 16] = random(a, "keyV4 needs 16 random bytes")?;
+            let half = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or_default());
+            out.text(&idem_core::uuid_v4_key([half(0), half(8)]));
+        }
+        ClientOp::KeyV7 => {
+            let now = interop::millis(a.number()?);
+            let r: [u8; 10] = random(a, "keyV7 needs 10 random bytes")?;
+            out.text(&idem_core::uuid_v7_key(now, r));
+        }
+        ClientOp::Create => {
+            let (key, digest) = (a.text()?, digest32(a)?);
+            policy(a)?;
+            let entry = OutboxEntry::new(key, digest).map_err(|e| interop::client_error(&e))?;
+            view(out, &entry);
+        }
+        ClientOp::Restore => {
+            // The options are checked first, as for a new entry.
+            let bytes = a.bytes()?;
+            policy(a)?;
+            view(out, &decode(bytes)?);
+        }
+        ClientOp::NextSend | ClientOp::NextAsk => {
+            let (e, now) = (entry(a)?, interop::millis(a.number()?));
+            let at = if op == ClientOp::NextSend {
+                e.next_send(now)
+            } else {
+                e.next_ask(now)
+            };
+            out.opt_number(at.map(interop::to_ms));
+        }
+        ClientOp::CheckPayload => {
+            let e = entry(a)?;
+            e.check_payload(&digest32(a)?)
+                .map_err(|e| interop::client_error(&e))?;
+        }
+        ClientOp::Send => {
+            let (mut e, now) = (entry(a)?, interop::millis(a.number()?));
+            e.send(now, &digest32(a)?)
+                .map_err(|e| interop::client_error(&e))?;
+            view(out, &e);
+        }
+        ClientOp::OnResponse | ClientOp::OnNetworkError | ClientOp::OnStatus => {
+            let (mut e, policy) = (entry(a)?, policy(a)?);
+            let now = interop::millis(a.number()?);
+            let random = interop::u64_from_halves(a.number()? as u32, a.number()? as u32);
+            let next = match op {
+                ClientOp::OnResponse => {
+                    let response = response(a)?;
+                    e.on_result(&policy, now, random, Ok(&response))
+                }
+                ClientOp::OnNetworkError => {
+                    let lost = if a.flag()? {
+                        idem_core::NetworkError::Lost
+                    } else {
+                        idem_core::NetworkError::NotSent
+                    };
+                    e.on_result(&policy, now, random, Err(lost))
+                }
+                _ => {
+                    let found = a.opt_bytes()?.and_then(idem_core::KeyStatus::from_document);
+                    let can_resend = a.flag()?;
+                    e.on_status(&policy, now, random, found.as_ref(), can_resend)
+                }
+            }
+            .map_err(|e| interop::client_error(&e))?;
+            next_step(out, &next);
+            view(out, &e);
+        }
+        ClientOp::MarkProcessed => {
+            let mut e = entry(a)?;
+            e.mark_processed().map_err(|e| interop::client_error(&e))?;
+            view(out, &e);
+        }
+        ClientOp::StatusField => {
+            out.text(&idem_core::StatusQuery::field(a.text()?, true));
+        }
+        ClientOp::CounterNew
+        | ClientOp::CounterRestore
+        | ClientOp::CounterTake
+        | ClientOp::CounterDone
+        | ClientOp::CounterLowWater => sequence::run(op, a, out)?,
+        ClientOp::Echo => {
+            while !a.is_empty() {
+                out.value(a.value()?);
+            }
         }
     }
+    Ok(())
 }
 
-#[wasm_bindgen]
-impl Outbox {
-    /// A new entry for `key` and the payload digest (32 bytes, from [`Outbox::digest`]), with
-    /// the retry options `retry.base`, `retry.cap`, `retry.maxAttempts` and `retry.deadline`
-    /// (ms; each `undefined` for its default) as plain numbers.
-    #[wasm_bindgen(constructor)]
-    pub fn new(
-        key: &str,
-        payload: &[u8],
-        base: Option<f64>,
-        cap: Option<f64>,
-        max_attempts: Option<f64>,
-        deadline: Option<f64>,
-    ) -> JsResult<Outbox> {
-        let policy = retry_policy(base, cap, max_attempts, deadline)?;
-        let entry = idem_core::OutboxEntry::new(key, digest32(payload)?)
-            .map_err(|e| js(interop::client_error(&e)))?;
-        Ok(Outbox { entry, policy })
-    }
-
-    /// Restores an entry saved with [`Outbox::encode`], with the retry options as for
-    /// [`Outbox::new`]. Throws a `RangeError` (`IDEM-CLIENT-6`) for bytes that are not an
-    /// entry.
-    #[wasm_bindgen(js_name = fromBytes)]
-    pub fn from_bytes(
-        bytes: &[u8],
-        base: Option<f64>,
-        cap: Option<f64>,
-        max_attempts: Option<f64>,
-        deadline: Option<f64>,
-    ) -> JsResult<Outbox> {
-        let policy = retry_policy(base, cap, max_attempts, deadline)?;
-        let entry =
-            idem_core::decode_entry(bytes).map_err(|e| js(interop::entry_decode_error(&e)))?;
-        Ok(Outbox { entry, policy })
-    }
-
-    /// The entry as bytes, to persist before each send.
-    pub fn encode(&self) -> Vec<u8> {
-        idem_core::encode_entry(&self.entry)
-    }
-
-    /// The digest that identifies a payload: idem-core's
-    /// [`payload_digest`](idem_core::payload_digest) of the method, the URL and the body
-    /// bytes, which this client serialised itself and sends unchanged on every retry.
-    pub fn digest(method: &str, url: &str, body: &[u8]) -> Vec<u8> {
-        idem_core::payload_digest(method, url, body).to_vec()
-    }
-
-    /// A new UUID v4 key from 128 random bits (four u32 values).
-    #[wasm_bindgen(js_name = keyV4)]
-    pub fn key_v4(a: u32, b: u32, c: u32, d: u32) -> String {
-        idem_core::uuid_v4_key([
-            interop::u64_from_halves(a, b),
-            interop::u64_from_halves(c, d),
-        ])
-    }
-
-    /// A new UUID v7 key from the time and 80 random bits (the first 10 bytes of `random`).
-    #[wasm_bindgen(js_name = keyV7)]
-    pub fn key_v7(now: f64, random: &[u8]) -> JsResult<String> {
-        let bytes: [u8; 10] = random
-            .get(..10)
-            .and_then(|r| r.try_into().ok())
-            .ok_or_else(|| js(ErrorParts::options("keyV7 needs 10 random bytes")))?;
-        Ok(interop::uuid_v7_key(interop::millis(now), bytes))
-    }
-
-    /// The key.
-    #[wasm_bindgen(getter)]
-    pub fn key(&self) -> String {
-        String::from(self.entry.key())
-    }
-
-    /// Where the entry stands.
-    #[wasm_bindgen(getter)]
-    pub fn state(&self) -> OutboxState {
-        OutboxState::of(&self.entry.state())
-    }
-
-    /// The outcome of an entry that is over, or `undefined` while it is not.
-    #[wasm_bindgen(getter)]
-    pub fn outcome(&self) -> Option<FetchOutcome> {
-        FetchOutcome::of_state(&self.entry.state())
-    }
-
-    /// Sends so far.
-    #[wasm_bindgen(getter)]
-    pub fn attempts(&self) -> u32 {
-        self.entry.attempts()
-    }
-
-    /// When the entry next wants to be sent, or `undefined`.
-    #[wasm_bindgen(js_name = nextSend)]
-    pub fn next_send(&self, now: f64) -> Option<f64> {
-        self.entry
-            .next_send(interop::millis(now))
-            .map(interop::to_ms)
-    }
-
-    /// The status of the last response, if any.
-    #[wasm_bindgen(getter, js_name = lastStatus)]
-    pub fn last_status(&self) -> Option<u16> {
-        self.entry.last_status()
-    }
-
-    /// Throws a `RangeError` (`IDEM-CLIENT-1`) when `payload` is not the digest of the
-    /// entry's payload: checked before anything about the request goes out.
-    #[wasm_bindgen(js_name = checkPayload)]
-    pub fn check_payload(&self, payload: &[u8]) -> JsResult<()> {
-        self.entry
-            .check_payload(&digest32(payload)?)
-            .map_err(|e| js(interop::client_error(&e)))
-    }
-
-    /// Records a send of the payload with this digest; throws a `RangeError`
-    /// (`IDEM-CLIENT-1` when the payload changed, `IDEM-CLIENT-7` when not sendable now).
-    pub fn send(&mut self, now: f64, payload: &[u8]) -> JsResult<u32> {
-        let digest = digest32(payload)?;
-        self.entry
-            .send(interop::millis(now), &digest)
-            .map_err(|e| js(interop::client_error(&e)))
-    }
-
-    /// Reports a response: status, `Retry-After` seconds, the problem `type` (if the body
-    /// was `application/problem+json`), and whether the host marked it as not processed.
-    #[wasm_bindgen(js_name = onResponse)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn on_response(
-        &mut self,
-        now: f64,
-        random_hi: u32,
-        random_lo: u32,
-        status: u16,
-        retry_after_secs: Option<f64>,
-        problem_type: Option<String>,
-        not_processed: bool,
-    ) -> JsResult<Next> {
-        let answer = if not_processed {
-            idem_core::KeyAnswer::NotProcessed
-        } else {
-            problem_type.as_deref().map_or(
-                idem_core::KeyAnswer::Unspecified,
-                idem_core::KeyAnswer::from_problem_type,
-            )
-        };
-        let response = idem_core::ClientResponse {
-            status,
-            retry_after_secs: retry_after_secs
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(|s| s as u64),
-            answer,
-        };
-        self.result(now, random_hi, random_lo, Ok(&response))
-    }
-
-    /// Reports a send that got no response: `lost` when the request may have reached the
-    /// server (a reset, a timeout), otherwise nothing left the client.
-    #[wasm_bindgen(js_name = onNetworkError)]
-    pub fn on_network_error(
-        &mut self,
-        now: f64,
-        random_hi: u32,
-        random_lo: u32,
-        lost: bool,
-    ) -> JsResult<Next> {
-        let e = if lost {
-            idem_core::NetworkError::Lost
-        } else {
-            idem_core::NetworkError::NotSent
-        };
-        self.result(now, random_hi, random_lo, Err(e))
-    }
-
-    fn result(
-        &mut self,
-        now: f64,
-        hi: u32,
-        lo: u32,
-        result: Result<&idem_core::ClientResponse, idem_core::NetworkError>,
-    ) -> JsResult<Next> {
-        let next = self
-            .entry
-            .on_result(
-                &self.policy,
-                interop::millis(now),
-                interop::u64_from_halves(hi, lo),
-                result,
-            )
-            .map_err(|e| js(interop::client_error(&e)))?;
-        Ok(Next { next })
-    }
-
-    /// When a status query about the key is due (`IDEM-CLIENT-8`): now for an undetermined
-    /// entry, the end of the wait for one asking again, `undefined` otherwise.
-    #[wasm_bindgen(js_name = nextAsk)]
-    pub fn next_ask(&self, now: f64) -> Option<f64> {
-        self.entry
-            .next_ask(interop::millis(now))
-            .map(interop::to_ms)
-    }
-
-    /// The `Idempotency-Status` field of a status query about this entry's request, made
-    /// with `method`: it asks to settle the key if the server never saw it.
-    #[wasm_bindgen(js_name = statusField)]
-    pub fn status_field(method: &str) -> String {
-        idem_core::StatusQuery::field(method, true)
-    }
-
-    /// Reports the answer to a status query about the key (`IDEM-CLIENT-8`): the body of a
-    /// status document (a 200 of the status media type), or `undefined` when the answer was
-    /// not one (the server does not answer status queries). `canResend`: whether the payload
-    /// is at hand, so that a completed key's replay can be fetched with the same key.
-    #[wasm_bindgen(js_name = onStatus)]
-    pub fn on_status(
-        &mut self,
-        now: f64,
-        random_hi: u32,
-        random_lo: u32,
-        document: Option<Vec<u8>>,
-        can_resend: bool,
-    ) -> JsResult<Next> {
-        let found = document
-            .as_deref()
-            .and_then(idem_core::KeyStatus::from_document);
-        let next = self
-            .entry
-            .on_status(
-                &self.policy,
-                interop::millis(now),
-                interop::u64_from_halves(random_hi, random_lo),
-                found.as_ref(),
-                can_resend,
-            )
-            .map_err(|e| js(interop::client_error(&e)))?;
-        Ok(Next { next })
-    }
-
-    /// Records that the application acted on the final response.
-    #[wasm_bindgen(js_name = markProcessed)]
-    pub fn mark_processed(&mut self) -> JsResult<()> {
-        self.entry
-            .mark_processed()
-            .map_err(|e| js(interop::client_error(&e)))
-    }
-}
-
-/// The retry policy (`IDEM-JS-1` for a value that is not a whole number in range; the
-/// JavaScript side passes any value that is not a number as `NaN`).
-fn retry_policy(
-    base: Option<f64>,
-    cap: Option<f64>,
-    max_attempts: Option<f64>,
-    deadline: Option<f64>,
-) -> JsResult<idem_core::RetryPolicy> {
-    interop::retry_policy(&interop::RetryOptions {
-        base,
-        cap,
-        max_attempts,
-        deadline,
+/// A response as `OnResponse` passes it: status, `Retry-After` seconds, the problem `type`
+/// (if the body was `application/problem+json`), and whether the host marked it as not
+/// processed.
+fn response(a: &mut Args<'_>) -> Result<idem_core::ClientResponse, ErrorParts> {
+    let status = a.number()? as u16;
+    let retry_after_secs = a
+        .opt_number()?
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| s as u64);
+    let problem_type = a.opt_text()?;
+    let answer = if a.flag()? {
+        idem_core::KeyAnswer::NotProcessed
+    } else {
+        problem_type.map_or(
+            idem_core::KeyAnswer::Unspecified,
+            idem_core::KeyAnswer::from_problem_type,
+        )
+    };
+    Ok(idem_core::ClientResponse {
+        status,
+        retry_after_secs,
+        answer,
     })
-    .map_err(js)
 }
 
-fn digest32(bytes: &[u8]) -> JsResult<[u8; 32]> {
-    bytes
+/// An entry's bytes, decoded (`IDEM-CLIENT-6` for bytes that are not an entry).
+fn entry(a: &mut Args<'_>) -> Result<OutboxEntry, ErrorParts> {
+    decode(a.bytes()?)
+}
+
+fn decode(bytes: &[u8]) -> Result<OutboxEntry, ErrorParts> {
+    idem_core::decode_entry(bytes).map_err(|e| interop::entry_decode_error(&e))
+}
+
+/// The retry policy from its four options (`IDEM-JS-1` for a value that is not a whole number
+/// in range; the JavaScript side passes any value that is not a number as `NaN`).
+fn policy(a: &mut Args<'_>) -> Result<RetryPolicy, ErrorParts> {
+    interop::retry_policy(&interop::RetryOptions {
+        base: a.opt_number()?,
+        cap: a.opt_number()?,
+        max_attempts: a.opt_number()?,
+        deadline: a.opt_number()?,
+    })
+}
+
+fn digest32(a: &mut Args<'_>) -> Result<[u8; 32], ErrorParts> {
+    a.bytes()?
         .try_into()
-        .map_err(|_| js(ErrorParts::options("a payload digest has 32 bytes")))
+        .map_err(|_| ErrorParts::options("a payload digest has 32 bytes"))
+}
+
+/// The first `N` bytes of a random value.
+fn random<const N: usize>(a: &mut Args<'_>, why: &'static str) -> Result<[u8; N], ErrorParts> {
+    a.bytes()?
+        .get(..N)
+        .and_then(|r| r.try_into().ok())
+        .ok_or_else(|| ErrorParts::options(why))
+}
+
+/// An entry's view: its bytes, key, state, outcome, attempts and last status.
+fn view(out: &mut Answer, e: &OutboxEntry) {
+    let state = e.state();
+    out.bytes(&idem_core::encode_entry(e))
+        .text(e.key())
+        .number(f64::from(OutboxState::of(&state) as u8))
+        .opt_number(FetchOutcome::of_state(&state).map(|o| f64::from(o as u8)))
+        .number(f64::from(e.attempts()))
+        .opt_number(e.last_status().map(f64::from));
+}
+
+/// A next step: its kind, outcome, stored status and give-up reason.
+fn next_step(out: &mut Answer, next: &NextStep) {
+    let (status, reason) = match *next {
+        NextStep::Executed { status } => (status, None),
+        NextStep::Failed { reason } | NextStep::Undetermined { reason } => {
+            (None, Some(interop::give_up_name(reason)))
+        }
+        _ => (None, None),
+    };
+    out.number(f64::from(NextKind::of(next) as u8))
+        .opt_number(FetchOutcome::of_next(next).map(|o| f64::from(o as u8)))
+        .opt_number(status.map(f64::from))
+        .opt_text(reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interop::Value;
+
+    /// Calls `op` with `args` and reads the answer back.
+    fn call_with(op: ClientOp, args: &[Value<'_>]) -> Vec<u8> {
+        let mut input = Answer::default();
+        for v in args {
+            input.value(*v);
+        }
+        call(op as u32, &input.0)
+    }
+
+    fn values(answer: &[u8]) -> Vec<Value<'_>> {
+        let mut r = Args(answer);
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            out.push(r.value().unwrap());
+        }
+        out
+    }
+
+    fn error_code(answer: &[u8]) -> &str {
+        assert_eq!(answer[0], interop::Wire::Error as u8);
+        match values(&answer[1..])[0] {
+            Value::Text(code) => code,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_entry_is_created_sent_answered_and_processed_through_its_bytes() {
+        let digest = call_with(
+            ClientOp::Digest,
+            &[Value::Text("POST"), Value::Text("/o"), Value::Bytes(b"{}")],
+        );
+        let Value::Bytes(digest) = values(&digest)[0] else {
+            panic!()
+        };
+        let absent = [Value::Absent; 4];
+        let mut args = alloc::vec![Value::Text("k1"), Value::Bytes(digest)];
+        args.extend(absent);
+        let created = call_with(ClientOp::Create, &args);
+        let v = values(&created);
+        assert_eq!(v[1], Value::Text("k1"));
+        assert_eq!(v[2], Value::Number(OutboxState::Created as u8 as f64));
+        assert_eq!(
+            (v[3], v[4], v[5]),
+            (Value::Absent, Value::Number(0.0), Value::Absent)
+        );
+        let Value::Bytes(entry) = v[0] else { panic!() };
+        let sent = call_with(
+            ClientOp::Send,
+            &[
+                Value::Bytes(entry),
+                Value::Number(1000.0),
+                Value::Bytes(digest),
+            ],
+        );
+        let Value::Bytes(entry) = values(&sent)[0] else {
+            panic!()
+        };
+        let mut args = alloc::vec![Value::Bytes(entry)];
+        args.extend(absent);
+        args.extend([
+            Value::Number(1001.0),
+            Value::Number(1.0),
+            Value::Number(2.0),
+            Value::Number(201.0),
+            Value::Absent,
+            Value::Absent,
+            Value::Number(0.0),
+        ]);
+        let answered = call_with(ClientOp::OnResponse, &args);
+        let v = values(&answered);
+        assert_eq!(v[0], Value::Number(NextKind::Complete as u8 as f64));
+        assert_eq!(v[1], Value::Number(FetchOutcome::Completed as u8 as f64));
+        assert_eq!(v[6], Value::Number(OutboxState::Answered as u8 as f64));
+        assert_eq!((v[8], v[9]), (Value::Number(1.0), Value::Number(201.0)));
+        // A changed payload is refused with the core's requirement.
+        let Value::Bytes(entry) = v[4] else { panic!() };
+        let other = [7u8; 32];
+        let refused = call_with(
+            ClientOp::CheckPayload,
+            &[Value::Bytes(entry), Value::Bytes(&other)],
+        );
+        assert_eq!(error_code(&refused), "IDEM-CLIENT-1");
+        let processed = call_with(ClientOp::MarkProcessed, &[Value::Bytes(entry)]);
+        assert_eq!(
+            values(&processed)[2],
+            Value::Number(OutboxState::Processed as u8 as f64)
+        );
+    }
+
+    #[test]
+    fn bad_calls_are_refused() {
+        assert_eq!(error_code(&call(99, &[])), "IDEM-JS-2");
+        // Arguments left over, and arguments missing.
+        assert_eq!(
+            error_code(&call_with(ClientOp::Names, &[Value::Absent])),
+            "IDEM-JS-2"
+        );
+        assert_eq!(error_code(&call_with(ClientOp::Digest, &[])), "IDEM-JS-2");
+        let restore = call_with(
+            ClientOp::Restore,
+            &[
+                Value::Bytes(b"xx"),
+                Value::Absent,
+                Value::Absent,
+                Value::Absent,
+                Value::Absent,
+            ],
+        );
+        assert_eq!(error_code(&restore), "IDEM-CLIENT-6");
+        let bad_policy = call_with(
+            ClientOp::Create,
+            &[
+                Value::Text("k"),
+                Value::Bytes(&[0; 32]),
+                Value::Number(f64::NAN),
+                Value::Absent,
+                Value::Absent,
+                Value::Absent,
+            ],
+        );
+        assert_eq!(error_code(&bad_policy), "IDEM-JS-1");
+    }
 }

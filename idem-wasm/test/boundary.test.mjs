@@ -17,9 +17,15 @@ const target = JSON.parse(
 ).target_directory;
 const glue = await import(join(target, "idem-wasm-bindgen", "idem_wasm.js"));
 glue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_wasm_bg.wasm")) });
-// The client's module, and its glue.
-const clientGlue = await import(join(target, "idem-wasm-bindgen", "idem_client.js"));
+// The client's module, its glue and the JavaScript that calls its one entry point, as the
+// build staged them side by side (js/outbox.js imports the glue as "./idem_client.js").
+const stage = join(target, "idem-wasm-stage");
+const clientGlue = await import(join(stage, "idem_client.js"));
 clientGlue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_client_bg.wasm")) });
+const outbox = await import(join(stage, "outbox.js"));
+const { ClientOp, Wire } = clientGlue;
+/** The names the client's module gives, as js/outbox.js reads them. */
+const clientNames = outbox.moduleNames();
 const sources = readdirSync(join(root, "js"))
   .filter((f) => f.endsWith(".js"))
   .map((f) => [f, readFileSync(join(root, "js", f), "utf8")]);
@@ -45,6 +51,8 @@ test("every enum member the JavaScript side names exists in the module, with the
     OutboxState: clientGlue.OutboxState,
     NextKind: clientGlue.NextKind,
     FetchOutcome: clientGlue.FetchOutcome,
+    ClientOp,
+    Wire,
   };
   const named = new RegExp(`\\b(${Object.keys(enums).join("|")})\\.([A-Za-z]+)\\b`, "g");
   let used = 0;
@@ -199,11 +207,11 @@ test("a sealed MemoryStore counts and sweeps its records with idem-core's figure
 
 test("header names, media types and the problem type prefix are the core's, read from the module, and no JavaScript writes them", async () => {
   // Both modules name the same headers.
-  assert.equal(clientGlue.keyHeader(), glue.keyHeader());
-  assert.equal(clientGlue.lowWaterHeader(), glue.lowWaterHeader());
-  assert.equal(clientGlue.statusHeader(), glue.statusHeader());
-  assert.equal(clientGlue.statusMediaType(), glue.statusMediaType());
-  assert.equal(clientGlue.problemMediaType(), glue.problemMediaType());
+  assert.equal(clientNames.key, glue.keyHeader());
+  assert.equal(clientNames.lowWater, glue.lowWaterHeader());
+  assert.equal(clientNames.status, glue.statusHeader());
+  assert.equal(clientNames.statusMediaType, glue.statusMediaType());
+  assert.equal(clientNames.problemMediaType, glue.problemMediaType());
   const names = [glue.keyHeader(), glue.replayedHeader(), glue.lowWaterHeader(), glue.problemTypePrefix(), glue.statusHeader(), glue.statusMediaType()];
   assert.ok(glue.problemTypePrefix().endsWith(":"), glue.problemTypePrefix());
   // The store test kit checks the HTTP contract from outside, as a client does: it states the
@@ -229,7 +237,7 @@ test("header names, media types and the problem type prefix are the core's, read
       },
     },
   );
-  assert.equal(result.outcome, clientGlue.outcomeNames().split(",")[clientGlue.FetchOutcome.Completed]);
+  assert.equal(result.outcome, clientNames.outcomes[clientGlue.FetchOutcome.Completed]);
   assert.equal(sent.length, 1);
   assert.equal(sent[0].get(glue.keyHeader()), "c1:1:0");
   assert.equal(sent[0].get(glue.lowWaterHeader()), "0");
@@ -272,7 +280,7 @@ test("the client's states and outcomes cross as the module's enums, its outcome 
   assert.deepEqual(members(clientGlue.OutboxState), ["Created", "Sent", "Waiting", "Answered", "Processed", "Failed", "Undetermined", "Asking", "Executed", "NotExecuted"]);
   assert.deepEqual(members(clientGlue.NextKind), ["Complete", "Retry", "Failed", "Undetermined", "AskStatus", "Executed", "NotExecuted"]);
   const outcomes = members(clientGlue.FetchOutcome);
-  const names = clientGlue.outcomeNames().split(",");
+  const names = clientNames.outcomes;
   assert.equal(names.length, outcomes.length);
   const kebab = (name) => name.replace(/([a-z])([A-Z])/g, "$1-$2").toLowerCase();
   for (const o of outcomes) assert.equal(names[clientGlue.FetchOutcome[o]], kebab(o));
@@ -337,4 +345,37 @@ test("the telemetry's names are the core's, read from the module; no JavaScript 
   const doc = readFileSync(join(root, "..", "docs", "observability.md"), "utf8");
   const rows = [...doc.matchAll(/^\| `([^`]+)` \|/gm)].map((m) => m[1]);
   assert.deepEqual([...rows].sort(), [...names].sort());
+});
+
+test("the client's module has one entry point: every operation JavaScript calls is the module's, and values cross both ways", () => {
+  // Each operation is the module's ClientOp, named by JavaScript (the Echo operation is for
+  // this test), and no JavaScript numbers one by hand.
+  const ops = Object.keys(ClientOp).filter((k) => Number.isNaN(Number(k)));
+  const client = sources.filter(([f]) => f === "client.js" || f === "outbox.js").map(([, t]) => code(t)).join("\n");
+  const used = new Set([...client.matchAll(/\bClientOp\.([A-Za-z0-9]+)/g)].map((m) => m[1]));
+  assert.deepEqual(ops.filter((op) => !used.has(op)), ["Echo"]);
+  assert.doesNotMatch(client, /\bcall\(\s*\d/, "an operation is called by number");
+  // The tags of the format are the module's, each its own number.
+  const tags = Object.keys(Wire).filter((k) => Number.isNaN(Number(k)));
+  assert.deepEqual(tags, ["Absent", "Number", "Bytes", "Text", "Error"]);
+  assert.equal(new Set(tags.map((t) => Wire[t])).size, tags.length);
+  // Every kind of value reads back as the module read it: absent values, numbers (booleans
+  // as 0 or 1), text in UTF-8 and bytes, empty and large.
+  const large = new Uint8Array(300_000).map((_, i) => i % 251);
+  const values = [undefined, null, 0, -1.5, NaN, 2 ** 53, -0, true, false, "", "café ☕ 𝄞", new Uint8Array(0), new Uint8Array([0, 255]), large];
+  const expected = [undefined, undefined, 0, -1.5, NaN, 2 ** 53, -0, 1, 0, "", "café ☕ 𝄞", new Uint8Array(0), new Uint8Array([0, 255]), large];
+  assert.deepEqual(outbox.run(ClientOp.Echo, ...values), expected);
+  // A refusal crosses as the RangeError the module describes, with its code.
+  assert.throws(() => outbox.decode(clientGlue.call(ops.length, outbox.encode([]))), (e) => e instanceof RangeError && e.code === "IDEM-JS-2");
+  assert.throws(() => outbox.run(ClientOp.Digest, "POST"), (e) => e instanceof RangeError && e.code === "IDEM-JS-2");
+  assert.throws(() => outbox.run(ClientOp.Restore, new Uint8Array([1, 2]), undefined, undefined, undefined, undefined), (e) => e.code === "IDEM-CLIENT-6");
+  // Numbers the module hands back, as the client reads them: an entry's view and its state.
+  const [digest] = outbox.run(ClientOp.Digest, "POST", "http://x/o", new Uint8Array([1]));
+  assert.equal(digest.length, 32);
+  const entry = outbox.Outbox.create("k-1", digest, [undefined, undefined, undefined, undefined]);
+  assert.deepEqual([entry.key, entry.state, entry.outcome, entry.attempts, entry.lastStatus], ["k-1", clientGlue.OutboxState.Created, undefined, 0, undefined]);
+  entry.send(1000, digest);
+  const next = entry.onResponse(1001, 201, undefined, undefined, false);
+  assert.deepEqual(next, { kind: clientGlue.NextKind.Complete, outcome: clientGlue.FetchOutcome.Completed, status: undefined, reason: undefined });
+  assert.deepEqual([entry.state, entry.attempts, entry.lastStatus], [clientGlue.OutboxState.Answered, 1, 201]);
 });

@@ -197,7 +197,7 @@ pub fn decode_entry(bytes: &[u8]) -> Result<OutboxEntry, EntryDecodeError> {
     let entry = read_entry(&bytes[3..]).ok_or(EntryDecodeError::Malformed)?;
     check_key(&entry.key).map_err(|_| EntryDecodeError::Invalid("invalid key"))?;
     let sent = entry.attempts > 0;
-    if sent != entry.first_sent.is_some() || sent == (entry.state == EntryState::Created) {
+    if sent != entry.first_sent.is_some() || sent == matches!(entry.state, EntryState::Created) {
         return Err(EntryDecodeError::Invalid(
             "attempts, first send and state disagree",
         ));

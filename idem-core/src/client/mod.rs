@@ -14,10 +14,12 @@ use core::fmt;
 use core::time::Duration;
 
 mod format;
+mod keys;
 
 pub use format::{
     decode_entry, encode_entry, EntryDecodeError, ENTRY_FORMAT_VERSION, MAX_ENTRY_BYTES,
 };
+pub use keys::{uuid_v4_key, uuid_v7_key};
 
 /// How an entry retries. See `spec/KINDS.md` for the reasons behind the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -589,7 +591,7 @@ impl OutboxEntry {
         random: u64,
         result: Result<&ClientResponse, NetworkError>,
     ) -> Result<(NextStep, bool), ClientError> {
-        if self.state != EntryState::Sent {
+        if !matches!(self.state, EntryState::Sent) {
             return Err(ClientError::NothingInFlight(self.state));
         }
         let mut maybe = self.maybe_processed;
@@ -694,15 +696,4 @@ pub fn backoff_ms(
     let jitter = ((u128::from(random) * (u128::from(ceiling) + 1)) >> 64) as u64;
     let floor = retry_after_secs.map_or(0, |s| s.saturating_mul(1000));
     jitter.max(floor)
-}
-
-/// A UUID version 4 key from 128 random bits (RFC 9562 §5.4), for clients that have no
-/// UUID generator of their own.
-pub fn uuid_v4_key(random: [u64; 2]) -> String {
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&random[0].to_le_bytes());
-    bytes[8..].copy_from_slice(&random[1].to_le_bytes());
-    let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
-    let mut buf = uuid::Uuid::encode_buffer();
-    String::from(uuid.hyphenated().encode_lower(&mut buf))
 }

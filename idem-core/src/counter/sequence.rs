@@ -123,7 +123,10 @@ impl CounterSequence {
         if n > r.0.len() {
             return None;
         }
-        let open = (0..n).map(|_| r.u64()).collect::<Option<Vec<u64>>>()?;
+        let mut open = Vec::with_capacity(n);
+        for _ in 0..n {
+            open.push(r.u64()?);
+        }
         Some(CounterSequence {
             client,
             epoch,

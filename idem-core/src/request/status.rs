@@ -78,10 +78,10 @@ impl KeyStatus {
                 &["response", "replayable"],
                 &["retryAfter"],
             ],
-        )
-        .ok()?;
+        )?;
         let number = |found: Found| match found {
-            Found::Number(n) => n.parse::<u64>().ok(),
+            // A JSON number's text: digits only (no sign, no fraction) is a whole number.
+            Found::Number(n) => crate::kind::parse_decimal(&n, "status").ok(),
             _ => None,
         };
         let Found::String(name) = name else {

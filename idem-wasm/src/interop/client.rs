@@ -1,12 +1,11 @@
 //! The client's side of the boundary: the retry options, the outbox entry's states, next
 //! steps and outcomes as `#[wasm_bindgen]` enums (and the outcome names JavaScript reports),
-//! the client's errors and its UUID v7 keys.
+//! the client's errors.
 
 use super::options::{duration, whole};
 use super::ErrorParts;
 use alloc::string::String;
 use alloc::vec::Vec;
-use idem_core::UnixMillis;
 
 /// The client's retry options as read from JavaScript (`retry: { base, cap, maxAttempts,
 /// deadline }`, ms), each `None` for the default.
@@ -44,7 +43,7 @@ pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorPar
 
 /// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
 /// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FetchOutcome {
     /// A final 2xx or 3xx.
@@ -129,7 +128,7 @@ pub fn outcome_names() -> String {
 
 /// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
 /// `Next.kind`.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextKind {
     /// The interaction is complete: act on the response.
@@ -166,7 +165,7 @@ impl NextKind {
 
 /// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
 /// `Outbox.state`.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutboxState {
     /// Not sent yet.
@@ -261,13 +260,6 @@ pub fn sequence_error(e: &idem_core::CounterError) -> ErrorParts {
         _ => "counter.bits must be 8 to 64, and counter.firstSeq fit in them",
     };
     ErrorParts::range("IDEM-CTR-1", message)
-}
-
-/// A UUID v7 key (RFC 9562 §5.7) from the time and 80 random bits.
-pub fn uuid_v7_key(now: UnixMillis, random: [u8; 10]) -> String {
-    let uuid = uuid::Builder::from_unix_timestamp_millis(now.0, &random).into_uuid();
-    let mut buf = uuid::Uuid::encode_buffer();
-    String::from(uuid.hyphenated().encode_lower(&mut buf))
 }
 
 /// A give-up reason's name for JavaScript.

@@ -9,7 +9,7 @@ use idem_core::Event;
 
 /// The steps of the request machine ([`idem_core::Step`]), as the JavaScript side sees
 /// them: what a slot's `poll` returns.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepKind {
     /// Read the record (or ask the store that claims itself).
@@ -31,7 +31,7 @@ pub enum StepKind {
 }
 
 /// What the handler's run came to.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ran {
     /// It answered: the response is classified by status (`IDEM-OUT-4`).
@@ -45,7 +45,7 @@ pub enum Ran {
 }
 
 /// Where a request's heartbeats stand ([`idem_core::Heartbeat`]).
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeartbeatState {
     /// None asked for, or one is on its way.
@@ -75,7 +75,7 @@ impl HeartbeatState {
 
 /// What became of a delivery to an inbox ([`idem_core::Delivery`]), as JavaScript reads it:
 /// its name is `deliveryNames()[outcome]`.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeliveryOutcome {
     /// Processed now.
@@ -98,7 +98,7 @@ pub enum DeliveryOutcome {
 
 /// How a store call failed, as the JavaScript side reports it (`storeFailed`): the
 /// [`StoreFailure`](idem_core::StoreFailure)s by number.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreFailed {
     /// Unreachable, timed out, refused (`IDEM-STORE-4`).

@@ -105,7 +105,7 @@ pub fn flatten(pairs: &[(String, String)]) -> String {
 
 /// What the first byte of reply bytes says (see the module docs); the JavaScript side reads
 /// the bits by these names.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyFlag {
     /// The reply replays a stored response ([`idem_core::Reply::is_replay`]): it carries
@@ -163,7 +163,7 @@ pub struct StoreWrite {
 
 /// What the first byte of write bytes says (see the module docs); the JavaScript side reads
 /// the bits by these names.
-#[wasm_bindgen::prelude::wasm_bindgen]
+#[cfg_attr(feature = "server", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteFlag {
     /// The record to store follows the head; without it, the write deletes.

@@ -4,20 +4,25 @@
 //! idem-wasm` (`tests/interop.rs`): [`errors`] (core errors → [`ErrorParts`]), [`codes`]
 //! (steps, outcomes, heartbeat states, deliveries and events), [`options`] (engine options →
 //! a [`Policy`](idem_core::Policy)), [`layout`] (list texts, reply, write and context bytes),
-//! [`wire`] (the Durable Object wire format) and [`client`] (the client's options, states and
-//! outcomes). What reads JavaScript values is in `from_js.rs`; the bindings themselves are in
-//! the modules beside it.
+//! [`wire`] (the Durable Object wire format), [`client`] (the client's options, states and
+//! outcomes) and `call` (the client module's one entry point: its operations and the format
+//! of their arguments and answers). What reads JavaScript values is in `from_js.rs`; the
+//! bindings themselves are in the modules beside it.
 //!
 //! # What crosses the boundary
 //!
 //! Every code that crosses is defined here or in idem-core, once: the steps of the request
 //! machine, the handler's outcome, the heartbeat states, the delivery outcomes and the
 //! client's states and outcomes are `#[wasm_bindgen]` enums the JavaScript side imports by
-//! name; the engine options are read from the options object by the names in
+//! name (each module exports its own side's enums only: the client's module the client's,
+//! with its operations and the tags of its values); the engine options are read from the options object by the names in
 //! [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`](idem_core::Event::ALL); header
-//! names and the problem type prefix are idem-core's, exported by the module. Four byte
-//! layouts remain, for speed, and `test/boundary.test.mjs` checks both sides against each
-//! other:
+//! names and the problem type prefix are idem-core's, exported by the module. Five byte
+//! layouts remain, for speed and size, and `test/boundary.test.mjs` checks both sides against
+//! each other:
+//!
+//! * **Client calls**: the client's module takes and answers lists of tagged values (see
+//!   `call.rs`), which `js/outbox.js` encodes and decodes.
 //!
 //! * **List text**: a list of strings as one string, each item written as its length in
 //!   UTF-16 code units (a JavaScript string's `length`), a colon, and the item:
@@ -35,6 +40,8 @@
 //!   ([`idem_core::Context::attempt`]), a `u8` that is 1 when the handler takes over from an
 //!   attempt whose lease expired, then the key (UTF-8). Numbers are little-endian.
 
+#[cfg(feature = "client")]
+pub mod call;
 pub mod client;
 pub mod codes;
 pub mod errors;
@@ -42,6 +49,8 @@ pub mod layout;
 pub mod options;
 pub mod wire;
 
+#[cfg(feature = "client")]
+pub use call::*;
 pub use client::*;
 pub use codes::*;
 pub use errors::*;

@@ -294,16 +294,22 @@ fn choice<T: Copy>(
 /// A counter number or epoch as decimal text (64-bit numbers do not fit a JavaScript
 /// number): `IDEM-CTR-1` for anything else.
 pub fn decimal(name: &str, text: &str) -> Result<u64, ErrorParts> {
-    text.parse::<u64>()
-        .ok()
-        .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
+    // Digits only (no sign), at least one, within a u64: as `str::parse` with the sign
+    // refused, in a loop that is smaller in the client's module.
+    let n = text.bytes().try_fold(0u64, |n, b| {
+        let digit = u64::from(b.wrapping_sub(b'0'));
+        (digit < 10).then_some(())?;
+        n.checked_mul(10)?.checked_add(digit)
+    });
+    n.filter(|_| !text.is_empty())
         .ok_or_else(|| ErrorParts::about("IDEM-CTR-1", name, " must be a decimal number"))
 }
 
 /// `n` as decimal text, [`decimal`]'s inverse, written without `core::fmt`.
 pub fn decimal_text(n: u64) -> String {
     let (digits, at) = super::layout::decimal_digits(n);
-    digits[at..].iter().map(|&d| char::from(d)).collect()
+    // ASCII digits only.
+    String::from(core::str::from_utf8(&digits[at..]).unwrap_or_default())
 }
 
 /// The token secret: 32 bytes as 64 hex digits.
@@ -343,4 +349,27 @@ pub fn to_ms(t: UnixMillis) -> f64 {
 /// A u64 from two u32 halves (random values come from `crypto.getRandomValues` in JS).
 pub fn u64_from_halves(hi: u32, lo: u32) -> u64 {
     (u64::from(hi) << 32) | u64::from(lo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_read_as_str_parse_reads_digits() {
+        for text in ["0", "007", "18446744073709551615", "42"] {
+            assert_eq!(decimal("n", text).ok(), text.parse::<u64>().ok(), "{text}");
+            assert_eq!(
+                decimal_text(decimal("n", text).unwrap()),
+                text.trim_start_matches('0').max("0")
+            );
+        }
+        for bad in ["", "+1", "-1", "1 ", "18446744073709551616", "1e3", "٣"] {
+            let e = decimal("epoch", bad).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                ("IDEM-CTR-1", "epoch must be a decimal number")
+            );
+        }
+    }
 }

@@ -1,0 +1,66 @@
+//! The client's UUID keys (RFC 9562), for clients that have no UUID generator of their own:
+//! version 4 from random bits, version 7 from the time and random bits. Written out by hand
+//! (the version and variant bits, then lowercase hex with hyphens), the same text as the
+//! `uuid` crate's builders (a test holds them equal), so that the client's module carries
+//! none of that crate.
+
+use crate::time::UnixMillis;
+use alloc::string::String;
+
+/// A UUID version 4 key from 128 random bits (RFC 9562 §5.4).
+pub fn uuid_v4_key(random: [u64; 2]) -> String {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&random[0].to_le_bytes());
+    bytes[8..].copy_from_slice(&random[1].to_le_bytes());
+    text(bytes, 4)
+}
+
+/// A UUID version 7 key (RFC 9562 §5.7) from the time (its low 48 bits of milliseconds) and
+/// 80 random bits.
+pub fn uuid_v7_key(now: UnixMillis, random: [u8; 10]) -> String {
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&now.0.to_be_bytes()[2..]);
+    bytes[6..].copy_from_slice(&random);
+    text(bytes, 7)
+}
+
+/// `bytes` with the `version` and the RFC 9562 variant set, as `8-4-4-4-12` lowercase hex.
+fn text(mut bytes: [u8; 16], version: u8) -> String {
+    bytes[6] = bytes[6] & 0x0f | version << 4;
+    bytes[8] = bytes[8] & 0x3f | 0x80;
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(hex(b >> 4));
+        out.push(hex(b & 0x0f));
+    }
+    out
+}
+
+/// A nibble as a lowercase hex digit.
+fn hex(nibble: u8) -> char {
+    char::from(if nibble < 10 { b'0' } else { b'a' - 10 } + nibble)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The same text as the `uuid` crate's builders.
+        #[test]
+        fn same_as_the_uuid_crate(a in any::<u64>(), b in any::<u64>(), now in any::<u64>(), random in any::<[u8; 10]>()) {
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&a.to_le_bytes());
+            bytes[8..].copy_from_slice(&b.to_le_bytes());
+            let v4 = uuid::Builder::from_random_bytes(bytes).into_uuid();
+            prop_assert_eq!(uuid_v4_key([a, b]), v4.hyphenated().to_string());
+            let v7 = uuid::Builder::from_unix_timestamp_millis(now, &random).into_uuid();
+            prop_assert_eq!(uuid_v7_key(UnixMillis(now), random), v7.hyphenated().to_string());
+        }
+    }
+}

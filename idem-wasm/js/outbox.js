@@ -1,0 +1,182 @@
+// The client's module as `idempotentFetch` sees it. The module has one entry point,
+// `call(op, input)`: the operation's number (ClientOp) and its arguments as tagged values
+// (Wire) in, its answer's values out; src/interop/call.rs defines both, and what each
+// operation takes and answers. This file encodes the arguments, decodes the answers, and
+// offers the operations as two small classes: an outbox entry and a counter numbering, each
+// held as its persisted bytes (nothing lives in the module between calls).
+import { random32 } from "./common.js";
+import { rangeError } from "./errors.js";
+import { ClientOp, Wire, call } from "./idem_client.js";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** The values as the module reads them: undefined and null absent, numbers and booleans as
+ * numbers, strings as text, Uint8Arrays as bytes. */
+export function encode(values) {
+  const items = values.map((v) => (typeof v === "string" ? encoder.encode(v) : v));
+  let size = 0;
+  for (const v of items) size += v == null ? 1 : v instanceof Uint8Array ? 5 + v.length : 9;
+  const out = new Uint8Array(size);
+  const view = new DataView(out.buffer);
+  let at = 0;
+  items.forEach((v, i) => {
+    if (v == null) {
+      out[at++] = Wire.Absent;
+    } else if (v instanceof Uint8Array) {
+      out[at] = typeof values[i] === "string" ? Wire.Text : Wire.Bytes;
+      view.setUint32(at + 1, v.length, true);
+      out.set(v, at + 5);
+      at += 5 + v.length;
+    } else {
+      out[at] = Wire.Number;
+      view.setFloat64(at + 1, Number(v), true);
+      at += 9;
+    }
+  });
+  return out;
+}
+
+/** An answer's values (absent ones undefined), or the RangeError it refuses with. */
+export function decode(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const refused = bytes[0] === Wire.Error;
+  const values = [];
+  for (let at = refused ? 1 : 0; at < bytes.length; ) {
+    const tag = bytes[at++];
+    if (tag === Wire.Number) {
+      values.push(view.getFloat64(at, true));
+      at += 8;
+    } else if (tag === Wire.Absent) {
+      values.push(undefined);
+    } else {
+      const b = bytes.subarray(at + 4, (at += 4 + view.getUint32(at, true)));
+      values.push(tag === Wire.Text ? decoder.decode(b) : b.slice());
+    }
+  }
+  if (refused) throw rangeError(values[0], values[1]);
+  return values;
+}
+
+/** Runs operation `op` with `args`: the values of its answer. */
+export function run(op, ...args) {
+  return decode(call(op, encode(args)));
+}
+
+let names = null;
+
+/** The names the module gives: the header names, the media types and the names of the
+ * outcomes (indexed by FetchOutcome). */
+export function moduleNames() {
+  if (names === null) {
+    const [key, lowWater, status, statusMediaType, problemMediaType, ...outcomes] = run(ClientOp.Names);
+    names = { key, lowWater, status, statusMediaType, problemMediaType, outcomes };
+  }
+  return names;
+}
+
+/**
+ * One logical request: the core's outbox entry, as its bytes, with its retry options (an
+ * array of four, see `retryArgs` in client.js) and what the module says of it: `key`,
+ * `state` (OutboxState), `outcome` (FetchOutcome, undefined while it is not over),
+ * `attempts` and `lastStatus`. The methods that report a result answer the next step:
+ * `{ kind, outcome, status, reason }` (NextKind, FetchOutcome).
+ */
+export class Outbox {
+  constructor(view, retry) {
+    this.retry = retry;
+    this.view(view);
+  }
+
+  /** A new entry for `key` and the payload `digest`. */
+  static create(key, digest, retry) {
+    return new Outbox(run(ClientOp.Create, key, digest, ...retry), retry);
+  }
+
+  /** A persisted entry (IDEM-CLIENT-6 for bytes that are not one). */
+  static fromBytes(bytes, retry) {
+    return new Outbox(run(ClientOp.Restore, bytes, ...retry), retry);
+  }
+
+  view([bytes, key, state, outcome, attempts, lastStatus]) {
+    Object.assign(this, { bytes, key, state, outcome, attempts, lastStatus });
+  }
+
+  nextSend(now) {
+    return run(ClientOp.NextSend, this.bytes, now)[0];
+  }
+
+  nextAsk(now) {
+    return run(ClientOp.NextAsk, this.bytes, now)[0];
+  }
+
+  checkPayload(digest) {
+    run(ClientOp.CheckPayload, this.bytes, digest);
+  }
+
+  send(now, digest) {
+    this.view(run(ClientOp.Send, this.bytes, now, digest));
+  }
+
+  markProcessed() {
+    this.view(run(ClientOp.MarkProcessed, this.bytes));
+  }
+
+  /** Reports a response: its status, `Retry-After` in seconds, its problem `type`, and
+   * whether the host marked it as not processed. */
+  onResponse(now, status, retryAfter, problemType, notProcessed) {
+    return this.#report(ClientOp.OnResponse, now, status, retryAfter, problemType, notProcessed);
+  }
+
+  /** Reports a send without a response: `lost` when it may have reached the server. */
+  onNetworkError(now, lost) {
+    return this.#report(ClientOp.OnNetworkError, now, lost);
+  }
+
+  /** Reports the answer to a status query: the status document's bytes (undefined when the
+   * answer was none), and whether the payload is at hand to send again. */
+  onStatus(now, document, canResend) {
+    return this.#report(ClientOp.OnStatus, now, document, canResend);
+  }
+
+  #report(op, now, ...result) {
+    const [kind, outcome, status, reason, ...view] = run(op, this.bytes, ...this.retry, now, random32(), random32(), ...result);
+    this.view(view);
+    return { kind, outcome, status, reason };
+  }
+}
+
+/** One client's numbering for counter keys, as its bytes and its session `epoch`. */
+export class CounterSequence {
+  constructor([bytes, epoch]) {
+    this.bytes = bytes;
+    this.epoch = epoch;
+  }
+
+  /** The numbering of `client` in session `epoch`, `bits` wide, from `firstSeq` (decimal
+   * texts; IDEM-CTR-1). */
+  static create(client, epoch, bits, firstSeq) {
+    return new CounterSequence(run(ClientOp.CounterNew, client, epoch, bits, firstSeq));
+  }
+
+  /** A persisted numbering (IDEM-JS-2 for bytes that are not one). */
+  static fromBytes(bytes) {
+    return new CounterSequence(run(ClientOp.CounterRestore, bytes));
+  }
+
+  /** The key of a new logical request, with the next number. */
+  takeKey() {
+    const [bytes, key] = run(ClientOp.CounterTake, this.bytes);
+    this.bytes = bytes;
+    return key;
+  }
+
+  /** The answer for number `seq` (decimal text) arrived. */
+  done(seq) {
+    [this.bytes] = run(ClientOp.CounterDone, this.bytes, seq);
+  }
+
+  lowWater() {
+    return run(ClientOp.CounterLowWater, this.bytes)[0];
+  }
+}
