@@ -97,6 +97,18 @@ const PUBLISHED: [&str; 4] = ["idem-spec", "idem-core", "idem-tower", "idem-conf
 fn test() -> Result<(), String> {
     step("check: formatting");
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    let package_build = wasm::build_beside();
+    let checked = checks_and_test_build();
+    // Also when a check failed: nothing this command started goes on after it.
+    package_build.join()?;
+    let (built, conformance, example) = checked?;
+    tests(built, conformance, example)
+}
+
+/// The checks that need no test build (clippy, `no_std`, docs), then the test build: the
+/// test executables, the CLI and the axum example.
+fn checks_and_test_build(
+) -> Result<(harness::Built, std::path::PathBuf, std::path::PathBuf), String> {
     step("check: clippy");
     run(cargo().args([
         "clippy",
@@ -129,14 +141,23 @@ fn test() -> Result<(), String> {
             "--quiet",
         ])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
-    wasm::build()?;
     // One build for every Rust test, with every feature (each store's tests start a
     // private redis-server or postgres): the CLI that the npm, worker and browser tests
     // drive and the axum example come out of the same build.
     step("build: the rust workspace's tests, every feature");
-    let mut built = harness::build(&["--all-features"])?;
+    let built = harness::build(&["--all-features"])?;
     let conformance = built.executable("idem-conformance")?;
     let example = built.executable("axum-orders")?;
+    Ok((built, conformance, example))
+}
+
+/// Runs every test, from one build: the Rust workspace's, the package check, and the npm
+/// package's, the worker's, the browser's and the axum example's, side by side.
+fn tests(
+    mut built: harness::Built,
+    conformance: std::path::PathBuf,
+    example: std::path::PathBuf,
+) -> Result<(), String> {
     step("test: the doc tests");
     run(cargo().args(["test", "--workspace", "--doc", "--all-features", "--quiet"]))?;
     util::forget_local_packages(&PUBLISHED)?;

@@ -89,6 +89,50 @@ pub(crate) fn build() -> Result<(), String> {
     run(npm().args(["run", "--silent", "typecheck"]))
 }
 
+/// [`build`], started beside the steps that follow it: the two WebAssembly builds are
+/// mostly one core's work (fat LTO into one codegen unit), and the checks and the test
+/// build beside them keep the other core busy. Cargo allows one build at a time in a target
+/// directory, so these get one of their own. [`Beside::join`] waits for them and prints
+/// what they printed.
+pub(crate) fn build_beside() -> Beside {
+    let target = crate::util::target_dir().join("npm-package");
+    Beside(std::thread::spawn(move || {
+        let mut shown = String::new();
+        for args in [
+            &["run", "--silent", "build", "--", "--quiet"][..],
+            &["run", "--silent", "typecheck"],
+        ] {
+            let mut cmd = npm();
+            cmd.args(args).env("CARGO_TARGET_DIR", &target);
+            let output = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            shown.push_str(&String::from_utf8_lossy(&output.stdout));
+            shown.push_str(&String::from_utf8_lossy(&output.stderr));
+            if !output.status.success() {
+                return Err(format!("{cmd:?} failed with {}:\n{shown}", output.status));
+            }
+        }
+        Ok(shown)
+    }))
+}
+
+/// The npm package's build, running beside the other steps.
+pub(crate) struct Beside(std::thread::JoinHandle<Result<String, String>>);
+
+impl Beside {
+    /// Waits for the build and the type check, and prints their output.
+    pub(crate) fn join(self) -> Result<(), String> {
+        step(
+            "build: idem-wasm npm package and its TypeScript types (built beside the steps above)",
+        );
+        let shown = self
+            .0
+            .join()
+            .map_err(|_| "the npm package's build panicked".to_owned())??;
+        print!("{shown}");
+        Ok(())
+    }
+}
+
 /// What runs the Node tests against the built package ([`build`] first); the two-process
 /// test runs `conformance` (a build of idem-conformance with every feature).
 pub(crate) fn tests(conformance: &std::path::Path) -> Command {
