@@ -9,7 +9,10 @@
 // compare-and-set is made against that copy, synchronously, after the last await, so two
 // claims whose storage reads settle together can never both see "absent". Completions come
 // back as compare-and-set writes, checked against the same copy. Alarms, set from each
-// record's deadline, drive expiry (IDEM-TTL-4).
+// record's deadline, drive expiry (IDEM-TTL-4). In a SQLite-backed object, records in clear
+// are read through the synchronous `storage.kv` API: a claim then awaits nothing between
+// its read and its write. A store inside the object (`DurableObjectLocalStore`) claims on the
+// request's own slot, with no ticket in between.
 //
 // Values larger than one storage value may hold (128 KiB in the key-value backend; 2 MB for
 // key and value together in SQLite-backed objects) are split over several storage keys,
