@@ -468,6 +468,21 @@ describe("DurableObjectLocalStore in a SQLite-backed object (storage.kv)", () =>
     assert.ok(reads.some((k) => k.startsWith("idem:r:")), "records were read through storage.kv");
   });
 
+  test("a response over several storage values is read back whole (IDEM-STORE-5)", async () => {
+    const { storage, reads } = syncStorage();
+    const big = "x".repeat(300 * 1024) + "end";
+    const over = () =>
+      withIdempotency(async () => new Response(big, { status: 201 }), {
+        principal: "none",
+        store: new DurableObjectLocalStore({ storage }, { writesOnly: true }),
+      });
+    assert.equal((await over()(post('"big"'))).status, 201);
+    const replay = await over()(post('"big"'));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(await replay.text(), big);
+    assert.ok(reads.some((k) => k.startsWith("idem:c:")), "its further chunks were read through storage.kv");
+  });
+
   test("a record sealed elsewhere is refused by a store without a seal, and never run (IDEM-SEAL-3)", async () => {
     const written = new FakeStorage();
     const sealed = withIdempotency(async () => new Response("sealed", { status: 201 }), {
