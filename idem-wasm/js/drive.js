@@ -13,7 +13,7 @@
 import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
 import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";
-import { attemptText, bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
+import { CLAIM_IN_SLOT, attemptText, bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
 let events = null;
 function eventName(index) {
@@ -139,7 +139,7 @@ export class Driver {
       // A store that keeps something for an attempt (a handler's transaction) lets go of it
       // when the attempt's request is over, however it ended (IDEM-STORE-7).
       const store = this.#store;
-      const key = request.high >= 0 && typeof store.end === "function" ? engine.storageKey(slot) : null;
+      const key = request.high >= 0 && typeof store.end === "function" ? request.storageKey(engine) : null;
       const close = () => {
         engine.end(slot);
         if (key !== null) {
@@ -179,8 +179,12 @@ export class Driver {
     const engine = this.#engine;
     const store = this.#store;
     const trace = request.trace;
+    // A store in this isolate claims on the slot itself and hands back the step after.
+    const here = store[CLAIM_IN_SLOT] === undefined ? null : store;
+    let next = null;
     for (;;) {
-      const step = engine.poll(slot, this.#now());
+      const step = next ?? engine.poll(slot, this.#now());
+      next = null;
       if (this.#observed) this.#emit(request);
       if (step !== Step.Claim && step !== Step.Load && step !== Step.Apply) return step;
       const start = trace === null ? 0 : performance.now();
@@ -191,15 +195,19 @@ export class Driver {
           // handler's own transaction (PostgresStore#transaction) tells it from a heartbeat,
           // and one attempt's transaction from another's.
           const info = request.outcome === undefined ? undefined : { outcome: request.outcome, fence: engine.fence(slot), attempt: request.attempt };
-          const applied = await store.apply(engine.storageKey(slot), write, this.#now(), info);
+          const applied = await store.apply(request.storageKey(engine), write, this.#now(), info);
           if (trace !== null) trace.store("apply", secondsSince(start), applied === true);
           engine.applied(slot, this.#now(), applied === true);
+        } else if (step === Step.Claim && here !== null) {
+          const after = here[CLAIM_IN_SLOT](engine, slot, request.storageKey(engine), this.#now(), step);
+          next = typeof after === "number" ? after : await after;
+          if (trace !== null) trace.store("claim", secondsSince(start), false);
         } else if (step === Step.Claim && typeof store.claim === "function") {
-          const bytes = await store.claim(engine.storageKey(slot), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
+          const bytes = await store.claim(request.storageKey(engine), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
           if (trace !== null) trace.store("claim", secondsSince(start), false);
           engine.claimed(slot, this.#now(), bytes);
         } else {
-          const current = await store.load(engine.storageKey(slot));
+          const current = await store.load(request.storageKey(engine));
           if (trace !== null) trace.store("load", secondsSince(start), false);
           engine.record(slot, this.#now(), current?.value ?? undefined);
         }
@@ -270,14 +278,25 @@ class Served {
     this.trace = null;
     this.status = undefined;
     /** The halves of the running attempt's identity (`high` is -1 until one runs): its text
-     * is made only for a store or a handler that asks for it. */
+     * is made only for a store or a handler that asks for it, once. */
     this.high = -1;
     this.low = 0;
+    this.attemptText = undefined;
+    /** The record's storage key, once asked for. */
+    this.key = undefined;
   }
 
   /** The running attempt's identity, or undefined when none ran. */
   get attempt() {
-    return this.high < 0 ? undefined : attemptText(this.high, this.low);
+    if (this.high < 0) return undefined;
+    this.attemptText ??= attemptText(this.high, this.low);
+    return this.attemptText;
+  }
+
+  /** The record's storage key (the engine's, asked for once per request). */
+  storageKey(engine) {
+    this.key ??= engine.storageKey(this.slot);
+    return this.key;
   }
 }
 
@@ -313,7 +332,7 @@ class RunContext {
   /** The record's storage key, for a handler that asks for it (PostgresStore#transaction). */
   get storageKey() {
     if (this.#request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
-    return this.#engine.storageKey(this.#request.slot);
+    return this.#request.storageKey(this.#engine);
   }
 
   /** This attempt's identity (16 hex digits), unique across every attempt at every key: what
@@ -337,8 +356,19 @@ class RunContext {
   json(value, init) {
     const text = JSON.stringify(value);
     if (text === undefined) throw new TypeError("the value has no JSON form");
-    const headers = new Headers(init?.headers);
-    if (!headers.has("content-type")) headers.set("content-type", "application/json");
-    return this.respond(text, { ...init, headers });
+    return this.respond(text, { ...init, headers: withJsonType(init?.headers) });
   }
+}
+
+/** `headers` (what a Response takes) with `content-type: application/json` unless they name
+ * a content type: a plain record is extended as it is, anything else becomes a Headers. */
+function withJsonType(headers) {
+  if (headers == null) return { "content-type": "application/json" };
+  if (Object.getPrototypeOf(headers) === Object.prototype) {
+    for (const name in headers) if (name.toLowerCase() === "content-type") return headers;
+    return { ...headers, "content-type": "application/json" };
+  }
+  const out = new Headers(headers);
+  if (!out.has("content-type")) out.set("content-type", "application/json");
+  return out;
 }

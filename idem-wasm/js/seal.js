@@ -94,6 +94,12 @@ export function recordSealer(option) {
  * opened, or in clear; a sealed record it cannot open rejects with code IDEM-SEAL-3. */
 export async function openedRecord(seal, storageKey, bytes) {
   if (seal !== null) return seal.open(storageKey, bytes);
+  return clearRecord(storageKey, bytes);
+}
+
+/** `bytes` stored under `storageKey` by a store without a seal: the record, in clear; a
+ * sealed one throws with code IDEM-SEAL-3. */
+export function clearRecord(storageKey, bytes) {
   const parts = sealedParts(bytes, storageKey);
   if (parts === undefined) return bytes;
   parts.free();

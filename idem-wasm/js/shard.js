@@ -9,7 +9,10 @@
 // compare-and-set is made against that copy, synchronously, after the last await, so two
 // claims whose storage reads settle together can never both see "absent". Completions come
 // back as compare-and-set writes, checked against the same copy. Alarms, set from each
-// record's deadline, drive expiry (IDEM-TTL-4).
+// record's deadline, drive expiry (IDEM-TTL-4). In a SQLite-backed object, records in clear
+// are read through the synchronous `storage.kv` API: a claim then awaits nothing between
+// its read and its write. A store inside the object (`DurableObjectLocalStore`) claims on the
+// request's own slot, with no ticket in between.
 //
 // Values larger than one storage value may hold (128 KiB in the key-value backend; 2 MB for
 // key and value together in SQLite-backed objects) are split over several storage keys,
@@ -27,9 +30,9 @@
 import { StepKind as Step } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { openedRecord, recordSealer } from "./seal.js";
+import { clearRecord, openedRecord, recordSealer } from "./seal.js";
 import { expire } from "./stores.js";
-import { rangeError, takeWrite } from "./util.js";
+import { CLAIM_IN_SLOT, rangeError, takeWrite } from "./util.js";
 
 // Storage key prefixes: records, their further chunks, and the deadline index. An object
 // that keeps its own data beside the records (`DurableObjectLocalStore`) puts a prefix of
@@ -92,6 +95,11 @@ export function shardName(key) {
  */
 export class IdempotencyShard {
   #storage;
+  /** The synchronous key-value API of a SQLite-backed object (`storage.kv`), when records
+   * are kept in clear: a record missing from memory is then read without an await, so that a
+   * claim reads, decides and writes in one synchronous step. Null otherwise (records are
+   * read through the asynchronous API, and opened with WebCrypto when sealed). */
+  #kv = null;
   #prefix;
   #cache = new Map();
   /** With `options.held`: storage key → the in-flight record of a claim kept in memory (a
@@ -120,6 +128,8 @@ export class IdempotencyShard {
     if (options.held === true) this.#held = new Map();
     this.#shared = options.sharedAlarm === true;
     this.#seal = recordSealer(options.seal);
+    const kv = state.storage.kv;
+    if (this.#seal === null && kv != null && typeof kv.get === "function") this.#kv = kv;
   }
 
   /** The object's HTTP face for `DurableObjectStore`. */
@@ -172,11 +182,39 @@ export class IdempotencyShard {
     return engine;
   }
 
-  /** Makes sure the record for `key` is in memory. After the await, the copy already in
-   * memory wins: another claim may have read or written it meanwhile. Nothing is decided
-   * here; callers read `#cache` afterwards, without awaiting in between. */
-  async #fetch(key) {
-    if (this.#cache.has(key) || this.#held?.has(key)) return;
+  /** Makes sure the record for `key` is in memory: undefined once it is (read at once through
+   * `storage.kv`), or a promise when it is read through the asynchronous API. Nothing is
+   * decided here; callers read `#cache` afterwards, without awaiting in between. */
+  #fetch(key) {
+    if (this.#cache.has(key) || this.#held?.has(key)) return undefined;
+    const kv = this.#kv;
+    if (kv === null) return this.#read(key);
+    const p = this.#prefix;
+    const stored = kv.get(p + RECORD + key) ?? null;
+    let entry = null;
+    if (stored !== null) {
+      let value = stored.value;
+      if (stored.chunks > 1) {
+        value = new Uint8Array(stored.length);
+        value.set(stored.value, 0);
+        let at = stored.value.byteLength;
+        for (let i = 1; i < stored.chunks; i++) {
+          const part = kv.get(chunkKey(p, key, i));
+          value.set(part, at);
+          at += part.byteLength;
+        }
+      }
+      // A sealed record, with no seal here, is refused (IDEM-SEAL-3) and not cached.
+      entry = { version: stored.version, value: clearRecord(key, value), deadline: stored.deadline, chunks: stored.chunks };
+    }
+    if (this.#cache.size >= CACHE_LIMIT) this.#evict();
+    this.#cache.set(key, entry);
+    return undefined;
+  }
+
+  /** `#fetch` through the asynchronous API. After each await, the copy already in memory
+   * wins: another claim may have read or written it meanwhile. */
+  async #read(key) {
     // A sealed write still on its way (of a key evicted from the cache since) reaches
     // storage before storage is read.
     if (this.#seal !== null) await this.#sealing;
@@ -344,40 +382,66 @@ export class IdempotencyShard {
     try {
       const key = engine.storageKey(slot);
       await this.#fetch(key);
-      // From here to the write nothing is awaited: the read, the decision and the
-      // compare-and-set are one step of this object.
-      const ops = [];
-      let deadline = 0;
-      for (;;) {
-        const step = engine.poll(slot, now);
-        if (step === Step.Claim || step === Step.Load) {
-          engine.record(slot, now, this.#current(key)?.value ?? undefined);
-        } else if (step === Step.Apply) {
-          const write = takeWrite(engine, slot);
-          const done = this.#write(key, write, undefined, now);
-          if (done !== null && done.length > 0) {
-            ops.push(...done);
-            deadline = write.deadline;
-          }
-          engine.applied(slot, now, done !== null);
-        } else {
-          break;
-        }
-      }
+      const claim = this.#claimIn(engine, slot, key, now, engine.poll(slot, now));
       const out = engine.claimedBytes(slot);
-      await Promise.all(ops);
-      await this.#schedule(deadline);
+      await Promise.all(claim.ops);
+      await this.#schedule(claim.deadline);
       return out;
     } finally {
       engine.end(slot);
     }
   }
 
+  /**
+   * The claim of the request in `slot` of `engine`, an engine of this isolate (a store
+   * inside the object: `DurableObjectLocalStore`), made on that slot itself, so that nothing
+   * crosses as a ticket. `step` is the `Claim` step just polled. Returns the machine's next
+   * step once the claim is made and written, or a promise of it while its record is read or
+   * its write stored.
+   */
+  [CLAIM_IN_SLOT](engine, slot, key, now, step) {
+    const fetched = this.#fetch(key);
+    if (fetched !== undefined) return fetched.then(() => this.#settle(this.#claimIn(engine, slot, key, now, step)));
+    return this.#settle(this.#claimIn(engine, slot, key, now, step));
+  }
+
+  /** The next step of a claim made on a slot, once its writes are stored. */
+  #settle(claim) {
+    if (claim.ops.length === 0) return claim.step;
+    return Promise.all(claim.ops)
+      .then(() => this.#schedule(claim.deadline))
+      .then(() => claim.step);
+  }
+
+  /** Feeds the slot's machine the record in memory and applies its writes, from `step` (its
+   * last poll) to its first step that is not a store step: `{ step, ops, deadline }`, the
+   * storage promises of its writes and the deadline of the last one. Nothing is awaited: the
+   * read, the decision and the compare-and-set are one step of this object. */
+  #claimIn(engine, slot, key, now, step) {
+    const ops = [];
+    let deadline = 0;
+    for (; step === Step.Claim || step === Step.Load || step === Step.Apply; step = engine.poll(slot, now)) {
+      if (step !== Step.Apply) {
+        engine.record(slot, now, this.#current(key)?.value ?? undefined);
+        continue;
+      }
+      const write = takeWrite(engine, slot);
+      const done = this.#write(key, write, undefined, now);
+      if (done !== null && done.length > 0) {
+        ops.push(...done);
+        deadline = write.deadline;
+      }
+      engine.applied(slot, now, done !== null);
+    }
+    return { step, ops, deadline };
+  }
+
   /** Applies a compare-and-set write from a worker (a completion or a heartbeat). `extra`
    * (`{ puts: [[key, value]…], deletes: [key…] }`) is written in the same atomic write, and
    * only if the precondition holds. */
   async apply(key, write, now, extra) {
-    await this.#fetch(key);
+    const fetched = this.#fetch(key);
+    if (fetched !== undefined) await fetched;
     const ops = this.#write(key, write, extra, now);
     if (ops === null) return false;
     if (ops.length === 0) return true;
@@ -388,7 +452,8 @@ export class IdempotencyShard {
 
   /** The stored record, `{ version, value }`, or null. */
   async load(key) {
-    await this.#fetch(key);
+    const fetched = this.#fetch(key);
+    if (fetched !== undefined) await fetched;
     const entry = this.#current(key);
     return entry === null ? null : { version: entry.version, value: entry.value };
   }
@@ -590,6 +655,12 @@ export class DurableObjectLocalStore {
     return this.#shard.claim(ticket, optionsText, now, hi, lo);
   }
 
+  /** The claim, made on the request's own slot (the drive loop's way with this store: the
+   * engine is in this isolate, so nothing crosses as a ticket). */
+  [CLAIM_IN_SLOT](engine, slot, key, now, step) {
+    return this.#shard[CLAIM_IN_SLOT](engine, slot, key, now, step);
+  }
+
   load(key) {
     return this.#shard.load(key);
   }
@@ -693,7 +764,9 @@ class ObjectTransaction {
   async get(key) {
     this.#check(key);
     if (this.#changes.has(key)) return this.#changes.get(key);
-    return this.#storage.get(key);
+    // A SQLite-backed object answers at once (`storage.kv`); the value is the same.
+    const kv = this.#storage.kv;
+    return kv != null && typeof kv.get === "function" ? kv.get(key) : this.#storage.get(key);
   }
 
   /** Writes `value` under `key` with the completion. */

@@ -428,6 +428,78 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
   });
 });
 
+/** A FakeStorage with the synchronous key-value API of SQLite-backed objects (`storage.kv`),
+ * whose asynchronous reads of records fail: records must be read through `kv`. */
+function syncStorage() {
+  const storage = new FakeStorage();
+  const reads = [];
+  storage.kv = {
+    get(key) {
+      reads.push(key);
+      return structuredClone(storage.map.get(key));
+    },
+  };
+  const get = storage.get.bind(storage);
+  storage.get = (key) => {
+    if ([key].flat().some((k) => k.startsWith("idem:r:"))) throw new Error("a record was read through the asynchronous API");
+    return get(key);
+  };
+  return { storage, reads };
+}
+
+describe("DurableObjectLocalStore in a SQLite-backed object (storage.kv)", () => {
+  test("a claim reads its record at once: duplicates racing on a cold object run once, and a new object over the same storage replays (IDEM-EXEC-1, IDEM-JS-3)", async () => {
+    const { storage, reads } = syncStorage();
+    for (let round = 0; round < 3; round++) {
+      const gate = barrier();
+      // A new store each round: a cold object, whose claims all read storage.
+      const { handler, state } = insideObject(storage, { gate });
+      const all = Array.from({ length: 16 }, () => handler(post(`"kv-${round}"`)));
+      await pause(20);
+      gate.open();
+      const statuses = (await Promise.all(all)).map((r) => r.status);
+      assert.equal(state.executions, 1);
+      assert.equal(statuses.filter((s) => s === 201).length, 1);
+      assert.equal(statuses.filter((s) => s === 409).length, 15);
+      const replay = await insideObject(storage).handler(post(`"kv-${round}"`));
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(await replay.text(), "order 1");
+    }
+    assert.ok(reads.some((k) => k.startsWith("idem:r:")), "records were read through storage.kv");
+  });
+
+  test("a response over several storage values is read back whole (IDEM-STORE-5)", async () => {
+    const { storage, reads } = syncStorage();
+    const big = "x".repeat(300 * 1024) + "end";
+    const over = () =>
+      withIdempotency(async () => new Response(big, { status: 201 }), {
+        principal: "none",
+        store: new DurableObjectLocalStore({ storage }, { writesOnly: true }),
+      });
+    assert.equal((await over()(post('"big"'))).status, 201);
+    const replay = await over()(post('"big"'));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(await replay.text(), big);
+    assert.ok(reads.some((k) => k.startsWith("idem:c:")), "its further chunks were read through storage.kv");
+  });
+
+  test("a record sealed elsewhere is refused by a store without a seal, and never run (IDEM-SEAL-3)", async () => {
+    const written = new FakeStorage();
+    const sealed = withIdempotency(async () => new Response("sealed", { status: 201 }), {
+      principal: "none",
+      store: new DurableObjectLocalStore({ storage: written }, { seal: { keys: [{ id: "k1", key: new Uint8Array(32).fill(1) }] } }),
+    });
+    assert.equal((await sealed(post('"s"'))).status, 201);
+    const { storage } = syncStorage();
+    for (const [k, v] of written.map) storage.map.set(k, v);
+    const { handler, state } = insideObject(storage);
+    const refused = await handler(post('"s"'));
+    assert.equal(refused.status, 500);
+    assert.equal((await refused.json()).type, "urn:idem:problem:record-sealed");
+    assert.equal(state.executions, 0);
+  });
+});
+
 describe("sealed records in Durable Object storage (IDEM-SEAL-1..3)", () => {
   const SECRET = "Ada Lovelace, 12 St James's Square";
   const key = (byte) => new Uint8Array(32).fill(byte);

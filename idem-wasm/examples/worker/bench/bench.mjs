@@ -13,7 +13,9 @@
 // response's latency). A phase's time runs from its start to its last response, measured
 // here: autocannon's own finish time is its next one-second sample tick, which would round
 // every phase up to whole seconds. Bounded: a fixed number of requests, and each phase stops
-// after a time limit.
+// after a time limit. On Linux each row also gives the workerd process's CPU time per
+// request (user and system, from /proc): the machine's other work moves it far less than it
+// moves requests per second, which a busy disk or CPU can hold down for every route alike.
 //
 //   npm run bench -- [--requests N] [--rounds R] [--connections C] [--storage disk|memory]
 import autocannon from "autocannon";
@@ -21,7 +23,8 @@ import { randomUUID } from "node:crypto";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { removeDir, startWorker, tempDir } from "../test/runtime.mjs";
 
@@ -45,13 +48,30 @@ const HEADERS = { "content-type": "application/json", authorization: "Bearer ben
 
 /** A row's totals over its rounds. */
 function tally(name) {
-  return { name, ok: 0, other: 0, ms: 0, latencies: [] };
+  return { name, ok: 0, other: 0, ms: 0, cpuMs: 0, latencies: [] };
+}
+
+/** The child processes of this one (each worker's workerd), where `ps` can list them. */
+function children() {
+  try {
+    return execFileSync("ps", ["-o", "pid=", "--ppid", String(process.pid)], { encoding: "utf8" }).trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** The CPU time (user and system) of process `pid` so far, in ms; 0 without /proc. */
+function cpuMs(pid) {
+  if (pid === undefined || !existsSync(`/proc/${pid}/stat`)) return 0;
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
 /** One autocannon phase of `amount` requests into `row`, stopped after PHASE_LIMIT_MS at the
  * latest. */
-function phase(row, url, amount, setupRequest) {
+function phase(row, url, amount, setupRequest, pid) {
   return new Promise((resolve, reject) => {
+    const cpuStart = cpuMs(pid);
     const start = performance.now();
     let last = start;
     const instance = autocannon(
@@ -72,6 +92,7 @@ function phase(row, url, amount, setupRequest) {
           row.ok += result["2xx"];
           row.other += result.non2xx + result.errors + result.timeouts;
           row.ms += last - start;
+          row.cpuMs += cpuMs(pid) - cpuStart;
         }
         resolve();
       },
@@ -107,7 +128,10 @@ try {
     ["written", "off"],
   ]) {
     const persist = onDisk ? join(dir, name) : undefined;
-    workers.push(await startWorker({ persist, vars: { UNPROTECTED_ROUTE: "on", ORDER_WRITES_ONLY: writesOnly } }));
+    const before = new Set(children());
+    const started = await startWorker({ persist, vars: { UNPROTECTED_ROUTE: "on", ORDER_WRITES_ONLY: writesOnly } });
+    started.pid = children().find((pid) => !before.has(pid));
+    workers.push(started);
   }
   const [worker, written] = workers;
   const protectedUrl = `${worker.url}/orders`;
@@ -138,11 +162,11 @@ try {
   const replays = tally("withIdempotency, replays (POST /orders)");
   const perRound = Math.ceil(REQUESTS / ROUNDS);
   for (let round = 0; round < ROUNDS; round++) {
-    await phase(plain, unprotectedUrl, perRound);
-    await phase(floor, floorUrl, perRound);
-    await phase(fresh, protectedUrl, perRound, freshKey);
-    await phase(freshWritten, writtenUrl, perRound, freshKey);
-    await phase(replays, protectedUrl, perRound, replayKey);
+    await phase(plain, unprotectedUrl, perRound, undefined, worker.pid);
+    await phase(floor, floorUrl, perRound, undefined, worker.pid);
+    await phase(fresh, protectedUrl, perRound, freshKey, worker.pid);
+    await phase(freshWritten, writtenUrl, perRound, freshKey, written.pid);
+    await phase(replays, protectedUrl, perRound, replayKey, worker.pid);
   }
   const rows = [plain, fresh, freshWritten, replays, floor].map(summary);
   const [base] = rows;
@@ -152,11 +176,14 @@ try {
       `Durable Object state ${onDisk ? "on disk" : "in memory"}; ${((Date.now() - started) / 1000).toFixed(1)} s, ` +
       `load average ${loadBefore.toFixed(2)} before, ${loadavg()[0].toFixed(2)} after\n`,
   );
-  console.log("| route | req/s | p50 ms | p99 ms | req/s ratio to unprotected | requests | non-2xx/errors |");
-  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| route | req/s | p50 ms | p99 ms | req/s ratio to unprotected | workerd CPU µs/req | CPU ratio | requests | non-2xx/errors |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  const cpuPerRequest = (r) => (r.cpuMs * 1000) / Math.max(1, r.ok + r.other);
   for (const r of rows) {
+    // The CPU ratio is unprotected ÷ this route, as the req/s ratio is this route ÷ unprotected.
+    const cpu = r.cpuMs > 0 ? [Math.round(cpuPerRequest(r)).toLocaleString("en-US"), (cpuPerRequest(base) / cpuPerRequest(r)).toFixed(2)] : ["–", "–"];
     console.log(
-      `| ${r.name} | ${Math.round(r.rps).toLocaleString("en-US")} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.rps / base.rps).toFixed(2)} | ${r.ok + r.other} | ${r.other} |`,
+      `| ${r.name} | ${Math.round(r.rps).toLocaleString("en-US")} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.rps / base.rps).toFixed(2)} | ${cpu[0]} | ${cpu[1]} | ${r.ok + r.other} | ${r.other} |`,
     );
   }
   if (rows.some((r) => r.other > 0)) {
