@@ -95,7 +95,7 @@ pub(crate) fn build() -> Result<(), String> {
 /// directory, so these get one of their own. [`Beside::join`] waits for them and prints
 /// what they printed.
 pub(crate) fn build_beside() -> Beside {
-    let target = crate::util::target_dir().join("npm-package");
+    let target = package_target();
     Beside(std::thread::spawn(move || {
         let mut shown = String::new();
         for args in [
@@ -113,6 +113,12 @@ pub(crate) fn build_beside() -> Beside {
         }
         Ok(shown)
     }))
+}
+
+/// The target directory of [`build_beside`]'s builds. The package's tests read the glue that
+/// wasm-bindgen wrote there (before the bundler), so [`tests`] are given it too.
+fn package_target() -> PathBuf {
+    crate::util::target_dir().join("npm-package")
 }
 
 /// The npm package's build, running beside the other steps.
@@ -138,6 +144,7 @@ impl Beside {
 pub(crate) fn tests(conformance: &std::path::Path) -> Command {
     let mut cmd = npm();
     cmd.args(["test", "--silent"])
-        .env("IDEM_CONFORMANCE", conformance);
+        .env("IDEM_CONFORMANCE", conformance)
+        .env("CARGO_TARGET_DIR", package_target());
     cmd
 }
