@@ -27,33 +27,40 @@ struct Job {
 
 impl Job {
     /// Jobs start in this order: those named in [`FIRST`], in its order; then the test
-    /// executables of a package that another job waits for; then the bigger executables
-    /// (the ones with servers, clients and runtimes linked in) first.
-    fn order(&self, size: u64, awaited: &[&str]) -> (usize, bool, std::cmp::Reverse<u64>) {
-        let first = FIRST
-            .iter()
-            .position(|n| *n == self.name)
-            .unwrap_or(FIRST.len());
+    /// executables of a package that another job waits for, the bigger first; then those
+    /// named in [`NEXT`]; then the rest, the bigger executables (the ones with servers,
+    /// clients and runtimes linked in) first.
+    fn order(&self, size: u64, awaited: &[&str]) -> (usize, usize, std::cmp::Reverse<u64>) {
+        let named = |list: &[&str]| list.iter().position(|n| *n == self.name);
         let waited_for = self
             .package
             .as_deref()
             .is_some_and(|p| awaited.contains(&p));
-        (first, !waited_for, std::cmp::Reverse(size))
+        let rank = match (named(&FIRST), waited_for, named(&NEXT)) {
+            (Some(i), _, _) => (0, i),
+            (None, true, _) => (1, 0),
+            (None, false, Some(i)) => (2, i),
+            (None, false, None) => (3, 0),
+        };
+        (rank.0, rank.1, std::cmp::Reverse(size))
     }
 }
 
 /// The jobs that take longest (the lines of this command's output say how long each took),
 /// started first so that none is left running alone at the end. The package check is
 /// first, but it waits for the conformance tests (see `main.rs`), so it starts once they are
-/// done; they come next. The JavaScript suites go between them: the conformance tests that
-/// are left after `shared_store` take seconds.
-pub(crate) const FIRST: [&str; 8] = [
+/// done; the rest of them come next, so that it starts early.
+pub(crate) const FIRST: [&str; 6] = [
     PACKAGE_CHECK,
     "idem-conformance/chaos",
     "idem-conformance/faults",
     "idem-wasm: node --test",
     "idem-conformance/cli",
     "idem-conformance/shared_store",
+];
+
+/// Long jobs that start once the tests the package check waits for have started.
+const NEXT: [&str; 2] = [
     "edge worker: node --test under workerd",
     "browser example: node --test in headless Chromium",
 ];
@@ -352,11 +359,12 @@ mod tests {
     fn the_tests_a_job_waits_for_start_before_bigger_ones() {
         let first = job(super::FIRST[1], Some("idem-conformance"), None);
         let awaited = job("p/small", Some("p"), None);
+        let next = job(super::NEXT[0], None, None);
         let big = job("q/big", Some("q"), None);
-        let mut jobs = [(10, big), (1, awaited), (5, first)];
+        let mut jobs = [(10, big), (0, next), (1, awaited), (5, first)];
         jobs.sort_by_key(|(size, job)| job.order(*size, &["p"]));
         let names: Vec<_> = jobs.iter().map(|(_, j)| j.name.as_str()).collect();
-        assert_eq!(names, [super::FIRST[1], "p/small", "q/big"]);
+        assert_eq!(names, [super::FIRST[1], "p/small", super::NEXT[0], "q/big"]);
     }
 
     #[test]
