@@ -6,7 +6,7 @@
 //! paired surrogates, skipped strings only for the form of their escapes, as serde_json
 //! skips an ignored string; numbers are checked for their syntax only.
 
-use super::Found;
+use super::{escape, Found};
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -83,34 +83,20 @@ impl Reader<'_> {
                 b'"' => break,
                 b'\\' => {
                     let e = self.next()?;
-                    let byte = match e {
-                        b'"' | b'\\' | b'/' => e,
-                        b'b' => 0x08,
-                        b'f' => 0x0c,
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
-                        b'u' => {
-                            let mut code = self.hex4()?;
-                            if read {
-                                if (0xD800..0xDC00).contains(&code) {
-                                    // A leading surrogate: a trailing one must follow.
-                                    self.literal(b"\\u")?;
-                                    let low = self.hex4()?;
-                                    if !(0xDC00..0xE000).contains(&low) {
-                                        return None;
-                                    }
-                                    code = 0x1_0000 + ((code - 0xD800) << 10 | (low - 0xDC00));
-                                }
-                                let ch = char::from_u32(code)?;
-                                self.text
-                                    .extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
-                            }
-                            continue;
+                    if e != b'u' {
+                        self.text.push(escape::short(e)?);
+                        continue;
+                    }
+                    let mut code = self.hex4()?;
+                    if read {
+                        if escape::leads(code) {
+                            self.literal(b"\\u")?;
+                            code = escape::pair(code, self.hex4()?)?;
                         }
-                        _ => return None,
-                    };
-                    self.text.push(byte);
+                        let ch = char::from_u32(code)?;
+                        self.text
+                            .extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                    }
                 }
                 0..=0x1f => return None,
                 _ => self.text.push(c),

@@ -19,6 +19,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+mod escape;
 mod members;
 mod pointer;
 #[cfg(test)]

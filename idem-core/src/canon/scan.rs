@@ -132,44 +132,34 @@ impl<'a> Scan<'a> {
             return self.fail();
         };
         self.i += 1;
-        let byte = match c {
-            b'"' | b'\\' | b'/' => c,
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            b'u' => {
-                let n = self.hex4()?;
-                let code = match n {
-                    0xDC00..=0xDFFF => return self.fail(),
-                    0xD800..=0xDBFF => {
-                        // A leading surrogate: a trailing one must follow.
-                        if self.peek() != Some(b'\\') {
-                            return self.fail();
-                        }
-                        self.i += 1;
-                        if self.peek() != Some(b'u') {
-                            return self.fail();
-                        }
-                        self.i += 1;
-                        let low = self.hex4()?;
-                        if !(0xDC00..=0xDFFF).contains(&low) {
-                            return self.fail();
-                        }
-                        0x1_0000 + ((u32::from(n) - 0xD800) << 10 | (u32::from(low) - 0xDC00))
-                    }
-                    _ => u32::from(n),
-                };
-                let Some(ch) = char::from_u32(code) else {
-                    return self.fail();
-                };
-                text.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
-                return Ok(());
+        if c != b'u' {
+            let Some(byte) = escape::short(c) else {
+                return self.fail();
+            };
+            text.push(byte);
+            return Ok(());
+        }
+        let mut code = u32::from(self.hex4()?);
+        if escape::leads(code) {
+            if self.peek() != Some(b'\\') {
+                return self.fail();
             }
-            _ => return self.fail(),
+            self.i += 1;
+            if self.peek() != Some(b'u') {
+                return self.fail();
+            }
+            self.i += 1;
+            let low = u32::from(self.hex4()?);
+            let Some(pair) = escape::pair(code, low) else {
+                return self.fail();
+            };
+            code = pair;
+        }
+        // A trailing surrogate alone is no char.
+        let Some(ch) = char::from_u32(code) else {
+            return self.fail();
         };
-        text.push(byte);
+        text.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
         Ok(())
     }
 
