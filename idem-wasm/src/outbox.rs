@@ -6,6 +6,9 @@
 //! JavaScript holds an entry as its persisted bytes: each operation reads it, calls the core,
 //! and answers the entry's new bytes with what JavaScript reads of it (its *view*). Nothing
 //! lives in the module between calls.
+//!
+//! It stays one file because it has one role, the dispatch of the outbox operations, one
+//! short function each; a third of it is their tests against the core's own entries.
 
 use crate::interop::{
     self, Answer, Args, ClientOp, ErrorParts, FetchOutcome, NextKind, OutboxState,

@@ -11,6 +11,10 @@
 //!   (text in UTF-8);
 //! * [`Wire::Error`], only first in an answer: the call was refused, and two texts follow,
 //!   the `code` and the message of the `RangeError` to throw.
+//!
+//! One file for one thing, the format: the operation numbers, the tags, the reader of the
+//! arguments and the writer of the answer are read together, as `js/outbox.js` writes and
+//! reads the other end of the same bytes; its last 50 lines are the format's tests.
 
 use super::ErrorParts;
 use alloc::vec::Vec;
