@@ -480,3 +480,47 @@ fn a_status_document_that_is_not_one_reads_as_none() {
         })
     );
 }
+
+/// A status document as a host that parses it itself passes it: the value at each of
+/// `DOCUMENT_MEMBERS`, serialised again by its own serialiser (serde_json here, as
+/// `JSON.stringify` in JavaScript).
+fn host_values(body: &[u8]) -> [Option<String>; 4] {
+    let doc: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    KeyStatus::DOCUMENT_MEMBERS.map(|path| {
+        let mut v = doc.as_ref();
+        for name in path {
+            v = v.and_then(|v| v.as_object()).and_then(|o| o.get(*name));
+        }
+        v.map(|v| serde_json::to_string(v).unwrap())
+    })
+}
+
+#[test]
+fn a_status_document_parsed_by_the_host_reads_as_its_text() {
+    // IDEM-CLIENT-8
+    let documents: [&[u8]; 14] = [
+        br#"{"key":"k","status":"completed","response":{"status":201,"replayable":true}}"#,
+        br#"{ "response" : { "replayable" : false , "x" : [ {} ] , "status" : 599 } , "status" : "compl\u0065ted" }"#,
+        br#"{"status":"unknown","status":"in-progress","retryAfter":7}"#,
+        br#"{"status":"in-progress"}"#,
+        br#"{"status":"in-progress","retryAfter":"7"}"#,
+        br#"{"status":"not-executed"}"#,
+        br#"{"status":"released","response":null}"#,
+        br#"{"status":"completed","response":{"status":"201","replayable":true}}"#,
+        br#"{"status":"completed","response":{"status":200,"replayable":1}}"#,
+        br#"{"status":"completed","response":{"status":600,"replayable":true}}"#,
+        br#"{"status":"Completed"}"#,
+        br#"{"status":["held"]}"#,
+        br#"["status"]"#,
+        b"not json",
+    ];
+    let mut read = 0;
+    for body in documents {
+        let values = host_values(body);
+        let parsed = KeyStatus::from_values([0, 1, 2, 3].map(|i| values[i].as_deref()));
+        let text = KeyStatus::from_document(body);
+        assert_eq!(parsed, text, "{}", String::from_utf8_lossy(body));
+        read += usize::from(text.is_some());
+    }
+    assert_eq!(read, 7, "seven of the documents are status documents");
+}

@@ -88,7 +88,7 @@ async function askStatus(entry, request, canResend) {
     const response = await doFetch(url, { ...sendOptions, method: "GET", headers, body: undefined, signal });
     const type = (response.headers.get("content-type") ?? "").toLowerCase();
     if (response.status === 200 && type.split(";")[0].trim() === names.statusMediaType) {
-      document = new Uint8Array(await response.arrayBuffer());
+      document = await response.text();
     } else {
       await response.arrayBuffer().catch(() => {});
     }

@@ -65,14 +65,28 @@ export function run(op, ...args) {
 
 let names = null;
 
-/** The names the module gives: the header names, the media types and the names of the
- * outcomes (indexed by FetchOutcome). */
+/** The names the module gives: the header names, the media types, the members a status
+ * document is read at (each a list of member names) and the names of the outcomes (indexed by
+ * FetchOutcome). */
 export function moduleNames() {
   if (names === null) {
-    const [key, lowWater, status, statusMediaType, problemMediaType, ...outcomes] = run(ClientOp.Names);
-    names = { key, lowWater, status, statusMediaType, problemMediaType, outcomes };
+    const [key, lowWater, status, statusMediaType, problemMediaType, count, ...rest] = run(ClientOp.Names);
+    const statusMembers = rest.slice(0, count).map((pointer) => pointer.split("/").slice(1));
+    names = { key, lowWater, status, statusMediaType, problemMediaType, statusMembers, outcomes: rest.slice(count) };
   }
   return names;
+}
+
+/** A status document's values as the module reads them: the value at each of its
+ * `statusMembers`, as JSON text (undefined where there is none; all undefined when the text
+ * is not JSON or there is none). The document is parsed here, by the runtime's own parser. */
+export function statusValues(text) {
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch {}
+  const member = (value, name) => (value !== null && typeof value === "object" && !Array.isArray(value) && Object.hasOwn(value, name) ? value[name] : undefined);
+  return moduleNames().statusMembers.map((path) => JSON.stringify(path.reduce(member, doc)));
 }
 
 /**
@@ -133,10 +147,10 @@ export class Outbox {
     return this.#report(ClientOp.OnNetworkError, now, lost);
   }
 
-  /** Reports the answer to a status query: the status document's bytes (undefined when the
+  /** Reports the answer to a status query: the status document's text (undefined when the
    * answer was none), and whether the payload is at hand to send again. */
   onStatus(now, document, canResend) {
-    return this.#report(ClientOp.OnStatus, now, document, canResend);
+    return this.#report(ClientOp.OnStatus, now, ...statusValues(document), canResend);
   }
 
   #report(op, now, ...result) {

@@ -15,7 +15,7 @@ use crate::interop::{
 };
 use crate::sequence;
 use alloc::vec::Vec;
-use idem_core::{NextStep, OutboxEntry, RetryPolicy};
+use idem_core::{KeyStatus, NextStep, OutboxEntry, RetryPolicy};
 use wasm_bindgen::prelude::*;
 
 /// Runs operation `op` ([`ClientOp`]) on `input` (its arguments) and returns its answer: the
@@ -51,7 +51,16 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
                 .text(idem_core::LOW_WATER_HEADER)
                 .text(idem_core::STATUS_HEADER)
                 .text(idem_core::STATUS_MEDIA_TYPE)
-                .text(idem_core::PROBLEM_JSON);
+                .text(idem_core::PROBLEM_JSON)
+                .number(KeyStatus::DOCUMENT_MEMBERS.len() as f64);
+            for member in KeyStatus::DOCUMENT_MEMBERS {
+                let mut pointer = alloc::string::String::new();
+                for name in member {
+                    pointer.push('/');
+                    pointer.push_str(name);
+                }
+                out.text(&pointer);
+            }
             for o in FetchOutcome::ALL {
                 out.text(o.name());
             }
@@ -120,7 +129,8 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
                     e.on_result(&policy, now, random, Err(lost))
                 }
                 _ => {
-                    let found = a.opt_bytes()?.and_then(idem_core::KeyStatus::from_document);
+                    let values = [a.opt_text()?, a.opt_text()?, a.opt_text()?, a.opt_text()?];
+                    let found = KeyStatus::from_values(values);
                     let can_resend = a.flag()?;
                     e.on_status(&policy, now, random, found.as_ref(), can_resend)
                 }

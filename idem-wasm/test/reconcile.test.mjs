@@ -276,6 +276,38 @@ describe("idempotentFetch reconciles with a status query (IDEM-CLIENT-8)", () =>
     }
   });
 
+  test("a status document is parsed by the runtime and read as the core reads its text", async () => {
+    const persist = memoryPersist();
+    const url = "http://127.0.0.1:9/orders";
+    /** What reconcile() makes of `document`, the answer to its status query, for an order
+     * whose page closed while it was being sent. */
+    const read = async (document) => {
+      const crash = new AbortController();
+      const sending = { method: "POST", headers: { "content-type": "application/json" }, body: "{}", signal: crash.signal };
+      const closed = async () => {
+        crash.abort(new Error("page closed"));
+        throw crash.signal.reason;
+      };
+      await assert.rejects(idempotentFetch(url, sending, { id: "o", persist, fetch: closed }), /page closed/);
+      const answer = async () => new Response(document, { headers: { "content-type": "application/vnd.idem.key-status+json" } });
+      const result = await reconcile(url, { method: "POST" }, { id: "o", persist, fetch: answer });
+      persist.saved.clear();
+      return [result.outcome, result.status];
+    };
+    const completed = (status, more = "") => `{"status":"completed","response":{"status":${status},"replayable":false}${more}}`;
+    assert.deepEqual(await read(completed(201)), ["executed", 201]);
+    // Whitespace, escapes, members in any order, nested values off the path, and the last of
+    // duplicate members, as in the core's reader.
+    assert.deepEqual(await read(`{ "response" : { "replayable" : true , "x" : [ {} ] , "status" : 202 } ,\n "status" : "compl\\u0065ted" }`), ["executed", 202]);
+    assert.deepEqual(await read(`{"status":"unknown","status":"completed","response":{"status":203,"replayable":false}}`), ["executed", 203]);
+    assert.deepEqual(await read(`{"status":"not-executed"}`), ["not-executed", undefined]);
+    assert.deepEqual(await read(`{"status":"expired"}`), ["executed", undefined]);
+    // Not a status document: the outcome stays undetermined.
+    for (const bad of [completed('"201"'), completed(99), `{"status":"completed"}`, `{"status":"Completed"}`, `{"status":7}`, `["status"]`, `{"status":"completed"`, ""]) {
+      assert.deepEqual(await read(bad), ["undetermined", undefined], bad);
+    }
+  });
+
   test("bad options are refused (IDEM-JS-1)", async () => {
     await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", {}, { reconcile: "yes" }), (e) => e.code === "IDEM-JS-1");
     await assert.rejects(reconcile("http://127.0.0.1:9/x", {}, {}), (e) => e.code === "IDEM-JS-1");

@@ -1,5 +1,4 @@
-//! JSON string escapes (RFC 8259, section 7) as both readers decode them: the canonicaliser's
-//! scanner and the status document's reader.
+//! JSON string escapes (RFC 8259, section 7) as the canonicaliser's scanner decodes them.
 
 /// The byte that a one-character escape stands for, given the character after the backslash
 /// (`"`, `\`, `/`, `b`, `f`, `n`, `r`, `t`); `None` for `u`, whose four hex digits follow, and

@@ -20,7 +20,6 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 mod escape;
-mod members;
 mod pointer;
 #[cfg(test)]
 mod reference;
@@ -28,8 +27,7 @@ mod scan;
 mod text;
 mod write;
 
-pub(crate) use members::members_at;
-pub(crate) use pointer::{string_at, Found};
+pub(crate) use pointer::{members_at, string_at, Found};
 use scan::{room, Number, Scan, Text};
 use text::{write_bytes, write_f64};
 pub(crate) use text::{write_int, write_str, Decimal};

@@ -17,9 +17,29 @@ pub(crate) enum Found {
     NotString,
 }
 
+impl Found {
+    /// What one value's JSON text reads as, written by a host's own serialiser from a document
+    /// it parsed (JavaScript's `JSON.stringify` of the value): a string is its text, a number
+    /// its text, `true` and `false` read, anything else (`null`, an object, an array) is
+    /// [`Found::NotString`]. A string with escapes is also [`Found::NotString`]: the names read
+    /// this way have no characters that a serialiser escapes.
+    pub(crate) fn of_json_text(text: &str) -> Found {
+        match text.as_bytes() {
+            [b'"', inner @ .., b'"'] if inner.iter().all(|&b| b != b'\\') => {
+                // `get`, not an index: no panic path (and its message) in the client's module.
+                text.get(1..text.len() - 1)
+                    .map_or(Found::NotString, |s| Found::String(String::from(s)))
+            }
+            b"true" => Found::Bool(true),
+            b"false" => Found::Bool(false),
+            [b'-' | b'0'..=b'9', ..] => Found::Number(String::from(text)),
+            _ => Found::NotString,
+        }
+    }
+}
+
 /// Text the scan read: a string it checked to be UTF-8, or a number's ASCII digits and signs
-/// (so the empty fallback is never taken; `from_utf8_lossy` would bring its replacement
-/// machinery into the client's module for nothing).
+/// (so the empty fallback is never taken).
 fn owned(text: &[u8]) -> String {
     core::str::from_utf8(text)
         .map(String::from)
@@ -46,15 +66,12 @@ pub(crate) fn string_at(body: &[u8], pointer: &str) -> Result<Found> {
     Ok(found)
 }
 
-/// The values at `N` member paths of `body`, as [`members_at`](super::members_at) finds them,
-/// read by the scanner: the reader that [`members_at`](super::members_at)'s tests race
-/// (each a list of member names from the top-level object; no array indices; the last of
-/// duplicate members wins; a number is checked for its syntax only).
-#[cfg(test)]
-pub(super) fn members_at_scan<const N: usize>(
-    body: &[u8],
-    paths: [&[&str]; N],
-) -> Result<[Found; N]> {
+/// The values at `N` member paths of `body` (each a list of member names from the top-level
+/// object; no array indices), found in one pass: the last of duplicate members wins, a string
+/// is unescaped, a number kept as its text (checked for its syntax only), `true` and `false`
+/// read, any other value [`Found::NotString`], and a path with no value [`Found::Missing`].
+/// An error when the body is not JSON.
+pub(crate) fn members_at<const N: usize>(body: &[u8], paths: [&[&str]; N]) -> Result<[Found; N]> {
     let mut m = Members {
         s: Scan { b: body, i: 0 },
         text: Vec::new(),
@@ -66,9 +83,8 @@ pub(super) fn members_at_scan<const N: usize>(
     Ok(m.found)
 }
 
-/// [`members_at_scan`]'s scan: `on` is a bit set of the paths the value is on, `depth` the
+/// [`members_at`]'s scan: `on` is a bit set of the paths the value is on, `depth` the
 /// number of member names read to reach it.
-#[cfg(test)]
 struct Members<'a, const N: usize> {
     s: Scan<'a>,
     text: Vec<u8>,
@@ -76,7 +92,6 @@ struct Members<'a, const N: usize> {
     found: [Found; N],
 }
 
-#[cfg(test)]
 impl<const N: usize> Members<'_, N> {
     fn value(&mut self, paths: &[&[&str]; N], on: u64, depth: usize) -> Result<()> {
         self.s.ws();
@@ -355,7 +370,7 @@ mod pointer_tests {
             br#"{"s":01}"#,
             b"",
         ] {
-            assert!(members_at(bad, paths).is_none());
+            assert!(members_at(bad, paths).is_err());
             assert!(string_at(bad, "/s").is_err());
         }
     }

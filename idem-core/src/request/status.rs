@@ -63,22 +63,40 @@ impl KeyStatus {
 }
 
 impl KeyStatus {
+    /// The members of a status document that a client reads, as member names from the
+    /// top-level object: the key's status name, the stored response's status and whether it
+    /// is still replayed, and `retryAfter`. [`KeyStatus::from_values`] takes their values in
+    /// this order.
+    pub const DOCUMENT_MEMBERS: [&'static [&'static str]; 4] = [
+        &["status"],
+        &["response", "status"],
+        &["response", "replayable"],
+        &["retryAfter"],
+    ];
+
     /// Reads a status document (the body of a reply of
     /// [`STATUS_MEDIA_TYPE`](crate::STATUS_MEDIA_TYPE)), as a client receives it: `None` when
     /// it is not one (not JSON, an unknown status name, a completed key without its response
     /// status, a status outside 200-599). A missing `retryAfter` reads as
     /// [`RETRY_SOON_SECS`](crate::engine::RETRY_SOON_SECS).
     pub fn from_document(body: &[u8]) -> Option<KeyStatus> {
-        use crate::canon::{members_at, Found};
-        let [name, status, replayable, retry_after] = members_at(
-            body,
-            [
-                &["status"],
-                &["response", "status"],
-                &["response", "replayable"],
-                &["retryAfter"],
-            ],
-        )?;
+        Self::from_found(crate::canon::members_at(body, Self::DOCUMENT_MEMBERS).ok()?)
+    }
+
+    /// Reads a status document that the host has parsed itself (a browser's `JSON.parse`),
+    /// as [`KeyStatus::from_document`] reads its text: the value at each of
+    /// [`DOCUMENT_MEMBERS`](KeyStatus::DOCUMENT_MEMBERS) as JSON text, written by the host's
+    /// serialiser (`JSON.stringify`), or `None` where the document has none. A serialiser
+    /// writes numbers in their shortest form, so a status written `200.0` reads as 200 here,
+    /// where [`KeyStatus::from_document`] refuses it.
+    pub fn from_values(values: [Option<&str>; 4]) -> Option<KeyStatus> {
+        use crate::canon::Found;
+        Self::from_found(values.map(|v| v.map_or(Found::Missing, Found::of_json_text)))
+    }
+
+    fn from_found(found: [crate::canon::Found; 4]) -> Option<KeyStatus> {
+        use crate::canon::Found;
+        let [name, status, replayable, retry_after] = found;
         let number = |found: Found| match found {
             // A JSON number's text: digits only (no sign, no fraction) is a whole number.
             Found::Number(n) => crate::kind::parse_decimal(&n, "status").ok(),

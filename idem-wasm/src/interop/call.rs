@@ -34,8 +34,10 @@ use alloc::vec::Vec;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientOp {
     /// `() → keyHeader, lowWaterHeader, statusHeader, statusMediaType, problemMediaType,
-    /// …outcomeNames` (the names of the outcomes in [`FetchOutcome`](super::FetchOutcome)
-    /// order).
+    /// memberCount, …members, …outcomeNames`: the members a status document is read at
+    /// ([`KeyStatus::DOCUMENT_MEMBERS`](idem_core::KeyStatus::DOCUMENT_MEMBERS), each as a
+    /// JSON Pointer) and the names of the outcomes in [`FetchOutcome`](super::FetchOutcome)
+    /// order.
     Names = 0,
     /// `method, url, body → digest`: the 32-byte digest of a payload.
     Digest = 1,
@@ -62,9 +64,10 @@ pub enum ClientOp {
     /// `entry, …policy, now, randomHi, randomLo, lost → next step, …view`: reports a send
     /// that got no response.
     OnNetworkError = 11,
-    /// `entry, …policy, now, randomHi, randomLo, document, canResend → next step, …view`:
-    /// reports the answer to a status query (the document absent when the answer was not
-    /// one).
+    /// `entry, …policy, now, randomHi, randomLo, …values, canResend → next step, …view`:
+    /// reports the answer to a status query: the value of the status document at each of the
+    /// members `Names` gives, as the JSON text `JSON.stringify` writes of it (absent where the
+    /// document has none, and all absent when the answer was not a status document).
     OnStatus = 12,
     /// `entry → view`: the application acted on the final response.
     MarkProcessed = 13,
