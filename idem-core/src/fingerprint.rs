@@ -362,17 +362,40 @@ impl FingerprintSpec {
 /// written: what every fingerprint starts with.
 fn head(method: &str, target: &str, headers: usize) -> Sha256 {
     let mut h = Sha256::new();
-    h.update(DOMAIN);
-    put(&mut h, method.as_bytes());
-    put(&mut h, target.as_bytes());
-    h.update((headers as u64).to_le_bytes());
+    head_into(&mut h, method, target, headers);
     h
 }
 
+/// Where a fingerprint's fields are laid out: the hash itself, or the bytes of a message
+/// that a host hashes ([`payload_message`]).
+trait Frame {
+    fn bytes(&mut self, bytes: &[u8]);
+}
+
+impl Frame for Sha256 {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+impl Frame for Vec<u8> {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// The domain, the method, the target and the number of selected headers.
+fn head_into(f: &mut impl Frame, method: &str, target: &str, headers: usize) {
+    f.bytes(DOMAIN);
+    put(f, method.as_bytes());
+    put(f, target.as_bytes());
+    f.bytes(&(headers as u64).to_le_bytes());
+}
+
 /// A body hashed as bytes, not as JSON.
-fn put_bytes_body(h: &mut Sha256, body: &[u8]) {
-    h.update(b"B");
-    put(h, body);
+fn put_bytes_body(f: &mut impl Frame, body: &[u8]) {
+    f.bytes(b"B");
+    put(f, body);
 }
 
 /// The digest of a payload as its sender sees it: method, target and body bytes, laid out
@@ -386,9 +409,18 @@ pub fn payload_digest(method: &str, target: &str, body: &[u8]) -> [u8; 32] {
     h.finalize().into()
 }
 
-fn put(h: &mut Sha256, bytes: &[u8]) {
-    h.update((bytes.len() as u64).to_le_bytes());
-    h.update(bytes);
+/// The bytes whose SHA-256 is [`payload_digest`], for a host that hashes with its own
+/// SHA-256 (a browser's WebCrypto), so that its module carries none.
+pub fn payload_message(method: &str, target: &str, body: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(DOMAIN.len() + method.len() + target.len() + body.len() + 33);
+    head_into(&mut m, method, target, 0);
+    put_bytes_body(&mut m, body);
+    m
+}
+
+fn put(f: &mut impl Frame, bytes: &[u8]) {
+    f.bytes(&(bytes.len() as u64).to_le_bytes());
+    f.bytes(bytes);
 }
 
 /// `application/json`, `application/problem+json`, `application/vnd.x+json; charset=utf-8`…
@@ -405,6 +437,18 @@ fn is_json_media_type(ct: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_payload_message_hashes_to_the_payload_digest() {
+        for (method, target, body) in [
+            ("POST", "/o", &b"{}"[..]),
+            ("", "", b""),
+            ("PUT", "/x?y=1", &[0u8, 255, 7][..]),
+        ] {
+            let digest: [u8; 32] = Sha256::digest(payload_message(method, target, body)).into();
+            assert_eq!(digest, payload_digest(method, target, body));
+        }
+    }
 
     #[test]
     fn the_digest_alone_is_the_fingerprints_digest() {

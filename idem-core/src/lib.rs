@@ -99,8 +99,8 @@ pub use engine::{
 };
 pub use event::Event;
 pub use fingerprint::{
-    payload_digest, FieldDigests, Fingerprint, FingerprintError, FingerprintSpec, JsonMode,
-    RequestParts,
+    payload_digest, payload_message, FieldDigests, Fingerprint, FingerprintError, FingerprintSpec,
+    JsonMode, RequestParts,
 };
 pub use key::{
     parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, RecordKey, Scope, UuidVersion,

@@ -8,7 +8,7 @@
 import { sleep } from "./common.js";
 import { rangeError } from "./errors.js";
 import { ClientOp, FetchOutcome, NextKind, OutboxState } from "./idem_client.js";
-import { CounterSequence, Outbox, moduleNames, run } from "./outbox.js";
+import { CounterSequence, Outbox, moduleNames, payloadDigest, run } from "./outbox.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -136,13 +136,13 @@ async function withSequence(counter, persist, change) {
     const epoch = String(counter.epoch);
     if (slot.sequence === null && persist) {
       const saved = await persist.load(sequenceId(client));
-      if (saved != null) slot.sequence = CounterSequence.fromBytes(saved);
+      if (saved != null) slot.sequence = await CounterSequence.fromBytes(saved);
     }
     if (slot.sequence === null || slot.sequence.epoch !== epoch) {
       // A new session epoch starts a new numbering.
-      slot.sequence = CounterSequence.create(client, epoch, Number(counter.bits ?? 32), String(counter.firstSeq ?? 0));
+      slot.sequence = await CounterSequence.create(client, epoch, Number(counter.bits ?? 32), String(counter.firstSeq ?? 0));
     }
-    const result = change(slot.sequence);
+    const result = await change(slot.sequence);
     if (persist) await persist.save(sequenceId(client), slot.sequence.bytes);
     return result;
   });
@@ -245,7 +245,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   // The retry options are checked by the module.
   const retry = retryArgs(options.retry);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
-  const [digest] = run(ClientOp.Digest, method, url, body ?? new Uint8Array(0));
+  const digest = await payloadDigest(method, url, body ?? new Uint8Array(0));
 
   let entry = null;
   if (options.persist) {

@@ -63,6 +63,34 @@ export function run(op, ...args) {
   return decode(call(op, encode(args)));
 }
 
+/** The `call` of the full module, which has the counter numbering and the payload digest
+ * (ClientOp.Digest): the module at hand, unless the entry loaded the one without them (a
+ * browser's) and said how to load the other (`fullModule`). */
+let full = () => call;
+
+/** How to load the full module, for an entry whose module has neither the counter numbering
+ * nor the payload digest: `load` resolves to that module's `call`, and runs once, when first
+ * needed. */
+export function fullModule(load) {
+  let loaded;
+  full = () => (loaded ??= load());
+}
+
+/** Runs operation `op` of the full module with `args`: the values of its answer. */
+export async function runFull(op, ...args) {
+  return decode((await full())(op, encode(args)));
+}
+
+/** The 32-byte digest of a payload: the runtime's SHA-256 (WebCrypto) of the message the
+ * module lays out, or the full module's digest where there is no WebCrypto (a page that is
+ * not a secure context). */
+export async function payloadDigest(method, url, body) {
+  const subtle = globalThis.crypto?.subtle;
+  if (subtle === undefined) return (await runFull(ClientOp.Digest, method, url, body))[0];
+  const [message] = run(ClientOp.PayloadMessage, method, url, body);
+  return new Uint8Array(await subtle.digest("SHA-256", message));
+}
+
 let names = null;
 
 /** The names the module gives: the header names, the media types, the members a status
@@ -160,7 +188,8 @@ export class Outbox {
   }
 }
 
-/** One client's numbering for counter keys, as its bytes and its session `epoch`. */
+/** One client's numbering for counter keys, as its bytes and its session `epoch`. Its
+ * operations are the full module's, so each resolves. */
 export class CounterSequence {
   constructor([bytes, epoch]) {
     this.bytes = bytes;
@@ -169,28 +198,28 @@ export class CounterSequence {
 
   /** The numbering of `client` in session `epoch`, `bits` wide, from `firstSeq` (decimal
    * texts; IDEM-CTR-1). */
-  static create(client, epoch, bits, firstSeq) {
-    return new CounterSequence(run(ClientOp.CounterNew, client, epoch, bits, firstSeq));
+  static async create(client, epoch, bits, firstSeq) {
+    return new CounterSequence(await runFull(ClientOp.CounterNew, client, epoch, bits, firstSeq));
   }
 
   /** A persisted numbering (IDEM-JS-2 for bytes that are not one). */
-  static fromBytes(bytes) {
-    return new CounterSequence(run(ClientOp.CounterRestore, bytes));
+  static async fromBytes(bytes) {
+    return new CounterSequence(await runFull(ClientOp.CounterRestore, bytes));
   }
 
   /** The key of a new logical request, with the next number. */
-  takeKey() {
-    const [bytes, key] = run(ClientOp.CounterTake, this.bytes);
+  async takeKey() {
+    const [bytes, key] = await runFull(ClientOp.CounterTake, this.bytes);
     this.bytes = bytes;
     return key;
   }
 
   /** The answer for number `seq` (decimal text) arrived. */
-  done(seq) {
-    [this.bytes] = run(ClientOp.CounterDone, this.bytes, seq);
+  async done(seq) {
+    [this.bytes] = await runFull(ClientOp.CounterDone, this.bytes, seq);
   }
 
-  lowWater() {
-    return run(ClientOp.CounterLowWater, this.bytes)[0];
+  async lowWater() {
+    return (await runFull(ClientOp.CounterLowWater, this.bytes))[0];
   }
 }

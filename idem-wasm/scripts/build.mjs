@@ -1,6 +1,9 @@
-// Builds the npm package into dist/. Two modules: the server's (`idem`: the engine, the
-// stores' record helpers) and the client's (`idem/client`: `idempotentFetch`), so that a
-// browser loads none of the engine and a server none of the outbox. For each:
+// Builds the npm package into dist/. Three modules: the server's (`idem`: the engine, the
+// stores' record helpers), the client's (`idem/client`: `idempotentFetch`), so that a
+// browser loads none of the engine and a server none of the outbox, and the client's without
+// the counter numbering and the payload digest (`lean`), which a browser page loads first:
+// it hashes with WebCrypto, and loads the full client module only for counter keys or
+// without WebCrypto. For each:
 //
 //   1. cargo builds idem-wasm for wasm32-unknown-unknown with that side's feature, optimised
 //      for size (the settings are passed as CARGO_PROFILE_RELEASE_* so that they apply to
@@ -15,7 +18,9 @@
 //      JavaScript API: one ESM module shared by the ESM entries (for the server, also
 //      exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
 //      client's sources are the server's entries and bundles with the module's name and the
-//      API's file changed;
+//      API's file changed. The browsers' client entry is its own (js/client-web.js): it
+//      loads the lean module with its bundle (dist/idem_client_web.js), and the full one
+//      with its glue alone (dist/idem_client_glue.js) when needed;
 //   5. the sizes are printed: each module raw, gzip and brotli, what a browser page loads for
 //      `idem/client`, and the packed package.
 //
@@ -40,8 +45,10 @@ const ENTRIES = ["node.js", "workerd.js", "edge-light.js", "deno.js", "bun.js", 
  * name of its types (`<types>.d.ts`) and of its CommonJS bundle. */
 const SIDES = [
   { feature: "server", name: "idem_wasm", api: "./index.js", prefix: "", types: "index", cjs: "node.cjs" },
-  { feature: "client", name: "idem_client", api: "./client.js", prefix: "client-", types: "client", cjs: "client.cjs" },
+  { feature: "client-full", name: "idem_client", api: "./client.js", prefix: "client-", types: "client", cjs: "client.cjs" },
 ];
+/** The browsers' client module: built and optimised as the others, bundled by itself. */
+const LEAN = { feature: "client", name: "idem_client_lean" };
 /** The entries beside the main one: `idem/<name>`, from js/<name>.js and types/<name>.d.ts. */
 const EXTRA_ENTRIES = ["redis", "postgres", "store-tests", "hono", "express", "fastify", "nestjs", "opentelemetry"];
 const dist = join(root, "dist");
@@ -92,7 +99,7 @@ mkdirSync(dist, { recursive: true });
 // `cargo xtask` passes the path of the CLI it installed; otherwise it is looked up on PATH.
 const profiling = Boolean(process.env.IDEM_NO_MINIFY);
 const wasmOpt = join(root, "node_modules", ".bin", "wasm-opt");
-for (const side of SIDES) {
+for (const side of [...SIDES, LEAN]) {
   run(
     cargo,
     [
@@ -150,7 +157,7 @@ for (const side of SIDES) {
 const stage = join(meta.target_directory, "idem-wasm-stage");
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
-for (const side of SIDES) {
+for (const side of [...SIDES, LEAN]) {
   writeFileSync(join(stage, `${side.name}.js`), withoutWarnings(readFileSync(join(bindgenOut, `${side.name}.js`), "utf8")));
 }
 for (const f of readdirSync(join(root, "js"))) {
@@ -196,7 +203,8 @@ for (const side of SIDES) {
   ]);
   // The entries, minified one by one (they stay separate files, each importing the bundle),
   // in the syntax they are written in (Deno's entry imports in the source phase).
-  for (const f of ENTRIES) {
+  // The browsers' client entry is js/client-web.js, below.
+  for (const f of side.prefix === "" ? ENTRIES : ENTRIES.filter((e) => e !== "web.js")) {
     const entry = join(stage, `entry-${side.prefix}${f}`);
     writeFileSync(entry, forSide(side, readFileSync(join(root, "js", f), "utf8")));
     const out = `--outfile=${join(dist, `${side.prefix}${f}`)}`;
@@ -205,6 +213,18 @@ for (const side of SIDES) {
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.ts`));
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.cts`));
 }
+// The browsers' client: its entry, its bundle (the lean module's glue with the API), and the
+// full module's glue alone, which the entry imports when it needs that module.
+const leanStage = join(stage, "lean");
+mkdirSync(leanStage);
+for (const f of readdirSync(join(root, "js"))) {
+  if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(leanStage, f));
+}
+copyFileSync(join(stage, `${LEAN.name}.js`), join(leanStage, "idem_client.js"));
+run(esbuild, [join(leanStage, "client-web-bundle.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_web.js")}`]);
+run(esbuild, [join(stage, "idem_client.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_glue.js")}`]);
+run(esbuild, [join(stage, "client-web.js"), ...(profiling ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning", "--format=esm", "--target=esnext", `--outfile=${join(dist, "client-web.js")}`]);
+
 // `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated),
 // and `idem/client/manual` dist/idem_client.js; only their types are files of their own.
 copyFileSync(join(root, "types", "manual.d.ts"), join(dist, "manual.d.ts"));
@@ -241,20 +261,27 @@ for (const f of shipped) {
   brotli += br(b);
 }
 const sizes = { package: { files: shipped.length, raw, gzip, brotli } };
-for (const side of SIDES) {
-  const wasm = readFileSync(join(dist, `${side.name}_bg.wasm`));
-  sizes[side.feature] = { raw: wasm.length, gzip: gz(wasm), brotli: br(wasm) };
-}
-// What a browser loads for `idem/client`: its entry, the glue with the API, and the module.
-const page = ["client-web.js", "idem_client.js", "idem_client_bg.wasm"].map((f) => readFileSync(join(dist, f)));
-sizes.clientPage = {
-  raw: page.reduce((n, b) => n + b.length, 0),
-  gzip: page.reduce((n, b) => n + gz(b), 0),
-  brotli: page.reduce((n, b) => n + br(b), 0),
+const files = (names) => {
+  const bytes = names.map((f) => readFileSync(join(dist, f)));
+  return {
+    raw: bytes.reduce((n, b) => n + b.length, 0),
+    gzip: bytes.reduce((n, b) => n + gz(b), 0),
+    brotli: bytes.reduce((n, b) => n + br(b), 0),
+  };
 };
+sizes.server = files(["idem_wasm_bg.wasm"]);
+sizes.client = files(["idem_client_bg.wasm"]);
+sizes.clientLean = files(["idem_client_lean_bg.wasm"]);
+// What a browser loads for `idem/client`: its entry, the glue with the API, and the lean
+// module; and what it loads besides for counter keys or without WebCrypto.
+sizes.clientPage = files(["client-web.js", "idem_client_web.js", "idem_client_lean_bg.wasm"]);
+sizes.clientPageFull = files(["idem_client_glue.js", "idem_client_bg.wasm"]);
 writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
 const line = (s) => `${s.raw} B raw (${kib(s.raw)}), ${s.gzip} B gzip (${kib(s.gzip)}), ${s.brotli} B brotli (${kib(s.brotli)})`;
-for (const side of SIDES) console.log(`${side.name}_bg.wasm (${side.feature}): ${line(sizes[side.feature])}`);
-console.log(`a page with idem/client (client-web.js, idem_client.js, the module): ${line(sizes.clientPage)}`);
+console.log(`idem_wasm_bg.wasm (server): ${line(sizes.server)}`);
+console.log(`idem_client_bg.wasm (client-full): ${line(sizes.client)}`);
+console.log(`idem_client_lean_bg.wasm (client): ${line(sizes.clientLean)}`);
+console.log(`a page with idem/client (client-web.js, idem_client_web.js, the lean module): ${line(sizes.clientPage)}`);
+console.log(`  and for counter keys or without WebCrypto (idem_client_glue.js, the full module): ${line(sizes.clientPageFull)}`);
 console.log(`package (${shipped.length} files, each compressed): ${line(sizes.package)}`);

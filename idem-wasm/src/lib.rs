@@ -68,7 +68,7 @@ mod outbox;
 mod records;
 #[cfg(feature = "server")]
 mod seal;
-#[cfg(feature = "client")]
+#[cfg(feature = "client-full")]
 mod sequence;
 
 #[cfg(feature = "server")]

@@ -13,6 +13,7 @@
 use crate::interop::{
     self, Answer, Args, ClientOp, ErrorParts, FetchOutcome, NextKind, OutboxState,
 };
+#[cfg(feature = "client-full")]
 use crate::sequence;
 use alloc::vec::Vec;
 use idem_core::{KeyStatus, NextStep, OutboxEntry, RetryPolicy};
@@ -27,12 +28,17 @@ pub fn call(op: u32, input: &[u8]) -> Vec<u8> {
     let mut answer = Answer::default();
     let ran = match ClientOp::from_number(op) {
         Some(op) => run(op, &mut args, &mut answer),
-        None => Err(ErrorParts::range(interop::CODE_WIRE, "unknown operation")),
+        None => Err(unknown()),
     };
     match ran.and_then(|()| done(&args)) {
         Ok(()) => answer.0,
         Err(e) => Answer::error(&e),
     }
+}
+
+/// An operation this module does not have (`IDEM-JS-2`).
+fn unknown() -> ErrorParts {
+    ErrorParts::range(interop::CODE_WIRE, "unknown operation")
 }
 
 /// Refuses arguments left over: the JavaScript side encoded the call wrong.
@@ -65,9 +71,14 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
                 out.text(o.name());
             }
         }
+        #[cfg(feature = "client-full")]
         ClientOp::Digest => {
             let (method, url, body) = (a.text()?, a.text()?, a.bytes()?);
             out.bytes(&idem_core::payload_digest(method, url, body));
+        }
+        ClientOp::PayloadMessage => {
+            let (method, url, body) = (a.text()?, a.text()?, a.bytes()?);
+            out.bytes(&idem_core::payload_message(method, url, body));
         }
         ClientOp::KeyV4 => {
             let r: [u8; 16] = random(a, "keyV4 needs 16 random bytes")?;
@@ -147,11 +158,21 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
         ClientOp::StatusField => {
             out.text(&idem_core::StatusQuery::field(a.text()?, true));
         }
+        #[cfg(feature = "client-full")]
         ClientOp::CounterNew
         | ClientOp::CounterRestore
         | ClientOp::CounterTake
         | ClientOp::CounterDone
         | ClientOp::CounterLowWater => sequence::run(op, a, out)?,
+        // In the module a browser page loads first: the page loads the full module for these
+        // (js/outbox.js, `runFull`).
+        #[cfg(not(feature = "client-full"))]
+        ClientOp::Digest
+        | ClientOp::CounterNew
+        | ClientOp::CounterRestore
+        | ClientOp::CounterTake
+        | ClientOp::CounterDone
+        | ClientOp::CounterLowWater => return Err(unknown()),
         ClientOp::Echo => {
             while !a.is_empty() {
                 out.value(a.value()?);

@@ -379,3 +379,27 @@ test("the client's module has one entry point: every operation JavaScript calls 
   assert.deepEqual(next, { kind: clientGlue.NextKind.Complete, outcome: clientGlue.FetchOutcome.Completed, status: undefined, reason: undefined });
   assert.deepEqual([entry.state, entry.attempts, entry.lastStatus], [clientGlue.OutboxState.Answered, 1, 201]);
 });
+
+test("the browsers' lean module has every operation but the counter numbering and the digest, and WebCrypto's digest of its message is the full module's", async () => {
+  const lean = await import(join(target, "idem-wasm-stage", "idem_client_lean.js"));
+  lean.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_client_lean_bg.wasm")) });
+  const runLean = (op, ...args) => outbox.decode(lean.call(op, outbox.encode(args)));
+  // The same operations, by the same numbers.
+  assert.deepEqual({ ...lean.ClientOp }, { ...ClientOp });
+  const fullOnly = ["Digest", "CounterNew", "CounterRestore", "CounterTake", "CounterDone", "CounterLowWater"];
+  for (const op of fullOnly) {
+    assert.throws(() => runLean(ClientOp[op]), (e) => e.code === "IDEM-JS-2" && /unknown operation/.test(e.message), op);
+  }
+  assert.deepEqual(runLean(ClientOp.Echo, "x", 1), ["x", 1]);
+  assert.deepEqual(runLean(ClientOp.Names), outbox.run(ClientOp.Names));
+  // The digest: WebCrypto's SHA-256 of the message either module lays out, as the full
+  // module hashes it (payloadDigest takes this path wherever crypto.subtle is).
+  const large = new Uint8Array(100_000).map((_, i) => (i * 7) % 256);
+  for (const [method, url, body] of [["POST", "http://x/o", new Uint8Array([1])], ["", "", new Uint8Array(0)], ["PUT", "https://h/é?q=1", large]]) {
+    const [message] = runLean(ClientOp.PayloadMessage, method, url, body);
+    assert.deepEqual(outbox.run(ClientOp.PayloadMessage, method, url, body), [message]);
+    const [digest] = outbox.run(ClientOp.Digest, method, url, body);
+    assert.deepEqual(new Uint8Array(await crypto.subtle.digest("SHA-256", message)), digest);
+    assert.deepEqual(await outbox.payloadDigest(method, url, body), digest);
+  }
+});

@@ -7,7 +7,8 @@
 //
 //   GET  /                     the order form (index.html, app.mjs)
 //   GET  /idem/*               the package's client entry for browsers: client-web.js,
-//                              idem_client.js, the client's .wasm
+//                              idem_client_web.js and the lean module it loads, and the
+//                              full module with its glue, which it loads when it needs it
 //   POST /orders               creates an order, once per Idempotency-Key (withIdempotency)
 //   GET  /orders               with Idempotency-Key and Idempotency-Status: what became of
 //                              the key (a status query, answered by withIdempotency)
@@ -36,7 +37,9 @@ const FILES = {
   "/": [join(HERE, "index.html"), "text/html; charset=utf-8"],
   "/app.mjs": [join(HERE, "app.mjs"), "text/javascript; charset=utf-8"],
   "/idem/client-web.js": [join(DIST, "client-web.js"), "text/javascript; charset=utf-8"],
-  "/idem/idem_client.js": [join(DIST, "idem_client.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_client_web.js": [join(DIST, "idem_client_web.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_client_lean_bg.wasm": [join(DIST, "idem_client_lean_bg.wasm"), "application/wasm"],
+  "/idem/idem_client_glue.js": [join(DIST, "idem_client_glue.js"), "text/javascript; charset=utf-8"],
   "/idem/idem_client_bg.wasm": [join(DIST, "idem_client_bg.wasm"), "application/wasm"],
 };
 

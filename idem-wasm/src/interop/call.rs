@@ -39,7 +39,7 @@ pub enum ClientOp {
     /// JSON Pointer) and the names of the outcomes in [`FetchOutcome`](super::FetchOutcome)
     /// order.
     Names = 0,
-    /// `method, url, body → digest`: the 32-byte digest of a payload.
+    /// `method, url, body → digest`: the 32-byte digest of a payload (in the full module).
     Digest = 1,
     /// `random (16 bytes) → key`: a UUID v4 key.
     KeyV4 = 2,
@@ -74,7 +74,7 @@ pub enum ClientOp {
     /// `method → field`: the `Idempotency-Status` field of a settling status query.
     StatusField = 14,
     /// `client, epoch, bits, firstSeq → sequence, epoch`: a new counter numbering (numbers
-    /// as decimal text).
+    /// as decimal text). This and the other counter operations are in the full module.
     CounterNew = 15,
     /// `sequence → sequence, epoch`: a persisted counter numbering, checked (`IDEM-JS-2`).
     CounterRestore = 16,
@@ -87,11 +87,14 @@ pub enum ClientOp {
     /// `…values → …values`: the arguments as the module read them (for the tests that
     /// check both sides of this format).
     Echo = 20,
+    /// `method, url, body → message`: the bytes whose SHA-256 is the payload's digest, for
+    /// the runtime's own SHA-256 (`crypto.subtle`).
+    PayloadMessage = 21,
 }
 
 impl ClientOp {
     /// Every operation, by number.
-    pub const ALL: [ClientOp; 21] = [
+    pub const ALL: [ClientOp; 22] = [
         ClientOp::Names,
         ClientOp::Digest,
         ClientOp::KeyV4,
@@ -113,6 +116,7 @@ impl ClientOp {
         ClientOp::CounterDone,
         ClientOp::CounterLowWater,
         ClientOp::Echo,
+        ClientOp::PayloadMessage,
     ];
 
     /// The operation numbered `n`.

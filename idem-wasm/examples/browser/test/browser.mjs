@@ -71,9 +71,10 @@ export async function startServer(env = {}) {
 
 /**
  * Launches headless Chromium with `userDataDir` as its profile. The flags keep it off the
- * network (no background requests, updates or sync) and run it as root in a container.
+ * network (no background requests, updates or sync) and run it as root in a container;
+ * `args` are added to them.
  */
-export function launchChromium(userDataDir) {
+export function launchChromium(userDataDir, args = []) {
   return puppeteer.launch({
     executablePath: CHROMIUM,
     userDataDir,
@@ -88,6 +89,7 @@ export function launchChromium(userDataDir) {
       "--disable-component-update",
       "--disable-sync",
       "--disable-dev-shm-usage",
+      ...args,
     ],
   });
 }
