@@ -1,6 +1,6 @@
 //! The client's UUID keys (RFC 9562), for clients that have no UUID generator of their own:
 //! version 4 from random bits, version 7 from the time and random bits. Written out by hand
-//! (the version and variant bits, then lowercase hex with hyphens), the same text as the
+//! (the version and variant bits, then lowercase hex with hyphens, `kind::push_hex`), the same text as the
 //! `uuid` crate's builders (a test holds them equal), so that the client's module carries
 //! none of that crate.
 
@@ -33,15 +33,9 @@ fn text(mut bytes: [u8; 16], version: u8) -> String {
         if matches!(i, 4 | 6 | 8 | 10) {
             out.push('-');
         }
-        out.push(hex(b >> 4));
-        out.push(hex(b & 0x0f));
+        crate::kind::push_hex(&mut out, core::slice::from_ref(b));
     }
     out
-}
-
-/// A nibble as a lowercase hex digit.
-fn hex(nibble: u8) -> char {
-    char::from(if nibble < 10 { b'0' } else { b'a' - 10 } + nibble)
 }
 
 #[cfg(test)]
