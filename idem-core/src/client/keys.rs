@@ -1,8 +1,8 @@
 //! The client's UUID keys (RFC 9562), for clients that have no UUID generator of their own:
 //! version 4 from random bits, version 7 from the time and random bits. Written out by hand
-//! (the version and variant bits, then lowercase hex with hyphens, `kind::push_hex`), the same text as the
-//! `uuid` crate's builders (a test holds them equal), so that the client's module carries
-//! none of that crate.
+//! (the version and variant bits, then lowercase hex with hyphens, by `kind::push_hex`), the
+//! same text as the `uuid` crate's builders (a test holds them equal), so that the client's
+//! module carries none of that crate.
 
 use crate::time::UnixMillis;
 use alloc::string::String;
