@@ -1,5 +1,5 @@
-// The Durable Object store: `IdempotencyShard`, a Durable Object class that owns a shard of
-// keys, and `DurableObjectStore`, the store a worker passes to `withIdempotency`.
+// `IdempotencyShard`, a Durable Object class that owns a shard of keys: their records in its
+// storage, the claims made next to them, and the alarms that expire them.
 //
 // Claims are made inside the object, next to its storage: the worker sends the request's
 // ticket (record key and fingerprint, encoded by the engine), and the object runs the claim
@@ -11,8 +11,7 @@
 // back as compare-and-set writes, checked against the same copy. Alarms, set from each
 // record's deadline, drive expiry (IDEM-TTL-4). In a SQLite-backed object, records in clear
 // are read through the synchronous `storage.kv` API: a claim then awaits nothing between
-// its read and its write. A store inside the object (`DurableObjectLocalStore`) claims on the
-// request's own slot, with no ticket in between.
+// its read and its write.
 //
 // Values larger than one storage value may hold (128 KiB in the key-value backend; 2 MB for
 // key and value together in SQLite-backed objects) are split over several storage keys,
@@ -23,14 +22,14 @@
 // two places would both see no record and both run. Claims need one serialised writer per
 // key, which is what a Durable Object is.
 //
-// The object, the store a worker uses to reach it and the store inside the object share the
-// shard's message format (its tags and layouts) and the claim step; they stay in one file
-// so that what both ends of the wire speak is read in one place. Sealing (IDEM-SEAL-1) sits
-// at the same boundary, where records go to and come from the object's storage.
+// A worker reaches the object through `DurableObjectStore` (shard-store.js), in the messages
+// of shard-wire.js; a store inside the object, `DurableObjectLocalStore` (local-store.js),
+// claims on the request's own slot, with no ticket in between. Sealing (IDEM-SEAL-1) sits
+// here, where records go to and come from the object's storage.
 import { StepKind as Step } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
-import { attemptOf, attemptOfContext } from "./attempt.js";
 import { clearRecord, openedRecord, recordSealer } from "./seal.js";
+import { APPLY, CLAIM, LOAD, applied, claimed, failure, loaded, readApply, readClaim, readKey } from "./shard-wire.js";
 import { expire } from "./stores.js";
 import { CLAIM_IN_SLOT, rangeError, takeWrite } from "./util.js";
 
@@ -43,13 +42,12 @@ const DEADLINE = "d:";
 /** Where an object that shares its alarm with the records keeps the time of its own alarm. */
 const OWN_ALARM = "a:own";
 const CACHE_LIMIT = 10_000;
-const BASE = "https://idem-shard.invalid";
 
 /** The most bytes one storage value holds here: under the key-value backend's 128 KiB per
  * value, with room for the key and the entry's other fields. */
 export const CHUNK_BYTES = 120 * 1024;
 /** Storage keys one `put` writes atomically. */
-const MAX_PUT_KEYS = 128;
+export const MAX_PUT_KEYS = 128;
 /** The largest record value a shard keeps: the chunks of one atomic put, with room for the
  * deadline index entry and the record entry itself. */
 export const MAX_VALUE_BYTES = (MAX_PUT_KEYS - 2) * CHUNK_BYTES;
@@ -57,12 +55,6 @@ export const MAX_VALUE_BYTES = (MAX_PUT_KEYS - 2) * CHUNK_BYTES;
 /** The chunks a value of `length` bytes is stored in (at least one). */
 const chunksOf = (length) => Math.max(1, Math.ceil(length / CHUNK_BYTES));
 
-/**
- * Shards a storage key belongs to. Fixed, so that the placement of a key never changes: not
- * with a setting, not between two versions of a worker deployed at once. A retry must reach
- * the object that saw its key (IDEM-EXEC-1).
- */
-export const PLACEMENT_SHARDS = 256;
 
 function deadlineKey(prefix, deadline, key) {
   return `${prefix}${DEADLINE}${String(deadline).padStart(16, "0")}:${key}`;
@@ -70,21 +62,6 @@ function deadlineKey(prefix, deadline, key) {
 
 function chunkKey(prefix, key, i) {
   return `${prefix}${CHUNK}${key}:${i}`;
-}
-
-/** FNV-1a over the key's UTF-16 code units: a stable shard index. */
-export function shardOf(key) {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) {
-    h ^= key.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h % PLACEMENT_SHARDS;
-}
-
-/** The name of the object that owns a storage key. */
-export function shardName(key) {
-  return `idem-${shardOf(key)}`;
 }
 
 /**
@@ -134,35 +111,21 @@ export class IdempotencyShard {
 
   /** The object's HTTP face for `DurableObjectStore`. */
   async fetch(request) {
-    const url = new URL(request.url);
+    const path = new URL(request.url).pathname;
     const h = request.headers;
     try {
-      if (url.pathname === "/claim") {
-        const body = new Uint8Array(await request.arrayBuffer());
-        const [hi, lo] = (h.get("x-idem-nonce") ?? "0.0").split(".").map(Number);
-        const out = await this.claim(body, decodeURIComponent(h.get("x-idem-options") ?? "{}"), Number(h.get("x-idem-now")), hi, lo);
-        return new Response(out, { headers: { "content-type": "application/octet-stream" } });
+      if (path === CLAIM) {
+        const { optionsText, now, hi, lo } = readClaim(h);
+        return claimed(await this.claim(new Uint8Array(await request.arrayBuffer()), optionsText, now, hi, lo));
       }
-      const key = decodeURIComponent(h.get("x-idem-key") ?? "");
-      if (url.pathname === "/apply") {
-        const body = new Uint8Array(await request.arrayBuffer());
-        const write = {
-          expect: h.get("x-idem-expect"),
-          value: h.get("x-idem-delete") === "1" ? null : body,
-          version: h.get("x-idem-version") ?? "",
-          deadline: Number(h.get("x-idem-deadline") ?? 0),
-        };
-        const ok = await this.apply(key, write, Number(h.get("x-idem-now")));
-        return new Response(ok ? "applied" : "conflict");
+      if (path === APPLY) {
+        const { key, write, now } = readApply(h, new Uint8Array(await request.arrayBuffer()));
+        return applied(await this.apply(key, write, now));
       }
-      if (url.pathname === "/load") {
-        const r = await this.load(key);
-        if (r === null) return new Response(null, { status: 404 });
-        return new Response(r.value, { headers: { "x-idem-version": r.version } });
-      }
+      if (path === LOAD) return loaded(await this.load(readKey(h)));
       return new Response("not found", { status: 404 });
     } catch (err) {
-      return new Response(String(err?.message ?? err), { status: err?.code ? 400 : 500, headers: { "x-idem-code": err?.code ?? "" } });
+      return failure(err);
     }
   }
 
@@ -528,274 +491,5 @@ export class IdempotencyShard {
     if (at === null) await this.#storage.deleteAlarm();
     else await this.#storage.setAlarm(at);
     return ownDue;
-  }
-}
-
-/**
- * The store a worker passes to `withIdempotency`: each key belongs to one of a fixed set of
- * `IdempotencyShard` objects, chosen from the key alone, which makes its claims.
- */
-export class DurableObjectStore {
-  #namespace;
-
-  /** The largest response a shard keeps (IDEM-STORE-5): its record, with the request's
-   * fingerprint and the response's headers, still fits in `MAX_VALUE_BYTES`. */
-  maxResponseBytes = MAX_VALUE_BYTES - 64 * 1024;
-
-  constructor(namespace, options) {
-    if (namespace == null || typeof namespace.idFromName !== "function" || typeof namespace.get !== "function") {
-      throw rangeError("IDEM-JS-1", "DurableObjectStore needs a Durable Object namespace binding");
-    }
-    if (options !== undefined) {
-      throw rangeError(
-        "IDEM-JS-1",
-        "DurableObjectStore takes no options: the shard of a key is fixed, so that a change of settings or a deploy never sends a retry to an object that did not see its key",
-      );
-    }
-    this.#namespace = namespace;
-  }
-
-  #stub(key) {
-    return this.#namespace.get(this.#namespace.idFromName(shardName(key)));
-  }
-
-  async #call(key, path, headers, body) {
-    const response = await this.#stub(key).fetch(`${BASE}${path}`, { method: "POST", headers, body });
-    if (!response.ok && response.status !== 404) {
-      const message = await response.text();
-      const err = new Error(`idempotency shard: ${message}`);
-      err.code = response.headers.get("x-idem-code") || "IDEM-STORE-4";
-      throw err;
-    }
-    return response;
-  }
-
-  async claim(key, ticket, optionsText, now, hi, lo) {
-    const response = await this.#call(
-      key,
-      "/claim",
-      { "x-idem-options": encodeURIComponent(optionsText), "x-idem-now": String(now), "x-idem-nonce": `${hi}.${lo}` },
-      ticket,
-    );
-    return new Uint8Array(await response.arrayBuffer());
-  }
-
-  async load(key) {
-    const response = await this.#call(key, "/load", { "x-idem-key": encodeURIComponent(key) });
-    if (response.status === 404) return null;
-    return { version: response.headers.get("x-idem-version"), value: new Uint8Array(await response.arrayBuffer()) };
-  }
-
-  async apply(key, write, now) {
-    const headers = {
-      "x-idem-key": encodeURIComponent(key),
-      "x-idem-version": write.version,
-      "x-idem-deadline": String(write.deadline),
-      "x-idem-now": String(now),
-    };
-    if (write.expect !== null) headers["x-idem-expect"] = write.expect;
-    if (write.value === null) headers["x-idem-delete"] = "1";
-    const response = await this.#call(key, "/apply", headers, write.value ?? undefined);
-    return (await response.text()) === "applied";
-  }
-}
-
-/** The handler's own storage keys one transaction writes at most: with the record's chunks,
- * its entry and its deadline, they fit in the `MAX_PUT_KEYS` of one atomic put. */
-export const TRANSACTION_KEYS = 32;
-
-/**
- * The store for a handler whose data lives in a Durable Object: the records live in that
- * object's own storage, under `prefix` (default `"idem:"`), and the handler runs inside the
- * object. Claims and completions are made next to the storage, so a fresh request costs the
- * worker one round trip to the object; and `transaction(context, fn)` commits the handler's
- * own writes in the same atomic write as the completion that stores its response (the
- * reason idem records writes, not actions). Create one per object, in its constructor, and
- * call its `alarm()` from the object's `alarm()` (expiry). The object's one alarm is shared:
- * set an alarm of the object's own with the store's `setAlarm(time)`, and do its work when
- * the store's `alarm()` resolves true.
- *
- * `writesOnly: true` is for a handler whose every effect is a write of its transaction: a
- * claim is then kept in the object's memory, and a fresh request writes once, at its
- * completion, with the handler's writes (IDEM-STORE-8). While the object lives, every other
- * request for the key sees the claim. If the object dies first, the claim dies with the
- * uncommitted writes, and the next request for the key runs as a first attempt, at once.
- * That is only safe when the attempt that died left nothing behind: no call to another
- * service, no write outside the transaction.
- */
-export class DurableObjectLocalStore {
-  #storage;
-  #prefix;
-  #shard;
-  /** Attempt → the handler's transaction, waiting for its completion. */
-  #open = new Map();
-
-  /** The largest response kept (IDEM-STORE-5): the record, with the handler's writes, still
-   * goes in one atomic put. */
-  maxResponseBytes = (MAX_PUT_KEYS - 2 - TRANSACTION_KEYS) * CHUNK_BYTES - 64 * 1024;
-
-  constructor(state, options = {}) {
-    if (state == null || state.storage == null || typeof state.storage.put !== "function") {
-      throw rangeError("IDEM-JS-1", "DurableObjectLocalStore needs the Durable Object's state (this.ctx)");
-    }
-    const prefix = options.prefix ?? "idem:";
-    if (typeof prefix !== "string" || prefix === "") {
-      throw rangeError("IDEM-JS-1", "options.prefix must be a non-empty string: the records' storage keys start with it");
-    }
-    const writesOnly = options.writesOnly ?? false;
-    if (typeof writesOnly !== "boolean") {
-      throw rangeError("IDEM-JS-1", "options.writesOnly must be true or false");
-    }
-    this.#storage = state.storage;
-    this.#prefix = prefix;
-    this.#shard = new IdempotencyShard(state, undefined, { prefix, held: writesOnly, sharedAlarm: true, seal: options.seal });
-  }
-
-  claim(_key, ticket, optionsText, now, hi, lo) {
-    return this.#shard.claim(ticket, optionsText, now, hi, lo);
-  }
-
-  /** The claim, made on the request's own slot (the drive loop's way with this store: the
-   * engine is in this isolate, so nothing crosses as a ticket). */
-  [CLAIM_IN_SLOT](engine, slot, key, now, step) {
-    return this.#shard[CLAIM_IN_SLOT](engine, slot, key, now, step);
-  }
-
-  load(key) {
-    return this.#shard.load(key);
-  }
-
-  async apply(key, write, now, info) {
-    const attempt = info?.outcome === undefined ? undefined : attemptOf(key, info.attempt);
-    const open = attempt === undefined ? undefined : this.#open.get(attempt);
-    // A transaction still running when its request answered is not part of the answer.
-    if (open === undefined || !open.ready) {
-      if (open !== undefined) this.#open.delete(attempt);
-      return this.#shard.apply(key, write, now);
-    }
-    // Only an answer whose response is stored commits the handler's writes, in the same
-    // atomic write (IDEM-STORE-7); anything else leaves them unwritten.
-    const commits = write.storesResponse && info.outcome === "answered";
-    if (!commits) {
-      this.#open.delete(attempt);
-      return this.#shard.apply(key, write, now);
-    }
-    const applied = await this.#shard.apply(key, write, now, open.writes());
-    // A completion that lost its race keeps the writes for this attempt's next completion
-    // (made from the record as it reads after a write of its own whose answer was lost); the
-    // end of the attempt drops them. Never given up here, or the next completion would
-    // store the response without them.
-    if (applied) this.#open.delete(attempt);
-    return applied;
-  }
-
-  /** The attempt's request is over: writes it left uncommitted are dropped. */
-  end(key, attempt) {
-    this.#open.delete(attemptOf(key, attempt));
-  }
-
-  /** Expires what is due; call it from the object's `alarm()`. The object has one alarm,
-   * shared with the records: an object with an alarm of its own sets it with `setAlarm`
-   * (never `storage.setAlarm`, which would move the records' expiry), and does its own alarm
-   * work when this resolves true. */
-  alarm() {
-    return this.#shard.alarm();
-  }
-
-  /** The object's own alarm at `time` (ms since the epoch), or none with null: kept beside
-   * the records' deadlines, so that neither moves the other. `alarm()` resolves true when it
-   * is due. */
-  setAlarm(time) {
-    return this.#shard.setOwnAlarm(time);
-  }
-
-  /** The object's own alarm time (`setAlarm`), or null. */
-  getAlarm() {
-    return this.#shard.getOwnAlarm();
-  }
-
-  /**
-   * Runs `fn(tx)` for the request whose idempotency context is `context` (`idempotencyOf(request)`,
-   * or the context `Idempotency#handle` passes). `tx.get(key)` reads the object's storage as
-   * the transaction changed it; `tx.put(key, value)` and `tx.delete(key)` are written with
-   * the completion that stores the response, in one atomic write, or never: not if `fn`
-   * throws, not if the response is not kept, not if the lease was taken over meanwhile.
-   * Keys starting with the store's prefix are refused. Resolves to what `fn` returned.
-   */
-  async transaction(context, fn) {
-    const attempt = attemptOfContext(context);
-    if (this.#open.has(attempt)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
-    // The attempt's place is taken before `fn` runs, so that a second call of the same
-    // request is refused instead of replacing the first one's writes.
-    const tx = new ObjectTransaction(this.#storage, this.#prefix);
-    this.#open.set(attempt, tx);
-    try {
-      const result = await fn(tx);
-      if (this.#open.get(attempt) !== tx) throw rangeError("IDEM-LEASE-3", "the request was over before its transaction was done");
-      tx.ready = true;
-      return result;
-    } catch (err) {
-      if (this.#open.get(attempt) === tx) this.#open.delete(attempt);
-      throw err;
-    }
-  }
-}
-
-/** A handler's writes, held until the completion that stores its response. */
-class ObjectTransaction {
-  /** Whether `fn` is done and the writes wait for the completion. */
-  ready = false;
-  #storage;
-  #prefix;
-  /** Key → value, or undefined for a delete. */
-  #changes = new Map();
-
-  constructor(storage, prefix) {
-    this.#storage = storage;
-    this.#prefix = prefix;
-  }
-
-  #check(key) {
-    if (typeof key !== "string" || key === "") throw rangeError("IDEM-JS-1", "a storage key is a non-empty string");
-    if (key.startsWith(this.#prefix)) throw rangeError("IDEM-JS-1", `storage keys starting with "${this.#prefix}" hold idempotency records`);
-  }
-
-  /** The value stored under `key`, as this transaction has changed it. */
-  async get(key) {
-    this.#check(key);
-    if (this.#changes.has(key)) return this.#changes.get(key);
-    // A SQLite-backed object answers at once (`storage.kv`); the value is the same.
-    const kv = this.#storage.kv;
-    return kv != null && typeof kv.get === "function" ? kv.get(key) : this.#storage.get(key);
-  }
-
-  /** Writes `value` under `key` with the completion. */
-  put(key, value) {
-    this.#check(key);
-    if (value === undefined) throw rangeError("IDEM-JS-1", "put needs a value (use delete to remove a key)");
-    if (!this.#changes.has(key) && this.#changes.size >= TRANSACTION_KEYS) {
-      throw rangeError("IDEM-JS-1", `a transaction writes at most ${TRANSACTION_KEYS} keys`);
-    }
-    this.#changes.set(key, value);
-  }
-
-  /** Deletes `key` with the completion. */
-  delete(key) {
-    this.#check(key);
-    if (!this.#changes.has(key) && this.#changes.size >= TRANSACTION_KEYS) {
-      throw rangeError("IDEM-JS-1", `a transaction writes at most ${TRANSACTION_KEYS} keys`);
-    }
-    this.#changes.set(key, undefined);
-  }
-
-  /** `{ puts, deletes }` for the completion's write. */
-  writes() {
-    const puts = [];
-    const deletes = [];
-    for (const [k, v] of this.#changes) {
-      if (v === undefined) deletes.push(k);
-      else puts.push([k, v]);
-    }
-    return { puts, deletes };
   }
 }

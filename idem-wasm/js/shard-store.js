@@ -1,0 +1,76 @@
+// `DurableObjectStore`, the store a worker passes to `withIdempotency`: it sends each key's
+// claims, reads and compare-and-sets to the `IdempotencyShard` object that owns the key
+// (shard.js), in the messages of shard-wire.js. Which object owns a key is decided here, from
+// the key alone (the placement).
+import { MAX_VALUE_BYTES } from "./shard.js";
+import { SHARD_ORIGIN, applyRequest, claimRequest, failureOf, loadRequest, readApplied, readClaimed, readLoaded } from "./shard-wire.js";
+import { rangeError } from "./util.js";
+
+/**
+ * Shards a storage key belongs to. Fixed, so that the placement of a key never changes: not
+ * with a setting, not between two versions of a worker deployed at once. A retry must reach
+ * the object that saw its key (IDEM-EXEC-1).
+ */
+export const PLACEMENT_SHARDS = 256;
+
+/** FNV-1a over the key's UTF-16 code units: a stable shard index. */
+export function shardOf(key) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h % PLACEMENT_SHARDS;
+}
+
+/** The name of the object that owns a storage key. */
+export function shardName(key) {
+  return `idem-${shardOf(key)}`;
+}
+
+/**
+ * The store a worker passes to `withIdempotency`: each key belongs to one of a fixed set of
+ * `IdempotencyShard` objects, chosen from the key alone, which makes its claims.
+ */
+export class DurableObjectStore {
+  #namespace;
+
+  /** The largest response a shard keeps (IDEM-STORE-5): its record, with the request's
+   * fingerprint and the response's headers, still fits in `MAX_VALUE_BYTES`. */
+  maxResponseBytes = MAX_VALUE_BYTES - 64 * 1024;
+
+  constructor(namespace, options) {
+    if (namespace == null || typeof namespace.idFromName !== "function" || typeof namespace.get !== "function") {
+      throw rangeError("IDEM-JS-1", "DurableObjectStore needs a Durable Object namespace binding");
+    }
+    if (options !== undefined) {
+      throw rangeError(
+        "IDEM-JS-1",
+        "DurableObjectStore takes no options: the shard of a key is fixed, so that a change of settings or a deploy never sends a retry to an object that did not see its key",
+      );
+    }
+    this.#namespace = namespace;
+  }
+
+  #stub(key) {
+    return this.#namespace.get(this.#namespace.idFromName(shardName(key)));
+  }
+
+  async #call(key, { path, headers, body }) {
+    const response = await this.#stub(key).fetch(`${SHARD_ORIGIN}${path}`, { method: "POST", headers, body });
+    if (!response.ok && response.status !== 404) throw await failureOf(response);
+    return response;
+  }
+
+  async claim(key, ticket, optionsText, now, hi, lo) {
+    return readClaimed(await this.#call(key, claimRequest(ticket, optionsText, now, hi, lo)));
+  }
+
+  async load(key) {
+    return readLoaded(await this.#call(key, loadRequest(key)));
+  }
+
+  async apply(key, write, now) {
+    return readApplied(await this.#call(key, applyRequest(key, write, now)));
+  }
+}
