@@ -70,6 +70,15 @@ pub fn response_apart(record: &Record) -> Option<(Record, UnixMillis)> {
     }
 }
 
+/// What a store's sweep does with a due record it cannot open (sealed under a key it does not
+/// hold, `IDEM-SEAL-3`), from `expires`, until when the record must be kept, which the store
+/// keeps in clear beside it: `None` to delete it now (it need no longer be kept, which takes
+/// no reading), or when it is due again: then, so that it does not stand in front of the
+/// records due behind it. Never expired any other way: what is due in it cannot be read.
+pub fn unopened_due(expires: UnixMillis, now: UnixMillis) -> Option<UnixMillis> {
+    (expires > now).then_some(expires)
+}
+
 /// The Postgres table (`schema`, the migration) and the statements on it (`load`, `insert`,
 /// `update`, `delete`, `due`, `defer`), each after a `-- name:` line. See [`postgres_statement`].
 pub const POSTGRES_SQL: &str = include_str!("../stores/postgres.sql");
@@ -94,6 +103,15 @@ pub fn postgres_statement(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unopened_record_is_deleted_once_it_need_no_longer_be_kept() {
+        // IDEM-SEAL-3
+        let expires = UnixMillis(10_000);
+        assert_eq!(unopened_due(expires, UnixMillis(9_999)), Some(expires));
+        assert_eq!(unopened_due(expires, UnixMillis(10_000)), None);
+        assert_eq!(unopened_due(expires, UnixMillis(20_000)), None);
+    }
 
     #[test]
     fn every_statement_is_found_by_name() {

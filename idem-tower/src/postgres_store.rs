@@ -7,7 +7,7 @@
 
 use crate::IdempotencyContext;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use idem_core::stores::{postgres_statement, CALL_TIMEOUT};
+use idem_core::stores::{postgres_statement, unopened_due, CALL_TIMEOUT};
 use idem_core::{
     Applied, AsyncStore, Completing, Expiry, Finish, Precondition, Record, RecordKey, StoreFailure,
     UnixMillis, Write, WriteOp,
@@ -182,12 +182,10 @@ impl PostgresStore {
             let version: String = row.get(1);
             let record = match seal::decode(self.seal.as_ref(), &key, row.get::<_, &[u8]>(2)) {
                 Ok(record) => record,
-                // Sealed with a key this store does not hold: deleted once it need no longer
-                // be kept, which needs no reading; until then due only then, so that it does
-                // not stand in front of the records due behind it.
+                // Sealed with a key this store does not hold: idem-core's rule for it.
                 Err(e) if e.is_sealed() => {
-                    let expires: i64 = row.get(3);
-                    if expires <= now.0 as i64 {
+                    let expires = UnixMillis(u64::try_from(row.get::<_, i64>(3)).unwrap_or(0));
+                    if unopened_due(expires, now).is_none() {
                         let seal = self.seal.as_ref();
                         if write_on(&client, seal, &key, Some(&version), &WriteOp::Delete).await?
                             == Applied::Applied
@@ -195,6 +193,7 @@ impl PostgresStore {
                             changed += 1;
                         }
                     } else {
+                        // Due again at `expires` (the statement sets the deadline to it).
                         let defer = client.prepare_cached(statement("defer")).await?;
                         client.execute(&defer, &[&key, &version]).await?;
                     }

@@ -10,5 +10,5 @@ export { IdempotencyShard } from "./shard.js";
 export { DurableObjectStore, shardName } from "./shard-store.js";
 export { DurableObjectLocalStore, TRANSACTION_KEYS } from "./local-store.js";
 export { StoreFullError } from "./util.js";
-export { keyHeader, lowWaterHeader, statusHeader, statusMediaType, storeTimeoutMs } from "./idem_wasm.js";
+export { keyHeader, lowWaterHeader, statusHeader, statusMediaType, storeTimeoutMs, unopenedDue } from "./idem_wasm.js";
 export { openedRecord, recordSealer } from "./seal.js";

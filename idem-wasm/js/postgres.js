@@ -6,7 +6,7 @@
 // compare-and-set. `sweep()` expires what is due through the index on the deadline.
 // `transaction(context, fn)` commits the handler's own rows in the transaction that
 // completes its key: both or neither (the reason idem records writes, not actions).
-import { expire, openedRecord, recordSealer, storeTimeoutMs } from "idem";
+import { expire, openedRecord, recordSealer, storeTimeoutMs, unopenedDue } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
 import { bounded, milliseconds, rangeError } from "./errors.js";
@@ -225,10 +225,9 @@ export class PostgresStore {
         value = await openedRecord(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
       } catch (err) {
         if (err?.code !== "IDEM-SEAL-3") throw err;
-        // Sealed with a key this store does not hold: deleted once it need no longer be kept,
-        // which needs no reading; until then due only then, so that it does not stand in
-        // front of the records due behind it.
-        if (Number(row.expires) <= now) {
+        // Sealed with a key this store does not hold: idem-core's rule for it (the `defer`
+        // statement makes it due again at its `expires`).
+        if (unopenedDue(now, Number(row.expires)) === undefined) {
           if (await this.#write(this.#pool, row.key, { value: null, expect: row.version })) changed++;
         } else {
           await this.#query(this.#pool, { name: "idem_defer", text: Q.defer, values: [row.key, row.version] });

@@ -35,9 +35,15 @@ export async function readClaimed(response) {
 }
 
 /** A compare-and-set of `key`'s record: a write as the engine asked for it (`expect`, the
- * version it replaces or null; `value`, null to delete; `version`; `deadline`). */
+ * version it replaces or null; `value`, null to delete; `version`; `deadline`; `expires`). */
 export function applyRequest(key, write, now) {
-  const headers = { "x-idem-key": encodeURIComponent(key), "x-idem-version": write.version, "x-idem-deadline": String(write.deadline), "x-idem-now": String(now) };
+  const headers = {
+    "x-idem-key": encodeURIComponent(key),
+    "x-idem-version": write.version,
+    "x-idem-deadline": String(write.deadline),
+    "x-idem-expires": String(write.expires),
+    "x-idem-now": String(now),
+  };
   if (write.expect !== null) headers["x-idem-expect"] = write.expect;
   if (write.value === null) headers["x-idem-delete"] = "1";
   return { path: APPLY, headers, body: write.value ?? undefined };
@@ -50,6 +56,7 @@ export function readApply(h, body) {
     value: h.get("x-idem-delete") === "1" ? null : body,
     version: h.get("x-idem-version") ?? "",
     deadline: Number(h.get("x-idem-deadline") ?? 0),
+    expires: Number(h.get("x-idem-expires") ?? 0),
   };
   return { key: readKey(h), write, now: Number(h.get("x-idem-now")) };
 }

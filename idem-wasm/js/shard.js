@@ -26,7 +26,7 @@
 // of shard-wire.js; a store inside the object, `DurableObjectLocalStore` (local-store.js),
 // claims on the request's own slot, with no ticket in between. Sealing (IDEM-SEAL-1) sits
 // here, where records go to and come from the object's storage.
-import { StepKind as Step } from "./idem_wasm.js";
+import { StepKind as Step, unopenedDue } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
 import { clearRecord, openedRecord, recordSealer } from "./seal.js";
 import { APPLY, CLAIM, LOAD, applied, claimed, failure, loaded, readApply, readClaim, readKey } from "./shard-wire.js";
@@ -282,7 +282,7 @@ export class IdempotencyShard {
       if (value !== null) {
         const chunks = chunksOf(value.byteLength);
         const first = chunks === 1 ? value : value.subarray(0, CHUNK_BYTES);
-        batch[p + RECORD + key] = { version: write.version, value: first, deadline: write.deadline, chunks, length: value.byteLength };
+        batch[p + RECORD + key] = { version: write.version, value: first, deadline: write.deadline, expires: write.expires, chunks, length: value.byteLength };
         for (let i = 1; i < chunks; i++) batch[chunkKey(p, key, i)] = value.subarray(i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES);
       }
       const out = [];
@@ -443,6 +443,27 @@ export class IdempotencyShard {
   /** Expires every record that is due, then sets the alarm for the next deadline (or the
    * host's own alarm, when it is earlier). Resolves to whether the host's own alarm
    * (`setOwnAlarm`) is due: then it is spent, and the host does its own alarm work. */
+  /** A due record that does not open here (IDEM-SEAL-3), by idem-core's rule
+   * (`unopenedDue`) from the `expires` its entry keeps in clear: deleted once it need no
+   * longer be kept, which takes no reading, and until then due again at `expires`, out of the
+   * way of the records due behind it. A record whose entry has no `expires` (written before
+   * entries kept it) stays, out of the index. */
+  async #unopened(indexKey, key, version, now) {
+    const p = this.#prefix;
+    const stored = await this.#storage.get(p + RECORD + key);
+    const deletes = [indexKey];
+    if (stored?.version === version && typeof stored.expires === "number") {
+      const at = unopenedDue(now, stored.expires);
+      if (at === undefined) {
+        deletes.push(p + RECORD + key);
+        for (let i = 1; i < stored.chunks; i++) deletes.push(chunkKey(p, key, i));
+      } else {
+        await this.#storage.put(deadlineKey(p, at, key), version);
+      }
+    }
+    await this.#storage.delete(deletes);
+  }
+
   async alarm() {
     const now = Date.now();
     const p = this.#prefix;
@@ -457,10 +478,10 @@ export class IdempotencyShard {
         // The cache holds records opened (or in clear), as the engine reads them.
         if (current !== null && current.version === version) write = expire(now, current.value);
       } catch (err) {
-        // Sealed with a key this object does not hold (IDEM-SEAL-3): it stays, unexpired,
-        // and out of the index, so that the alarm does not come back for it.
+        // Sealed with a key this object does not hold (IDEM-SEAL-3): idem-core's rule for it.
         if (err?.code !== "IDEM-SEAL-3") throw err;
-        current = null;
+        await this.#unopened(indexKey, key, version, now);
+        continue;
       }
       if (current === null || current.version !== version) {
         await this.#storage.delete(indexKey);

@@ -131,6 +131,15 @@ pub fn response_apart(value: &[u8]) -> JsResult<Option<Vec<u8>>> {
     Ok(idem_core::stores::response_apart(&record).map(|(held, _)| idem_core::encode_record(&held)))
 }
 
+/// What a sweep does with a due record it cannot open (sealed under a key the store does not
+/// hold): `undefined` to delete it now, or the time (ms) it is due again, from `expires`, until
+/// when it must be kept (idem-core's [`unopened_due`](idem_core::stores::unopened_due)).
+#[wasm_bindgen(js_name = unopenedDue)]
+pub fn unopened_due(now: f64, expires: f64) -> Option<f64> {
+    idem_core::stores::unopened_due(interop::millis(expires), interop::millis(now))
+        .map(interop::to_ms)
+}
+
 /// How long one call to a network store may take, in milliseconds, unless its host says
 /// otherwise (idem-core's [`CALL_TIMEOUT`](idem_core::stores::CALL_TIMEOUT)).
 #[wasm_bindgen(js_name = storeTimeoutMs)]

@@ -567,6 +567,35 @@ describe("sealed records in Durable Object storage (IDEM-SEAL-1..3)", () => {
     assert.equal(state.executions, 2);
   });
 
+  test("a due record under a dropped key is due again when it need no longer be kept, and deleted then (IDEM-SEAL-3)", async () => {
+    const clock = manualClock(Date.now());
+    const { namespace, handler } = sealedWorker([OLD], { idem: { responseTtl: 1000, keyTtl: 3000, lease: 1000, now: clock } });
+    assert.equal((await handler(post('"gone"'))).status, 201);
+    rotate(namespace, [NEW]);
+    const [entry] = [...namespace.objects.values()].filter((e) => e.storage.alarm !== null);
+    const keys = () => [...entry.storage.map.keys()].filter((k) => /^[rcd]:/.test(k)).sort();
+    const t0 = clock();
+    assert.equal(entry.storage.alarm, t0 + 1000, "due at the response's expiry");
+    const realNow = Date.now;
+    try {
+      // At the response's expiry the record cannot be opened to expire its response: it is
+      // due again when the key's retention ends, and stays until then.
+      Date.now = () => t0 + 1000;
+      await entry.object.alarm();
+      assert.equal(entry.storage.alarm, t0 + 3000);
+      const records = keys().filter((k) => k.startsWith("r:"));
+      assert.equal(records.length, 1, "the record stays while it must be kept");
+      assert.deepEqual(keys().filter((k) => k.startsWith("d:")), [`d:${String(t0 + 3000).padStart(16, "0")}:${records[0].slice(2)}`]);
+      // Then it is deleted without being read, and nothing is left due.
+      Date.now = () => t0 + 3000;
+      await entry.object.alarm();
+    } finally {
+      Date.now = realNow;
+    }
+    assert.deepEqual(keys(), []);
+    assert.equal(entry.storage.alarm, null);
+  });
+
   test("a sealed record copied under another key does not open there", async () => {
     const storage = new FakeStorage();
     let executions = 0;

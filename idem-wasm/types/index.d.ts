@@ -75,6 +75,13 @@ export function expire(now: number, value: Uint8Array): StoreWrite | undefined;
  * `expires` (IDEM-STORE-9). */
 export function responseApart(value: Uint8Array): Uint8Array | undefined;
 
+/** For a store that seals its records: what its sweep does with a due record it cannot open
+ * (sealed under a key it does not hold, IDEM-SEAL-3), from the record's `expires`, which the
+ * store keeps in clear beside it: undefined to delete it now (it need no longer be kept), or
+ * the time it is due again, so that it does not stand in front of the records due behind it.
+ * `PostgresStore`, `IdempotencyShard` and the Rust stores sweep by this rule. */
+export function unopenedDue(now: number, expires: number): number | undefined;
+
 /** How long one call to a network store may take unless its options say otherwise, in
  * milliseconds (idem-core's `CALL_TIMEOUT`): `RedisStore` and `PostgresStore` fail a call
  * their server does not answer by then, and the request is answered 503. */
