@@ -86,9 +86,16 @@ fn setup() -> Result<(), String> {
             run(Command::new("rustup").args(["component", "add", c]))?;
         }
     }
-    wasm::setup()?;
-    worker::setup()?;
-    browser::setup()
+    // The wasm-bindgen CLI, when it builds from source, keeps the cores busy while the package
+    // installs beside it wait on the network and the disk.
+    let bindgen = std::thread::spawn(wasm::install_bindgen);
+    let installed = wasm::setup()
+        .and_then(|()| worker::setup())
+        .and_then(|()| browser::setup());
+    let built = bindgen
+        .join()
+        .unwrap_or_else(|_| Err("the wasm-bindgen install stopped".into()));
+    installed.and(built)
 }
 
 /// The crates published to crates.io, packaged together by the test.

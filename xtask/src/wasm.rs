@@ -39,7 +39,9 @@ fn npm() -> Command {
 /// version (only when `wasm-bindgen --version` does not already print it), the npm dev
 /// dependencies (only when node_modules is missing or older than package-lock.json), and
 /// redis-server and postgresql (only when missing). Quiet when all is there.
-pub(crate) fn setup() -> Result<(), String> {
+/// Installs the pinned wasm-bindgen CLI when it is missing: a build from source, minutes of
+/// CPU, which [`crate::setup`] runs beside the package installs.
+pub(crate) fn install_bindgen() -> Result<(), String> {
     let current = Command::new(wasm_bindgen())
         .arg("--version")
         .output()
@@ -60,6 +62,11 @@ pub(crate) fn setup() -> Result<(), String> {
             WASM_BINDGEN_VERSION,
         ]))?;
     }
+    Ok(())
+}
+
+/// The package's dev dependencies, Deno, NestJS 10 and the servers the store tests start.
+pub(crate) fn setup() -> Result<(), String> {
     npm_ci_if_stale(&package_dir(), "idem-wasm dev dependencies")?;
     // The Deno binary for the runtime tests, by its platform package (see its package.json).
     npm_ci_if_stale(
