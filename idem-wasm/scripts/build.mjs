@@ -158,7 +158,9 @@ const stage = join(meta.target_directory, "idem-wasm-stage");
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
 for (const side of [...SIDES, LEAN]) {
-  writeFileSync(join(stage, `${side.name}.js`), withoutWarnings(readFileSync(join(bindgenOut, `${side.name}.js`), "utf8")));
+  let glue = withoutWarnings(readFileSync(join(bindgenOut, `${side.name}.js`), "utf8"));
+  if (side.feature !== "server") glue = withoutReverseEnums(glue);
+  writeFileSync(join(stage, `${side.name}.js`), glue);
 }
 for (const f of readdirSync(join(root, "js"))) {
   if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(stage, f));
@@ -175,6 +177,16 @@ function withoutWarnings(glue) {
     throw new Error("the wasm-bindgen glue's console warnings are not the three lines this build removes");
   }
   return kept.join("\n");
+}
+
+/** A client's glue without its enums' reverse mappings (`"0": "Names"` beside `Names: 0`,
+ * one line per member as wasm-bindgen 0.2.129 writes them): the client's API reads its enums
+ * by name only, and a page would load the names twice. The build stops if it finds none, or
+ * one it did not remove. */
+function withoutReverseEnums(glue) {
+  const out = glue.replace(/^(\s+[A-Za-z_$][\w$]*: -?\d+), "-?\d+": "[A-Za-z_$][\w$]*",$/gm, "$1,");
+  if (out === glue || /"-?\d+": "/.test(out)) throw new Error("the wasm-bindgen glue's enums are not written as this build expects");
+  return out;
 }
 
 /** A server source as the client's: its module and its API swapped for the client's. */
