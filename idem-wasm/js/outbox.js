@@ -73,7 +73,12 @@ let full = () => call;
  * needed. */
 export function fullModule(load) {
   let loaded;
-  full = () => (loaded ??= load());
+  full = () =>
+    (loaded ??= load().catch((err) => {
+      // Not kept: the next operation that needs the module tries to load it again.
+      loaded = undefined;
+      throw err;
+    }));
 }
 
 /** Runs operation `op` of the full module with `args`: the values of its answer. */

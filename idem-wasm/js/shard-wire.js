@@ -41,9 +41,9 @@ export function applyRequest(key, write, now) {
     "x-idem-key": encodeURIComponent(key),
     "x-idem-version": write.version,
     "x-idem-deadline": String(write.deadline),
-    "x-idem-expires": String(write.expires),
     "x-idem-now": String(now),
   };
+  if (Number.isFinite(write.expires)) headers["x-idem-expires"] = String(write.expires);
   if (write.expect !== null) headers["x-idem-expect"] = write.expect;
   if (write.value === null) headers["x-idem-delete"] = "1";
   return { path: APPLY, headers, body: write.value ?? undefined };
@@ -56,7 +56,7 @@ export function readApply(h, body) {
     value: h.get("x-idem-delete") === "1" ? null : body,
     version: h.get("x-idem-version") ?? "",
     deadline: Number(h.get("x-idem-deadline") ?? 0),
-    expires: Number(h.get("x-idem-expires") ?? 0),
+    expires: h.has("x-idem-expires") ? Number(h.get("x-idem-expires")) : undefined,
   };
   return { key: readKey(h), write, now: Number(h.get("x-idem-now")) };
 }

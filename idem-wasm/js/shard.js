@@ -452,7 +452,7 @@ export class IdempotencyShard {
     const p = this.#prefix;
     const stored = await this.#storage.get(p + RECORD + key);
     const deletes = [indexKey];
-    if (stored?.version === version && typeof stored.expires === "number") {
+    if (stored?.version === version && Number.isFinite(stored.expires) && stored.expires > 0) {
       const at = unopenedDue(now, stored.expires);
       if (at === undefined) {
         deletes.push(p + RECORD + key);

@@ -403,3 +403,19 @@ test("the browsers' lean module has every operation but the counter numbering an
     assert.deepEqual(await outbox.payloadDigest(method, url, body), digest);
   }
 });
+
+test("a browser page whose full module failed to load tries again at the next operation that needs it", async () => {
+  let tries = 0;
+  outbox.fullModule(async () => {
+    if (++tries === 1) throw new Error("offline");
+    return clientGlue.call;
+  });
+  try {
+    await assert.rejects(outbox.runFull(ClientOp.Echo, 1), /offline/);
+    assert.deepEqual(await outbox.runFull(ClientOp.Echo, 1), [1]);
+    assert.deepEqual(await outbox.runFull(ClientOp.Echo, 2), [2]);
+    assert.equal(tries, 2, "loaded once, then kept");
+  } finally {
+    outbox.fullModule(async () => clientGlue.call);
+  }
+});

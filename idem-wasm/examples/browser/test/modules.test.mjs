@@ -3,31 +3,42 @@
 // hashes its payloads; the full module, with its glue, only on a page that is not a secure
 // context (no WebCrypto: the module hashes) or that sends counter keys. Either way each order
 // is placed once, and its retry after a lost answer is recognised as the same payload.
-import { test } from "node:test";
+import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { getJson, launchChromium, postJson, removeDir, startServer, tempDir } from "./browser.mjs";
 
 const LEAN = "/idem/idem_client_lean_bg.wasm";
 const FULL = ["/idem/idem_client_glue.js", "/idem/idem_client_bg.wasm"];
 
-/** Opens `url` in a browser of its own (launched with `args`) and runs `fn(page, loaded)`,
- * `loaded` the paths the page fetched; stops the server and the browser whatever happens. */
-async function withPage(fn, { host = "127.0.0.1", args = [] } = {}) {
-  const server = await startServer();
-  const profile = tempDir();
-  let browser = null;
+// One server and one browser for the file, a new page for each test: a page loads its
+// modules afresh. `idem.test` resolves to 127.0.0.1, so that a page from it is not a secure
+// context, as a page over plain HTTP from any host but a loopback one is not.
+let server;
+let browser;
+let profile;
+before(async () => {
+  server = await startServer();
+  profile = tempDir();
+  browser = await launchChromium(profile, ["--host-resolver-rules=MAP idem.test 127.0.0.1"]);
+});
+after(async () => {
+  await browser?.close().catch(() => {});
+  await server?.stop();
+  if (profile) removeDir(profile);
+});
+
+/** Opens the order page from `host` in a new page and runs `fn(page, loaded)`, `loaded` the
+ * paths the page fetched; closes the page whatever happens. */
+async function withPage(fn, host = "127.0.0.1") {
+  const page = await browser.newPage();
   try {
-    browser = await launchChromium(profile, args);
-    const page = await browser.newPage();
     const loaded = [];
     page.on("request", (r) => loaded.push(new URL(r.url()).pathname));
     await page.goto(`${server.url.replace("127.0.0.1", host)}/`, { waitUntil: "load" });
     await page.waitForSelector("body[data-ready]", { timeout: 15_000 });
-    await fn(page, loaded, server.url);
+    await fn(page, loaded);
   } finally {
-    await browser?.close().catch(() => {});
-    await server.stop();
-    removeDir(profile);
+    await page.close().catch(() => {});
   }
 }
 
@@ -41,35 +52,35 @@ function send(page, options) {
   }, options);
 }
 
+/** The orders the server has run so far. */
+const count = async () => (await getJson(`${server.url}/count`)).count;
+
 test("a secure page with UUID keys loads the lean module and nothing more", { timeout: 60_000 }, async () => {
-  await withPage(async (page, loaded, url) => {
+  await withPage(async (page, loaded) => {
     assert.equal(await page.evaluate(() => window.isSecureContext), true);
-    await postJson(`${url}/switch`, { drop: 1 });
+    const before = await count();
+    await postJson(`${server.url}/switch`, { drop: 1 });
     assert.equal((await send(page, {})).outcome, "completed");
     assert.ok(loaded.includes(LEAN), loaded.join(" "));
     for (const path of FULL) assert.ok(!loaded.includes(path), `${path} was loaded: ${loaded.join(" ")}`);
-    assert.equal((await getJson(`${url}/count`)).count, 1, "the retry replayed the order");
+    assert.equal(await count(), before + 1, "the retry replayed the order");
   });
 });
 
 test("a page that is not a secure context hashes with the full module, and its order is placed once", { timeout: 60_000 }, async () => {
-  // A name other than localhost or a loopback address makes the page insecure, as plain HTTP
-  // to any host is.
-  const args = ["--host-resolver-rules=MAP idem.test 127.0.0.1"];
-  await withPage(
-    async (page, loaded, url) => {
-      assert.equal(await page.evaluate(() => [window.isSecureContext, typeof crypto.subtle].join()), "false,undefined");
-      await postJson(`${url}/switch`, { drop: 1 });
-      assert.equal((await send(page, {})).outcome, "completed");
-      for (const path of [LEAN, ...FULL]) assert.ok(loaded.includes(path), `${path} was not loaded: ${loaded.join(" ")}`);
-      assert.equal((await getJson(`${url}/count`)).count, 1, "the retry replayed the order");
-    },
-    { host: "idem.test", args },
-  );
+  await withPage(async (page, loaded) => {
+    assert.equal(await page.evaluate(() => [window.isSecureContext, typeof crypto.subtle].join()), "false,undefined");
+    const before = await count();
+    await postJson(`${server.url}/switch`, { drop: 1 });
+    assert.equal((await send(page, {})).outcome, "completed");
+    for (const path of [LEAN, ...FULL]) assert.ok(loaded.includes(path), `${path} was not loaded: ${loaded.join(" ")}`);
+    assert.equal(await count(), before + 1, "the retry replayed the order");
+  }, "idem.test");
 });
 
 test("counter keys: the page loads the full module, which numbers them", { timeout: 60_000 }, async () => {
-  await withPage(async (page, loaded, url) => {
+  await withPage(async (page, loaded) => {
+    const before = await count();
     const counter = { client: "page-1", epoch: "7" };
     const first = await send(page, { keyKind: "counter", counter });
     const second = await send(page, { keyKind: "counter", counter });
@@ -77,6 +88,6 @@ test("counter keys: the page loads the full module, which numbers them", { timeo
     assert.notEqual(first.key, second.key);
     for (const key of [first.key, second.key]) assert.match(key, /^page-1:7:\d+$/);
     for (const path of FULL) assert.ok(loaded.includes(path), `${path} was not loaded: ${loaded.join(" ")}`);
-    assert.equal((await getJson(`${url}/count`)).count, 2);
+    assert.equal(await count(), before + 2);
   });
 });
