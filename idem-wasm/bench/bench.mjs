@@ -57,15 +57,12 @@ import {
   makeIdempotent,
 } from "@aws-lambda-powertools/idempotency";
 import { BasePersistenceLayer, IdempotencyRecord } from "@aws-lambda-powertools/idempotency/persistence";
+import { answer, answered, bodyOf, median, orderHandler, plumbing } from "./workload.mjs";
 
 const N = Number(process.argv[2] ?? 5000);
 const ROUNDS = Number(process.argv[3] ?? 5);
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-/** The parsed request body, built for each request: about 90 bytes as JSON. */
-const bodyOf = (i, changed) => ({ amount: changed ? 2000 + i : 1000 + i, currency: "eur", customer: `cus_${i}`, note: "benchmark order" });
-/** The handler's reply object. */
-const answer = (i) => ({ id: `ord_${i}`, status: "created" });
 /** Every row checks that a 201 it ends with is the reply stored for its key. */
 function check(name, phase, i, status, body) {
   if (status !== expected(phase)) throw new Error(`${name} ${phase}: ${status}`);
@@ -86,12 +83,6 @@ function fetchRequest(phase, prefix, i) {
     headers: { "idempotency-key": `"${prefix}-${i}"`, "content-type": "application/json" },
     body: JSON.stringify(bodyOf(i, phase === "mismatch")),
   });
-}
-
-/** The handler every Fetch row runs: it parses the order and answers 201 with JSON. */
-async function orderHandler(request) {
-  const order = await request.json();
-  return Response.json(answer(order.amount - 1000), { status: 201 });
 }
 
 function fetchBench(make) {
@@ -119,30 +110,6 @@ const idemFetch = () => withIdempotency(orderHandler, { store: new MemoryStore()
 function bare() {
   return orderHandler;
 }
-/** What a Fetch-standard wrapper does to answer without the handler (a replay, a refusal):
- * read the body, build a Response from stored bytes. */
-const storedBody = new TextEncoder().encode(JSON.stringify(answer(0)));
-const storedHeaders = [
-  ["content-type", "application/json"],
-  ["idempotent-replayed", "true"],
-];
-function answered() {
-  return async (request) => {
-    new Uint8Array(await request.arrayBuffer());
-    return new Response(storedBody.slice(), { status: 201, headers: storedHeaders });
-  };
-}
-/** The copies a Fetch-standard idempotency wrapper has to make, and nothing else. */
-function plumbing() {
-  return async (request) => {
-    const body = new Uint8Array(await request.arrayBuffer());
-    const response = await orderHandler(new Request(request, { body }));
-    const bytes = new Uint8Array(await response.arrayBuffer());
-    return new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-}
-
-// --- idem-wasm, plain objects ----------------------------------------------------------------
 function idemPlain() {
   let idem = null;
   return {
@@ -374,10 +341,6 @@ for (let round = 0; round < ROUNDS; round++) {
     for (const phase of phases) samples[name][phase].push(await lib.run(phase, `run${round}`));
   }
 }
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 const results = {};
 for (const [name] of libraries) {
   results[name] = Object.fromEntries(phases.map((p) => [p, median(samples[name][p])]));

@@ -32,6 +32,8 @@
 // at once: `--content-length` gives every row's `Request` that header, as a server's has.
 // `--against DIST` adds (b) from another build of the package (a `dist` directory, for
 // example a copy of the one before a change), in the same rounds.
+import { answer, answered, bodyOf, median, orderHandler, plumbing } from "./workload.mjs";
+
 const runtime = globalThis.Deno
   ? `Deno ${Deno.version.deno}`
   : globalThis.Bun
@@ -55,16 +57,6 @@ async function build(dir) {
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-/** The parsed request body, built for each request: about 90 bytes as JSON. */
-const bodyOf = (i) => ({ amount: 1000 + i, currency: "eur", customer: `cus_${i}`, note: "benchmark order" });
-/** The handler's reply object. */
-const answer = (i) => ({ id: `ord_${i}`, status: "created" });
-
-/** The handler every Fetch row runs: it parses the order and answers 201 with JSON. */
-async function orderHandler(request) {
-  const order = await request.json();
-  return Response.json(answer(order.amount - 1000), { status: 201 });
-}
 
 function request(prefix, i) {
   const body = JSON.stringify(bodyOf(i));
@@ -93,28 +85,6 @@ function fetchRow(make, check) {
 
 const idemRow = (pkg) => fetchRow(() => pkg.withIdempotency(orderHandler, { store: new pkg.MemoryStore(), principal: "none" }), true);
 
-/** The floor, with the handler: the copies a Fetch-standard idempotency wrapper has to
- * make, and nothing else. */
-function plumbing() {
-  return async (request) => {
-    const body = new Uint8Array(await request.arrayBuffer());
-    const response = await orderHandler(new Request(request, { body }));
-    const bytes = new Uint8Array(await response.arrayBuffer());
-    return new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-}
-/** The floor, without the handler: read the body, build a Response from stored bytes. */
-const storedBody = encoder.encode(JSON.stringify(answer(0)));
-const storedHeaders = [
-  ["content-type", "application/json"],
-  ["idempotent-replayed", "true"],
-];
-function answered() {
-  return async (request) => {
-    new Uint8Array(await request.arrayBuffer());
-    return new Response(storedBody.slice(), { status: 201, headers: storedHeaders });
-  };
-}
 /** (c): the plumbing for a fresh key, the stored-bytes answer for a replay (the phase picks
  * one: the floor looks nothing up). */
 function floorRow() {
@@ -184,10 +154,6 @@ for (let round = 0; round < ROUNDS; round++) {
     samples[which].push(await measure(rows[which][1], `run${round}`, N));
   }
 }
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 const col = (x) => x.toFixed(1).padStart(10);
 const line = (label, f) => console.log(`  ${label.padEnd(58)}${phases.map((p) => col(f(p))).join("")}`);
 const form = declared ? "with Content-Length" : "without Content-Length";
