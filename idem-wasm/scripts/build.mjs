@@ -144,6 +144,8 @@ for (const side of [...SIDES, LEAN]) {
     "--enable-mutable-globals",
     ...(profiling ? ["--debuginfo"] : ["--strip-debug"]),
     "--strip-producers",
+    // The features the module was compiled for, a section for linkers: no runtime reads it.
+    "--strip-target-features",
     join(bindgenOut, `${side.name}_bg.wasm`),
     "-o",
     join(dist, `${side.name}_bg.wasm`),
