@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { MemoryStore, withIdempotency } from "idem";
+import { MemoryStore, unopenedDue, withIdempotency } from "idem";
 import { PostgresStore } from "idem/postgres";
 import { RedisStore } from "idem/redis";
 import Redis from "ioredis";
@@ -129,6 +129,13 @@ function watched(store) {
   };
   return { store, keyOf: (k) => storedKeyOf([...keys], k) };
 }
+
+test("a due record a store cannot open is deleted once its key need no longer be kept, due again then until it has (unopenedDue, IDEM-SEAL-3)", () => {
+  const expires = 10_000;
+  assert.equal(unopenedDue(9_999, expires), expires);
+  assert.equal(unopenedDue(expires, expires), undefined);
+  assert.equal(unopenedDue(20_000, expires), undefined);
+});
 
 describe("sealed MemoryStore", () => {
   const ORDER = { responseTtl: 60_000, keyTtl: 3_600_000 };
