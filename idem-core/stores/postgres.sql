@@ -42,7 +42,7 @@ DELETE FROM idem_records WHERE key = $1 AND version = $2;
 SELECT key, version, value, expires FROM idem_records WHERE deadline <= $1 ORDER BY deadline LIMIT $2;
 
 -- name: defer
--- A due record the sweep cannot read (sealed under a key it does not hold): due again only
--- when it need no longer be kept, when it is deleted without being read. Until then it stays
--- out of the way of the records due behind it.
-UPDATE idem_records SET deadline = expires WHERE key = $1 AND version = $2 AND deadline < expires;
+-- A due record the sweep cannot read (sealed under a key it does not hold): due again at $3,
+-- the time idem-core's `stores::unopened_due` gives (when it need no longer be kept, and is
+-- deleted without being read), out of the way of the records due behind it until then.
+UPDATE idem_records SET deadline = $3 WHERE key = $1 AND version = $2 AND deadline < $3;

@@ -185,17 +185,17 @@ impl PostgresStore {
                 // Sealed with a key this store does not hold: idem-core's rule for it.
                 Err(e) if e.is_sealed() => {
                     let expires = UnixMillis(u64::try_from(row.get::<_, i64>(3)).unwrap_or(0));
-                    if unopened_due(expires, now).is_none() {
+                    if let Some(due) = unopened_due(expires, now) {
+                        let due = i64::try_from(due.0).unwrap_or(i64::MAX);
+                        let defer = client.prepare_cached(statement("defer")).await?;
+                        client.execute(&defer, &[&key, &version, &due]).await?;
+                    } else {
                         let seal = self.seal.as_ref();
                         if write_on(&client, seal, &key, Some(&version), &WriteOp::Delete).await?
                             == Applied::Applied
                         {
                             changed += 1;
                         }
-                    } else {
-                        // Due again at `expires` (the statement sets the deadline to it).
-                        let defer = client.prepare_cached(statement("defer")).await?;
-                        client.execute(&defer, &[&key, &version]).await?;
                     }
                     continue;
                 }

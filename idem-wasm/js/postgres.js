@@ -225,12 +225,12 @@ export class PostgresStore {
         value = await openedRecord(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
       } catch (err) {
         if (err?.code !== "IDEM-SEAL-3") throw err;
-        // Sealed with a key this store does not hold: idem-core's rule for it (the `defer`
-        // statement makes it due again at its `expires`).
-        if (unopenedDue(now, Number(row.expires)) === undefined) {
+        // Sealed with a key this store does not hold: idem-core's rule for it.
+        const due = unopenedDue(now, Number(row.expires));
+        if (due === undefined) {
           if (await this.#write(this.#pool, row.key, { value: null, expect: row.version })) changed++;
         } else {
-          await this.#query(this.#pool, { name: "idem_defer", text: Q.defer, values: [row.key, row.version] });
+          await this.#query(this.#pool, { name: "idem_defer", text: Q.defer, values: [row.key, row.version, due] });
         }
         continue;
       }

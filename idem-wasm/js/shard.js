@@ -26,6 +26,10 @@
 // of shard-wire.js; a store inside the object, `DurableObjectLocalStore` (local-store.js),
 // claims on the request's own slot, with no ticket in between. Sealing (IDEM-SEAL-1) sits
 // here, where records go to and come from the object's storage.
+//
+// It stays one file because it has one role, the object and its storage: the in-memory copy
+// of the records that every claim and compare-and-set decides against, and the writes,
+// chunks, deadline index and alarms that keep storage in step with it, are read together.
 import { StepKind as Step, unopenedDue } from "./idem_wasm.js";
 import { createEngine } from "./options.js";
 import { clearRecord, openedRecord, recordSealer } from "./seal.js";
