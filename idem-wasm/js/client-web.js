@@ -1,15 +1,15 @@
 // Browsers and bundlers, `idem/client`: the module without the counter numbering and the
 // payload digest (idem_client_lean_bg.wasm) is fetched next to this file (a bundler rewrites
 // the URL) and instantiated with top-level await. The full module (idem_client_bg.wasm, with
-// its own glue) is fetched only when a page needs it: for counter keys, or without WebCrypto
+// its own loader) is fetched only when a page needs it: for counter keys, or without WebCrypto
 // (a page that is not a secure context).
 import init, { fullModule } from "./idem_client_web.js";
 
 await init({ module_or_path: new URL("./idem_client_lean_bg.wasm", import.meta.url) });
 fullModule(async () => {
-  const glue = await import("./idem_client_glue.js");
-  await glue.default({ module_or_path: new URL("./idem_client_bg.wasm", import.meta.url) });
-  return glue.call;
+  const loader = await import("./idem_client_loader.js");
+  await loader.default({ module_or_path: new URL("./idem_client_bg.wasm", import.meta.url) });
+  return loader.call;
 });
 
 export { idempotentFetch, initSync, reconcile } from "./idem_client_web.js";

@@ -7,7 +7,7 @@
 // persistence and its reconciliation share the entry and the options, and read in order.
 import { sleep } from "./common.js";
 import { rangeError } from "./errors.js";
-import { ClientOp, FetchOutcome, NextKind, OutboxState } from "./idem_client.js";
+import { ClientOp, FetchOutcome, NextKind, OutboxState } from "./client-codes.js";
 import { CounterSequence, Outbox, moduleNames, payloadDigest, run } from "./outbox.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */

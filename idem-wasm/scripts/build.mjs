@@ -8,19 +8,21 @@
 //   1. cargo builds idem-wasm for wasm32-unknown-unknown with that side's feature, optimised
 //      for size (the settings are passed as CARGO_PROFILE_RELEASE_* so that they apply to
 //      this build only);
-//   2. the wasm-bindgen CLI (the version pinned in Cargo.toml) writes the `web` glue, which
-//      every entry shares: Node, Deno, Bun, workerd and edge-light initialise it
-//      synchronously (each gets the module its own way), browsers and bundlers with
-//      top-level await, and `idem/manual` leaves it to the host;
+//   2. for the server's module, the wasm-bindgen CLI (the version pinned in Cargo.toml)
+//      writes the `web` glue; the client's modules have one function, bytes in and bytes
+//      out, and js/client-module.js is their loader. Every entry shares its side's: Node,
+//      Deno, Bun, workerd and edge-light initialise it synchronously (each gets the module
+//      its own way), browsers and bundlers with top-level await, and `idem/manual` leaves it
+//      to the host;
 //   3. wasm-opt from the `binaryen` npm package shrinks the module (Debian's binaryen 108
 //      produces modules that fail to load; do not put it first on PATH);
-//   4. esbuild bundles and minifies the glue (without its console warnings) with the
-//      JavaScript API: one ESM module shared by the ESM entries (for the server, also
+//   4. esbuild bundles and minifies the glue (the server's without its console warnings)
+//      with the JavaScript API: one ESM module shared by the ESM entries (for the server, also
 //      exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
 //      client's sources are the server's entries and bundles with the module's name and the
 //      API's file changed. The browsers' client entry is its own (js/client-web.js): it
 //      loads the lean module with its bundle (dist/idem_client_web.js), and the full one
-//      with its glue alone (dist/idem_client_glue.js) when needed;
+//      with its loader alone (dist/idem_client_loader.js) when needed;
 //   5. the sizes are printed: each module raw, gzip and brotli, what a browser page loads for
 //      `idem/client`, and the packed package.
 //
@@ -118,8 +120,10 @@ for (const side of [...SIDES, LEAN]) {
     { env: { ...process.env, ...sizeProfile, RUSTFLAGS: rustflags } },
   );
 
-  // 2. The glue.
-  run(process.env.WASM_BINDGEN || "wasm-bindgen", [
+  // 2. The server's glue. The client's modules need none: their one function takes and
+  //    answers bytes, and js/client-module.js instantiates them (src/exports.rs).
+  const server = side.feature === "server";
+  if (server) run(process.env.WASM_BINDGEN || "wasm-bindgen", [
     "--target",
     "web",
     "--no-typescript",
@@ -146,7 +150,7 @@ for (const side of [...SIDES, LEAN]) {
     "--strip-producers",
     // The features the module was compiled for, a section for linkers: no runtime reads it.
     "--strip-target-features",
-    join(bindgenOut, `${side.name}_bg.wasm`),
+    server ? join(bindgenOut, `${side.name}_bg.wasm`) : built,
     "-o",
     join(dist, `${side.name}_bg.wasm`),
   ]);
@@ -159,11 +163,10 @@ for (const side of [...SIDES, LEAN]) {
 const stage = join(meta.target_directory, "idem-wasm-stage");
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
-for (const side of [...SIDES, LEAN]) {
-  let glue = withoutWarnings(readFileSync(join(bindgenOut, `${side.name}.js`), "utf8"));
-  if (side.feature !== "server") glue = withoutReverseEnums(glue);
-  writeFileSync(join(stage, `${side.name}.js`), glue);
-}
+writeFileSync(join(stage, "idem_wasm.js"), withoutWarnings(readFileSync(join(bindgenOut, "idem_wasm.js"), "utf8")));
+// The client's sources import its loader as ./client-module.js; the entries they share with
+// the server's import it as the server's glue, renamed (`forSide`).
+writeFileSync(join(stage, "idem_client.js"), 'export { default, initSync, call } from "./client-module.js";\n');
 for (const f of readdirSync(join(root, "js"))) {
   if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(stage, f));
 }
@@ -179,16 +182,6 @@ function withoutWarnings(glue) {
     throw new Error("the wasm-bindgen glue's console warnings are not the three lines this build removes");
   }
   return kept.join("\n");
-}
-
-/** A client's glue without its enums' reverse mappings (`"0": "Names"` beside `Names: 0`,
- * one line per member as wasm-bindgen 0.2.129 writes them): the client's API reads its enums
- * by name only, and a page would load the names twice. The build stops if it finds none, or
- * one it did not remove. */
-function withoutReverseEnums(glue) {
-  const out = glue.replace(/^(\s+[A-Za-z_$][\w$]*: -?\d+), "-?\d+": "[A-Za-z_$][\w$]*",$/gm, "$1,");
-  if (out === glue || /"-?\d+": "/.test(out)) throw new Error("the wasm-bindgen glue's enums are not written as this build expects");
-  return out;
 }
 
 /** A server source as the client's: its module and its API swapped for the client's. */
@@ -227,16 +220,10 @@ for (const side of SIDES) {
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.ts`));
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.cts`));
 }
-// The browsers' client: its entry, its bundle (the lean module's glue with the API), and the
-// full module's glue alone, which the entry imports when it needs that module.
-const leanStage = join(stage, "lean");
-mkdirSync(leanStage);
-for (const f of readdirSync(join(root, "js"))) {
-  if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(leanStage, f));
-}
-copyFileSync(join(stage, `${LEAN.name}.js`), join(leanStage, "idem_client.js"));
-run(esbuild, [join(leanStage, "client-web-bundle.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_web.js")}`]);
-run(esbuild, [join(stage, "idem_client.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_glue.js")}`]);
+// The browsers' client: its entry, its bundle (the loader with the API, for the lean module),
+// and the loader alone, which the entry imports when it needs the full module.
+run(esbuild, [join(stage, "client-web-bundle.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_web.js")}`]);
+run(esbuild, [join(stage, "idem_client.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_loader.js")}`]);
 run(esbuild, [join(stage, "client-web.js"), ...(profiling ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning", "--format=esm", "--target=esnext", `--outfile=${join(dist, "client-web.js")}`]);
 
 // `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated),
@@ -289,7 +276,7 @@ sizes.clientLean = files(["idem_client_lean_bg.wasm"]);
 // What a browser loads for `idem/client`: its entry, the glue with the API, and the lean
 // module; and what it loads besides for counter keys or without WebCrypto.
 sizes.clientPage = files(["client-web.js", "idem_client_web.js", "idem_client_lean_bg.wasm"]);
-sizes.clientPageFull = files(["idem_client_glue.js", "idem_client_bg.wasm"]);
+sizes.clientPageFull = files(["idem_client_loader.js", "idem_client_bg.wasm"]);
 writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
 const line = (s) => `${s.raw} B raw (${kib(s.raw)}), ${s.gzip} B gzip (${kib(s.gzip)}), ${s.brotli} B brotli (${kib(s.brotli)})`;
@@ -297,5 +284,5 @@ console.log(`idem_wasm_bg.wasm (server): ${line(sizes.server)}`);
 console.log(`idem_client_bg.wasm (client-full): ${line(sizes.client)}`);
 console.log(`idem_client_lean_bg.wasm (client): ${line(sizes.clientLean)}`);
 console.log(`a page with idem/client (client-web.js, idem_client_web.js, the lean module): ${line(sizes.clientPage)}`);
-console.log(`  and for counter keys or without WebCrypto (idem_client_glue.js, the full module): ${line(sizes.clientPageFull)}`);
+console.log(`  and for counter keys or without WebCrypto (idem_client_loader.js, the full module): ${line(sizes.clientPageFull)}`);
 console.log(`package (${shipped.length} files, each compressed): ${line(sizes.package)}`);

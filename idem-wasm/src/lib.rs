@@ -55,6 +55,8 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 mod edge;
 #[cfg(feature = "server")]
 mod engine;
+#[cfg(feature = "client")]
+pub mod exports;
 #[cfg(feature = "server")]
 mod from_js;
 #[cfg(feature = "server")]

@@ -17,12 +17,10 @@ use crate::interop::{
 use crate::sequence;
 use alloc::vec::Vec;
 use idem_core::{KeyStatus, NextStep, OutboxEntry, RetryPolicy};
-use wasm_bindgen::prelude::*;
 
 /// Runs operation `op` ([`ClientOp`]) on `input` (its arguments) and returns its answer: the
 /// values the operation answers, or [`Wire::Error`](interop::Wire::Error) with the code and
 /// the message of the `RangeError` JavaScript throws.
-#[wasm_bindgen]
 pub fn call(op: u32, input: &[u8]) -> Vec<u8> {
     let mut args = Args(input);
     let mut answer = Answer::default();

@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { Idempotency, MemoryStore, expire } from "idem";
 import { idempotentFetch } from "idem/client";
 
@@ -17,13 +17,15 @@ const target = JSON.parse(
 ).target_directory;
 const glue = await import(join(target, "idem-wasm-bindgen", "idem_wasm.js"));
 glue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_wasm_bg.wasm")) });
-// The client's module, its glue and the JavaScript that calls its one entry point, as the
-// build staged them side by side (js/outbox.js imports the glue as "./idem_client.js").
+// The client's module, its loader and the JavaScript that calls its one entry point, as the
+// build staged them side by side; the numbers they share (js/client-codes.js) are written
+// from the module's Rust enums and checked by tests/client_codes.rs.
 const stage = join(target, "idem-wasm-stage");
-const clientGlue = await import(join(stage, "idem_client.js"));
-clientGlue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_client_bg.wasm")) });
+const clientModule = await import(join(stage, "client-module.js"));
+clientModule.initSync({ module: readFileSync(join(root, "dist", "idem_client_bg.wasm")) });
 const outbox = await import(join(stage, "outbox.js"));
-const { ClientOp, Wire } = clientGlue;
+const clientSide = { ...(await import(join(stage, "client-codes.js"))), call: clientModule.call };
+const { ClientOp, Wire } = clientSide;
 /** The names the client's module gives, as js/outbox.js reads them. */
 const clientNames = outbox.moduleNames();
 const sources = readdirSync(join(root, "js"))
@@ -48,9 +50,9 @@ test("every enum member the JavaScript side names exists in the module, with the
     WriteFlag: glue.WriteFlag,
     ReplyFlag: glue.ReplyFlag,
     // The client's module.
-    OutboxState: clientGlue.OutboxState,
-    NextKind: clientGlue.NextKind,
-    FetchOutcome: clientGlue.FetchOutcome,
+    OutboxState: clientSide.OutboxState,
+    NextKind: clientSide.NextKind,
+    FetchOutcome: clientSide.FetchOutcome,
     ClientOp,
     Wire,
   };
@@ -237,7 +239,7 @@ test("header names, media types and the problem type prefix are the core's, read
       },
     },
   );
-  assert.equal(result.outcome, clientNames.outcomes[clientGlue.FetchOutcome.Completed]);
+  assert.equal(result.outcome, clientNames.outcomes[clientSide.FetchOutcome.Completed]);
   assert.equal(sent.length, 1);
   assert.equal(sent[0].get(glue.keyHeader()), "c1:1:0");
   assert.equal(sent[0].get(glue.lowWaterHeader()), "0");
@@ -277,13 +279,13 @@ test("the engine flags its replies as replays: JavaScript never infers it from t
 
 test("the client's states and outcomes cross as the module's enums, its outcome names as the types say", () => {
   const members = (e) => Object.keys(e).filter((k) => Number.isNaN(Number(k)));
-  assert.deepEqual(members(clientGlue.OutboxState), ["Created", "Sent", "Waiting", "Answered", "Processed", "Failed", "Undetermined", "Asking", "Executed", "NotExecuted"]);
-  assert.deepEqual(members(clientGlue.NextKind), ["Complete", "Retry", "Failed", "Undetermined", "AskStatus", "Executed", "NotExecuted"]);
-  const outcomes = members(clientGlue.FetchOutcome);
+  assert.deepEqual(members(clientSide.OutboxState), ["Created", "Sent", "Waiting", "Answered", "Processed", "Failed", "Undetermined", "Asking", "Executed", "NotExecuted"]);
+  assert.deepEqual(members(clientSide.NextKind), ["Complete", "Retry", "Failed", "Undetermined", "AskStatus", "Executed", "NotExecuted"]);
+  const outcomes = members(clientSide.FetchOutcome);
   const names = clientNames.outcomes;
   assert.equal(names.length, outcomes.length);
   const kebab = (name) => name.replace(/([a-z])([A-Z])/g, "$1-$2").toLowerCase();
-  for (const o of outcomes) assert.equal(names[clientGlue.FetchOutcome[o]], kebab(o));
+  for (const o of outcomes) assert.equal(names[clientSide.FetchOutcome[o]], kebab(o));
   // types/client.d.ts documents exactly these outcomes.
   const types = readFileSync(join(root, "types", "client.d.ts"), "utf8");
   const result = types.slice(types.indexOf("export type IdempotentFetchResult"), types.indexOf("/** `fetch` with an Idempotency-Key"));
@@ -366,26 +368,25 @@ test("the client's module has one entry point: every operation JavaScript calls 
   const expected = [undefined, undefined, 0, -1.5, NaN, 2 ** 53, -0, 1, 0, "", "café ☕ 𝄞", new Uint8Array(0), new Uint8Array([0, 255]), large];
   assert.deepEqual(outbox.run(ClientOp.Echo, ...values), expected);
   // A refusal crosses as the RangeError the module describes, with its code.
-  assert.throws(() => outbox.decode(clientGlue.call(ops.length, outbox.encode([]))), (e) => e instanceof RangeError && e.code === "IDEM-JS-2");
+  assert.throws(() => outbox.decode(clientSide.call(ops.length, outbox.encode([]))), (e) => e instanceof RangeError && e.code === "IDEM-JS-2");
   assert.throws(() => outbox.run(ClientOp.Digest, "POST"), (e) => e instanceof RangeError && e.code === "IDEM-JS-2");
   assert.throws(() => outbox.run(ClientOp.Restore, new Uint8Array([1, 2]), undefined, undefined, undefined, undefined), (e) => e.code === "IDEM-CLIENT-6");
   // Numbers the module hands back, as the client reads them: an entry's view and its state.
   const [digest] = outbox.run(ClientOp.Digest, "POST", "http://x/o", new Uint8Array([1]));
   assert.equal(digest.length, 32);
   const entry = outbox.Outbox.create("k-1", digest, [undefined, undefined, undefined, undefined]);
-  assert.deepEqual([entry.key, entry.state, entry.outcome, entry.attempts, entry.lastStatus], ["k-1", clientGlue.OutboxState.Created, undefined, 0, undefined]);
+  assert.deepEqual([entry.key, entry.state, entry.outcome, entry.attempts, entry.lastStatus], ["k-1", clientSide.OutboxState.Created, undefined, 0, undefined]);
   entry.send(1000, digest);
   const next = entry.onResponse(1001, 201, undefined, undefined, false);
-  assert.deepEqual(next, { kind: clientGlue.NextKind.Complete, outcome: clientGlue.FetchOutcome.Completed, status: undefined, reason: undefined });
-  assert.deepEqual([entry.state, entry.attempts, entry.lastStatus], [clientGlue.OutboxState.Answered, 1, 201]);
+  assert.deepEqual(next, { kind: clientSide.NextKind.Complete, outcome: clientSide.FetchOutcome.Completed, status: undefined, reason: undefined });
+  assert.deepEqual([entry.state, entry.attempts, entry.lastStatus], [clientSide.OutboxState.Answered, 1, 201]);
 });
 
 test("the browsers' lean module has every operation but the counter numbering and the digest, and WebCrypto's digest of its message is the full module's", async () => {
-  const lean = await import(join(target, "idem-wasm-stage", "idem_client_lean.js"));
-  lean.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_client_lean_bg.wasm")) });
+  // A second instance of the loader, as the browsers' bundle has its own.
+  const lean = await import(`${pathToFileURL(join(stage, "client-module.js"))}?lean`);
+  lean.initSync({ module: readFileSync(join(root, "dist", "idem_client_lean_bg.wasm")) });
   const runLean = (op, ...args) => outbox.decode(lean.call(op, outbox.encode(args)));
-  // The same operations, by the same numbers.
-  assert.deepEqual({ ...lean.ClientOp }, { ...ClientOp });
   const fullOnly = ["Digest", "CounterNew", "CounterRestore", "CounterTake", "CounterDone", "CounterLowWater"];
   for (const op of fullOnly) {
     assert.throws(() => runLean(ClientOp[op]), (e) => e.code === "IDEM-JS-2" && /unknown operation/.test(e.message), op);
@@ -404,11 +405,39 @@ test("the browsers' lean module has every operation but the counter numbering an
   }
 });
 
+test("the client's loader instantiates the module from each form `idem/client/manual` documents, and frees every call's input and answer", async () => {
+  const bytes = readFileSync(join(root, "dist", "idem_client_bg.wasm"));
+  const fresh = async (name) => import(`${pathToFileURL(join(stage, "client-module.js"))}?${name}`);
+  const forms = {
+    bytes: async (m) => m.initSync(bytes),
+    module: async (m) => m.initSync({ module: new WebAssembly.Module(bytes) }),
+    response: async (m) => m.default({ module_or_path: new Response(bytes) }),
+    promise: async (m) => m.default(Promise.resolve(new Response(bytes))),
+    compiled: async (m) => m.default(await WebAssembly.compile(bytes)),
+    buffer: async (m) => m.default(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length)),
+  };
+  for (const [name, init] of Object.entries(forms)) {
+    const m = await fresh(name);
+    const exports = await init(m);
+    assert.equal(await init(m), exports, `${name}: instantiated once`);
+    assert.deepEqual(outbox.decode(m.call(ClientOp.Echo, outbox.encode(["é", 2]))), ["é", 2], name);
+  }
+  const failed = await fresh("failed");
+  await assert.rejects(failed.default(new Response("no", { status: 404 })), /failed to fetch the client's WebAssembly module: 404/);
+  // Input and answer are freed: a hundred calls of 300 kB leave the memory at its size
+  // after the first.
+  const large = new Uint8Array(300_000).fill(7);
+  outbox.run(ClientOp.Echo, large);
+  const size = clientModule.initSync().memory.buffer.byteLength;
+  for (let i = 0; i < 100; i++) outbox.run(ClientOp.Echo, large);
+  assert.equal(clientModule.initSync().memory.buffer.byteLength, size);
+});
+
 test("a browser page whose full module failed to load tries again at the next operation that needs it", async () => {
   let tries = 0;
   outbox.fullModule(async () => {
     if (++tries === 1) throw new Error("offline");
-    return clientGlue.call;
+    return clientSide.call;
   });
   try {
     await assert.rejects(outbox.runFull(ClientOp.Echo, 1), /offline/);
@@ -416,6 +445,6 @@ test("a browser page whose full module failed to load tries again at the next op
     assert.deepEqual(await outbox.runFull(ClientOp.Echo, 2), [2]);
     assert.equal(tries, 2, "loaded once, then kept");
   } finally {
-    outbox.fullModule(async () => clientGlue.call);
+    outbox.fullModule(async () => clientSide.call);
   }
 });

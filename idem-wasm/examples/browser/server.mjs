@@ -39,7 +39,7 @@ const FILES = {
   "/idem/client-web.js": [join(DIST, "client-web.js"), "text/javascript; charset=utf-8"],
   "/idem/idem_client_web.js": [join(DIST, "idem_client_web.js"), "text/javascript; charset=utf-8"],
   "/idem/idem_client_lean_bg.wasm": [join(DIST, "idem_client_lean_bg.wasm"), "application/wasm"],
-  "/idem/idem_client_glue.js": [join(DIST, "idem_client_glue.js"), "text/javascript; charset=utf-8"],
+  "/idem/idem_client_loader.js": [join(DIST, "idem_client_loader.js"), "text/javascript; charset=utf-8"],
   "/idem/idem_client_bg.wasm": [join(DIST, "idem_client_bg.wasm"), "application/wasm"],
 };
 

@@ -1,7 +1,8 @@
 //! The client module's one entry point, `call(op, input) -> answer`, as bytes: the operations
 //! ([`ClientOp`]) and the tagged values ([`Wire`]) that its input and its answer are lists
-//! of. One entry point instead of a binding per method keeps the module and its generated
-//! glue small; `js/outbox.js` encodes the arguments and decodes the answers.
+//! of. One entry point instead of a binding per method keeps the module small and needs no
+//! generated glue (`src/exports.rs`); `js/outbox.js` encodes the arguments and decodes the
+//! answers.
 //!
 //! A value is a [`Wire`] tag, then:
 //!
@@ -30,7 +31,6 @@ use alloc::vec::Vec;
 /// [`NextKind`](super::NextKind), the outcome it ends the interaction with (absent for a
 /// retry or another status query), the stored status it found (for `Executed`, when the server
 /// still had it) and why it gave up (for `Failed` and `Undetermined`).
-#[wasm_bindgen::prelude::wasm_bindgen]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientOp {
     /// `() → keyHeader, lowWaterHeader, statusHeader, statusMediaType, problemMediaType,
@@ -126,7 +126,6 @@ impl ClientOp {
 }
 
 /// The tag in front of each value of a call's input and answer.
-#[wasm_bindgen::prelude::wasm_bindgen]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
     /// No value.
@@ -139,6 +138,17 @@ pub enum Wire {
     Text = 3,
     /// The call was refused: the code and the message follow, as texts.
     Error = 4,
+}
+
+impl Wire {
+    /// Every tag, by number.
+    pub const ALL: [Wire; 5] = [
+        Wire::Absent,
+        Wire::Number,
+        Wire::Bytes,
+        Wire::Text,
+        Wire::Error,
+    ];
 }
 
 /// A value of an input, as [`Args`] reads it.

@@ -1,6 +1,7 @@
 //! The client's side of the boundary: the retry options, the outbox entry's states, next
-//! steps and outcomes as `#[wasm_bindgen]` enums (and the outcome names JavaScript reports),
-//! the client's errors.
+//! steps and outcomes as enums (and the outcome names JavaScript reports), the client's
+//! errors. JavaScript reads the enums by name from `js/client-codes.js`, which
+//! `tests/client_codes.rs` writes from them and checks.
 
 use super::options::{duration, whole};
 use super::ErrorParts;
@@ -43,7 +44,6 @@ pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorPar
 
 /// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
 /// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
-#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FetchOutcome {
     /// A final 2xx or 3xx.
@@ -128,7 +128,6 @@ pub fn outcome_names() -> String {
 
 /// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
 /// `Next.kind`.
-#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextKind {
     /// The interaction is complete: act on the response.
@@ -148,6 +147,17 @@ pub enum NextKind {
 }
 
 impl NextKind {
+    /// Every kind, by number.
+    pub const ALL: [NextKind; 7] = [
+        NextKind::Complete,
+        NextKind::Retry,
+        NextKind::Failed,
+        NextKind::Undetermined,
+        NextKind::AskStatus,
+        NextKind::Executed,
+        NextKind::NotExecuted,
+    ];
+
     /// The kind of a core next step.
     pub fn of(n: &idem_core::NextStep) -> NextKind {
         use idem_core::NextStep as N;
@@ -165,7 +175,6 @@ impl NextKind {
 
 /// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
 /// `Outbox.state`.
-#[cfg_attr(feature = "client", wasm_bindgen::prelude::wasm_bindgen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutboxState {
     /// Not sent yet.
@@ -191,6 +200,20 @@ pub enum OutboxState {
 }
 
 impl OutboxState {
+    /// Every state, by number.
+    pub const ALL: [OutboxState; 10] = [
+        OutboxState::Created,
+        OutboxState::Sent,
+        OutboxState::Waiting,
+        OutboxState::Answered,
+        OutboxState::Processed,
+        OutboxState::Failed,
+        OutboxState::Undetermined,
+        OutboxState::Asking,
+        OutboxState::Executed,
+        OutboxState::NotExecuted,
+    ];
+
     /// The state of a core entry.
     pub fn of(s: &idem_core::EntryState) -> OutboxState {
         use idem_core::EntryState as S;

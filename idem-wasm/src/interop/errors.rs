@@ -98,6 +98,7 @@ impl ErrorParts {
     }
 
     /// Builds the JavaScript error, with the `code` property.
+    #[cfg(feature = "server")]
     pub fn into_js(self) -> wasm_bindgen::JsValue {
         use wasm_bindgen::JsValue;
         let error: js_sys::Error = match self.kind {

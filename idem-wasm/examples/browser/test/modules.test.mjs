@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { getJson, launchChromium, postJson, removeDir, startServer, tempDir } from "./browser.mjs";
 
 const LEAN = "/idem/idem_client_lean_bg.wasm";
-const FULL = ["/idem/idem_client_glue.js", "/idem/idem_client_bg.wasm"];
+const FULL = ["/idem/idem_client_loader.js", "/idem/idem_client_bg.wasm"];
 
 // One server and one browser for the file, a new page for each test: a page loads its
 // modules afresh. `idem.test` resolves to 127.0.0.1, so that a page from it is not a secure
