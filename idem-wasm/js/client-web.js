@@ -1,9 +1,11 @@
-// Browsers and bundlers, `idem/client`: the module without the counter numbering and the
-// payload digest (idem_client_lean_bg.wasm) is fetched next to this file (a bundler rewrites
-// the URL) and instantiated with top-level await. The full module (idem_client_bg.wasm, with
-// its own loader) is fetched only when a page needs it: for counter keys, or without WebCrypto
-// (a page that is not a secure context).
-import init, { fullModule } from "./idem_client_web.js";
+// Browsers and bundlers, `idem/client`, bundled into one file with the client's API: the
+// module without the counter numbering and the payload digest (idem_client_lean_bg.wasm) is
+// fetched next to this file (a bundler rewrites the URL) and instantiated with top-level
+// await. The full module (idem_client_bg.wasm, with its own loader, idem_client_loader.js)
+// is fetched only when a page needs it: for counter keys, or without WebCrypto (a page that
+// is not a secure context).
+import init from "./client-module.js";
+import { fullModule } from "./outbox.js";
 
 await init({ module_or_path: new URL("./idem_client_lean_bg.wasm", import.meta.url) });
 fullModule(async () => {
@@ -12,4 +14,5 @@ fullModule(async () => {
   return loader.call;
 });
 
-export { idempotentFetch, initSync, reconcile } from "./idem_client_web.js";
+export { initSync } from "./client-module.js";
+export { idempotentFetch, reconcile } from "./client.js";

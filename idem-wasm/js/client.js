@@ -7,7 +7,10 @@
 // persistence and its reconciliation share the entry and the options, and read in order.
 import { sleep } from "./common.js";
 import { rangeError } from "./errors.js";
-import { ClientOp, FetchOutcome, NextKind, OutboxState } from "./client-codes.js";
+import * as ClientOp from "./client-codes/op.js";
+import * as FetchOutcome from "./client-codes/fetch-outcome.js";
+import * as NextKind from "./client-codes/next-kind.js";
+import * as OutboxState from "./client-codes/outbox-state.js";
 import { CounterSequence, Outbox, moduleNames, payloadDigest, run } from "./outbox.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */

@@ -6,7 +6,8 @@
 // held as its persisted bytes (nothing lives in the module between calls).
 import { random32 } from "./common.js";
 import { rangeError } from "./errors.js";
-import { ClientOp, Wire } from "./client-codes.js";
+import * as ClientOp from "./client-codes/op.js";
+import * as Wire from "./client-codes/wire.js";
 import { call } from "./client-module.js";
 
 const encoder = new TextEncoder();

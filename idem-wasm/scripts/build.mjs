@@ -20,9 +20,9 @@
 //      with the JavaScript API: one ESM module shared by the ESM entries (for the server, also
 //      exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
 //      client's sources are the server's entries and bundles with the module's name and the
-//      API's file changed. The browsers' client entry is its own (js/client-web.js): it
-//      loads the lean module with its bundle (dist/idem_client_web.js), and the full one
-//      with its loader alone (dist/idem_client_loader.js) when needed;
+//      API's file changed. The browsers' client entry is its own (js/client-web.js), bundled
+//      with the API: it loads the lean module, and the full one with its loader alone
+//      (dist/idem_client_loader.js) when needed;
 //   5. the sizes are printed: each module raw, gzip and brotli, what a browser page loads for
 //      `idem/client`, and the packed package.
 //
@@ -32,7 +32,7 @@
 // section, so that a CPU profile names the package's functions and the module's (for
 // profiling only: the sizes printed are then not the package's).
 import { execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -170,6 +170,7 @@ writeFileSync(join(stage, "idem_client.js"), 'export { default, initSync, call }
 for (const f of readdirSync(join(root, "js"))) {
   if (f.endsWith(".js")) copyFileSync(join(root, "js", f), join(stage, f));
 }
+cpSync(join(root, "js", "client-codes"), join(stage, "client-codes"), { recursive: true });
 /** The glue without its three console warnings (a module passed the deprecated way to
  * `initSync` or `init`; a module served without the `application/wasm` type, for which the
  * glue falls back to `WebAssembly.instantiate` all the same), each one line of the glue
@@ -220,11 +221,10 @@ for (const side of SIDES) {
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.ts`));
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.cts`));
 }
-// The browsers' client: its entry, its bundle (the loader with the API, for the lean module),
+// The browsers' client: its entry, bundled with the API and the loader (for the lean module),
 // and the loader alone, which the entry imports when it needs the full module.
-run(esbuild, [join(stage, "client-web-bundle.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_web.js")}`]);
+run(esbuild, [join(stage, "client-web.js"), ...bundle, "--format=esm", "--target=es2022", "--external:./idem_client_loader.js", `--outfile=${join(dist, "client-web.js")}`]);
 run(esbuild, [join(stage, "idem_client.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_loader.js")}`]);
-run(esbuild, [join(stage, "client-web.js"), ...(profiling ? [] : ["--minify"]), "--legal-comments=none", "--log-level=warning", "--format=esm", "--target=esnext", `--outfile=${join(dist, "client-web.js")}`]);
 
 // `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated),
 // and `idem/client/manual` dist/idem_client.js; only their types are files of their own.
@@ -273,9 +273,9 @@ const files = (names) => {
 sizes.server = files(["idem_wasm_bg.wasm"]);
 sizes.client = files(["idem_client_bg.wasm"]);
 sizes.clientLean = files(["idem_client_lean_bg.wasm"]);
-// What a browser loads for `idem/client`: its entry, the glue with the API, and the lean
-// module; and what it loads besides for counter keys or without WebCrypto.
-sizes.clientPage = files(["client-web.js", "idem_client_web.js", "idem_client_lean_bg.wasm"]);
+// What a browser loads for `idem/client`: its entry (with the API and the loader) and the
+// lean module; and what it loads besides for counter keys or without WebCrypto.
+sizes.clientPage = files(["client-web.js", "idem_client_lean_bg.wasm"]);
 sizes.clientPageFull = files(["idem_client_loader.js", "idem_client_bg.wasm"]);
 writeFileSync(join(dist, "sizes.json"), JSON.stringify(sizes, null, 2) + "\n");
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
@@ -283,6 +283,6 @@ const line = (s) => `${s.raw} B raw (${kib(s.raw)}), ${s.gzip} B gzip (${kib(s.g
 console.log(`idem_wasm_bg.wasm (server): ${line(sizes.server)}`);
 console.log(`idem_client_bg.wasm (client-full): ${line(sizes.client)}`);
 console.log(`idem_client_lean_bg.wasm (client): ${line(sizes.clientLean)}`);
-console.log(`a page with idem/client (client-web.js, idem_client_web.js, the lean module): ${line(sizes.clientPage)}`);
+console.log(`a page with idem/client (client-web.js, the lean module): ${line(sizes.clientPage)}`);
 console.log(`  and for counter keys or without WebCrypto (idem_client_loader.js, the full module): ${line(sizes.clientPageFull)}`);
 console.log(`package (${shipped.length} files, each compressed): ${line(sizes.package)}`);

@@ -18,13 +18,22 @@ const target = JSON.parse(
 const glue = await import(join(target, "idem-wasm-bindgen", "idem_wasm.js"));
 glue.initSync({ module: readFileSync(join(target, "idem-wasm-bindgen", "idem_wasm_bg.wasm")) });
 // The client's module, its loader and the JavaScript that calls its one entry point, as the
-// build staged them side by side; the numbers they share (js/client-codes.js) are written
-// from the module's Rust enums and checked by tests/client_codes.rs.
+// build staged them side by side; the numbers they share (js/client-codes/) are written from
+// the module's Rust enums and checked by tests/client_codes.rs.
 const stage = join(target, "idem-wasm-stage");
 const clientModule = await import(join(stage, "client-module.js"));
 clientModule.initSync({ module: readFileSync(join(root, "dist", "idem_client_bg.wasm")) });
 const outbox = await import(join(stage, "outbox.js"));
-const clientSide = { ...(await import(join(stage, "client-codes.js"))), call: clientModule.call };
+/** An enum of js/client-codes/ as an object, its members in number order. */
+const codes = async (file) => Object.fromEntries(Object.entries(await import(join(stage, "client-codes", file))).sort(([, a], [, b]) => a - b));
+const clientSide = {
+  ClientOp: await codes("op.js"),
+  Wire: await codes("wire.js"),
+  FetchOutcome: await codes("fetch-outcome.js"),
+  NextKind: await codes("next-kind.js"),
+  OutboxState: await codes("outbox-state.js"),
+  call: clientModule.call,
+};
 const { ClientOp, Wire } = clientSide;
 /** The names the client's module gives, as js/outbox.js reads them. */
 const clientNames = outbox.moduleNames();

@@ -1,87 +1,80 @@
-//! `js/client-codes.js`, the numbers JavaScript names the client's module's operations, tags,
+//! `js/client-codes/`, the numbers JavaScript names the client's module's operations, tags,
 //! states and outcomes by, is written from the Rust enums that define them: this test fails
-//! when the file is not what they give, and `IDEM_CODES_BLESS=1 cargo test -p idem-wasm
+//! when a file is not what they give, and `IDEM_CODES_BLESS=1 cargo test -p idem-wasm
 //! --test client_codes` writes it.
 
 use idem_wasm::interop::{ClientOp, FetchOutcome, NextKind, OutboxState, Wire};
 use std::fmt::{Debug, Write};
 use std::path::Path;
 
-/// One frozen object of names and numbers, in number order.
-fn object<T: Copy + Debug>(
-    out: &mut String,
-    name: &str,
-    doc: &str,
-    all: &[T],
-    number: fn(T) -> u32,
-) {
-    writeln!(out, "/** {doc} */").unwrap();
-    writeln!(out, "export const {name} = Object.freeze({{").unwrap();
+/// The file of one enum: a constant per member, in number order, so that a bundler inlines
+/// each number where JavaScript names it (`import * as ClientOp from ...`, `ClientOp.Send`).
+fn file<T: Copy + Debug>(rust: &str, all: &[T], number: fn(T) -> u32) -> String {
+    let mut out = format!(
+        "// Written by idem-wasm/tests/client_codes.rs from `{rust}` (src/interop/), which defines\n\
+         // these numbers: do not edit. `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test\n\
+         // client_codes` writes it again.\n"
+    );
     for (i, member) in all.iter().enumerate() {
         assert_eq!(
             number(*member) as usize,
             i,
-            "{name} is numbered in order from 0"
+            "{rust} is numbered in order from 0"
         );
-        writeln!(out, "  {member:?}: {i},").unwrap();
+        writeln!(out, "export const {member:?} = {i};").unwrap();
     }
-    writeln!(out, "}});").unwrap();
-}
-
-fn codes() -> String {
-    let mut out = String::from(
-        "// Written by idem-wasm/tests/client_codes.rs from the enums of src/interop/ (call.rs and\n\
-         // client.rs), which define these numbers: do not edit. `IDEM_CODES_BLESS=1 cargo test -p\n\
-         // idem-wasm --test client_codes` writes it again.\n",
-    );
-    object(
-        &mut out,
-        "ClientOp",
-        "The client module's operations (`ClientOp`).",
-        &ClientOp::ALL,
-        |o| o as u32,
-    );
-    object(
-        &mut out,
-        "Wire",
-        "The tags of a call's values (`Wire`).",
-        &Wire::ALL,
-        |w| w as u32,
-    );
-    object(
-        &mut out,
-        "FetchOutcome",
-        "What `idempotentFetch` resolves to (`FetchOutcome`).",
-        &FetchOutcome::ALL,
-        |o| o as u32,
-    );
-    object(
-        &mut out,
-        "NextKind",
-        "What the outbox says to do next (`NextKind`).",
-        &NextKind::ALL,
-        |k| k as u32,
-    );
-    object(
-        &mut out,
-        "OutboxState",
-        "Where an outbox entry stands (`OutboxState`).",
-        &OutboxState::ALL,
-        |s| s as u32,
-    );
     out
 }
 
+/// Each file of js/client-codes/ and what it should hold.
+fn files() -> Vec<(&'static str, String)> {
+    vec![
+        ("op.js", file("ClientOp", &ClientOp::ALL, |o| o as u32)),
+        ("wire.js", file("Wire", &Wire::ALL, |w| w as u32)),
+        (
+            "fetch-outcome.js",
+            file("FetchOutcome", &FetchOutcome::ALL, |o| o as u32),
+        ),
+        (
+            "next-kind.js",
+            file("NextKind", &NextKind::ALL, |k| k as u32),
+        ),
+        (
+            "outbox-state.js",
+            file("OutboxState", &OutboxState::ALL, |s| s as u32),
+        ),
+    ]
+}
+
 #[test]
-fn the_client_codes_file_is_the_enums() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/client-codes.js");
-    let expected = codes();
-    if std::env::var_os("IDEM_CODES_BLESS").is_some() {
-        std::fs::write(&path, &expected).unwrap();
+fn the_client_codes_files_are_the_enums() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/client-codes");
+    let bless = std::env::var_os("IDEM_CODES_BLESS").is_some();
+    let files = files();
+    if bless {
+        std::fs::create_dir_all(&dir).unwrap();
     }
-    let found = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        found == expected,
-        "js/client-codes.js is not what the enums give: run `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test client_codes`"
+    for (name, expected) in &files {
+        let path = dir.join(name);
+        if bless {
+            std::fs::write(&path, expected).unwrap();
+        }
+        let found = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            &found == expected,
+            "js/client-codes/{name} is not what the enums give: run `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test client_codes`"
+        );
+    }
+    // No file the enums do not give.
+    let mut listed: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    let mut names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        listed, names,
+        "js/client-codes/ holds only the enums' files"
     );
 }

@@ -6,9 +6,9 @@
 //                              pick one) and prints its URL first; LEASE_MS sets the lease
 //
 //   GET  /                     the order form (index.html, app.mjs)
-//   GET  /idem/*               the package's client entry for browsers: client-web.js,
-//                              idem_client_web.js and the lean module it loads, and the
-//                              full module with its glue, which it loads when it needs it
+//   GET  /idem/*               the package's client entry for browsers: client-web.js
+//                              and the lean module it loads, and the full module with its
+//                              loader, which it loads when it needs it
 //   POST /orders               creates an order, once per Idempotency-Key (withIdempotency)
 //   GET  /orders               with Idempotency-Key and Idempotency-Status: what became of
 //                              the key (a status query, answered by withIdempotency)
@@ -37,7 +37,6 @@ const FILES = {
   "/": [join(HERE, "index.html"), "text/html; charset=utf-8"],
   "/app.mjs": [join(HERE, "app.mjs"), "text/javascript; charset=utf-8"],
   "/idem/client-web.js": [join(DIST, "client-web.js"), "text/javascript; charset=utf-8"],
-  "/idem/idem_client_web.js": [join(DIST, "idem_client_web.js"), "text/javascript; charset=utf-8"],
   "/idem/idem_client_lean_bg.wasm": [join(DIST, "idem_client_lean_bg.wasm"), "application/wasm"],
   "/idem/idem_client_loader.js": [join(DIST, "idem_client_loader.js"), "text/javascript; charset=utf-8"],
   "/idem/idem_client_bg.wasm": [join(DIST, "idem_client_bg.wasm"), "application/wasm"],

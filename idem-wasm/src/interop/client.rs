@@ -1,6 +1,6 @@
 //! The client's side of the boundary: the retry options, the outbox entry's states, next
 //! steps and outcomes as enums (and the outcome names JavaScript reports), the client's
-//! errors. JavaScript reads the enums by name from `js/client-codes.js`, which
+//! errors. JavaScript reads the enums by name from `js/client-codes/`, which
 //! `tests/client_codes.rs` writes from them and checks.
 
 use super::options::{duration, whole};

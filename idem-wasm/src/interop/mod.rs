@@ -15,7 +15,7 @@
 //! machine, the handler's outcome, the heartbeat states and the delivery outcomes are
 //! `#[wasm_bindgen]` enums the JavaScript side imports by name from the server's glue; the
 //! client's operations, the tags of its values, its states and its outcomes are enums that
-//! `js/client-codes.js` names (written from them and checked by `tests/client_codes.rs`, as
+//! `js/client-codes/` names (written from them and checked by `tests/client_codes.rs`, as
 //! the client's module has no generated glue); the engine options are read from the options object by the names in
 //! [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`](idem_core::Event::ALL); header
 //! names and the problem type prefix are idem-core's, exported by the module. Five byte

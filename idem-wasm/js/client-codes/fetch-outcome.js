@@ -1,0 +1,9 @@
+// Written by idem-wasm/tests/client_codes.rs from `FetchOutcome` (src/interop/), which defines
+// these numbers: do not edit. `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test
+// client_codes` writes it again.
+export const Completed = 0;
+export const Rejected = 1;
+export const Failed = 2;
+export const Undetermined = 3;
+export const Executed = 4;
+export const NotExecuted = 5;
