@@ -138,7 +138,9 @@ for (const side of [...SIDES, LEAN]) {
 
   // 3. The optimiser.
   run(wasmOpt, [
-    "-Oz",
+    // The client's modules take binaryen's speed passes at their highest level, -O4: larger
+    // raw (about 0.6%), smaller compressed (about 1% gzip). The server's keeps -Oz.
+    server ? "-Oz" : "-O4",
     "--converge",
     "--enable-bulk-memory",
     "--enable-nontrapping-float-to-int",
