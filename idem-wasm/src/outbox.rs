@@ -356,6 +356,19 @@ mod tests {
         );
     }
 
+    /// `Names` writes each member path of the status document as a JSON Pointer without
+    /// escapes, and js/outbox.js splits it at `/`: that holds while no member name has a `/`
+    /// or a `~` (which a pointer escapes).
+    #[test]
+    fn status_members_need_no_pointer_escapes() {
+        for path in KeyStatus::DOCUMENT_MEMBERS {
+            assert!(!path.is_empty());
+            for name in path {
+                assert!(!name.is_empty() && !name.contains(['/', '~']), "{name:?}");
+            }
+        }
+    }
+
     #[test]
     fn bad_calls_are_refused() {
         assert_eq!(error_code(&call(99, &[])), "IDEM-JS-2");
