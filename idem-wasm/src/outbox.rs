@@ -44,7 +44,7 @@ fn done(args: &Args<'_>) -> Result<(), ErrorParts> {
     if args.is_empty() {
         Ok(())
     } else {
-        Err(ErrorParts::range(interop::CODE_WIRE, "malformed call"))
+        Err(interop::malformed())
     }
 }
 
@@ -79,13 +79,13 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
             out.bytes(&idem_core::payload_message(method, url, body));
         }
         ClientOp::KeyV4 => {
-            let r: [u8; 16] = random(a, "keyV4 needs 16 random bytes")?;
+            let r: [u8; 16] = random(a)?;
             let half = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or_default());
             out.text(&idem_core::uuid_v4_key([half(0), half(8)]));
         }
         ClientOp::KeyV7 => {
             let now = interop::millis(a.number()?);
-            let r: [u8; 10] = random(a, "keyV7 needs 10 random bytes")?;
+            let r: [u8; 10] = random(a)?;
             out.text(&idem_core::uuid_v7_key(now, r));
         }
         ClientOp::Create => {
@@ -221,18 +221,19 @@ fn policy(a: &mut Args<'_>) -> Result<RetryPolicy, ErrorParts> {
     })
 }
 
+/// A payload digest: its 32 bytes come from js/outbox.js, so another length is a malformed
+/// call (`IDEM-JS-2`).
 fn digest32(a: &mut Args<'_>) -> Result<[u8; 32], ErrorParts> {
-    a.bytes()?
-        .try_into()
-        .map_err(|_| ErrorParts::options("a payload digest has 32 bytes"))
+    a.bytes()?.try_into().map_err(|_| interop::malformed())
 }
 
-/// The first `N` bytes of a random value.
-fn random<const N: usize>(a: &mut Args<'_>, why: &'static str) -> Result<[u8; N], ErrorParts> {
+/// The first `N` bytes of a random value (from js/client.js's `crypto.getRandomValues`;
+/// fewer are a malformed call, `IDEM-JS-2`).
+fn random<const N: usize>(a: &mut Args<'_>) -> Result<[u8; N], ErrorParts> {
     a.bytes()?
         .get(..N)
         .and_then(|r| r.try_into().ok())
-        .ok_or_else(|| ErrorParts::options(why))
+        .ok_or_else(interop::malformed)
 }
 
 /// An entry's view: its bytes, key, state, outcome, attempts and last status.
@@ -378,6 +379,21 @@ mod tests {
             "IDEM-JS-2"
         );
         assert_eq!(error_code(&call_with(ClientOp::Digest, &[])), "IDEM-JS-2");
+        // Random values and digests of another length than JavaScript draws and hashes.
+        let short = call_with(ClientOp::KeyV4, &[Value::Bytes(&[1; 15])]);
+        assert_eq!(error_code(&short), "IDEM-JS-2");
+        let digest = call_with(
+            ClientOp::Create,
+            &[
+                Value::Text("k"),
+                Value::Bytes(&[0; 31]),
+                Value::Absent,
+                Value::Absent,
+                Value::Absent,
+                Value::Absent,
+            ],
+        );
+        assert_eq!(error_code(&digest), "IDEM-JS-2");
         let restore = call_with(
             ClientOp::Restore,
             &[

@@ -168,7 +168,9 @@ pub enum Value<'a> {
 /// value is missing, of another type, or damaged: the JavaScript side encoded it wrong.
 pub struct Args<'a>(pub &'a [u8]);
 
-fn malformed() -> ErrorParts {
+/// The refusal of a call the JavaScript side encoded wrong (`IDEM-JS-2`): a value missing, of
+/// another type, damaged, or of another length than the operation takes.
+pub fn malformed() -> ErrorParts {
     ErrorParts::range(super::CODE_WIRE, "malformed call")
 }
 
