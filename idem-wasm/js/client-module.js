@@ -18,11 +18,12 @@ export function initSync(module) {
   return wasm;
 }
 
-/** Instantiates the module, once, from a URL, a `Request`, a `Response`, its bytes or its
- * compiled `WebAssembly.Module` (or a promise of one); by default the `idem_client_bg.wasm`
- * beside this file. */
-export default async function init(source = new URL("./idem_client_bg.wasm", import.meta.url)) {
-  source = unwrap(source, "module_or_path");
+/** Instantiates the module asynchronously, once (later calls return at once), from a URL, a
+ * `Request`, a `Response`, its bytes or its compiled `WebAssembly.Module` (or a promise of
+ * one), compiled from its bytes; by default the `idem_client_bg.wasm` beside this file. */
+export default async function init(source) {
+  if (wasm !== undefined) return wasm;
+  source = unwrap(source, "module_or_path") ?? new URL("./idem_client_bg.wasm", import.meta.url);
   if (typeof source === "string" || source instanceof URL || (typeof Request === "function" && source instanceof Request)) source = fetch(source);
   source = await source;
   if (typeof Response === "function" && source instanceof Response) {
@@ -34,11 +35,13 @@ export default async function init(source = new URL("./idem_client_bg.wasm", imp
   return wasm;
 }
 
-/** Runs operation `op` (ClientOp) on `input`, its arguments' bytes: its answer's bytes. */
+/** Runs operation `op` (ClientOp) on `input`, its arguments' bytes: its answer's bytes.
+ * Addresses cross as i32, which JavaScript reads signed: `>>> 0` reads them as the
+ * unsigned addresses they are (a heap past 2 GiB). */
 export function call(op, input) {
-  const at = wasm.alloc(input.length);
+  const at = wasm.alloc(input.length) >>> 0;
   new Uint8Array(wasm.memory.buffer, at, input.length).set(input);
-  const answer = wasm.call(op, at, input.length);
+  const answer = wasm.call(op, at, input.length) >>> 0;
   const length = new DataView(wasm.memory.buffer).getUint32(answer, true);
   const bytes = new Uint8Array(wasm.memory.buffer, answer + 4, length).slice();
   wasm.free(answer, length + 4);

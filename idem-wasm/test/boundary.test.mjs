@@ -433,6 +433,18 @@ test("the client's loader instantiates the module from each form `idem/client/ma
   }
   const failed = await fresh("failed");
   await assert.rejects(failed.default(new Response("no", { status: 404 })), /failed to fetch the client's WebAssembly module: 404/);
+  // Once instantiated, init returns at once, whatever it is given: nothing is fetched again
+  // (Node's fetch refuses the default file: URL, so a second fetch would reject).
+  const once = await fresh("once");
+  const first = once.initSync(bytes);
+  assert.equal(await once.default(), first);
+  assert.equal(await once.default({}), first);
+  assert.equal(await once.default(new Response("not a module")), first);
+  // Without a source, `init({})` and `init()` fetch the module beside the loader: in Node, a
+  // file: URL that fetch refuses, which shows the default was taken (not `undefined`).
+  for (const input of [undefined, {}, { module_or_path: undefined }]) {
+    await assert.rejects((await fresh(`default-${JSON.stringify(input)}`)).default(input), (e) => e instanceof TypeError && !/WebAssembly/.test(e.message));
+  }
   // Input and answer are freed: a hundred calls of 300 kB leave the memory at its size
   // after the first.
   const large = new Uint8Array(300_000).fill(7);

@@ -15,6 +15,7 @@ export type InitInput = RequestInfo | URL | Response | BufferSource | WebAssembl
 export function initSync(options: { module: SyncInitInput }): unknown;
 
 /** Instantiates the module asynchronously: fetched when given a URL, a string or a
- * `Request` (`WebAssembly.instantiateStreaming`), compiled when given bytes; without
- * `module_or_path`, fetched from next to the package's JavaScript file. */
+ * `Request`, compiled when given bytes; without `module_or_path`, fetched from next to the
+ * package's JavaScript file. Later calls (or a call after the main entry initialised it)
+ * return at once. */
 export default function init(options?: { module_or_path?: InitInput | Promise<InitInput> }): Promise<unknown>;

@@ -20,135 +20,102 @@
 use super::ErrorParts;
 use alloc::vec::Vec;
 
-/// The operations of the client's module, by number: each takes the values listed as
-/// arguments and answers the values listed after the arrow. `policy` is the retry options
-/// `base`, `cap`, `maxAttempts` and `deadline` (four numbers or absent values; see
-/// [`retry_policy`](super::retry_policy)); `entry` is an outbox entry's bytes, as persisted;
-/// an entry's *view* is `entry, key, state, outcome, attempts, lastStatus`: its bytes, its
-/// key, its [`OutboxState`](super::OutboxState), its [`FetchOutcome`](super::FetchOutcome)
-/// (absent while it is not over), its sends so far and the status of its last response
-/// (absent before one). A *next step* is `kind, outcome, status, reason`: its
-/// [`NextKind`](super::NextKind), the outcome it ends the interaction with (absent for a
-/// retry or another status query), the stored status it found (for `Executed`, when the server
-/// still had it) and why it gave up (for `Failed` and `Undetermined`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientOp {
-    /// `() → keyHeader, lowWaterHeader, statusHeader, statusMediaType, problemMediaType,
-    /// memberCount, …members, …outcomeNames`: the members a status document is read at
-    /// ([`KeyStatus::DOCUMENT_MEMBERS`](idem_core::KeyStatus::DOCUMENT_MEMBERS), each as a
-    /// JSON Pointer) and the names of the outcomes in [`FetchOutcome`](super::FetchOutcome)
-    /// order.
-    Names = 0,
-    /// `method, url, body → digest`: the 32-byte digest of a payload (in the full module).
-    Digest = 1,
-    /// `random (16 bytes) → key`: a UUID v4 key.
-    KeyV4 = 2,
-    /// `now, random (10 bytes) → key`: a UUID v7 key.
-    KeyV7 = 3,
-    /// `key, digest, …policy → view`: a new entry.
-    Create = 4,
-    /// `entry, …policy → view`: a persisted entry, checked (`IDEM-CLIENT-6`).
-    Restore = 5,
-    /// `entry, now → at`: when the entry next wants to be sent (absent: never).
-    NextSend = 6,
-    /// `entry, now → at`: when a status query about the key is due (absent: none is).
-    NextAsk = 7,
-    /// `entry, digest → ()`: refuses another payload (`IDEM-CLIENT-1`).
-    CheckPayload = 8,
-    /// `entry, now, digest → view`: records a send.
-    Send = 9,
-    /// `entry, …policy, now, randomHi, randomLo, status, retryAfter, problemType, notProcessed
-    /// → next step, …view`: reports a response (`Retry-After` in seconds and the problem
-    /// `type` absent when the response had none).
-    OnResponse = 10,
-    /// `entry, …policy, now, randomHi, randomLo, lost → next step, …view`: reports a send
-    /// that got no response.
-    OnNetworkError = 11,
-    /// `entry, …policy, now, randomHi, randomLo, …values, canResend → next step, …view`:
-    /// reports the answer to a status query: the value of the status document at each of the
-    /// members `Names` gives, as the JSON text `JSON.stringify` writes of it (absent where the
-    /// document has none, and all absent when the answer was not a status document).
-    OnStatus = 12,
-    /// `entry → view`: the application acted on the final response.
-    MarkProcessed = 13,
-    /// `method → field`: the `Idempotency-Status` field of a settling status query.
-    StatusField = 14,
-    /// `client, epoch, bits, firstSeq → sequence, epoch`: a new counter numbering (numbers
-    /// as decimal text). This and the other counter operations are in the full module.
-    CounterNew = 15,
-    /// `sequence → sequence, epoch`: a persisted counter numbering, checked (`IDEM-JS-2`).
-    CounterRestore = 16,
-    /// `sequence → sequence, key`: takes the number for a new request, and its key.
-    CounterTake = 17,
-    /// `sequence, seq → sequence`: the answer for number `seq` arrived.
-    CounterDone = 18,
-    /// `sequence → lowWater`: the low-water mark to send.
-    CounterLowWater = 19,
-    /// `…values → …values`: the arguments as the module read them (for the tests that
-    /// check both sides of this format).
-    Echo = 20,
-    /// `method, url, body → message`: the bytes whose SHA-256 is the payload's digest, for
-    /// the runtime's own SHA-256 (`crypto.subtle`).
-    PayloadMessage = 21,
+numbered! {
+    /// The operations of the client's module, by number: each takes the values listed as
+    /// arguments and answers the values listed after the arrow. `policy` is the retry options
+    /// `base`, `cap`, `maxAttempts` and `deadline` (four numbers or absent values; see
+    /// [`retry_policy`](super::retry_policy)); `entry` is an outbox entry's bytes, as persisted;
+    /// an entry's *view* is `entry, key, state, outcome, attempts, lastStatus`: its bytes, its
+    /// key, its [`OutboxState`](super::OutboxState), its [`FetchOutcome`](super::FetchOutcome)
+    /// (absent while it is not over), its sends so far and the status of its last response
+    /// (absent before one). A *next step* is `kind, outcome, status, reason`: its
+    /// [`NextKind`](super::NextKind), the outcome it ends the interaction with (absent for a
+    /// retry or another status query), the stored status it found (for `Executed`, when the server
+    /// still had it) and why it gave up (for `Failed` and `Undetermined`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum ClientOp {
+        /// `() → keyHeader, lowWaterHeader, statusHeader, statusMediaType, problemMediaType,
+        /// memberCount, …members, …outcomeNames`: the members a status document is read at
+        /// ([`KeyStatus::DOCUMENT_MEMBERS`](idem_core::KeyStatus::DOCUMENT_MEMBERS), each as a
+        /// JSON Pointer) and the names of the outcomes in [`FetchOutcome`](super::FetchOutcome)
+        /// order.
+        Names = 0,
+        /// `method, url, body → digest`: the 32-byte digest of a payload (in the full module).
+        Digest = 1,
+        /// `random (16 bytes) → key`: a UUID v4 key.
+        KeyV4 = 2,
+        /// `now, random (10 bytes) → key`: a UUID v7 key.
+        KeyV7 = 3,
+        /// `key, digest, …policy → view`: a new entry.
+        Create = 4,
+        /// `entry, …policy → view`: a persisted entry, checked (`IDEM-CLIENT-6`).
+        Restore = 5,
+        /// `entry, now → at`: when the entry next wants to be sent (absent: never).
+        NextSend = 6,
+        /// `entry, now → at`: when a status query about the key is due (absent: none is).
+        NextAsk = 7,
+        /// `entry, digest → ()`: refuses another payload (`IDEM-CLIENT-1`).
+        CheckPayload = 8,
+        /// `entry, now, digest → view`: records a send.
+        Send = 9,
+        /// `entry, …policy, now, randomHi, randomLo, status, retryAfter, problemType, notProcessed
+        /// → next step, …view`: reports a response (`Retry-After` in seconds and the problem
+        /// `type` absent when the response had none).
+        OnResponse = 10,
+        /// `entry, …policy, now, randomHi, randomLo, lost → next step, …view`: reports a send
+        /// that got no response.
+        OnNetworkError = 11,
+        /// `entry, …policy, now, randomHi, randomLo, …values, canResend → next step, …view`:
+        /// reports the answer to a status query: the value of the status document at each of the
+        /// members `Names` gives, as the JSON text `JSON.stringify` writes of it (absent where the
+        /// document has none, and all absent when the answer was not a status document).
+        OnStatus = 12,
+        /// `entry → view`: the application acted on the final response.
+        MarkProcessed = 13,
+        /// `method → field`: the `Idempotency-Status` field of a settling status query.
+        StatusField = 14,
+        /// `client, epoch, bits, firstSeq → sequence, epoch`: a new counter numbering (numbers
+        /// as decimal text). This and the other counter operations are in the full module.
+        CounterNew = 15,
+        /// `sequence → sequence, epoch`: a persisted counter numbering, checked (`IDEM-JS-2`).
+        CounterRestore = 16,
+        /// `sequence → sequence, key`: takes the number for a new request, and its key.
+        CounterTake = 17,
+        /// `sequence, seq → sequence`: the answer for number `seq` arrived.
+        CounterDone = 18,
+        /// `sequence → lowWater`: the low-water mark to send.
+        CounterLowWater = 19,
+        /// `…values → …values`: the arguments as the module read them (for the tests that
+        /// check both sides of this format).
+        Echo = 20,
+        /// `method, url, body → message`: the bytes whose SHA-256 is the payload's digest, for
+        /// the runtime's own SHA-256 (`crypto.subtle`).
+        PayloadMessage = 21,
+    }
 }
 
 impl ClientOp {
-    /// Every operation, by number.
-    pub const ALL: [ClientOp; 22] = [
-        ClientOp::Names,
-        ClientOp::Digest,
-        ClientOp::KeyV4,
-        ClientOp::KeyV7,
-        ClientOp::Create,
-        ClientOp::Restore,
-        ClientOp::NextSend,
-        ClientOp::NextAsk,
-        ClientOp::CheckPayload,
-        ClientOp::Send,
-        ClientOp::OnResponse,
-        ClientOp::OnNetworkError,
-        ClientOp::OnStatus,
-        ClientOp::MarkProcessed,
-        ClientOp::StatusField,
-        ClientOp::CounterNew,
-        ClientOp::CounterRestore,
-        ClientOp::CounterTake,
-        ClientOp::CounterDone,
-        ClientOp::CounterLowWater,
-        ClientOp::Echo,
-        ClientOp::PayloadMessage,
-    ];
-
     /// The operation numbered `n`.
     pub fn from_number(n: u32) -> Option<ClientOp> {
         ClientOp::ALL.get(n as usize).copied()
     }
 }
 
-/// The tag in front of each value of a call's input and answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wire {
-    /// No value.
-    Absent = 0,
-    /// An `f64`.
-    Number = 1,
-    /// Bytes.
-    Bytes = 2,
-    /// UTF-8 text.
-    Text = 3,
-    /// The call was refused: the code and the message follow, as texts.
-    Error = 4,
-}
-
-impl Wire {
-    /// Every tag, by number.
-    pub const ALL: [Wire; 5] = [
-        Wire::Absent,
-        Wire::Number,
-        Wire::Bytes,
-        Wire::Text,
-        Wire::Error,
-    ];
+numbered! {
+    /// The tag in front of each value of a call's input and answer.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Wire {
+        /// No value.
+        Absent = 0,
+        /// An `f64`.
+        Number = 1,
+        /// Bytes.
+        Bytes = 2,
+        /// UTF-8 text.
+        Text = 3,
+        /// The call was refused: the code and the message follow, as texts.
+        Error = 4,
+    }
 }
 
 /// A value of an input, as [`Args`] reads it.

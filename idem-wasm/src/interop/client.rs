@@ -42,35 +42,27 @@ pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorPar
     })
 }
 
-/// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
-/// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FetchOutcome {
-    /// A final 2xx or 3xx.
-    Completed = 0,
-    /// A deterministic 4xx.
-    Rejected = 1,
-    /// Given up, and nothing can have been processed.
-    Failed = 2,
-    /// Given up, and some attempt may have been processed.
-    Undetermined = 3,
-    /// The server says it ran, and its response is not at hand (`IDEM-CLIENT-8`).
-    Executed = 4,
-    /// The server settled the key: it never ran and never will; a new key is safe.
-    NotExecuted = 5,
+numbered! {
+    /// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
+    /// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum FetchOutcome {
+        /// A final 2xx or 3xx.
+        Completed = 0,
+        /// A deterministic 4xx.
+        Rejected = 1,
+        /// Given up, and nothing can have been processed.
+        Failed = 2,
+        /// Given up, and some attempt may have been processed.
+        Undetermined = 3,
+        /// The server says it ran, and its response is not at hand (`IDEM-CLIENT-8`).
+        Executed = 4,
+        /// The server settled the key: it never ran and never will; a new key is safe.
+        NotExecuted = 5,
+    }
 }
 
 impl FetchOutcome {
-    /// Every outcome, by index.
-    pub const ALL: [FetchOutcome; 6] = [
-        FetchOutcome::Completed,
-        FetchOutcome::Rejected,
-        FetchOutcome::Failed,
-        FetchOutcome::Undetermined,
-        FetchOutcome::Executed,
-        FetchOutcome::NotExecuted,
-    ];
-
     /// Its name in the result of `idempotentFetch`.
     pub fn name(self) -> &'static str {
         match self {
@@ -126,38 +118,29 @@ pub fn outcome_names() -> String {
     names.join(",")
 }
 
-/// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
-/// `Next.kind`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NextKind {
-    /// The interaction is complete: act on the response.
-    Complete = 0,
-    /// Send again after the backoff.
-    Retry = 1,
-    /// Given up, and nothing can have been processed.
-    Failed = 2,
-    /// Given up, and some attempt may have been processed.
-    Undetermined = 3,
-    /// Ask the server about the key again, at `Outbox.nextAsk`.
-    AskStatus = 4,
-    /// The server says it ran; its response is not at hand.
-    Executed = 5,
-    /// The server settled the key: it never ran.
-    NotExecuted = 6,
+numbered! {
+    /// What the outbox says to do after a result ([`idem_core::NextStep`]), as JavaScript reads
+    /// `Next.kind`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum NextKind {
+        /// The interaction is complete: act on the response.
+        Complete = 0,
+        /// Send again after the backoff.
+        Retry = 1,
+        /// Given up, and nothing can have been processed.
+        Failed = 2,
+        /// Given up, and some attempt may have been processed.
+        Undetermined = 3,
+        /// Ask the server about the key again, at `Outbox.nextAsk`.
+        AskStatus = 4,
+        /// The server says it ran; its response is not at hand.
+        Executed = 5,
+        /// The server settled the key: it never ran.
+        NotExecuted = 6,
+    }
 }
 
 impl NextKind {
-    /// Every kind, by number.
-    pub const ALL: [NextKind; 7] = [
-        NextKind::Complete,
-        NextKind::Retry,
-        NextKind::Failed,
-        NextKind::Undetermined,
-        NextKind::AskStatus,
-        NextKind::Executed,
-        NextKind::NotExecuted,
-    ];
-
     /// The kind of a core next step.
     pub fn of(n: &idem_core::NextStep) -> NextKind {
         use idem_core::NextStep as N;
@@ -173,47 +156,35 @@ impl NextKind {
     }
 }
 
-/// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
-/// `Outbox.state`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutboxState {
-    /// Not sent yet.
-    Created = 0,
-    /// Sent, and no result reported: its effect is unknown.
-    Sent = 1,
-    /// Waiting to be sent again.
-    Waiting = 2,
-    /// A final response arrived.
-    Answered = 3,
-    /// The application acted on the final response.
-    Processed = 4,
-    /// Given up, and nothing can have been processed.
-    Failed = 5,
-    /// Given up, and some attempt may have been processed.
-    Undetermined = 6,
-    /// The server found the key in progress: ask it again.
-    Asking = 7,
-    /// The server says it ran; its response is not at hand.
-    Executed = 8,
-    /// The server settled the key: it never ran.
-    NotExecuted = 9,
+numbered! {
+    /// Where an outbox entry stands ([`idem_core::EntryState`]), as JavaScript reads
+    /// `Outbox.state`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum OutboxState {
+        /// Not sent yet.
+        Created = 0,
+        /// Sent, and no result reported: its effect is unknown.
+        Sent = 1,
+        /// Waiting to be sent again.
+        Waiting = 2,
+        /// A final response arrived.
+        Answered = 3,
+        /// The application acted on the final response.
+        Processed = 4,
+        /// Given up, and nothing can have been processed.
+        Failed = 5,
+        /// Given up, and some attempt may have been processed.
+        Undetermined = 6,
+        /// The server found the key in progress: ask it again.
+        Asking = 7,
+        /// The server says it ran; its response is not at hand.
+        Executed = 8,
+        /// The server settled the key: it never ran.
+        NotExecuted = 9,
+    }
 }
 
 impl OutboxState {
-    /// Every state, by number.
-    pub const ALL: [OutboxState; 10] = [
-        OutboxState::Created,
-        OutboxState::Sent,
-        OutboxState::Waiting,
-        OutboxState::Answered,
-        OutboxState::Processed,
-        OutboxState::Failed,
-        OutboxState::Undetermined,
-        OutboxState::Asking,
-        OutboxState::Executed,
-        OutboxState::NotExecuted,
-    ];
-
     /// The state of a core entry.
     pub fn of(s: &idem_core::EntryState) -> OutboxState {
         use idem_core::EntryState as S;

@@ -41,6 +41,29 @@
 //!   ([`idem_core::Context::attempt`]), a `u8` that is 1 when the handler takes over from an
 //!   attempt whose lease expired, then the key (UTF-8). Numbers are little-endian.
 
+/// An enum whose values cross to JavaScript by number, each variant numbered in the order
+/// written from 0, with `ALL`: every variant, by number. The list is written by the macro
+/// from the enum itself, so that it cannot miss a variant (`tests/client_codes.rs` writes
+/// JavaScript's names from it, and checks the numbering).
+macro_rules! numbered {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$variant_meta:meta])* $variant:ident = $number:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$variant_meta])* $variant = $number,)*
+        }
+
+        impl $name {
+            /// Every variant, by number.
+            pub const ALL: [$name; [$($number),*].len()] = [$($name::$variant),*];
+        }
+    };
+}
+
 #[cfg(feature = "client")]
 pub mod call;
 pub mod client;

@@ -1,6 +1,6 @@
 // What a page loads for idem/client, in headless Chromium against the demo server: the module
 // without the counter numbering and the payload digest, and nothing more while WebCrypto
-// hashes its payloads; the full module, with its glue, only on a page that is not a secure
+// hashes its payloads; the full module, with its loader, only on a page that is not a secure
 // context (no WebCrypto: the module hashes) or that sends counter keys. Either way each order
 // is placed once, and its retry after a lost answer is recognised as the same payload.
 import { after, before, test } from "node:test";
