@@ -1,9 +1,9 @@
 // The client's module as `idempotentFetch` sees it. The module has one entry point,
 // `call(op, input)` (client-module.js): the operation's number (ClientOp) and its arguments
 // as tagged values (Wire) in, its answer's values out; src/interop/call.rs defines both, and
-// what each operation takes and answers. This file encodes the arguments, decodes the answers, and
-// offers the operations as two small classes: an outbox entry and a counter numbering, each
-// held as its persisted bytes (nothing lives in the module between calls).
+// what each operation takes and answers. This file encodes the arguments, decodes the
+// answers, and offers the operations as two small classes: an outbox entry and a counter
+// numbering, each held as its persisted bytes (nothing lives in the module between calls).
 import { random32 } from "./common.js";
 import { rangeError } from "./errors.js";
 import * as ClientOp from "./client-codes/op.js";

@@ -17,8 +17,8 @@
 //   3. wasm-opt from the `binaryen` npm package shrinks the module (Debian's binaryen 108
 //      produces modules that fail to load; do not put it first on PATH);
 //   4. esbuild bundles and minifies the glue (the server's without its console warnings)
-//      with the JavaScript API: one ESM module shared by the ESM entries (for the server, also
-//      exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
+//      with the JavaScript API: one ESM module shared by the ESM entries (for the server,
+//      also exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
 //      client's sources are the server's entries and bundles with the module's name and the
 //      API's file changed. The browsers' client entry is its own (js/client-web.js), bundled
 //      with the API: it loads the lean module, and the full one with its loader alone
@@ -71,10 +71,10 @@ const sizeProfile = {
 };
 // The server's hot code of every request is optimised for speed rather than size: SHA-256
 // (fingerprints) and the allocator, for under 1 KB gzip, and idem-core (JSON
-// canonicalisation, decisions), for 20.9 KB gzip against "z" (12.6 KB against "s"). At "z",
-// `Idempotency#handle` takes about 1.7 times as long on a fresh request with a 200-byte
-// JSON body, in-process and in an Express app under load alike; at "s", about 1.1 times. The client's
-// module stays at "z" throughout: it hashes one payload per logical request and decides a
+// canonicalisation, decisions), for 20.9 KB gzip against "z" (12.6 KB against "s"). At
+// "z", `Idempotency#handle` takes about 1.7 times as long on a fresh request with a
+// 200-byte JSON body, in-process and in an Express app under load alike; at "s", about 1.1
+// times. The client's module stays at "z" throughout: it hashes one payload per logical request and decides a
 // few steps, where the speed is not measurable next to the network.
 const speed = [
   "--config",

@@ -330,7 +330,6 @@ mod tests {
     #[test]
     fn ops_are_numbered_in_order() {
         for (i, op) in ClientOp::ALL.iter().enumerate() {
-            assert_eq!(*op as usize, i);
             assert_eq!(ClientOp::from_number(i as u32), Some(*op));
         }
         assert_eq!(ClientOp::from_number(ClientOp::ALL.len() as u32), None);

@@ -16,8 +16,8 @@
 //! `#[wasm_bindgen]` enums the JavaScript side imports by name from the server's glue; the
 //! client's operations, the tags of its values, its states and its outcomes are enums that
 //! `js/client-codes/` names (written from them and checked by `tests/client_codes.rs`, as
-//! the client's module has no generated glue); the engine options are read from the options object by the names in
-//! [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`](idem_core::Event::ALL); header
+//! the client's module has no generated glue); the engine options are read from the options
+//! object by the names in [`ENGINE_OPTIONS`]; event names come from [`Event::ALL`](idem_core::Event::ALL); header
 //! names and the problem type prefix are idem-core's, exported by the module. Five byte
 //! layouts remain, for speed and size, and `test/boundary.test.mjs` checks both sides against
 //! each other:
@@ -43,8 +43,8 @@
 
 /// An enum whose values cross to JavaScript by number, each variant numbered in the order
 /// written from 0, with `ALL`: every variant, by number. The list is written by the macro
-/// from the enum itself, so that it cannot miss a variant (`tests/client_codes.rs` writes
-/// JavaScript's names from it, and checks the numbering).
+/// from the enum itself, so that it cannot miss a variant, and the numbering is checked when
+/// the crate compiles (`tests/client_codes.rs` writes JavaScript's names from `ALL`).
 macro_rules! numbered {
     (
         $(#[$meta:meta])*
@@ -61,6 +61,17 @@ macro_rules! numbered {
             /// Every variant, by number.
             pub const ALL: [$name; [$($number),*].len()] = [$($name::$variant),*];
         }
+
+        const _: () = {
+            let mut i = 0;
+            while i < $name::ALL.len() {
+                assert!(
+                    $name::ALL[i] as usize == i,
+                    concat!(stringify!($name), " is numbered in order from 0")
+                );
+                i += 1;
+            }
+        };
     };
 }
 
