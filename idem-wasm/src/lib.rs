@@ -37,11 +37,10 @@ extern crate alloc;
 #[global_allocator]
 static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
-/// The client's module alone (see Cargo.toml): lol_alloc's free list, smaller than talc.
+/// The client's module alone: a bump allocator that starts over between calls ([`bump`]).
 #[cfg(all(target_arch = "wasm32", not(feature = "server")))]
 #[global_allocator]
-static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
-    lol_alloc::LockedAllocator::new(lol_alloc::FreeListAllocator::new());
+static ALLOCATOR: bump::Bump = bump::Bump::new();
 
 /// A panic is a bug (the layer returns errors for every bad input): stop at once. The
 /// module then traps, and the JavaScript side sees a `RuntimeError`.
@@ -51,6 +50,8 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
 
+#[cfg(feature = "client")]
+pub mod bump;
 #[cfg(feature = "server")]
 mod edge;
 #[cfg(feature = "server")]
