@@ -26,13 +26,17 @@ export default async function init(source) {
   source = unwrap(source, "module_or_path") ?? new URL("./idem_client_bg.wasm", import.meta.url);
   if (typeof source === "string" || source instanceof URL || (typeof Request === "function" && source instanceof Request)) source = fetch(source);
   source = await source;
-  if (typeof Response === "function" && source instanceof Response) {
-    if (!source.ok) throw new Error(`failed to fetch the client's WebAssembly module: ${source.status} ${source.url}`);
-    source = await source.arrayBuffer();
-  }
+  if (typeof Response === "function" && source instanceof Response) source = await moduleBytes(source);
   const made = await WebAssembly.instantiate(source);
   wasm ??= (made.instance ?? made).exports;
   return wasm;
+}
+
+/** The module's bytes from `response`, the `Response` (or a promise of it) that fetched it. */
+export async function moduleBytes(response) {
+  response = await response;
+  if (!response.ok) throw new Error(`failed to fetch the client's WebAssembly module: ${response.status} ${response.url}`);
+  return response.arrayBuffer();
 }
 
 /** Runs operation `op` (ClientOp) on `input`, its arguments' bytes: its answer's bytes.

@@ -11,7 +11,8 @@ import * as ClientOp from "./client-codes/op.js";
 import * as FetchOutcome from "./client-codes/fetch-outcome.js";
 import * as NextKind from "./client-codes/next-kind.js";
 import * as OutboxState from "./client-codes/outbox-state.js";
-import { CounterSequence, Outbox, moduleNames, payloadDigest, run } from "./outbox.js";
+import * as Names from "./client-codes/names.js";
+import { Outbox, fullApi, payloadDigest, run } from "./outbox.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -34,7 +35,7 @@ function retryAfterSeconds(value, now) {
 
 async function problemType(response) {
   const type = response.headers.get("content-type") ?? "";
-  if (!type.toLowerCase().startsWith(moduleNames().problemMediaType)) return undefined;
+  if (!type.toLowerCase().startsWith(Names.problemMediaType)) return undefined;
   try {
     const body = await response.clone().json();
     return typeof body?.type === "string" ? body.type : undefined;
@@ -83,14 +84,13 @@ async function askStatus(entry, request, canResend) {
   const { doFetch, url, method, template, sendOptions, keyValue, signal, now } = request;
   const headers = new Headers(template.headers);
   for (const name of BODY_FIELDS) headers.delete(name);
-  const names = moduleNames();
-  headers.set(names.key, keyValue(entry.key));
-  headers.set(names.status, run(ClientOp.StatusField, method)[0]);
+  headers.set(Names.key, keyValue(entry.key));
+  headers.set(Names.status, run(ClientOp.StatusField, method)[0]);
   let document;
   try {
     const response = await doFetch(url, { ...sendOptions, method: "GET", headers, body: undefined, signal });
     const type = (response.headers.get("content-type") ?? "").toLowerCase();
-    if (response.status === 200 && type.split(";")[0].trim() === names.statusMediaType) {
+    if (response.status === 200 && type.split(";")[0].trim() === Names.statusMediaType) {
       document = await response.text();
     } else {
       await response.arrayBuffer().catch(() => {});
@@ -117,40 +117,10 @@ function newKey(version, now) {
   return run(ClientOp.KeyV4, crypto.getRandomValues(new Uint8Array(16)))[0];
 }
 
-/**
- * The counter sequences of this process, one per client: loaded from `persist` once, changed
- * one call at a time (two requests never take the same number), saved after every change.
- */
-const sequences = new Map();
-
-function sequenceId(client) {
-  return `idem-counter:${client}`;
-}
-
-/** Runs `change(sequence)` on the client's sequence, one call at a time, and saves it. */
-async function withSequence(counter, persist, change) {
-  const client = counter.client;
-  let slot = sequences.get(client);
-  if (slot === undefined) {
-    slot = { sequence: null, chain: Promise.resolve() };
-    sequences.set(client, slot);
-  }
-  const run = slot.chain.then(async () => {
-    const epoch = String(counter.epoch);
-    if (slot.sequence === null && persist) {
-      const saved = await persist.load(sequenceId(client));
-      if (saved != null) slot.sequence = await CounterSequence.fromBytes(saved);
-    }
-    if (slot.sequence === null || slot.sequence.epoch !== epoch) {
-      // A new session epoch starts a new numbering.
-      slot.sequence = await CounterSequence.create(client, epoch, Number(counter.bits ?? 32), String(counter.firstSeq ?? 0));
-    }
-    const result = await change(slot.sequence);
-    if (persist) await persist.save(sequenceId(client), slot.sequence.bytes);
-    return result;
-  });
-  slot.chain = run.catch(() => {});
-  return run;
+/** Runs `change(sequence)` on the counter numbering of `options.counter` (counter.js's
+ * `withSequence`, which comes with the full module). */
+async function withSequence(options, change) {
+  return (await fullApi()).withSequence(options.counter, options.persist, change);
 }
 
 function checkOptions(options) {
@@ -188,9 +158,9 @@ async function finishWith(entry, options, seq, keep, outcome, fields) {
   // Its answer arrived (or nothing can have run): the number no longer holds the low-water
   // mark back. An undetermined one keeps it until reconciled.
   if (seq !== null && outcome !== FetchOutcome.Undetermined) {
-    await withSequence(options.counter, options.persist, (sequence) => sequence.done(seq));
+    await withSequence(options, (sequence) => sequence.done(seq));
   }
-  return { outcome: moduleNames().outcomes[outcome], key: entry.key, attempts: entry.attempts, ...fields };
+  return { outcome: Names.outcomes[outcome], key: entry.key, attempts: entry.attempts, ...fields };
 }
 
 /** The request fields both calls share: the template Request, its send options and signal. */
@@ -262,7 +232,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
       key = options.clientId === undefined ? String(now()) : `${options.clientId}:${now()}`;
     } else if (key === undefined && kind === "counter") {
       // A number no other request of this client has, saved before anything is sent.
-      key = await withSequence(options.counter, options.persist, (sequence) => sequence.takeKey());
+      key = await withSequence(options, (sequence) => sequence.takeKey());
     }
     entry = Outbox.create(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
   }
@@ -331,9 +301,9 @@ export async function idempotentFetch(input, init = {}, options = {}) {
     entry.send(now(), digest);
     await save();
     const headers = new Headers(template.headers);
-    headers.set(moduleNames().key, keyValue(entry.key));
+    headers.set(Names.key, keyValue(entry.key));
     if (seq !== null) {
-      headers.set(moduleNames().lowWater, await withSequence(options.counter, options.persist, (sequence) => sequence.lowWater()));
+      headers.set(Names.lowWater, await withSequence(options, (sequence) => sequence.lowWater()));
     }
     let response;
     try {
@@ -387,7 +357,7 @@ export async function reconcile(input, init = {}, options = {}) {
   if (entry.state === OutboxState.Created) {
     // Never sent: nothing can have run.
     await options.persist.delete(options.id);
-    return { outcome: moduleNames().outcomes[FetchOutcome.NotExecuted], key: entry.key, attempts: 0 };
+    return { outcome: Names.outcomes[FetchOutcome.NotExecuted], key: entry.key, attempts: 0 };
   }
   for (;;) {
     const due = entry.nextAsk(request.now());

@@ -2,11 +2,13 @@
 // `call(op, input)` (client-module.js): the operation's number (ClientOp) and its arguments
 // as tagged values (Wire) in, its answer's values out; src/interop/call.rs defines both, and
 // what each operation takes and answers. This file encodes the arguments, decodes the
-// answers, and offers the operations as two small classes: an outbox entry and a counter
-// numbering, each held as its persisted bytes (nothing lives in the module between calls).
+// answers, and offers the operations of an outbox entry as a small class, held as its
+// persisted bytes (nothing lives in the module between calls); counter.js offers the counter
+// numbering's.
 import { random32 } from "./common.js";
 import { rangeError } from "./errors.js";
 import * as ClientOp from "./client-codes/op.js";
+import * as Names from "./client-codes/names.js";
 import * as Wire from "./client-codes/wire.js";
 import { call } from "./client-module.js";
 
@@ -65,14 +67,14 @@ export function run(op, ...args) {
   return decode(call(op, encode(args)));
 }
 
-/** The `call` of the full module, which has the counter numbering and the payload digest
- * (ClientOp.Digest): the module at hand, unless the entry loaded the one without them (a
- * browser's) and said how to load the other (`fullModule`). */
-let full = () => call;
+/** What the full module offers: its `call` (the counter numbering and the payload digest,
+ * ClientOp.Digest, run in it) and `withSequence` (counter.js, bundled with it). Set by the
+ * entry (`fullModule`): at hand in every entry but the browsers', whose module has neither,
+ * and which load the full one when first needed. */
+let full = () => Promise.reject(new Error("no full client module: the entry sets it with fullModule"));
 
-/** How to load the full module, for an entry whose module has neither the counter numbering
- * nor the payload digest: `load` resolves to that module's `call`, and runs once, when first
- * needed. */
+/** How to get the full module: `load` resolves to its `call` and `withSequence`, and runs
+ * once, when first needed (again after it failed). */
 export function fullModule(load) {
   let loaded;
   full = () =>
@@ -83,9 +85,14 @@ export function fullModule(load) {
     }));
 }
 
+/** The full module's `call` and `withSequence` (see `fullModule`). */
+export function fullApi() {
+  return full();
+}
+
 /** Runs operation `op` of the full module with `args`: the values of its answer. */
 export async function runFull(op, ...args) {
-  return decode((await full())(op, encode(args)));
+  return decode((await full()).call(op, encode(args)));
 }
 
 /** The 32-byte digest of a payload: the runtime's SHA-256 (WebCrypto) of the message the
@@ -98,30 +105,16 @@ export async function payloadDigest(method, url, body) {
   return new Uint8Array(await subtle.digest("SHA-256", message));
 }
 
-let names = null;
-
-/** The names the module gives: the header names, the media types, the members a status
- * document is read at (each a list of member names) and the names of the outcomes (indexed by
- * FetchOutcome). */
-export function moduleNames() {
-  if (names === null) {
-    const [key, lowWater, status, statusMediaType, problemMediaType, count, ...rest] = run(ClientOp.Names);
-    const statusMembers = rest.slice(0, count).map((pointer) => pointer.split("/").slice(1));
-    names = { key, lowWater, status, statusMediaType, problemMediaType, statusMembers, outcomes: rest.slice(count) };
-  }
-  return names;
-}
-
-/** A status document's values as the module reads them: the value at each of its
- * `statusMembers`, as JSON text (undefined where there is none; all undefined when the text
- * is not JSON or there is none). The document is parsed here, by the runtime's own parser. */
+/** A status document's values as the module reads them: the value at each of its members
+ * (`Names.statusMembers`), as JSON text (undefined where there is none; all undefined when
+ * the text is not JSON or there is none). The document is parsed here, by the runtime's own parser. */
 export function statusValues(text) {
   let doc;
   try {
     doc = JSON.parse(text);
   } catch {}
   const member = (value, name) => (value !== null && typeof value === "object" && !Array.isArray(value) && Object.hasOwn(value, name) ? value[name] : undefined);
-  return moduleNames().statusMembers.map((path) => JSON.stringify(path.reduce(member, doc)));
+  return Names.statusMembers.map((path) => JSON.stringify(path.reduce(member, doc)));
 }
 
 /**
@@ -192,41 +185,5 @@ export class Outbox {
     const [kind, outcome, status, reason, ...view] = run(op, this.bytes, ...this.retry, now, random32(), random32(), ...result);
     this.view(view);
     return { kind, outcome, status, reason };
-  }
-}
-
-/** One client's numbering for counter keys, as its bytes and its session `epoch`. Its
- * operations are the full module's, so each resolves. */
-export class CounterSequence {
-  constructor([bytes, epoch]) {
-    this.bytes = bytes;
-    this.epoch = epoch;
-  }
-
-  /** The numbering of `client` in session `epoch`, `bits` wide, from `firstSeq` (decimal
-   * texts; IDEM-CTR-1). */
-  static async create(client, epoch, bits, firstSeq) {
-    return new CounterSequence(await runFull(ClientOp.CounterNew, client, epoch, bits, firstSeq));
-  }
-
-  /** A persisted numbering (IDEM-JS-2 for bytes that are not one). */
-  static async fromBytes(bytes) {
-    return new CounterSequence(await runFull(ClientOp.CounterRestore, bytes));
-  }
-
-  /** The key of a new logical request, with the next number. */
-  async takeKey() {
-    const [bytes, key] = await runFull(ClientOp.CounterTake, this.bytes);
-    this.bytes = bytes;
-    return key;
-  }
-
-  /** The answer for number `seq` (decimal text) arrived. */
-  async done(seq) {
-    [this.bytes] = await runFull(ClientOp.CounterDone, this.bytes, seq);
-  }
-
-  async lowWater() {
-    return (await runFull(ClientOp.CounterLowWater, this.bytes))[0];
   }
 }

@@ -47,7 +47,7 @@ const ENTRIES = ["node.js", "workerd.js", "edge-light.js", "deno.js", "bun.js", 
  * name of its types (`<types>.d.ts`) and of its CommonJS bundle. */
 const SIDES = [
   { feature: "server", name: "idem_wasm", api: "./index.js", prefix: "", types: "index", cjs: "node.cjs" },
-  { feature: "client-full", name: "idem_client", api: "./client.js", prefix: "client-", types: "client", cjs: "client.cjs" },
+  { feature: "client-full", name: "idem_client", api: "./client-full.js", prefix: "client-", types: "client", cjs: "client.cjs" },
 ];
 /** The browsers' client module: built and optimised as the others, bundled by itself. */
 const LEAN = { feature: "client", name: "idem_client_lean" };
@@ -225,9 +225,10 @@ for (const side of SIDES) {
   copyFileSync(join(root, "types", `${side.types}.d.ts`), join(dist, `${side.types}.d.cts`));
 }
 // The browsers' client: its entry, bundled with the API and the loader (for the lean module),
-// and the loader alone, which the entry imports when it needs the full module.
+// and the loader with the counter numbering (js/client-loader.js), which the entry imports
+// when it needs the full module.
 run(esbuild, [join(stage, "client-web.js"), ...bundle, "--format=esm", "--target=es2022", "--external:./idem_client_loader.js", `--outfile=${join(dist, "client-web.js")}`]);
-run(esbuild, [join(stage, "idem_client.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_loader.js")}`]);
+run(esbuild, [join(stage, "client-loader.js"), ...bundle, "--format=esm", "--target=es2022", `--outfile=${join(dist, "idem_client_loader.js")}`]);
 
 // `idem/manual` is dist/idem_wasm.js itself (the API and `initSync`, nothing instantiated),
 // and `idem/client/manual` dist/idem_client.js; only their types are files of their own.

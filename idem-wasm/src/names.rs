@@ -1,7 +1,8 @@
 //! The names and codes JavaScript reads from the server's module instead of writing them
 //! itself: the header names (idem-core's), the engine option names, the event and delivery
-//! names with their flags and the problem type prefix. (The client's module answers its
-//! names through its one entry point: [`ClientOp::Names`](crate::interop::ClientOp::Names).)
+//! names with their flags and the problem type prefix. (The client's JavaScript has the names
+//! it needs as constants, `js/client-codes/names.js`, written from the same Rust by
+//! `tests/client_codes.rs`.)
 
 use crate::interop;
 use alloc::string::String;

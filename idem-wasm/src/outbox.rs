@@ -50,25 +50,6 @@ fn done(args: &Args<'_>) -> Result<(), ErrorParts> {
 
 fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorParts> {
     match op {
-        ClientOp::Names => {
-            out.text(idem_core::KEY_HEADER)
-                .text(idem_core::LOW_WATER_HEADER)
-                .text(idem_core::STATUS_HEADER)
-                .text(idem_core::STATUS_MEDIA_TYPE)
-                .text(idem_core::PROBLEM_JSON)
-                .number(KeyStatus::DOCUMENT_MEMBERS.len() as f64);
-            for member in KeyStatus::DOCUMENT_MEMBERS {
-                let mut pointer = alloc::string::String::new();
-                for name in member {
-                    pointer.push('/');
-                    pointer.push_str(name);
-                }
-                out.text(&pointer);
-            }
-            for o in FetchOutcome::ALL {
-                out.text(o.name());
-            }
-        }
         #[cfg(feature = "client-full")]
         ClientOp::Digest => {
             let (method, url, body) = (a.text()?, a.text()?, a.bytes()?);
@@ -357,25 +338,15 @@ mod tests {
         );
     }
 
-    /// `Names` writes each member path of the status document as a JSON Pointer without
-    /// escapes, and js/outbox.js splits it at `/`: that holds while no member name has a `/`
-    /// or a `~` (which a pointer escapes).
-    #[test]
-    fn status_members_need_no_pointer_escapes() {
-        for path in KeyStatus::DOCUMENT_MEMBERS {
-            assert!(!path.is_empty());
-            for name in path {
-                assert!(!name.is_empty() && !name.contains(['/', '~']), "{name:?}");
-            }
-        }
-    }
-
     #[test]
     fn bad_calls_are_refused() {
         assert_eq!(error_code(&call(99, &[])), "IDEM-JS-2");
         // Arguments left over, and arguments missing.
         assert_eq!(
-            error_code(&call_with(ClientOp::Names, &[Value::Absent])),
+            error_code(&call_with(
+                ClientOp::StatusField,
+                &[Value::Text("POST"), Value::Absent]
+            )),
             "IDEM-JS-2"
         );
         assert_eq!(error_code(&call_with(ClientOp::Digest, &[])), "IDEM-JS-2");

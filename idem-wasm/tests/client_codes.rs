@@ -1,8 +1,9 @@
 //! `js/client-codes/`, the numbers JavaScript names the client's module's operations, tags,
-//! states and outcomes by, is written from the Rust enums that define them: this test fails
-//! when a file is not what they give, and `IDEM_CODES_BLESS=1 cargo test -p idem-wasm
-//! --test client_codes` writes it.
+//! states and outcomes by, and the names the client sends and reads, is written from the Rust
+//! that defines them: this test fails when a file is not what they give, and
+//! `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test client_codes` writes it.
 
+use idem_core::KeyStatus;
 use idem_wasm::interop::{ClientOp, FetchOutcome, NextKind, OutboxState, Wire};
 use std::fmt::{Debug, Write};
 use std::path::Path;
@@ -22,6 +23,37 @@ fn file<T: Debug>(rust: &str, all: &[T]) -> String {
     out
 }
 
+/// The names: the headers and media types idem-core defines, the members a status document
+/// is read at (each a list of member names) and the outcomes' names, by `FetchOutcome`.
+fn names() -> String {
+    // JSON text is JavaScript.
+    let json = |v: serde_json::Value| v.to_string();
+    let constants = [
+        ("key", json(idem_core::KEY_HEADER.into())),
+        ("lowWater", json(idem_core::LOW_WATER_HEADER.into())),
+        ("status", json(idem_core::STATUS_HEADER.into())),
+        ("statusMediaType", json(idem_core::STATUS_MEDIA_TYPE.into())),
+        ("problemMediaType", json(idem_core::PROBLEM_JSON.into())),
+        (
+            "statusMembers",
+            json(serde_json::json!(KeyStatus::DOCUMENT_MEMBERS)),
+        ),
+        (
+            "outcomes",
+            json(serde_json::json!(FetchOutcome::ALL.map(FetchOutcome::name))),
+        ),
+    ];
+    let mut out = String::from(
+        "// Written by idem-wasm/tests/client_codes.rs from idem-core's names and `FetchOutcome`\n\
+         // (src/interop/): do not edit. `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test\n\
+         // client_codes` writes it again.\n",
+    );
+    for (name, value) in constants {
+        writeln!(out, "export const {name} = {value};").unwrap();
+    }
+    out
+}
+
 /// Each file of js/client-codes/ and what it should hold.
 fn files() -> Vec<(&'static str, String)> {
     vec![
@@ -30,6 +62,7 @@ fn files() -> Vec<(&'static str, String)> {
         ("fetch-outcome.js", file("FetchOutcome", &FetchOutcome::ALL)),
         ("next-kind.js", file("NextKind", &NextKind::ALL)),
         ("outbox-state.js", file("OutboxState", &OutboxState::ALL)),
+        ("names.js", names()),
     ]
 }
 

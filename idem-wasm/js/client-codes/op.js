@@ -1,7 +1,7 @@
 // Written by idem-wasm/tests/client_codes.rs from `ClientOp` (src/interop/), which defines
 // these numbers: do not edit. `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test
 // client_codes` writes it again.
-export const Names = 0;
+export const PayloadMessage = 0;
 export const Digest = 1;
 export const KeyV4 = 2;
 export const KeyV7 = 3;
@@ -22,4 +22,3 @@ export const CounterTake = 17;
 export const CounterDone = 18;
 export const CounterLowWater = 19;
 export const Echo = 20;
-export const PayloadMessage = 21;

@@ -34,12 +34,9 @@ numbered! {
     /// still had it) and why it gave up (for `Failed` and `Undetermined`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum ClientOp {
-        /// `() → keyHeader, lowWaterHeader, statusHeader, statusMediaType, problemMediaType,
-        /// memberCount, …members, …outcomeNames`: the members a status document is read at
-        /// ([`KeyStatus::DOCUMENT_MEMBERS`](idem_core::KeyStatus::DOCUMENT_MEMBERS), each as a
-        /// JSON Pointer) and the names of the outcomes in [`FetchOutcome`](super::FetchOutcome)
-        /// order.
-        Names = 0,
+        /// `method, url, body → message`: the bytes whose SHA-256 is the payload's digest, for
+        /// the runtime's own SHA-256 (`crypto.subtle`).
+        PayloadMessage = 0,
         /// `method, url, body → digest`: the 32-byte digest of a payload (in the full module).
         Digest = 1,
         /// `random (16 bytes) → key`: a UUID v4 key.
@@ -66,9 +63,11 @@ numbered! {
         /// that got no response.
         OnNetworkError = 11,
         /// `entry, …policy, now, randomHi, randomLo, …values, canResend → next step, …view`:
-        /// reports the answer to a status query: the value of the status document at each of the
-        /// members `Names` gives, as the JSON text `JSON.stringify` writes of it (absent where the
-        /// document has none, and all absent when the answer was not a status document).
+        /// reports the answer to a status query: the value of the status document at each of its
+        /// members ([`KeyStatus::DOCUMENT_MEMBERS`](idem_core::KeyStatus::DOCUMENT_MEMBERS),
+        /// `statusMembers` in `js/client-codes/names.js`), as the JSON text `JSON.stringify`
+        /// writes of it (absent where the document has none, and all absent when the answer
+        /// was not a status document).
         OnStatus = 12,
         /// `entry → view`: the application acted on the final response.
         MarkProcessed = 13,
@@ -88,9 +87,6 @@ numbered! {
         /// `…values → …values`: the arguments as the module read them (for the tests that
         /// check both sides of this format).
         Echo = 20,
-        /// `method, url, body → message`: the bytes whose SHA-256 is the payload's digest, for
-        /// the runtime's own SHA-256 (`crypto.subtle`).
-        PayloadMessage = 21,
     }
 }
 
