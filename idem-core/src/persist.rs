@@ -103,10 +103,7 @@ impl<'a> Reader<'a> {
     /// A string's or byte string's bytes.
     pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = self.len()?;
-        if n > self.0.len() {
-            return None;
-        }
-        let (b, rest) = self.0.split_at(n);
+        let (b, rest) = self.0.split_at_checked(n)?;
         self.0 = rest;
         Some(b)
     }

@@ -169,8 +169,8 @@ fn read_state(r: &mut Reader<'_>) -> Option<EntryState> {
 fn read_entry(bytes: &[u8]) -> Option<OutboxEntry> {
     let mut r = Reader(bytes);
     let key = r.str()?;
-    let payload: [u8; 32] = r.0.get(..32)?.try_into().ok()?;
-    r.0 = &r.0[32..];
+    let (&payload, rest) = r.0.split_first_chunk::<32>()?;
+    r.0 = rest;
     let entry = OutboxEntry {
         key: key.into(),
         payload,
@@ -188,13 +188,16 @@ pub fn decode_entry(bytes: &[u8]) -> Result<OutboxEntry, EntryDecodeError> {
     if bytes.len() > MAX_ENTRY_BYTES {
         return Err(EntryDecodeError::TooLarge { len: bytes.len() });
     }
-    if bytes.len() < 3 || &bytes[..2] != ENTRY_MAGIC {
+    let Some((magic, [version, rest @ ..])) = bytes.split_first_chunk::<2>() else {
+        return Err(EntryDecodeError::NotAnEntry);
+    };
+    if magic != ENTRY_MAGIC {
         return Err(EntryDecodeError::NotAnEntry);
     }
-    if bytes[2] != ENTRY_FORMAT_VERSION {
-        return Err(EntryDecodeError::UnsupportedVersion(bytes[2]));
+    if *version != ENTRY_FORMAT_VERSION {
+        return Err(EntryDecodeError::UnsupportedVersion(*version));
     }
-    let entry = read_entry(&bytes[3..]).ok_or(EntryDecodeError::Malformed)?;
+    let entry = read_entry(rest).ok_or(EntryDecodeError::Malformed)?;
     check_key(&entry.key).map_err(|_| EntryDecodeError::Invalid("invalid key"))?;
     let sent = entry.attempts > 0;
     if sent != entry.first_sent.is_some() || sent == matches!(entry.state, EntryState::Created) {

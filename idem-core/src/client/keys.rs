@@ -9,19 +9,30 @@ use alloc::string::String;
 
 /// A UUID version 4 key from 128 random bits (RFC 9562 §5.4).
 pub fn uuid_v4_key(random: [u64; 2]) -> String {
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&random[0].to_le_bytes());
-    bytes[8..].copy_from_slice(&random[1].to_le_bytes());
-    text(bytes, 4)
+    let bits = random[0]
+        .to_le_bytes()
+        .into_iter()
+        .chain(random[1].to_le_bytes());
+    text(filled(bits), 4)
 }
 
 /// A UUID version 7 key (RFC 9562 §5.7) from the time (its low 48 bits of milliseconds) and
 /// 80 random bits.
 pub fn uuid_v7_key(now: UnixMillis, random: [u8; 10]) -> String {
+    text(
+        filled(now.0.to_be_bytes().into_iter().skip(2).chain(random)),
+        7,
+    )
+}
+
+/// The 16 bytes of a UUID from the first 16 of `bits`: no index or range to check, so that
+/// the client's module carries no slice panics and their messages.
+fn filled(bits: impl Iterator<Item = u8>) -> [u8; 16] {
     let mut bytes = [0u8; 16];
-    bytes[..6].copy_from_slice(&now.0.to_be_bytes()[2..]);
-    bytes[6..].copy_from_slice(&random);
-    text(bytes, 7)
+    for (b, bit) in bytes.iter_mut().zip(bits) {
+        *b = bit;
+    }
+    bytes
 }
 
 /// `bytes` with the `version` and the RFC 9562 variant set, as `8-4-4-4-12` lowercase hex.

@@ -139,12 +139,15 @@ pub fn malformed() -> ErrorParts {
 
 impl<'a> Args<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], ErrorParts> {
-        if n > self.0.len() {
-            return Err(malformed());
-        }
-        let (head, rest) = self.0.split_at(n);
+        let (head, rest) = self.0.split_at_checked(n).ok_or_else(malformed)?;
         self.0 = rest;
         Ok(head)
+    }
+
+    fn take_array<const N: usize>(&mut self) -> Result<[u8; N], ErrorParts> {
+        let (head, rest) = self.0.split_first_chunk::<N>().ok_or_else(malformed)?;
+        self.0 = rest;
+        Ok(*head)
     }
 
     /// The next value, whatever its type.
@@ -153,16 +156,13 @@ impl<'a> Args<'a> {
         const NUMBER: u8 = Wire::Number as u8;
         const BYTES: u8 = Wire::Bytes as u8;
         const TEXT: u8 = Wire::Text as u8;
-        let tag = self.take(1)?[0];
+        let [tag] = self.take_array()?;
         Ok(match tag {
             ABSENT => Value::Absent,
-            NUMBER => {
-                let b: [u8; 8] = self.take(8)?.try_into().map_err(|_| malformed())?;
-                Value::Number(f64::from_le_bytes(b))
-            }
+            NUMBER => Value::Number(f64::from_le_bytes(self.take_array()?)),
             BYTES | TEXT => {
-                let b: [u8; 4] = self.take(4)?.try_into().map_err(|_| malformed())?;
-                let bytes = self.take(u32::from_le_bytes(b) as usize)?;
+                let len = u32::from_le_bytes(self.take_array()?);
+                let bytes = self.take(len as usize)?;
                 if tag == BYTES {
                     Value::Bytes(bytes)
                 } else {
