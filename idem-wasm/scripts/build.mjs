@@ -21,8 +21,8 @@
 //      also exported as `idem/manual`), and the CommonJS entry; and minifies each ESM entry. The
 //      client's sources are the server's entries and bundles with the module's name and the
 //      API's file changed. The browsers' client entry is its own (js/client-web.js), bundled
-//      with the API: it loads the lean module, and the full one with its loader alone
-//      (dist/idem_client_loader.js) when needed;
+//      with the API: it loads the lean module, and the full one with its loader and the
+//      counter numbering (dist/idem_client_loader.js) when needed;
 //   5. the sizes are printed: each module raw, gzip and brotli, what a browser page loads for
 //      `idem/client`, and the packed package.
 //
