@@ -18,7 +18,9 @@
 //   answers itself (a replay, a refusal), the handler does not run and the answer Nest then
 //   writes (of nothing) is replaced under Nest, on the platform, by the engine's reply:
 //   an interceptor has no other way to answer with a status and headers of its own, and an
-//   exception filter could be preempted by the application's own catch-all filters.
+//   exception filter could be preempted by the application's own catch-all filters. A `GET`
+//   with `Idempotency-Status` routed to a marked handler is a status query, answered the
+//   same way (after the guards, which set the principal).
 import { Readable } from "node:stream";
 import { Module, SetMetadata } from "@nestjs/common";
 import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from "@nestjs/common/constants.js";
@@ -128,13 +130,19 @@ class Binding {
   /**
    * Begins a guarded request (in the interceptor): resolves to RUN when the rest of the
    * request is to run (its answer is then captured under Nest, stored and sent), or to
-   * nothing when the engine answered itself: its reply then replaces what Nest writes, or,
-   * for a handler that answers by itself (`@Res()` or `@Next()` without passthrough), for
-   * which Nest writes nothing, is sent at once.
+   * nothing when the engine answered itself (a replay, a refusal, or a status query: a `GET`
+   * with `Idempotency-Status`, answered from the store in the principal's scope, after the
+   * guards).
    */
   async begin(req, res, ownAnswer) {
     const idem = this.idem;
     const headers = req.headers;
+    const field = req.method === "GET" && idem.statusQueries ? headers[idem.statusHeader] : undefined;
+    if (field !== undefined) {
+      const key = headers[idem.keyHeader] ?? null;
+      const reply = await idem.status({ req, target: req.originalUrl ?? req.url, key, status: field });
+      return this.#answerInstead(req, res, reply, ownAnswer);
+    }
     const key = this.#keyOf(headers);
     if (!idem.protects(req.method, key !== null)) return RUN;
     const intake = req[INTAKE];
@@ -166,15 +174,7 @@ class Binding {
         return answer;
       },
     );
-    if (!begun.ran) {
-      const reply = begun.reply;
-      if (ownAnswer) {
-        if (this.fastify) res.send(await replyWith(res, reply, idem));
-        else await sendNode(res, reply, idem);
-      } else if (this.fastify) req[CAPTURE] = { instead: reply, before: new Set(Object.keys(res.getHeaders())) };
-      else sendInstead(res, reply, idem).catch(() => res.destroy());
-      return undefined;
-    }
+    if (!begun.ran) return this.#answerInstead(req, res, begun.reply, ownAnswer);
     const done = begun.done;
     held.fastify.done = done;
     if (!this.fastify) {
@@ -201,6 +201,22 @@ class Binding {
       done.catch(() => {});
     }
     return RUN;
+  }
+
+  /**
+   * Answers with the engine's `reply` in place of the handler: it replaces what Nest then
+   * writes (of nothing), or, for a handler that answers by itself (`@Res()` or `@Next()`
+   * without passthrough), for which Nest writes nothing, it is sent at once. Resolves to
+   * nothing: the handler does not run.
+   */
+  async #answerInstead(req, res, reply, ownAnswer) {
+    const idem = this.idem;
+    if (ownAnswer) {
+      if (this.fastify) res.send(await replyWith(res, reply, idem));
+      else await sendNode(res, reply, idem);
+    } else if (this.fastify) req[CAPTURE] = { instead: reply, before: new Set(Object.keys(res.getHeaders())) };
+    else sendInstead(res, reply, idem).catch(() => res.destroy());
+    return undefined;
   }
 }
 

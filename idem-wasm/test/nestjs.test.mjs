@@ -107,7 +107,9 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
   Req()(OrdersController.prototype, "create", 1);
   Res({ passthrough: true })(OrdersController.prototype, "create", 2);
   decorate(OrdersController, "create", Post(), Idempotent());
-  decorate(OrdersController, "list", Get());
+  // Marked, so that a GET with Idempotency-Status routed to it is a status query; any other
+  // GET runs it.
+  decorate(OrdersController, "list", Get(), Idempotent());
   Res()(OrdersController.prototype, "own", 0);
   decorate(OrdersController, "own", Post("own"), Idempotent());
 
@@ -157,7 +159,7 @@ for (const [name, platform] of platforms(nest)) {
       running = await startApp(nest, platform);
     });
     after(async () => running?.close());
-    adapterChecks(() => running, { statusQueries: false });
+    adapterChecks(() => running);
 
     test("the handler gets the parsed body, the raw bytes, the context and the user the guard set", async () => {
       const key = fresh();
@@ -213,9 +215,31 @@ for (const [name, platform] of platforms(nest)) {
       assert.equal(r.headers.get("content-type"), "application/problem+json", text);
       assert.equal(running.state.count, before);
     });
+
+    test("a status query is answered after the guards, in the user's scope: without a user it is refused with 500 no-principal (IDEM-SCOPE-3)", async () => {
+      const key = fresh();
+      assert.equal((await post(running.url, { key })).status, 201);
+      const r = await fetch(`${running.url}/api/orders`, { headers: { "idempotency-key": key, "idempotency-status": "POST" } });
+      const text = await r.text();
+      assert.equal(r.status, 500, text);
+      assert.equal(r.headers.get("content-type"), "application/problem+json", text);
+      assert.equal(JSON.parse(text).type, "urn:idem:problem:no-principal");
+    });
   });
 
   describe(`idem/nestjs ${nest.version} (${name}): the key header's name and the problem hook are options`, () => {
+    test("with statusQueries: false, a GET with Idempotency-Status runs its handler", async () => {
+      const running = await startApp(nest, platform, { statusQueries: false });
+      try {
+        const key = fresh();
+        assert.equal((await post(running.url, { key })).status, 201);
+        const r = await fetch(`${running.url}/api/orders`, { headers: { "idempotency-key": key, "idempotency-status": "POST", "x-user": "alice" } });
+        assert.deepEqual(await r.json(), { orders: 1 });
+      } finally {
+        await running.close();
+      }
+    });
+
     test("X-Request-Key carries the key, and refusals come in the host's own error format", async () => {
       const running = await startApp(nest, platform, {
         keyHeader: "X-Request-Key",

@@ -17,7 +17,9 @@ export type NestIdempotencyOptions<Req = any> = Omit<IdempotencyOptions, "princi
  * service that issues tokens or opens counter sessions with it. */
 export declare const IDEMPOTENCY: unique symbol;
 
-/** Marks a handler, or every handler of a controller, as guarded by idempotency keys. */
+/** Marks a handler, or every handler of a controller, as guarded by idempotency keys. A
+ * `GET` with `Idempotency-Status` routed to a marked handler is a status query, answered
+ * from the store after the guards (unless `statusQueries: false`). */
 export declare function Idempotent(): MethodDecorator & ClassDecorator;
 
 /** The module: global, with the body intake on the platform and the interceptor. Create the
@@ -27,7 +29,8 @@ export declare class IdempotencyModule {
 }
 
 /** The interceptor `IdempotencyModule.forRoot` registers globally: it guards the handlers
- * marked `@Idempotent()` and lets every other request through. */
+ * marked `@Idempotent()`, answers the status queries routed to them, and lets every other
+ * request through. */
 export declare class IdempotencyInterceptor implements NestInterceptor {
   constructor(reflector: Reflector, binding: unknown);
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown>;
