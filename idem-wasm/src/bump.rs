@@ -8,7 +8,9 @@
 //! allocations add up to, and the memory stays at the size of the largest call.
 //!
 //! The heap is the memory above what the module had when it first allocated (its data and
-//! its stack lie below); it grows with `memory.grow`. The arithmetic is [`place`], tested
+//! its stack lie below); it grows with `memory.grow`. A call that traps (a bug: the panic
+//! handler traps) leaves its blocks counted, and the cursor then never starts over: the
+//! memory only grows from there, as a trapped module's state is not to be trusted anyway. The arithmetic is [`place`], tested
 //! natively; `unsafe` is only the trait's own contract.
 #![allow(unsafe_code)]
 
