@@ -67,7 +67,7 @@ fn files() -> Vec<(&'static str, String)> {
 }
 
 #[test]
-fn the_client_codes_files_are_the_enums() {
+fn the_client_codes_files_are_what_the_rust_gives() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/client-codes");
     let bless = std::env::var_os("IDEM_CODES_BLESS").is_some();
     let files = files();
@@ -82,10 +82,10 @@ fn the_client_codes_files_are_the_enums() {
         let found = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             &found == expected,
-            "js/client-codes/{name} is not what the enums give: run `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test client_codes`"
+            "js/client-codes/{name} is not what the Rust gives: run `IDEM_CODES_BLESS=1 cargo test -p idem-wasm --test client_codes`"
         );
     }
-    // No file the enums do not give.
+    // No file the Rust does not give.
     let mut listed: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -95,6 +95,6 @@ fn the_client_codes_files_are_the_enums() {
     names.sort();
     assert_eq!(
         listed, names,
-        "js/client-codes/ holds only the enums' files"
+        "js/client-codes/ holds only the files the Rust gives"
     );
 }

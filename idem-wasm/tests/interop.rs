@@ -582,12 +582,8 @@ fn retry_options_and_entry_outcomes() {
         };
         assert_eq!((OutboxState::of(&state), of_state.is_some()), (kind, over));
     }
-    // The names are indexed by the enum, and a next step ends with the outcome its entry has.
-    let names = outcome_names();
-    for (i, o) in FetchOutcome::ALL.iter().enumerate() {
-        assert_eq!(*o as usize, i);
-        assert_eq!(names.split(',').nth(i), Some(o.name()));
-    }
+    // A next step ends with the outcome its entry has. (The names JavaScript reports are
+    // written from `FetchOutcome::ALL` by tests/client_codes.rs.)
     let complete = idem_core::NextStep::Complete {
         class: Completion::Rejected,
         status: 409,

@@ -5,8 +5,6 @@
 
 use super::options::{duration, whole};
 use super::ErrorParts;
-use alloc::string::String;
-use alloc::vec::Vec;
 
 /// The client's retry options as read from JavaScript (`retry: { base, cap, maxAttempts,
 /// deadline }`, ms), each `None` for the default.
@@ -44,7 +42,7 @@ pub fn retry_policy(o: &RetryOptions) -> Result<idem_core::RetryPolicy, ErrorPar
 
 numbered! {
     /// What `idempotentFetch` resolves to, as JavaScript reads it: its result's `outcome` is
-    /// `outcomeNames()[outcome]` ([`FetchOutcome::name`]).
+    /// `outcomes[outcome]` of `js/client-codes/names.js` ([`FetchOutcome::name`]).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum FetchOutcome {
         /// A final 2xx or 3xx.
@@ -110,12 +108,6 @@ impl FetchOutcome {
             N::Retry { .. } | N::AskStatus { .. } => None,
         }
     }
-}
-
-/// The names of the outcomes in index order, comma-separated.
-pub fn outcome_names() -> String {
-    let names: Vec<&str> = FetchOutcome::ALL.iter().map(|o| o.name()).collect();
-    names.join(",")
 }
 
 numbered! {
