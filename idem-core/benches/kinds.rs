@@ -297,7 +297,7 @@ fn client(c: &mut Criterion) {
     let mut g = c.benchmark_group("client");
     let policy = RetryPolicy::default();
     let payload = [3u8; 32];
-    let mut sent = OutboxEntry::new(uuid_v4_key([1, 2]), payload).unwrap();
+    let mut sent = OutboxEntry::new(uuid_v4_key([1; 16]), payload).unwrap();
     sent.send(NOW, &payload).unwrap();
     let ok = ClientResponse {
         status: 201,

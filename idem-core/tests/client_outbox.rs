@@ -10,7 +10,7 @@ const T0: u64 = 1_700_000_000_000;
 const PAYLOAD: [u8; 32] = [3; 32];
 
 fn entry() -> OutboxEntry {
-    OutboxEntry::new(uuid_v4_key([1, 2]), PAYLOAD).unwrap()
+    OutboxEntry::new(uuid_v4_key([1; 16]), PAYLOAD).unwrap()
 }
 
 fn sent(now: u64) -> OutboxEntry {
@@ -34,9 +34,9 @@ fn policy() -> RetryPolicy {
 #[test]
 fn keys_are_uuids_and_entries_refuse_bad_keys() {
     // IDEM-CLIENT-1
-    let k = uuid_v4_key([0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]);
+    let k = uuid_v4_key(*b"0123456789abcdef");
     assert_eq!(parse_uuid(&k, Some(UuidVersion::V4)).unwrap(), k);
-    assert_ne!(uuid_v4_key([1, 2]), uuid_v4_key([1, 3]));
+    assert_ne!(uuid_v4_key([1; 16]), uuid_v4_key([3; 16]));
     assert!(matches!(
         OutboxEntry::new("", PAYLOAD),
         Err(ClientError::InvalidKey(KeyError::Empty))
@@ -521,7 +521,7 @@ proptest! {
         let server = Policy::new(Engine::new(Config { lease: Duration::from_secs(5), ..Config::default() }).unwrap());
         let policy = RetryPolicy { max_attempts: 8, deadline: Duration::from_secs(120), ..RetryPolicy::default() };
         let mut store = MemoryStore::default();
-        let mut entry = OutboxEntry::new(uuid_v4_key([5, 6]), PAYLOAD).unwrap();
+        let mut entry = OutboxEntry::new(uuid_v4_key([5; 16]), PAYLOAD).unwrap();
         let key = RecordKey::new(Scope::new("c", "POST", "/x"), entry.key());
         let fingerprint = Fingerprint::from_digest(*entry.payload());
         let mut now = T0;
