@@ -1,7 +1,7 @@
 // The client side: `idempotentFetch(input, init, options)`. The retry decisions are the
 // core's outbox entry (idem-core's client state machine, compiled to WebAssembly, reached through
 // outbox.js): this file sends, reports each result, waits as told, and persists the entry
-// between sends.
+// between sends; client-request.js checks the options and makes the request it sends from.
 //
 // One file for one function: the send loop of `idempotentFetch`, its waits, its
 // persistence and its reconciliation share the entry and the options, and read in order.
@@ -13,6 +13,7 @@ import * as NextKind from "./client-codes/next-kind.js";
 import * as OutboxState from "./client-codes/outbox-state.js";
 import * as Names from "./client-codes/names.js";
 import { Outbox, fullApi, payloadDigest, run } from "./outbox.js";
+import { abortReason, prepare, retryArgs } from "./client-request.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -42,32 +43,6 @@ async function problemType(response) {
   } catch {
     return undefined;
   }
-}
-
-/** The options of a Request that `fetch` reads from its init, besides method, headers, body
- * and signal (which every attempt sets itself). */
-const REQUEST_FIELDS = ["cache", "credentials", "integrity", "keepalive", "mode", "priority", "redirect", "referrer", "referrerPolicy"];
-
-/** The options every attempt is sent with: all of `init` (standard or the runtime's own:
- * workerd's `cf`, undici's `dispatcher` …) over those an input Request was made with. Only
- * the Request's fields that differ from a plain request's are taken, so that a runtime
- * never meets an option the caller did not set. */
-function fetchOptions(input, template, init) {
-  const options = {};
-  if (input instanceof Request) {
-    const plain = new Request(template.url);
-    for (const name of REQUEST_FIELDS) {
-      if (template[name] !== plain[name]) options[name] = template[name];
-    }
-    // A navigation's mode is the browser's to set: as a Request made from it, same-origin.
-    if (options.mode === "navigate") options.mode = "same-origin";
-  }
-  return Object.assign(options, init);
-}
-
-/** The reason `signal` gives for its abort, as `fetch` rejects with it. */
-function abortReason(signal) {
-  return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
 }
 
 /** Request fields that describe a body: a status query, which has none, leaves them out. */
@@ -102,15 +77,6 @@ async function askStatus(entry, request, canResend) {
   return entry.onStatus(now(), document, canResend);
 }
 
-/** The retry options as the module takes them: `base`, `cap`, `maxAttempts` and `deadline`
- * as plain numbers (the module checks them), each undefined for its default; a value that is
- * not a number is NaN, which the module refuses (IDEM-JS-1). */
-function retryArgs(retry) {
-  if (retry != null && typeof retry !== "object") throw rangeError("IDEM-JS-1", "options.retry must be an object");
-  const r = retry ?? {};
-  return [r.base, r.cap, r.maxAttempts, r.deadline].map((v) => (v == null || typeof v === "number" ? v : NaN));
-}
-
 function newKey(version, now) {
   // Random values are drawn here, inside the call, never at module load.
   if (version === 7) return run(ClientOp.KeyV7, now, crypto.getRandomValues(new Uint8Array(10)))[0];
@@ -121,33 +87,6 @@ function newKey(version, now) {
  * `withSequence`, which comes with the full module). */
 async function withSequence(options, change) {
   return (await fullApi()).withSequence(options.counter, options.persist, change);
-}
-
-function checkOptions(options) {
-  if (options.key !== undefined && typeof options.key !== "string") throw rangeError("IDEM-JS-1", "options.key must be a string");
-  if (options.keyVersion !== undefined && options.keyVersion !== 4 && options.keyVersion !== 7) {
-    throw rangeError("IDEM-JS-1", "options.keyVersion must be 4 or 7");
-  }
-  const p = options.persist;
-  if (p !== undefined && !(p && typeof p.load === "function" && typeof p.save === "function" && typeof p.delete === "function")) {
-    throw rangeError("IDEM-JS-1", "options.persist must implement load(id), save(id, bytes) and delete(id)");
-  }
-  if (p !== undefined && typeof options.id !== "string") {
-    throw rangeError("IDEM-JS-1", "options.id (the logical request's id) is required with options.persist");
-  }
-  if (options.keyFormat !== undefined && options.keyFormat !== "sf-string" && options.keyFormat !== "bare") {
-    throw rangeError("IDEM-JS-1", 'options.keyFormat must be "sf-string" or "bare"');
-  }
-  if (options.keyKind !== undefined && options.keyKind !== "uuid" && options.keyKind !== "unix-time" && options.keyKind !== "counter") {
-    throw rangeError("IDEM-JS-1", 'options.keyKind must be "uuid", "unix-time" or "counter"');
-  }
-  const c = options.counter;
-  if (options.keyKind === "counter" && !(c && typeof c.client === "string" && (typeof c.epoch === "string" || typeof c.epoch === "bigint"))) {
-    throw rangeError("IDEM-JS-1", 'keyKind "counter" needs options.counter: { client, epoch (decimal text), bits?, firstSeq? } from the session');
-  }
-  if (options.clientId !== undefined && typeof options.clientId !== "string") throw rangeError("IDEM-JS-1", "options.clientId must be a string");
-  if (options.signal !== undefined) throw rangeError("IDEM-JS-1", "options.signal is not an option: pass the AbortSignal in init, as to fetch (init.signal)");
-  if (options.reconcile !== undefined && typeof options.reconcile !== "boolean") throw rangeError("IDEM-JS-1", "options.reconcile must be true or false");
 }
 
 /** What a call resolves to once `entry` is over with `outcome`: the persisted entry deleted
@@ -161,29 +100,6 @@ async function finishWith(entry, options, seq, keep, outcome, fields) {
     await withSequence(options, (sequence) => sequence.done(seq));
   }
   return { outcome: Names.outcomes[outcome], key: entry.key, attempts: entry.attempts, ...fields };
-}
-
-/** The request fields both calls share: the template Request, its send options and signal. */
-function prepare(input, init, options) {
-  checkOptions(options);
-  // fetch's own signal: init's, else the input Request's (an explicit null is none).
-  const signal = (init.signal !== undefined ? init.signal : input instanceof Request ? input.signal : undefined) ?? undefined;
-  if (signal?.aborted) throw abortReason(signal);
-  const template = new Request(input, init);
-  const kind = options.keyKind ?? "uuid";
-  // Kind keys are sent bare; opaque keys as sf-strings unless keyFormat says otherwise.
-  const bare = kind !== "uuid" || options.keyFormat === "bare";
-  return {
-    doFetch: options.fetch ?? globalThis.fetch,
-    now: options.now ?? Date.now,
-    signal,
-    template,
-    sendOptions: fetchOptions(input, template, init),
-    method: template.method,
-    url: template.url,
-    kind,
-    keyValue: (key) => (bare ? key : `"${key}"`),
-  };
 }
 
 /**
