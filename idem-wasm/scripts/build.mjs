@@ -74,8 +74,8 @@ const sizeProfile = {
 // canonicalisation, decisions), for 20.9 KB gzip against "z" (12.6 KB against "s"). At
 // "z", `Idempotency#handle` takes about 1.7 times as long on a fresh request with a
 // 200-byte JSON body, in-process and in an Express app under load alike; at "s", about 1.1
-// times. The client's module stays at "z" throughout: it hashes one payload per logical request and decides a
-// few steps, where the speed is not measurable next to the network.
+// times. The client's module stays at "z" throughout: it hashes one payload per logical
+// request and decides a few steps, where the speed is not measurable next to the network.
 const speed = [
   "--config",
   "profile.release.package.sha2.opt-level=3",
