@@ -17,52 +17,95 @@ export async function readBody(idem, declared, from) {
     const refused = idem.refuseBody(Number(declared));
     if (refused !== undefined) return refused;
   }
-  if (typeof from.arrayBuffer !== "function") return readChunks(idem, nodeChunks(from));
+  if (typeof from.arrayBuffer !== "function") return readNode(idem, from);
   // A Fetch body of a declared length within the limit is read at once: the runtime holds it
   // to that length. Its `body` is not asked for: Deno and Bun make a stream for it, and then
   // read through the stream.
   if (declared != null) return new Uint8Array(await from.arrayBuffer());
   const stream = from.body;
   if (stream === null) return EMPTY;
-  return readChunks(idem, streamChunks(stream));
+  return readStream(idem, stream);
 }
 
-/** The chunks of a Fetch `ReadableStream`; `stop` cancels it. */
-function streamChunks(stream) {
-  const reader = stream.getReader();
-  return { next: () => reader.read(), stop: () => reader.cancel().catch(() => {}) };
-}
-
-/** The chunks of a Node readable stream; `stop` unpipes it and lets the rest flow away. */
-function nodeChunks(stream) {
-  const chunks = stream[Symbol.asyncIterator]();
-  return {
-    next: () => chunks.next(),
-    stop: () => {
+/**
+ * Reads a Node readable stream by its events while the engine allows its total: the bytes,
+ * or the slot of its 413, the rest then left to flow away unread. Events, not the stream's
+ * async iterator: the iterator's promise per chunk and its end cost an Express app about 20
+ * µs of CPU per request (`node bench/http.mjs`). A stream that closes before its end (the
+ * client went away mid-body) or fails rejects, so nothing runs on part of a body.
+ */
+function readNode(idem, stream) {
+  return new Promise((resolve, reject) => {
+    if (stream.readableEnded) return resolve(EMPTY);
+    if (stream.destroyed) return reject(prematureClose());
+    const parts = [];
+    let total = 0;
+    const onData = (chunk) => {
+      total += chunk.byteLength;
+      const refused = idem.refuseBody(total);
+      if (refused === undefined) {
+        parts.push(chunk);
+        return;
+      }
+      settle();
       stream.unpipe?.();
       stream.resume();
-      return chunks.return?.();
-    },
-  };
+      resolve(refused);
+    };
+    const onEnd = () => {
+      settle();
+      resolve(joined(parts, total));
+    };
+    const onError = (err) => {
+      settle();
+      reject(err);
+    };
+    const onClose = () => {
+      settle();
+      reject(prematureClose());
+    };
+    const settle = () => {
+      stream.off("data", onData);
+      stream.off("end", onEnd);
+      stream.off("error", onError);
+      stream.off("close", onClose);
+    };
+    stream.on("data", onData);
+    stream.on("end", onEnd);
+    stream.on("error", onError);
+    stream.on("close", onClose);
+  });
 }
 
-/** Reads `chunks` while the engine allows their total: the bytes, or the slot of its 413. */
-async function readChunks(idem, chunks) {
+function prematureClose() {
+  const err = new Error("the request body ended before it was complete");
+  err.code = "ERR_STREAM_PREMATURE_CLOSE";
+  return err;
+}
+
+/** Reads a Fetch `ReadableStream` while the engine allows its total: the bytes, or the slot
+ * of its 413, the stream then cancelled. */
+async function readStream(idem, stream) {
+  const reader = stream.getReader();
   const parts = [];
   let total = 0;
   for (;;) {
-    const { done, value } = await chunks.next();
+    const { done, value } = await reader.read();
     if (done) break;
     total += value.byteLength;
     const refused = idem.refuseBody(total);
     if (refused !== undefined) {
-      await chunks.stop();
+      await reader.cancel().catch(() => {});
       return refused;
     }
     parts.push(value);
   }
+  return joined(parts, total);
+}
+
+/** The chunks read, as one plain Uint8Array (also over a Node Buffer). */
+function joined(parts, total) {
   if (parts.length === 0) return EMPTY;
-  // A plain Uint8Array, also over a Node Buffer.
   if (parts.length === 1) return new Uint8Array(parts[0].buffer, parts[0].byteOffset, parts[0].byteLength);
   const out = new Uint8Array(total);
   let at = 0;

@@ -107,6 +107,49 @@ test("an endless chunked upload to the Express adapter is answered 413 while it 
   }
 });
 
+test("a client that goes away mid-body: the Express adapter runs nothing and hands the error to the app, and serves on", async () => {
+  let executions = 0;
+  let failed = () => {};
+  const app = express();
+  app.use(idempotency({ store: new MemoryStore(), principal: "none" }));
+  app.post("/orders", (req, res) => {
+    executions++;
+    res.status(201).send("ok");
+  });
+  app.use((err, req, res, next) => {
+    failed(err);
+    next(err);
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  try {
+    for (const framing of ["content-length: 100", "transfer-encoding: chunked"]) {
+      const failure = new Promise((resolve) => (failed = resolve));
+      const socket = connect(server.address().port, "127.0.0.1");
+      await new Promise((resolve) => socket.on("connect", resolve));
+      const part = framing.startsWith("content-length") ? "x".repeat(10) : `a\r\n${"x".repeat(10)}\r\n`;
+      socket.write(`POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: "gone-1"\r\n${framing}\r\n\r\n${part}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      socket.destroy();
+      const err = await Promise.race([failure, new Promise((_, reject) => setTimeout(() => reject(new Error(`${framing}: the request never ended`)), 5_000))]);
+      assert.ok(err instanceof Error, framing);
+    }
+    assert.equal(executions, 0);
+    // The key was never claimed: the whole request under it runs.
+    const ok = await fetch(`http://127.0.0.1:${server.address().port}/orders`, {
+      method: "POST",
+      headers: { "idempotency-key": '"gone-1"', "content-type": "text/plain" },
+      body: "x".repeat(100),
+    });
+    assert.equal(ok.status, 201);
+    assert.equal(executions, 1);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 test("the adapters read bodies through one reader, and only the engine names the limit", () => {
   const js = join(resolve(dirname(fileURLToPath(import.meta.url)), ".."), "js");
   for (const file of readdirSync(js).filter((f) => f.endsWith(".js"))) {
