@@ -22,6 +22,8 @@ export async function begin(idem, input, onRun) {
   return { ran: false, reply: await done };
 }
 
+const utf8 = new TextDecoder();
+
 /** A JSON media type (`application/json`, `application/problem+json`, …). */
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\b/i;
 
@@ -35,7 +37,7 @@ export function keepBody(req, body, contentType) {
   req.rawBody = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   if (isJson(contentType) && body.byteLength > 0) {
     try {
-      req.body = JSON.parse(new TextDecoder().decode(body));
+      req.body = JSON.parse(utf8.decode(body));
     } catch {
       req.body = undefined;
     }

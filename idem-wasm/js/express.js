@@ -42,18 +42,21 @@ export function idempotency(options) {
 
 async function serve(idem, skip, req, res, next, held) {
   if (skip !== undefined && (await skip(req))) return next();
-  const headers = { get: (name) => req.get(name) ?? null };
-  const field = req.method === "GET" && idem.statusQueries ? req.get(idem.statusHeader) : undefined;
+  // Node's header record: lower-case names, as every name read here is (`req.get` would
+  // lower-case each again).
+  const fields = req.headers;
+  const headers = { get: (name) => fields[name] ?? null };
+  const field = req.method === "GET" && idem.statusQueries ? fields[idem.statusHeader] : undefined;
   if (field !== undefined) {
     // A status query about the request this URL guards: answered from the store.
-    return send(res, await idem.status({ req, target: req.originalUrl, key: req.get(idem.keyHeader) ?? null, status: field }), idem);
+    return send(res, await idem.status({ req, target: req.originalUrl, key: fields[idem.keyHeader] ?? null, status: field }), idem);
   }
-  const key = idem.keyOf(req.get(idem.keyHeader) ?? null, headers);
+  const key = idem.keyOf(fields[idem.keyHeader] ?? null, headers);
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();
-  const body = await readBody(idem, req.get("content-length"), req);
+  const body = await readBody(idem, fields["content-length"], req);
   if (typeof body === "number") return send(res, await idem.serve(body, (reply) => reply), idem);
-  keepBody(req, body, req.get("content-type"));
+  keepBody(req, body, fields["content-type"]);
   const reply = await idem.handle(
     {
       req,
@@ -61,10 +64,10 @@ async function serve(idem, skip, req, res, next, held) {
       target: req.originalUrl,
       route: undefined,
       key,
-      lowWater: req.get(idem.lowWaterHeader),
-      contentType: req.get("content-type"),
-      // Node's header record (lower-case names); only the fingerprint headers are read.
-      headers: req.headers,
+      lowWater: fields[idem.lowWaterHeader],
+      contentType: fields["content-type"],
+      // Only the fingerprint headers are read.
+      headers: fields,
       body,
     },
     (context) => {
