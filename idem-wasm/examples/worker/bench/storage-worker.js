@@ -13,6 +13,14 @@ const randomKey = () => `idem:r:62:0123456789abcdef0123456789abcdef:POST7:/order
 export class Storage extends DurableObject {
   #next = 0;
 
+  constructor(ctx, env) {
+    super(ctx, env);
+    // A record as one SQL row: its key, its deadline (indexed, for the expiry sweep) and its
+    // bytes, in place of the key-value API's two rows (the record's, the deadline index's).
+    ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, deadline INTEGER NOT NULL, value BLOB NOT NULL) WITHOUT ROWID");
+    ctx.storage.sql.exec("CREATE INDEX IF NOT EXISTS records_by_deadline ON records (deadline)");
+  }
+
   async fetch(request) {
     const operation = new URL(request.url).pathname.slice(1);
     await request.text();
@@ -36,6 +44,14 @@ export class Storage extends DurableObject {
           break;
         case "small-at-random":
           storage.put(randomKey(), "1");
+          break;
+        case "record-and-index":
+          // What a record takes through the key-value API: its row and its deadline's.
+          storage.put(randomKey(), { version: "1", value: VALUE, deadline: 1764300000000, chunks: 1, length: VALUE.byteLength });
+          storage.put(`d:${String(this.#next * TIMES + i).padStart(16, "0")}`, "1");
+          break;
+        case "record-row-sql":
+          storage.sql.exec("INSERT INTO records (key, deadline, value) VALUES (?, ?, ?)", randomKey(), 1764300000000 + this.#next * TIMES + i, VALUE);
           break;
         case "small-appended":
           storage.put(`d:${String(this.#next * TIMES + i).padStart(16, "0")}`, "1");

@@ -6,6 +6,9 @@
 // in turn, `requests` requests (default 2,000) per operation and round, rounds alternating
 // (default 4). Each request reads its body, counts itself with one put, and does its
 // operation ten times: an operation's cost is its row less the row of `none`, over ten.
+// `record-and-index` is what a record costs through the key-value API (its row and its
+// deadline index's row); `record-row-sql` the same record as one row of a SQL table with its
+// deadline in an indexed column.
 import autocannon from "autocannon";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -15,7 +18,17 @@ import { removeDir, tempDir } from "../test/runtime.mjs";
 const { Miniflare } = await import("miniflare");
 const REQUESTS = Number(process.argv[2] ?? 2000);
 const ROUNDS = Number(process.argv[3] ?? 4);
-const OPERATIONS = ["none", "read-missing-kv", "read-missing", "record-at-random", "bytes-at-random", "small-at-random", "small-appended"];
+const OPERATIONS = [
+  "none",
+  "read-missing-kv",
+  "read-missing",
+  "record-at-random",
+  "bytes-at-random",
+  "small-at-random",
+  "small-appended",
+  "record-and-index",
+  "record-row-sql",
+];
 const TIMES = 10;
 
 /** The child processes of this one (workerd is Miniflare's). */
