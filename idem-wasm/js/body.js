@@ -42,7 +42,16 @@ function readNode(idem, stream) {
     let total = 0;
     const onData = (chunk) => {
       total += chunk.byteLength;
-      const refused = idem.refuseBody(total);
+      let refused;
+      try {
+        refused = idem.refuseBody(total);
+      } catch (err) {
+        // Thrown from an event handler, it would be the process's uncaught exception.
+        settle();
+        stream.resume();
+        reject(err);
+        return;
+      }
       if (refused === undefined) {
         parts.push(chunk);
         return;
