@@ -83,6 +83,8 @@ function readNode(idem, stream) {
     stream.on("end", onEnd);
     stream.on("error", onError);
     stream.on("close", onClose);
+    // A 'data' listener does not start a stream that something paused before.
+    stream.resume();
   });
 }
 

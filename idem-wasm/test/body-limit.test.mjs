@@ -150,6 +150,37 @@ test("a client that goes away mid-body: the Express adapter runs nothing and han
   }
 });
 
+test("the Express adapter reads a body that a middleware before it paused", async () => {
+  let executions = 0;
+  const app = express();
+  app.use((req, res, next) => {
+    req.pause();
+    next();
+  });
+  app.use(idempotency({ store: new MemoryStore(), principal: "none" }));
+  app.post("/orders", (req, res) => {
+    executions++;
+    res.status(201).json({ got: req.body });
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  try {
+    const response = await fetch(`http://127.0.0.1:${server.address().port}/orders`, {
+      method: "POST",
+      headers: { "idempotency-key": '"paused-1"', "content-type": "application/json" },
+      body: JSON.stringify({ amount: 5 }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    assert.equal(response.status, 201);
+    assert.deepEqual(await response.json(), { got: { amount: 5 } });
+    assert.equal(executions, 1);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 test("the adapters read bodies through one reader, and only the engine names the limit", () => {
   const js = join(resolve(dirname(fileURLToPath(import.meta.url)), ".."), "js");
   for (const file of readdirSync(js).filter((f) => f.endsWith(".js"))) {
