@@ -181,6 +181,51 @@ test("the Express adapter reads a body that a middleware before it paused", asyn
   }
 });
 
+test("the Express adapter reads a body that a middleware before it gave an encoding, as its bytes", async () => {
+  const bodies = [];
+  const app = express();
+  app.use((req, res, next) => {
+    req.setEncoding("utf8");
+    next();
+  });
+  app.use(idempotency({ store: new MemoryStore(), principal: "none", fingerprint: { maxBody: 64 } }));
+  app.post("/orders", (req, res) => {
+    bodies.push(req.body);
+    res.status(201).json({ n: bodies.length });
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  // The body in two writes, so that it arrives as two text chunks.
+  const send = (key, parts) =>
+    new Promise((resolve, reject) => {
+      const socket = connect(server.address().port, "127.0.0.1");
+      let got = "";
+      socket.on("connect", () => {
+        const length = parts.reduce((n, p) => n + Buffer.byteLength(p), 0);
+        socket.write(`POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: "${key}"\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\nconnection: close\r\n\r\n${parts[0]}`);
+        setTimeout(() => socket.write(parts[1]), 30);
+      });
+      socket.on("data", (d) => (got += d));
+      socket.on("end", () => resolve(got));
+      socket.on("error", reject);
+    });
+  try {
+    const first = await send("text-1", ['{"item":"caf', 'é","qty":2}']);
+    assert.match(first, /^HTTP\/1\.1 201 /);
+    assert.deepEqual(bodies, [{ item: "café", qty: 2 }]);
+    // The same bytes under the key replay; other bytes are another payload.
+    assert.match(await send("text-1", ['{"item":"ca', 'fé","qty":2}']), /^HTTP\/1\.1 201 [\s\S]*idempotent-replayed: true/i);
+    assert.match(await send("text-1", ['{"item":"caf', 'é","qty":3}']), /^HTTP\/1\.1 422 /);
+    // The limit counts the bytes, not the characters.
+    assert.match(await send("text-2", [`"${"é".repeat(20)}`, `${"é".repeat(20)}"`]), /^HTTP\/1\.1 413 /);
+    assert.equal(bodies.length, 1);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 test("the adapters read bodies through one reader, and only the engine names the limit", () => {
   const js = join(resolve(dirname(fileURLToPath(import.meta.url)), ".."), "js");
   for (const file of readdirSync(js).filter((f) => f.endsWith(".js"))) {
