@@ -27,18 +27,9 @@ import { fork } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { median, nestedOrder as ORDER } from "./workload.mjs";
 
 const CONNECTIONS = 16;
-const ORDER = JSON.stringify({
-  customer: { id: "cus_42", tier: "gold" },
-  items: [
-    { sku: "sku_17", qty: 2, price: 1250 },
-    { sku: "sku_91", qty: 1, price: 399, options: { gift: true, note: null } },
-  ],
-  currency: "eur",
-  total: 2899,
-  metadata: { source: "web", attempt: 1, tags: ["checkout", "v2"] },
-});
 const STEPS = [
   { path: "bare", what: "the bare route" },
   { path: "read", what: "a middleware on the path that reads and parses the body" },
@@ -155,10 +146,6 @@ async function load() {
   }
   app.disconnect();
 
-  const median = (xs) => {
-    const s = [...xs].sort((a, b) => a - b);
-    return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-  };
   console.log(`Express app CPU per answered fresh request, Node ${process.version}, ${ROUNDS} rounds of ${SECONDS} s, median (µs)`);
   let previous;
   for (const step of STEPS) {

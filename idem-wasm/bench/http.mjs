@@ -39,18 +39,9 @@ import { fork } from "node:child_process";
 import { once } from "node:events";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
+import { median, nestedOrder as ORDER } from "./workload.mjs";
 
 const CONNECTIONS = 16;
-const ORDER = JSON.stringify({
-  customer: { id: "cus_42", tier: "gold" },
-  items: [
-    { sku: "sku_17", qty: 2, price: 1250 },
-    { sku: "sku_91", qty: 1, price: 399, options: { gift: true, note: null } },
-  ],
-  currency: "eur",
-  total: 2899,
-  metadata: { source: "web", attempt: 1, tags: ["checkout", "v2"] },
-});
 
 const ROUTES = [
   { name: "bare (no idempotency)", id: "bare", path: "/bare/orders", guarded: false, marker: null },
@@ -187,10 +178,6 @@ async function load() {
     }
   }
 
-  const median = (xs) => {
-    const s = [...xs].sort((a, b) => a - b);
-    return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-  };
   console.log(`\nrequests per second, median of ${ROUNDS} rounds; ratio to the bare route, median of the rounds' ratios [lowest–highest]`);
   console.log(`${"route".padEnd(36)}${"fresh".padStart(10)}${"ratio".padStart(22)}${"replay".padStart(12)}${"ratio".padStart(22)}`);
   for (const route of ROUTES) {

@@ -7,6 +7,19 @@
  * body a mismatch sends under the same key). */
 export const bodyOf = (i, changed = false) => ({ amount: changed ? 2000 + i : 1000 + i, currency: "eur", customer: `cus_${i}`, note: "benchmark order" });
 
+/** The order the HTTP benchmarks send on every request (bench/http.mjs, bench/http-cost.mjs):
+ * a nested JSON body of about 200 bytes. */
+export const nestedOrder = JSON.stringify({
+  customer: { id: "cus_42", tier: "gold" },
+  items: [
+    { sku: "sku_17", qty: 2, price: 1250 },
+    { sku: "sku_91", qty: 1, price: 399, options: { gift: true, note: null } },
+  ],
+  currency: "eur",
+  total: 2899,
+  metadata: { source: "web", attempt: 1, tags: ["checkout", "v2"] },
+});
+
 /** The handler's reply object. */
 export const answer = (i) => ({ id: `ord_${i}`, status: "created" });
 
