@@ -23,10 +23,8 @@
 // time (user and system) divided by the requests answered, and each step is the difference
 // of two medians. The load generator shares the machine's cores, which moves requests per
 // second far more than the app's CPU time per request.
-import { fork } from "node:child_process";
-import { once } from "node:events";
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { serveForLoad, startApp } from "./app-process.mjs";
 import { median, nestedOrder as ORDER } from "./workload.mjs";
 
 const CONNECTIONS = 16;
@@ -97,17 +95,14 @@ async function serve() {
   app.use("/idem", idempotency({ store: new MemoryStore(), principal: "none" }));
   app.post("/idem/orders", express.json(), order);
 
-  const server = app.listen(0, "127.0.0.1", () => process.send({ port: server.address().port }));
-  process.on("disconnect", () => server.close(() => process.exit(0)));
-  server.keepAliveTimeout = 60_000;
+  serveForLoad(app);
 }
 
 async function load() {
   const SECONDS = Number(process.argv[2] ?? 4);
   const ROUNDS = Number(process.argv[3] ?? 5);
   const { default: autocannon } = await import("autocannon");
-  const app = fork(fileURLToPath(import.meta.url), ["serve"], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
-  const [{ port }] = await once(app, "message");
+  const { app, port } = await startApp(import.meta.url);
   /** The app's CPU time so far (user and system), in µs. */
   const cpu = () => {
     const fields = readFileSync(`/proc/${app.pid}/stat`, "utf8").split(") ")[1].split(" ");

@@ -35,10 +35,8 @@
 // express-idempotency has no marker of its own). During the runs the app counts the route's
 // runs: in a fresh run every 201 must be a run (and at most one more per connection, the
 // requests in flight when the run stops), in a replay run a guarded route must run nothing. A route that fails a check is flagged in the output, and the exit code is 1.
-import { fork } from "node:child_process";
-import { once } from "node:events";
 import { createRequire } from "node:module";
-import { fileURLToPath } from "node:url";
+import { serveForLoad, startApp } from "./app-process.mjs";
 import { median, nestedOrder as ORDER } from "./workload.mjs";
 
 const CONNECTIONS = 16;
@@ -79,9 +77,7 @@ async function serve() {
   });
 
   app.get("/runs", (req, res) => res.json(runs));
-  const server = app.listen(0, "127.0.0.1", () => process.send({ port: server.address().port }));
-  process.on("disconnect", () => server.close(() => process.exit(0)));
-  server.keepAliveTimeout = 60_000;
+  serveForLoad(app);
 }
 
 async function load() {
@@ -90,8 +86,7 @@ async function load() {
   const KEYS = 1000;
   const { default: autocannon } = await import("autocannon");
 
-  const app = fork(fileURLToPath(import.meta.url), ["serve"], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
-  const [{ port }] = await once(app, "message");
+  const { app, port } = await startApp(import.meta.url);
   const base = `http://127.0.0.1:${port}`;
   const headers = { "content-type": "application/json" };
   const post = (path, key) => fetch(base + path, { method: "POST", headers: { ...headers, "idempotency-key": key }, body: ORDER });
