@@ -35,7 +35,8 @@ export function idempotency(options) {
     serve(idem, skip, req, res, next, held).catch((err) => {
       // The app's own writes reach the response again, for its error handler.
       held.capture?.release();
-      next(err);
+      // A response closed before the app ended it has no one to answer.
+      if (err?.responseGone !== true) next(err);
     });
   };
 }
@@ -77,8 +78,7 @@ async function serve(idem, skip, req, res, next, held) {
       return held.capture.answer;
     },
   );
-  held.capture?.release();
-  return send(res, reply, idem);
+  return send(res, reply, idem, held.capture ?? undefined);
 }
 
 /** Whether something before this middleware has read the body, or is reading it: a body

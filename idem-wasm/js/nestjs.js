@@ -181,13 +181,10 @@ class Binding {
       // What Nest writes is held back until the outcome is stored, then sent.
       done
         .then(
-          (reply) => {
-            held.node.release();
-            return sendNode(res, reply, idem);
-          },
+          (reply) => sendNode(res, reply, idem, held.node),
           async () => {
             held.node.release();
-            if (res.headersSent) return;
+            if (res.headersSent || res.destroyed) return;
             // The core's about:blank 500, as every host renders a failure of its own.
             const problem = plainProblem(500, "the answer could not be recorded");
             res.writeHead(500, Object.fromEntries(problem.headers));

@@ -8,29 +8,44 @@ import { replyFields } from "./adapter.js";
  * at the first end, and nothing reaches the socket until the outcome is stored. What is
  * written after that first end (a route that answers and then calls `next()` or throws
  * lets a 404 or error handler, or Express's final handler, write too) goes nowhere: the
- * first answer is the answer. `release()` gives `res` its own methods back, without the
- * headers set since. */
+ * first answer is the answer. `answer` rejects (an error with `responseGone`) when the
+ * response closes before the app ended it (the client went away, or the app destroyed it,
+ * as `stream.pipeline` does when its source fails): the outcome is then unknown.
+ * `release()` gives `res` its own methods back, without the headers set since; `seal()`,
+ * once the stored answer is sent, makes what the app still writes go nowhere again.
+ * Bad arguments throw as Node's own methods do (a status out of range, a chunk that is not
+ * text or bytes), so that the app's error handling answers them. */
 export function capture(res) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
   const chunks = [];
   let ended = false;
+  let headWritten = false;
   let statusMessage;
   let resolve;
-  const answer = new Promise((r) => {
+  let reject;
+  const answer = new Promise((r, j) => {
     resolve = r;
+    reject = j;
   });
-  const bytes = (chunk, encoding) =>
-    typeof chunk === "string" ? Buffer.from(chunk, typeof encoding === "string" ? encoding : "utf8") : Buffer.from(chunk);
-  const later = (...args) => {
-    const cb = args.find((f) => typeof f === "function");
-    if (cb) queueMicrotask(cb);
-  };
+  res.once("close", () => {
+    if (!ended) reject(responseGone());
+  });
   res.writeHead = function writeHead(status, reason, headers) {
     if (ended) return res;
+    checkStatus(status);
     res.statusCode = status;
+    if (typeof reason === "string") res.statusMessage = reason;
+    headWritten = true;
     const list = typeof reason === "object" && reason !== null ? reason : headers;
     if (Array.isArray(list)) {
-      for (let i = 0; i < list.length; i += 2) res.setHeader(list[i], list[i + 1]);
+      // A name given twice in the raw list is two fields (two cookies), as Node sends them.
+      const seen = new Set();
+      for (let i = 0; i < list.length; i += 2) {
+        const name = String(list[i]).toLowerCase();
+        if (seen.has(name)) res.appendHeader(list[i], list[i + 1]);
+        else res.setHeader(list[i], list[i + 1]);
+        seen.add(name);
+      }
     } else if (list) {
       for (const [name, value] of Object.entries(list)) res.setHeader(name, value);
     }
@@ -42,10 +57,16 @@ export function capture(res) {
     return true;
   };
   res.end = function end(chunk, encoding, callback) {
-    later(chunk, encoding, callback);
-    if (ended) return res;
-    ended = true;
+    if (ended) {
+      later(chunk, encoding, callback);
+      return res;
+    }
+    // As Node's end does: the head first, through whatever wraps `writeHead` (on-headers:
+    // a session's cookie, a response time), then the body.
+    if (!headWritten) res.writeHead(res.statusCode);
     if (chunk != null && typeof chunk !== "function") chunks.push(bytes(chunk, encoding));
+    later(chunk, encoding, callback);
+    ended = true;
     const headers = [];
     for (const [name, value] of Object.entries(res.getHeaders())) {
       for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
@@ -66,7 +87,49 @@ export function capture(res) {
       res.statusMessage = statusMessage;
     }
   };
-  return { answer, release };
+  const seal = () => {
+    res.writeHead = () => res;
+    res.write = (chunk, encoding, callback) => {
+      later(encoding, callback);
+      return true;
+    };
+    res.end = (chunk, encoding, callback) => {
+      later(chunk, encoding, callback);
+      return res;
+    };
+  };
+  return { answer, release, seal };
+}
+
+/** The bytes of a chunk the app writes, or Node's own error for one it would refuse. */
+function bytes(chunk, encoding) {
+  if (typeof chunk === "string") return Buffer.from(chunk, typeof encoding === "string" ? encoding : "utf8");
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk);
+  const err = new TypeError('The "chunk" argument must be of type string or an instance of Buffer or Uint8Array');
+  err.code = "ERR_INVALID_ARG_TYPE";
+  throw err;
+}
+
+/** Node's check of a status code (`writeHead` throws the same). */
+function checkStatus(status) {
+  if (!Number.isInteger(status) || status < 100 || status > 999) {
+    const err = new RangeError(`Invalid status code: ${status}`);
+    err.code = "ERR_HTTP_INVALID_STATUS_CODE";
+    throw err;
+  }
+}
+
+/** A write callback, called as Node calls it: after the call that was given it. */
+function later(...args) {
+  const cb = args.find((f) => typeof f === "function");
+  if (cb) queueMicrotask(cb);
+}
+
+function responseGone() {
+  const err = new Error("the response was closed before the app ended it");
+  err.code = "ERR_STREAM_PREMATURE_CLOSE";
+  err.responseGone = true;
+  return err;
 }
 
 function clearHeaders(res) {
@@ -74,15 +137,19 @@ function clearHeaders(res) {
 }
 
 /** Sends the engine's reply (the stored answer, a replay or a refusal). Its headers replace
- * those of the same names already set (by middleware before this one); the rest stay. */
-export async function send(res, reply, idem) {
+ * those of the same names already set (by middleware before this one); the rest stay. With
+ * a capture, `res` is given back just before the reply is written and sealed just after,
+ * with no await between: the app's late writes never reach the socket. */
+export async function send(res, reply, idem, held) {
   const { status, fields, body } = await replyFields(idem, reply);
+  held?.release();
   res.statusCode = status;
   for (const [name, value] of fields) res.setHeader(name, value);
   // Set, not left to Node: once a content-length was removed (the capture clears the
   // headers), Node would send the answer chunked, and its replays would differ from it.
   if (status >= 200 && status !== 204 && status !== 304) res.setHeader("content-length", body.byteLength);
   res.end(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+  held?.seal();
 }
 
 /**

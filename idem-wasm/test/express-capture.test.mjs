@@ -1,0 +1,209 @@
+// What `idem/express` holds back of an Express app's answer and sends (js/node-response.js),
+// over loopback HTTP, against what the same app sends without idem: the first answer is the
+// app's and the replay is the first answer (IDEM-JS-7), a response that closes before the
+// app ends it leaves the key to be run again, not held (IDEM-OUT-5), and nothing the app does
+// after its answer ends the process.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { connect } from "node:net";
+import { test } from "node:test";
+import express from "express";
+import { MemoryStore } from "idem";
+import { idempotency } from "idem/express";
+
+const key = () => `"${randomUUID()}"`;
+const ticks = async (n) => {
+  for (let i = 0; i < n; i++) await null;
+};
+
+/** Runs `check(url, state)` against an app with the adapter on /api and `routes(app, state)`,
+ * its errors answered with 500 `{ error }`; the server is closed afterwards. */
+async function withApp(routes, check) {
+  const state = { runs: 0, errors: [] };
+  const app = express();
+  app.use("/api", idempotency({ store: new MemoryStore(), principal: "none" }));
+  routes(app, state);
+  app.use((err, req, res, next) => {
+    state.errors.push(err);
+    if (res.headersSent) return next(err);
+    res.status(500).json({ error: err.message });
+  });
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  try {
+    await check(`http://127.0.0.1:${server.address().port}`, state);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+const post = (url, k, path = "/api/orders") =>
+  fetch(`${url}${path}`, {
+    method: "POST",
+    headers: { "idempotency-key": k, "content-type": "application/json" },
+    body: '{"amount":1}',
+    signal: AbortSignal.timeout(5_000),
+  });
+
+test("a response the app destroys before it ends: the client's request fails, and a retry runs again instead of waiting on the key", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        if (state.runs === 1) return res.destroy();
+        res.status(201).json({ run: state.runs });
+      }),
+    async (url, state) => {
+      const k = key();
+      await assert.rejects(post(url, k));
+      const retry = await post(url, k);
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await retry.json(), { run: 2 });
+      assert.equal(state.runs, 2);
+      assert.deepEqual(state.errors, [], "a response gone has no one to answer");
+    },
+  );
+});
+
+test("writes after the answer go nowhere, however late, and never end the process", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", async (req, res) => {
+        state.runs++;
+        res.status(201).json({ run: state.runs });
+        for (let n = 0; n < 40; n++) {
+          await ticks(1);
+          res.write("late");
+        }
+      }),
+    async (url) => {
+      const k = key();
+      const first = await post(url, k);
+      assert.equal(first.status, 201);
+      assert.deepEqual(await first.json(), { run: 1 });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const replay = await post(url, k);
+      assert.deepEqual(await replay.json(), { run: 1 });
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    },
+  );
+});
+
+test("a handler that throws just after its answer: the client gets the answer that is stored and replayed", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders/:ticks", async (req, res) => {
+        state.runs++;
+        res.status(201).json({ run: state.runs });
+        await ticks(Number(req.params.ticks));
+        throw new Error("late failure");
+      }),
+    async (url, state) => {
+      // However many steps after its answer it throws.
+      for (let n = 0; n <= 12; n++) {
+        const k = key();
+        const first = await post(url, k, `/api/orders/${n}`);
+        const firstBody = await first.json();
+        const replay = await post(url, k, `/api/orders/${n}`);
+        assert.equal(first.status, 201, `throwing ${n} steps after: ${JSON.stringify(firstBody)}`);
+        assert.equal(replay.status, 201);
+        assert.deepEqual(await replay.json(), firstBody);
+      }
+      assert.equal(state.runs, 13);
+    },
+  );
+});
+
+test("a status Node refuses is the app's error, answered by its error handling, and the key is not held", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        res.statusCode = 1000;
+        res.end();
+      }),
+    async (url, state) => {
+      const k = key();
+      const first = await post(url, k);
+      assert.equal(first.status, 500);
+      assert.match((await first.json()).error, /Invalid status code/);
+      assert.equal(state.errors[0]?.code, "ERR_HTTP_INVALID_STATUS_CODE");
+      const retry = await post(url, k);
+      assert.notEqual(retry.status, 409);
+    },
+  );
+});
+
+test("a chunk that is not text or bytes is refused as Node refuses it", async () => {
+  await withApp(
+    (app) =>
+      app.post("/api/orders", (req, res) => {
+        res.end(new Uint16Array([0x4142, 0x4344]));
+      }),
+    async (url, state) => {
+      const first = await post(url, key());
+      assert.equal(first.status, 500);
+      assert.equal(state.errors[0]?.code, "ERR_INVALID_ARG_TYPE");
+    },
+  );
+});
+
+test("headers set when the head is written (on-headers, mounted after the adapter) and repeated raw headers are in the answer and its replay", async () => {
+  await withApp(
+    (app) => {
+      // What on-headers does for express-session and response-time: a field set when the
+      // head is written.
+      app.use((req, res, next) => {
+        const writeHead = res.writeHead;
+        res.writeHead = function (...args) {
+          res.setHeader("x-at-head", "1");
+          return writeHead.apply(this, args);
+        };
+        next();
+      });
+      app.post("/api/orders", (req, res) => {
+        res.status(201).json({ ok: true });
+      });
+      app.post("/api/cookies", (req, res) => {
+        res.writeHead(201, ["set-cookie", "a=1", "set-cookie", "b=2", "content-type", "text/plain"]);
+        res.end("ok");
+      });
+    },
+    async (url) => {
+      const k = key();
+      for (const response of [await post(url, k), await post(url, k)]) {
+        assert.equal(response.status, 201);
+        assert.equal(response.headers.get("x-at-head"), "1");
+      }
+      const c = key();
+      for (const response of [await post(url, c, "/api/cookies"), await post(url, c, "/api/cookies")]) {
+        assert.equal(response.status, 201);
+        assert.deepEqual(response.headers.getSetCookie(), ["a=1", "b=2"]);
+      }
+    },
+  );
+});
+
+test("a custom reason phrase reaches the client on the first answer", async () => {
+  await withApp(
+    (app) =>
+      app.post("/api/orders", (req, res) => {
+        res.writeHead(201, "Order Taken", { "content-type": "text/plain" });
+        res.end("ok");
+      }),
+    async (url) => {
+      const line = await new Promise((resolve, reject) => {
+        const socket = connect(new URL(url).port, "127.0.0.1", () =>
+          socket.write(`POST /api/orders HTTP/1.1\r\nhost: x\r\nidempotency-key: ${key()}\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}`),
+        );
+        let got = "";
+        socket.on("data", (d) => (got += d));
+        socket.on("end", () => resolve(got.split("\r\n")[0]));
+        socket.on("error", reject);
+      });
+      assert.equal(line, "HTTP/1.1 201 Order Taken");
+    },
+  );
+});
