@@ -1,8 +1,8 @@
 // What `idem/express` holds back of an Express app's answer and sends (js/node-response.js),
 // over loopback HTTP, against what the same app sends without idem: the first answer is the
 // app's and the replay is the first answer (IDEM-JS-7), a response that closes before the
-// app ends it leaves the key to be run again, not held (IDEM-OUT-5), and nothing the app does
-// after its answer ends the process.
+// app ends it is an unknown outcome, so a retry runs again instead of being held (IDEM-JS-7,
+// IDEM-OUT-3), and nothing the app does after its answer ends the process.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
