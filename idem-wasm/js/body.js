@@ -3,6 +3,8 @@
 // are the engine's: each size is put to `Idempotency#refuseBody`, which answers with the slot
 // of the core's refusal (IDEM-LIMIT-1).
 
+import { prematureClose } from "./errors.js";
+
 const EMPTY = new Uint8Array(0);
 
 /**
@@ -45,7 +47,7 @@ export async function readBody(idem, declared, from) {
 function readNode(idem, stream) {
   return new Promise((resolve, reject) => {
     if (stream.readableEnded) return resolve(EMPTY);
-    if (stream.destroyed) return reject(stream.errored ?? prematureClose());
+    if (stream.destroyed) return reject(stream.errored ?? prematureClose("the request body"));
     const parts = [];
     let total = 0;
     const settle = () => {
@@ -95,7 +97,7 @@ function readNode(idem, stream) {
     };
     const onClose = () => {
       settle();
-      reject(stream.errored ?? prematureClose());
+      reject(stream.errored ?? prematureClose("the request body"));
     };
     stream.on("readable", onReadable);
     stream.on("end", onEnd);
@@ -105,12 +107,6 @@ function readNode(idem, stream) {
 }
 
 function ignore() {}
-
-function prematureClose() {
-  const err = new Error("the request body ended before it was complete");
-  err.code = "ERR_STREAM_PREMATURE_CLOSE";
-  return err;
-}
 
 /** Reads a Fetch `ReadableStream` while the engine allows its total: the bytes, or the slot
  * of its 413, the stream then cancelled. */

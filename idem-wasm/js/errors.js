@@ -8,6 +8,13 @@ export function rangeError(code, message) {
   return e;
 }
 
+/** The error of a stream that closed before its end (Node's code for it): `what` says which. */
+export function prematureClose(what) {
+  const e = new Error(`${what} closed before it was complete`);
+  e.code = "ERR_STREAM_PREMATURE_CLOSE";
+  return e;
+}
+
 /** An option that is a duration: `fallback` when undefined, otherwise a whole number of
  * milliseconds above zero, or a RangeError naming `name` (IDEM-JS-1). */
 export function milliseconds(value, fallback, name) {

@@ -3,6 +3,7 @@
 // the engine's replies are written with their headers. Shared by idem/express and
 // idem/nestjs.
 import { replyFields } from "./adapter.js";
+import { prematureClose } from "./errors.js";
 
 /** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
  * at the first end, and nothing reaches the socket until the outcome is stored. What is
@@ -125,9 +126,9 @@ function later(...args) {
   if (cb) queueMicrotask(cb);
 }
 
+/** The response closed before the app ended it: nobody is left to answer. */
 function responseGone() {
-  const err = new Error("the response was closed before the app ended it");
-  err.code = "ERR_STREAM_PREMATURE_CLOSE";
+  const err = prematureClose("the response");
   err.responseGone = true;
   return err;
 }
