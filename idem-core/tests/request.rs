@@ -718,6 +718,36 @@ fn a_response_too_large_for_the_store_is_held_with_a_problem_never_run_again() {
     assert_eq!(body["requirement"], "IDEM-STORE-5");
 }
 
+#[test]
+fn a_response_streamed_past_the_limit_is_held_with_a_problem_by_its_status() {
+    // IDEM-STORE-5: a host that passes a long body through reports it without the bytes.
+    let policy = policy().with_max_response_bytes(1_000);
+    let mut store = MemoryStore::default();
+    let mut first = request(&policy, "k", "{}", 1);
+    assert!(matches!(drive(&mut first, &mut store, T0), Step::Run(_)));
+    assert_eq!(first.max_response_bytes(), 1_000);
+    first.handle_oversized(201);
+    assert_eq!(
+        drive(&mut first, &mut store, T0),
+        Step::Done(Finish::Stored)
+    );
+    let mut retry = request(&policy, "k", "{}", 2);
+    assert_eq!(drive(&mut retry, &mut store, at(1)), Step::Reply);
+    let reply = retry.reply().unwrap();
+    assert_eq!(reply.status(), 410);
+    let body: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+    assert_eq!(body["type"], "urn:idem:problem:response-not-stored");
+    assert!(body["detail"].as_str().unwrap().contains("1000 bytes"));
+
+    // A retryable status releases the key, however long its body: the next attempt runs.
+    let mut busy = request(&policy, "r", "{}", 3);
+    assert!(matches!(drive(&mut busy, &mut store, T0), Step::Run(_)));
+    busy.handle_oversized(429);
+    assert!(matches!(drive(&mut busy, &mut store, T0), Step::Done(_)));
+    let mut again = request(&policy, "r", "{}", 4);
+    assert!(matches!(drive(&mut again, &mut store, at(1)), Step::Run(_)));
+}
+
 /// An asynchronous store over a shared MemoryStore whose every call yields once before it
 /// completes, so that concurrent requests really interleave between a read and a write.
 #[derive(Clone)]

@@ -134,11 +134,11 @@ pub(super) struct Holding {
 }
 
 /// The stored answer for a final response too large to keep (`IDEM-STORE-5`).
-pub(super) fn not_stored(size: usize, max: usize) -> StoredResponse {
+pub(super) fn not_stored(max: usize) -> StoredResponse {
     let refusal = Refusal::new(
         Problem::RESPONSE_NOT_STORED,
         alloc::format!(
-            "the request was processed, but its {size}-byte response exceeded the {max} bytes the store keeps and cannot be replayed"
+            "the request was processed, but its response was larger than the {max} bytes the store keeps, and cannot be replayed"
         ),
     );
     StoredResponse {

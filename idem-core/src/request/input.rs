@@ -192,6 +192,32 @@ impl Request {
     /// The handler's outcome (`IDEM-OUT-1` to `IDEM-OUT-4`). A response larger than the
     /// store keeps is replaced by a `response-not-stored` answer (`IDEM-STORE-5`).
     pub fn handle_outcome(&mut self, outcome: Outcome) {
+        self.record_outcome(outcome, false);
+    }
+
+    /// The handler answered with `status` and a body that grew past the
+    /// [`max_response_bytes`](Self::max_response_bytes) the store keeps, and that is still
+    /// being sent (`IDEM-STORE-5`): a host that passes such a body through as it streams, so
+    /// as never to hold more than the limit, records it here before the response leaves.
+    /// It is classified by its status as [`Outcome::classify`] does, and what would be
+    /// stored is the `response-not-stored` answer.
+    pub fn handle_oversized(&mut self, status: u16) {
+        let unread = StoredResponse {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        self.record_outcome(Outcome::classify(unread), true);
+    }
+
+    /// The largest response body the store keeps: a host that streams a longer one through
+    /// stops holding it at this many bytes and reports it with
+    /// [`handle_oversized`](Self::handle_oversized).
+    pub fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
+    }
+
+    fn record_outcome(&mut self, outcome: Outcome, oversized: bool) {
         let max = self.max_response_bytes;
         let State::Holding(h) = &mut self.state else {
             return;
@@ -200,8 +226,8 @@ impl Request {
             return;
         }
         let keep = |r: StoredResponse| {
-            Arc::new(if r.size() > max {
-                not_stored(r.size(), max)
+            Arc::new(if oversized || r.size() > max {
+                not_stored(max)
             } else {
                 r
             })
