@@ -15,6 +15,7 @@ import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";
 import { CLAIM_IN_SLOT, attemptText, bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
+const NOTHING = new Uint8Array(0);
 let events = null;
 function eventName(index) {
   events ??= { names: eventNames().split(","), security: securityMask() };
@@ -44,6 +45,8 @@ export class Driver {
   #telemetry;
   /** Whether events are read: for `onEvent` or the telemetry. */
   #observed;
+  /** The largest response body the store keeps. */
+  #maxResponseBytes;
   /** The method and route of the requests whose slots are open, for their spans (only with
    * telemetry). */
   #http = new Map();
@@ -60,6 +63,7 @@ export class Driver {
     this.#now = now;
     this.#telemetry = telemetry;
     this.#observed = onEvent !== null || telemetry !== null;
+    this.#maxResponseBytes = engine.maxResponseBytes;
   }
 
   /** With telemetry: the method and route of the request in `slot`, for its span. */
@@ -225,6 +229,12 @@ export class Driver {
    * attempt took the lease over (IDEM-LEASE-5: the key's outcome, never this attempt's). */
   #finish(request, ran, status, headers, body) {
     const engine = this.#engine;
+    // A body longer than the store keeps is recorded as such without copying it into the
+    // module, whose memory would keep the size it grew to (IDEM-STORE-5).
+    if (ran === Ran.Answered && body.byteLength > this.#maxResponseBytes) {
+      ran = Ran.Oversized;
+      body = NOTHING;
+    }
     request.outcome = ran === Ran.Threw ? "threw" : "answered";
     if (ran !== Ran.Threw) request.status = status;
     engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);

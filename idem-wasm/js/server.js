@@ -98,6 +98,12 @@ export class Idempotency {
     return this.#statusQueries;
   }
 
+  /** The largest response body the store keeps (IDEM-STORE-5): a host holds no more of a
+   * response than this, and passes a longer one through (`passThrough` in `handle`). */
+  get maxResponseBytes() {
+    return this.#engine.maxResponseBytes;
+  }
+
   /** The engine's reply `{ status, headers, body, replayed }` as a Fetch Response: a refusal
    * through `options.problem` when given (see `mappedRefusal`). */
   responseOf(reply) {
@@ -146,10 +152,13 @@ export class Idempotency {
    * raw `Idempotency-Key` header value (or null), `lowWater` the raw
    * `Idempotency-Low-Water` header value of a counter client, `headers` a Headers object,
    * pair list or record (only the fingerprint headers are read) and `body` a Uint8Array.
-   * `run(context)` executes the handler and returns `{ status, headers?, body? }`. Resolves
-   * to `{ status, headers, body, replayed, executed }` with headers as a flat
-   * `[name, value, …]` list; `executed` is true for the answer of `run`, false for the
-   * engine's own (a replay or a refusal).
+   * `run(context)` executes the handler and returns `{ status, headers?, body? }`, or
+   * `{ status, headers?, passThrough: true }` for an answer whose body grew past
+   * `maxResponseBytes` and that the caller sends itself as it is produced (IDEM-STORE-5: it
+   * is recorded as too large to keep). Resolves to `{ status, headers, body, replayed,
+   * executed }` with headers as a flat `[name, value, …]` list; `executed` is true for the
+   * answer of `run`, false for the engine's own (a replay or a refusal), and `passThrough`
+   * (with `body` null) when the caller is to send the rest of `run`'s answer.
    */
   async handle(input, run) {
     const target = input.target;
@@ -177,15 +186,16 @@ export class Idempotency {
       try {
         if (out === null || typeof out !== "object") throw new TypeError("run(context) must return { status, headers?, body? }");
         headers = flatHeaders(out.headers);
-        body = typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
+        body = out.passThrough === true ? null : typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
       } catch (err) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
       }
       // The memory store answers at once; other stores answer with a promise.
-      let instead = context.finish(Ran.Answered, out.status, headers, body);
+      let instead = context.finish(body === null ? Ran.Oversized : Ran.Answered, out.status, headers, body ?? EMPTY);
       if (instead instanceof Promise) instead = await instead;
       if (instead !== null) return plainReply(instead);
+      if (body === null) return { status: out.status, headers, body, replayed: false, executed: true, passThrough: true };
       return { status: out.status, headers, body, replayed: false, executed: true };
     });
   }

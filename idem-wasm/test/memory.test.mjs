@@ -36,3 +36,25 @@ for (const [name, wrap] of stores) {
     assert.ok(sizes.size - 1 <= 16, `the memory grew ${sizes.size - 1} times by ${grown} bytes in all`);
   });
 }
+
+test("an answer longer than the store keeps is never copied into the module: it is returned whole, and kept as response-not-stored (IDEM-STORE-5)", async () => {
+  const { memory } = initSync();
+  const idem = new Idempotency({ store: new MemoryStore(), principal: "none", maxResponseBytes: 1 << 20 });
+  assert.equal(idem.maxResponseBytes, 1 << 20);
+  const body = new Uint8Array(24 << 20).fill(7);
+  const request = { method: "POST", target: "/exports", key: '"export-1"', body: new Uint8Array(0) };
+  const start = memory.buffer.byteLength;
+  const first = await idem.handle(request, () => ({ status: 200, body }));
+  assert.equal(first.executed, true);
+  assert.equal(first.body, body, "the caller's own bytes");
+  assert.ok(memory.buffer.byteLength - start < body.byteLength, "the body did not go into the module");
+  const retry = await idem.handle(request, () => assert.fail("runs again"));
+  assert.equal(retry.status, 410);
+  assert.equal(JSON.parse(new TextDecoder().decode(retry.body)).type, "urn:idem:problem:response-not-stored");
+
+  // An answer the caller sends on itself, as it is produced: nothing of it is read.
+  const streamed = { ...request, key: '"export-2"' };
+  const passed = await idem.handle(streamed, () => ({ status: 201, headers: [["content-type", "text/csv"]], passThrough: true }));
+  assert.deepEqual([passed.status, passed.executed, passed.passThrough, passed.body], [201, true, true, null]);
+  assert.equal((await idem.handle(streamed, () => assert.fail("runs again"))).status, 410);
+});

@@ -91,6 +91,9 @@ void adapter
   .deliver({ source: "stripe", id: "evt_2", body: new Uint8Array() }, ({ recovered, fence }) => void [recovered, fence])
   .then((d) => d.acknowledge);
 void plain.handle({ method: "POST", target: "/pay", key: '"k2"', account: "acct_2" }, () => ({ status: 204 })).then((reply: PlainReply) => reply.executed);
+// An answer longer than the store keeps, which the caller sends on itself (IDEM-STORE-5).
+const limit: number = plain.maxResponseBytes;
+void plain.handle({ method: "POST", target: "/export", key: '"k3"', account: "acct_3" }, () => ({ status: 200, passThrough: limit > 0 })).then((reply: PlainReply) => reply.passThrough === true);
 void plain.status({ method: "GET", target: "/pay", key: '"k2"', status: "POST; settle", account: "acct_2" }).then((reply: PlainReply) => reply.status);
 
 declare const namespace: { idFromName(name: string): unknown; get(id: unknown): { fetch(input: string, init?: RequestInit): Promise<Response> } };

@@ -268,6 +268,9 @@ export interface PlainResponse {
   status: number;
   headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>;
   body?: Uint8Array | string;
+  /** The body grew past `maxResponseBytes` and the caller sends it on itself as it is
+   * produced (IDEM-STORE-5): it is recorded as too large to keep, and `body` is not read. */
+  passThrough?: boolean;
 }
 
 export interface PlainReply {
@@ -279,6 +282,9 @@ export interface PlainReply {
   /** True for the answer of `run` (the handler ran), false for the engine's own (a replay
    * or a refusal). */
   executed: boolean;
+  /** True when `run` answered `passThrough`: the caller sends the rest of its answer, and
+   * `body` is null. */
+  passThrough?: boolean;
 }
 
 /** The engine bound to a store; `withIdempotency` is built on it. */
@@ -301,6 +307,9 @@ export class Idempotency<R = PlainRequest> {
   readonly statusHeader: string;
   /** The `statusQueries` option: whether adapters answer status queries. */
   readonly statusQueries: boolean;
+  /** The largest response body the store keeps (IDEM-STORE-5): a host holds no more of an
+   * answer than this, and passes a longer one through (`passThrough`). */
+  readonly maxResponseBytes: number;
   /** Answers a status query given as plain data (IDEM-STATUS-1): `key` and `status` are the
    * raw `Idempotency-Key` and `Idempotency-Status` values (`POST`, or `POST; settle` to
    * settle a key never seen so that it never runs). 200 with the key's status document

@@ -19,6 +19,14 @@ impl Engine {
         Ok(self.host.write_out(&write).len() as u32)
     }
 
+    /// The largest response body the store keeps (`IDEM-STORE-5`): a host holds no more of
+    /// a response than this, and reports a longer one as `Ran.Oversized`.
+    #[wasm_bindgen(getter, js_name = maxResponseBytes)]
+    pub fn max_response_bytes(&self) -> u32 {
+        // At most 16 MiB (idem-core's record limit).
+        u32::try_from(self.host.policy().max_response_bytes()).unwrap_or(u32::MAX)
+    }
+
     /// What a Durable Object sends back after the claim of a resumed slot.
     #[wasm_bindgen(js_name = claimedBytes)]
     pub fn claimed_bytes(&self, slot: u32) -> JsResult<Vec<u8>> {

@@ -65,18 +65,20 @@ impl Host {
         headers: &str,
         body: Vec<u8>,
     ) -> Result<(), ErrorParts> {
+        if matches!(ran, Ran::Answered | Ran::Oversized) && !(100..=599).contains(&status) {
+            return Err(ErrorParts::complete(
+                &idem_core::CompleteError::InvalidStatus(status),
+            ));
+        }
         let outcome = match ran {
-            Ran::Answered => {
-                if !(100..=599).contains(&status) {
-                    return Err(ErrorParts::complete(
-                        &idem_core::CompleteError::InvalidStatus(status),
-                    ));
-                }
-                Outcome::classify(StoredResponse {
-                    status,
-                    headers: interop::pairs(headers)?,
-                    body,
-                })
+            Ran::Answered => Outcome::classify(StoredResponse {
+                status,
+                headers: interop::pairs(headers)?,
+                body,
+            }),
+            Ran::Oversized => {
+                self.slot_mut(t)?.req.handle_oversized(status);
+                return Ok(());
             }
             Ran::Threw => Outcome::Unknown(None),
             Ran::NothingHappened => Outcome::Retryable,

@@ -42,6 +42,10 @@ pub enum Ran {
     NothingHappened = 2,
     /// A delivery's processing is done ([`idem_core::Inbox::processed`]).
     Processed = 3,
+    /// It answered with a body longer than the store keeps, which the host passes through
+    /// as it is produced: classified by status, stored as `response-not-stored`
+    /// (`IDEM-STORE-5`).
+    Oversized = 4,
 }
 
 /// Where a request's heartbeats stand ([`idem_core::Heartbeat`]).
