@@ -73,7 +73,7 @@ async function serve(idem, skip, req, res, next, held) {
     },
     (context) => {
       req.idempotency = context;
-      held.capture = capture(res);
+      held.capture = capture(res, idem.maxResponseBytes);
       next();
       return held.capture.answer;
     },

@@ -168,7 +168,7 @@ class Binding {
           answer = new Promise((resolve) => (held.fastify.resolve = resolve));
           req[CAPTURE] = held.fastify;
         } else {
-          held.node = captureNode(res);
+          held.node = captureNode(res, idem.maxResponseBytes);
           answer = held.node.answer;
         }
         return answer;

@@ -15,12 +15,23 @@ import { prematureClose } from "./errors.js";
  * `release()` gives `res` its own methods back, without the headers set since; `seal()`,
  * once the stored answer is sent, makes what the app still writes go nowhere again.
  * Bad arguments throw as Node's own methods do (a status out of range, a chunk that is not
- * text or bytes), so that the app's error handling answers them. */
-export function capture(res) {
+ * text or bytes), so that the app's error handling answers them.
+ *
+ * No more than `limit` bytes of a body are held (IDEM-STORE-5): once the body grows past
+ * it, `answer` resolves to `{ status, headers, passThrough: true }`, further writes are
+ * held and answered `false` (a piped source waits for `'drain'`), and `flush()`, once the
+ * outcome is stored, sends what is held and gives `res` its own methods back, so that the
+ * rest goes out as the app writes it, at the pace the client reads. */
+export function capture(res, limit = Infinity) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
   const chunks = [];
+  let size = 0;
   let ended = false;
   let headWritten = false;
+  // Past the limit: the app's end, and whether a write was answered false.
+  let over = false;
+  let finished = false;
+  let waiting = false;
   let statusMessage;
   let resolve;
   let reject;
@@ -29,8 +40,17 @@ export function capture(res) {
     reject = j;
   });
   res.once("close", () => {
-    if (!ended) reject(responseGone());
+    if (!ended && !over) reject(responseGone());
   });
+  const hold = (chunk) => {
+    chunks.push(chunk);
+    size += chunk.byteLength;
+    if (over || size <= limit) return;
+    over = true;
+    // As Node's first write does: the head, through whatever wraps `writeHead`.
+    if (!headWritten) res.writeHead(res.statusCode);
+    resolve({ status: res.statusCode, headers: [], passThrough: true });
+  };
   res.writeHead = function writeHead(status, reason, headers) {
     if (ended) return res;
     checkStatus(status);
@@ -53,20 +73,26 @@ export function capture(res) {
     return res;
   };
   res.write = function write(chunk, encoding, callback) {
-    if (!ended && chunk != null) chunks.push(bytes(chunk, encoding));
+    if (!ended && !finished && chunk != null) hold(bytes(chunk, encoding));
     later(encoding, callback);
-    return true;
+    if (!over || finished) return true;
+    waiting = true;
+    return false;
   };
   res.end = function end(chunk, encoding, callback) {
-    if (ended) {
+    if (ended || finished) {
       later(chunk, encoding, callback);
       return res;
     }
     // As Node's end does: the head first, through whatever wraps `writeHead` (on-headers:
     // a session's cookie, a response time), then the body.
     if (!headWritten) res.writeHead(res.statusCode);
-    if (chunk != null && typeof chunk !== "function") chunks.push(bytes(chunk, encoding));
+    if (chunk != null && typeof chunk !== "function") hold(bytes(chunk, encoding));
     later(chunk, encoding, callback);
+    if (over) {
+      finished = true;
+      return res;
+    }
     ended = true;
     const headers = [];
     for (const [name, value] of Object.entries(res.getHeaders())) {
@@ -86,7 +112,7 @@ export function capture(res) {
     if (ended) {
       clearHeaders(res);
       res.statusMessage = statusMessage;
-    }
+    } else if (over) clearHeaders(res);
   };
   const seal = () => {
     res.writeHead = () => res;
@@ -99,7 +125,16 @@ export function capture(res) {
       return res;
     };
   };
-  return { answer, release, seal };
+  const flush = () => {
+    released = true;
+    Object.assign(res, original);
+    let ready = true;
+    for (const chunk of chunks.splice(0)) ready = res.write(chunk);
+    if (finished) res.end();
+    // A source that waits for 'drain' gets it now, or from Node once the socket drains.
+    else if (ready && waiting) res.emit("drain");
+  };
+  return { answer, release, seal, flush };
 }
 
 /** The bytes of a chunk the app writes, or Node's own error for one it would refuse. */
@@ -142,6 +177,8 @@ function clearHeaders(res) {
  * a capture, `res` is given back just before the reply is written and sealed just after,
  * with no await between: the app's late writes never reach the socket. */
 export async function send(res, reply, idem, held) {
+  // The app's own answer, past the size the store keeps: the rest goes out as it comes.
+  if (reply.passThrough === true) return held.flush();
   const { status, fields, body } = await replyFields(idem, reply);
   held?.release();
   res.statusCode = status;

@@ -6,10 +6,12 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
+import { Readable } from "node:stream";
 import { test } from "node:test";
 import express from "express";
 import { MemoryStore } from "idem";
 import { idempotency } from "idem/express";
+import { checkEndlessAnswer, endlessSource } from "./framework-http.mjs";
 
 const key = () => `"${randomUUID()}"`;
 const ticks = async (n) => {
@@ -18,10 +20,10 @@ const ticks = async (n) => {
 
 /** Runs `check(url, state)` against an app with the adapter on /api and `routes(app, state)`,
  * its errors answered with 500 `{ error }`; the server is closed afterwards. */
-async function withApp(routes, check) {
+async function withApp(routes, check, options = {}) {
   const state = { runs: 0, errors: [] };
   const app = express();
-  app.use("/api", idempotency({ store: new MemoryStore(), principal: "none" }));
+  app.use("/api", idempotency({ store: new MemoryStore(), principal: "none", ...options }));
   routes(app, state);
   app.use((err, req, res, next) => {
     state.errors.push(err);
@@ -205,5 +207,57 @@ test("a custom reason phrase reaches the client on the first answer", async () =
       });
       assert.equal(line, "HTTP/1.1 201 Order Taken");
     },
+  );
+});
+
+test("a body longer than the store keeps goes out whole as the app writes it, and a retry learns it was not stored (IDEM-STORE-5)", async () => {
+  await withApp(
+    (app, state) => {
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        res.status(201).type("text/plain");
+        Readable.from((function* () {
+          for (let i = 0; i < 50; i++) yield Buffer.alloc(100, 48 + (i % 10));
+        })()).pipe(res);
+      });
+      app.post("/api/whole", (req, res) => {
+        state.runs++;
+        res.status(201).send(Buffer.alloc(5_000, "y"));
+      });
+    },
+    async (url, state) => {
+      for (const path of ["/api/orders", "/api/whole"]) {
+        const k = key();
+        const first = await post(url, k, path);
+        assert.equal(first.status, 201);
+        const body = await first.text();
+        assert.equal(body.length, 5_000, path);
+        if (path === "/api/whole") assert.equal(first.headers.get("content-length"), "5000");
+        else assert.equal(body.slice(4_900), "9".repeat(100));
+        const retry = await post(url, k, path);
+        assert.equal(retry.status, 410);
+        assert.equal((await retry.json()).type, "urn:idem:problem:response-not-stored");
+      }
+      assert.equal(state.runs, 2, "neither runs again");
+      assert.deepEqual(state.errors, []);
+    },
+    { maxResponseBytes: 1_000 },
+  );
+});
+
+test("a response that never ends is sent at the pace the client reads it, not held until it ends (IDEM-STORE-5)", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", (req, res) => {
+        const source = endlessSource(state);
+        res.once("close", () => {
+          state.closed = true;
+          source.destroy();
+        });
+        res.status(200).type("application/octet-stream");
+        source.pipe(res);
+      }),
+    (url, state) => checkEndlessAnswer(new URL(url).port, "/api/orders", state),
+    { maxResponseBytes: 64 << 10 },
   );
 });

@@ -10,7 +10,9 @@
 // principal from the `x-user` header.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { request } from "node:http";
 import { connect } from "node:net";
+import { Readable } from "node:stream";
 import { test } from "node:test";
 
 export const MAX_BODY = 1024;
@@ -281,4 +283,41 @@ export function sharedStoreCheck(name, { open, start }) {
       await Promise.all(apps.map((a) => a.close()));
     }
   });
+}
+
+/** A stream that never ends, for an app to send: 16 KiB chunks made as they are read,
+ * counted in `state.produced`. */
+export function endlessSource(state) {
+  state.produced = 0;
+  return new Readable({
+    read() {
+      state.produced += 16_384;
+      this.push(Buffer.alloc(16_384, "z"));
+    },
+  });
+}
+
+/** A guarded POST to `path`, whose app sends an `endlessSource(state)` and sets
+ * `state.closed` when its response closes, read up to the answer's head and then no further
+ * (IDEM-STORE-5): the head comes although the body never ends, the app stops producing while
+ * the client reads nothing, and the app's stream closes when the client leaves. */
+export async function checkEndlessAnswer(port, path, state) {
+  const response = await new Promise((resolve, reject) => {
+    const headers = { "idempotency-key": fresh(), "content-type": "application/json", "x-user": "alice" };
+    const req = request({ host: "127.0.0.1", port, path, method: "POST", headers }, resolve);
+    req.once("error", reject);
+    req.setTimeout(5_000, () => req.destroy(new Error("no response head: the answer was held")));
+    req.end(ORDER);
+  });
+  assert.equal(response.statusCode, 200);
+  // The client reads nothing more: the app's writes are held back by the socket.
+  response.pause();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const produced = state.produced;
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.equal(state.produced, produced, "the app's stream waits for the client");
+  assert.ok(produced < 64 << 20, `produced ${produced} bytes`);
+  response.destroy();
+  for (let i = 0; i < 100 && !state.closed; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal(state.closed, true);
 }
