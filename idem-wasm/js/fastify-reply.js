@@ -2,19 +2,51 @@
 // to the engine and replaced by what it gives back, and the engine's replies set on the
 // reply with their headers. Shared by idem/fastify and
 // idem/nestjs on the Fastify platform.
+import { Readable } from "node:stream";
 import { isFraming, replyFields } from "./adapter.js";
 
-/** The bytes of a payload on its way out: a string, a Buffer, a stream, or nothing. */
-async function bytesOf(payload) {
-  if (payload == null) return new Uint8Array(0);
-  if (typeof payload === "string") return new Uint8Array(Buffer.from(payload));
-  if (payload instanceof Uint8Array) return payload;
+/** A payload on its way out, read up to `limit` bytes (IDEM-STORE-5): `{ body }` with its
+ * bytes (a string, a Buffer, a stream that ends within the limit, or nothing), or, for a
+ * stream that goes on past it, `{ held, rest }`: the chunks read so far and the stream's
+ * iterator, to send on as it is produced. */
+async function readPayload(payload, limit) {
+  if (payload == null) return { body: new Uint8Array(0) };
+  if (typeof payload === "string") return { body: new Uint8Array(Buffer.from(payload)) };
+  if (payload instanceof Uint8Array) return { body: payload };
   if (typeof payload.pipe === "function" || typeof payload[Symbol.asyncIterator] === "function") {
-    const chunks = [];
-    for await (const chunk of payload) chunks.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk);
-    return new Uint8Array(Buffer.concat(chunks));
+    const rest = payload[Symbol.asyncIterator]();
+    const held = [];
+    let size = 0;
+    for (;;) {
+      const { done, value } = await rest.next();
+      if (done) return { body: new Uint8Array(Buffer.concat(held)) };
+      const chunk = typeof value === "string" ? Buffer.from(value) : value;
+      held.push(chunk);
+      size += chunk.byteLength;
+      if (size > limit) return { held, rest };
+    }
   }
-  return new Uint8Array(Buffer.from(String(payload)));
+  return { body: new Uint8Array(Buffer.from(String(payload))) };
+}
+
+/** What was held of a payload, then the rest of it as it comes: a stream Fastify pipes to
+ * the client, pulling the next chunk when the client has taken the last. */
+function passOn(held, rest) {
+  return Readable.from(
+    (async function* () {
+      try {
+        yield* held.splice(0);
+        for (;;) {
+          const { done, value } = await rest.next();
+          if (done) return;
+          yield value;
+        }
+      } finally {
+        // The client left first: the app's stream ends too.
+        await rest.return?.();
+      }
+    })(),
+  );
 }
 
 /** Sets the engine's reply (a replay, a refusal, another attempt's outcome) on `reply` and
@@ -31,18 +63,22 @@ export async function replyWith(reply, answer, idem) {
  * In `onSend`, for a request that ran: hands the answer Fastify is about to send (`reply`'s
  * status and headers, `payload`'s bytes) to the engine through `capture.resolve`, waits for
  * `capture.done` (the request's `Idempotency#handle`, which stores it) and returns the bytes
- * to send. When another attempt took the lease over, its outcome is set on `reply` instead
+ * to send; a stream longer than the store keeps is recorded so and sent on as it comes. When another attempt took the lease over, its outcome is set on `reply` instead
  * (IDEM-LEASE-5). An error of the engine's rejects, for Fastify's error handling.
  */
 export async function answered(capture, reply, payload, idem) {
-  const body = await bytesOf(payload);
+  const read = await readPayload(payload, idem.maxResponseBytes);
   const headers = [];
   for (const [name, value] of Object.entries(reply.getHeaders())) {
     if (isFraming(name)) continue;
     for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
   }
-  capture.resolve({ status: reply.statusCode, headers, body });
+  const passThrough = read.body === undefined;
+  capture.resolve(passThrough ? { status: reply.statusCode, headers, passThrough } : { status: reply.statusCode, headers, body: read.body });
   const answer = await capture.done;
+  if (answer.passThrough) return passOn(read.held, read.rest);
+  // Another attempt's outcome goes out instead: the app's stream is not read further.
+  if (passThrough) await read.rest.return?.();
   if (answer.executed) return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
   for (const [name] of headers) reply.removeHeader(name);
   return replyWith(reply, answer, idem);

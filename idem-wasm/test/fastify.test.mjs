@@ -14,7 +14,7 @@ import Redis from "ioredis";
 import { MemoryStore } from "idem";
 import { idempotency } from "idem/fastify";
 import { RedisStore } from "idem/redis";
-import { MAX_BODY, ORDER, adapterChecks, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
+import { MAX_BODY, ORDER, adapterChecks, checkEndlessAnswer, endlessSource, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
 import { startRedis } from "./servers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -54,6 +54,16 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
     state.count++;
     setTimeout(() => reply.code(202).type("text/plain").send(ReadableFrom(`accepted ${state.count}`)), 10);
     return reply;
+  });
+  app.post("/api/long", guarded, async (request, reply) => {
+    // 5,000 bytes in 100-byte chunks, a digit each.
+    state.count++;
+    const chunks = Array.from({ length: 50 }, (_, i) => Buffer.alloc(100, 48 + (i % 10)));
+    return reply.code(201).type("text/plain").send(Readable.from(chunks));
+  });
+  app.post("/api/endless", guarded, async (request, reply) => {
+    reply.raw.once("close", () => (state.closed = true));
+    return reply.code(200).type("application/octet-stream").send(endlessSource(state));
   });
   app.setErrorHandler((err, request, reply) => {
     state.errors.push(err);
@@ -103,6 +113,26 @@ describe("idem/fastify on Fastify 5", () => {
     assert.equal(retry.status, 500);
     assert.equal(retry.headers.get("idempotent-replayed"), null);
     assert.equal(running.state.count - before, 2);
+  });
+
+  test("a stream longer than the store keeps goes out whole as it comes, and a retry learns it was not stored; one that never ends goes at the client's pace (IDEM-STORE-5)", async () => {
+    const small = await startApp({ maxResponseBytes: 1_000 });
+    const state = small.state;
+    try {
+      const key = fresh();
+      const first = await post(small.url, { key, path: "/api/long" });
+      assert.equal(first.status, 201);
+      const body = await first.text();
+      assert.equal(body.length, 5_000);
+      assert.equal(body.slice(4_900), "9".repeat(100));
+      const retry = await post(small.url, { key, path: "/api/long" });
+      assert.equal(retry.status, 410);
+      assert.equal((await retry.json()).type, "urn:idem:problem:response-not-stored");
+      assert.equal(state.count, 1);
+      await checkEndlessAnswer(small.port, "/api/endless", state);
+    } finally {
+      await small.close();
+    }
   });
 
   test("an answer sent later as a stream is captured whole, stored and replayed", async () => {
