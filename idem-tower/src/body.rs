@@ -1,11 +1,13 @@
 //! The bodies the layer hands on and answers with, reading a guarded request's body through
 //! the core's intake, and the responses made from the engine's replies.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Response, StatusCode};
-use http_body::Body;
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{Plain, Policy, Reply};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// The error type the bodies may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -15,8 +17,85 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type InnerBody<B> = Either<Full<Bytes>, B>;
 
 /// The body of a response of the layer: a stored, replayed or refused response, or the inner
-/// service's body for a request that passes through.
-pub type OuterBody<B> = Either<Full<Bytes>, B>;
+/// service's body: as it is for a request that passes through, or, for a guarded answer
+/// longer than the store keeps, what the layer read of it and then the rest ([`PassOn`]).
+pub type OuterBody<B> = Either<Full<Bytes>, Either<B, PassOn<B>>>;
+
+/// The body of a guarded answer longer than the store keeps (`IDEM-STORE-5`): the bytes the
+/// layer read of it before it knew, then the rest as the inner service produces it, at the
+/// pace the client reads it.
+pub struct PassOn<B> {
+    held: Option<Bytes>,
+    rest: Pin<Box<B>>,
+}
+
+impl<B> PassOn<B> {
+    pub(crate) fn new(held: Bytes, rest: Pin<Box<B>>) -> PassOn<B> {
+        PassOn {
+            held: Some(held),
+            rest,
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for PassOn<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(held) = self.held.take() {
+            return Poll::Ready(Some(Ok(Frame::data(held))));
+        }
+        self.rest.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held = self.held.as_ref().map_or(0, |b| b.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(held));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(held));
+        }
+        hint
+    }
+}
+
+/// What [`read_answer`] read of an answer's body.
+pub(crate) enum Answer<B> {
+    /// The whole body, within the limit.
+    Whole(Bytes),
+    /// More than the limit: what was read, and the body to read the rest from.
+    Longer(PassOn<B>),
+    /// The body failed.
+    Failed,
+}
+
+/// Reads an answer's body, up to `max` bytes (`IDEM-STORE-5`): no more than that is held.
+pub(crate) async fn read_answer<B: Body<Data = Bytes>>(body: B, max: usize) -> Answer<B> {
+    let mut body = Box::pin(body);
+    let mut held = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Answer::Failed;
+        };
+        // Trailers are not kept, as the stored answer has none.
+        if let Ok(data) = frame.into_data() {
+            held.extend_from_slice(&data);
+            if held.len() > max {
+                return Answer::Longer(PassOn::new(held.freeze(), body));
+            }
+        }
+    }
+    Answer::Whole(held.freeze())
+}
 
 /// A response with `body` and `status`, and `headers`.
 fn response<'h>(

@@ -241,9 +241,19 @@ where
     /// Records the handler's outcome (`IDEM-OUT-5`) and ends the request. Returns the answer
     /// to send instead of the handler's when its lease was taken over (`IDEM-LEASE-5`).
     pub(crate) async fn finish(&self, outcome: Outcome) -> Option<Reply> {
+        self.finish_with(|machine| machine.handle_outcome(outcome))
+            .await
+    }
+
+    /// As [`finish`](Self::finish), with the outcome given to the machine by `record` (an
+    /// answer too long to keep: [`idem_core::Request::handle_oversized`]).
+    pub(crate) async fn finish_with(
+        &self,
+        record: impl FnOnce(&mut idem_core::Request),
+    ) -> Option<Reply> {
         let mut guard = self.machine.lock().await;
         let machine = guard.as_mut()?;
-        machine.handle_outcome(outcome);
+        record(machine);
         let answer = match advance(&self.shared, machine, &self.trace).await {
             Step::Done(Finish::FencedOut) => machine.reply(),
             Step::Done(_) => None,

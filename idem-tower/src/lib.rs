@@ -58,7 +58,10 @@
 //! * runs the handler with an [`IdempotencyContext`] in the request's extensions (the key,
 //!   whether this attempt takes over from one whose lease ended, the fencing number, and a
 //!   heartbeat);
-//! * collects the handler's response and stores it **before** returning it.
+//! * collects the handler's response and stores it **before** returning it; a body longer
+//!   than the store keeps ([`Policy::with_max_response_bytes`](idem_core::Policy)) is held
+//!   no further than that, recorded as `response-not-stored`, and then sent on as the
+//!   handler produces it ([`PassOn`], `IDEM-STORE-5`).
 //!
 //! A `GET` with an `Idempotency-Status` field is a status query: the layer answers it from the
 //! store with what became of the key (`IDEM-STATUS-1`), unless [`Builder::status_queries`]
@@ -94,7 +97,7 @@ mod status;
 pub mod store_tests;
 mod telemetry;
 
-pub use body::{read_body, render, BoxError, InnerBody, OuterBody};
+pub use body::{read_body, render, BoxError, InnerBody, OuterBody, PassOn};
 pub use context::{IdempotencyContext, LeaseError};
 pub use future::ResponseFuture;
 pub use idem_core;

@@ -2,7 +2,9 @@
 //! does not guard goes to the inner service as it came; a guarded one has its body read
 //! (`serve`), then is claimed, run and completed in a task of its own (`guard`).
 
-use crate::body::{internal, read_body, reply_response, BoxError, InnerBody, OuterBody};
+use crate::body::{
+    internal, read_answer, read_body, reply_response, Answer, BoxError, InnerBody, OuterBody,
+};
 use crate::context::IdempotencyContext;
 use crate::drive::{advance, nonce, sleep_until, Beat, Running, Shared};
 use crate::future::ResponseFuture;
@@ -11,7 +13,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{Either, Full};
 use idem_core::{
     AsyncStore, Intake, Outcome, Plain, Reply, Step, StoredResponse, KEY_HEADER, LOW_WATER_HEADER,
     STATUS_HEADER,
@@ -104,7 +106,10 @@ where
     if !guarded {
         let mut inner = inner;
         let request = Request::from_parts(parts, Either::Right(body));
-        return Ok(inner.call(request).await?.map(Either::Right));
+        return Ok(inner
+            .call(request)
+            .await?
+            .map(|b| Either::Right(Either::Left(b))));
     }
     // The body is read chunk by chunk through the core's intake: a declared length past the
     // limit is refused before anything is read, and an undeclared one once it goes past it,
@@ -266,11 +271,22 @@ where
         }
     };
     let (head, body) = answered.into_parts();
-    // `ok()`: the body's error is not kept across the awaits below (it need not be Send).
-    let collected = body.collect().await.ok();
-    let bytes = match collected {
-        Some(collected) => collected.to_bytes(),
-        None => {
+    let bytes = match read_answer(body, shared.policy.max_response_bytes()).await {
+        Answer::Whole(bytes) => bytes,
+        Answer::Longer(rest) => {
+            // Longer than the store keeps: recorded so, then sent on as it comes, once the
+            // outcome is written (IDEM-OUT-5), unless another attempt took the lease over.
+            let status = head.status.as_u16();
+            if let Some(r) = running.finish_with(|m| m.handle_oversized(status)).await {
+                return Ok(reply(&trace, &r));
+            }
+            trace.answered(None, status);
+            return Ok(Response::from_parts(
+                head,
+                Either::Right(Either::Right(rest)),
+            ));
+        }
+        Answer::Failed => {
             // The response failed half-way: what the client would have seen is unknown.
             return Ok(match running.finish(Outcome::Unknown(None)).await {
                 Some(r) => reply(&trace, &r),

@@ -330,3 +330,144 @@ async fn render_sends_an_engine_refusal_as_the_layer_does() {
     assert_eq!(problem["detail"], "no room");
     assert_eq!(problem["status"], 503);
 }
+
+/// A body of `left` 100-byte frames (endless for `None`), each made when it is polled and
+/// counted in `produced`; `closed` is set when the body is dropped.
+struct Frames {
+    left: Option<usize>,
+    produced: Arc<AtomicUsize>,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Frames {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        if self.left == Some(0) {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.produced.fetch_add(1, Ordering::SeqCst);
+        if let Some(left) = self.left.as_mut() {
+            *left -= 1;
+        }
+        let digit = b'0' + (n % 10) as u8;
+        let frame = http_body::Frame::data(bytes::Bytes::from(vec![digit; 100]));
+        std::task::Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.left.map_or_else(http_body::SizeHint::new, |left| {
+            http_body::SizeHint::with_exact(left as u64 * 100)
+        })
+    }
+}
+
+impl Drop for Frames {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_longer_than_the_store_keeps_goes_out_as_it_comes_and_is_kept_as_not_stored() {
+    // IDEM-STORE-5: the layer holds at most the limit; the rest goes at the client's pace.
+    let produced = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let frames = |left| {
+        let (produced, closed, runs) = (
+            Arc::clone(&produced),
+            Arc::clone(&closed),
+            Arc::clone(&runs),
+        );
+        move || async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            produced.store(0, Ordering::SeqCst);
+            closed.store(false, Ordering::SeqCst);
+            axum::http::Response::builder()
+                .status(201)
+                .body(axum::body::Body::new(Frames {
+                    left,
+                    produced,
+                    closed,
+                }))
+                .expect("a response")
+        }
+    };
+    let layer = IdempotencyLayer::builder(MemoryStore::default())
+        .policy(Policy::new(Engine::default()).with_max_response_bytes(1_000))
+        .principal(|_| Some("alice".to_owned()))
+        .build()
+        .expect("a principal");
+    let app = Router::new()
+        .route("/long", post(frames(Some(50))))
+        .route("/endless", post(frames(None)))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("the server");
+    });
+    let _stop = App {
+        port,
+        runs: Arc::clone(&runs),
+        task: server,
+    };
+    let key = fresh();
+    let head = format!("idempotency-key: {key}");
+    let long = || request("POST", "/long", &[head.as_str()], b"{}");
+    let first = exchange(port, &long()).await;
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body.len(), 5_000);
+    assert_eq!(&first.body[4_900..], "9".repeat(100));
+    let retry = exchange(port, &long()).await;
+    assert_eq!(retry.status, 410);
+    assert_eq!(retry.problem_type(), "urn:idem:problem:response-not-stored");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never runs again");
+
+    // An answer that never ends: its head comes, and the body is made as the client reads.
+    let key = fresh();
+    let head = format!("idempotency-key: {key}");
+    let mut stream = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("a connection");
+    stream
+        .write_all(&request("POST", "/endless", &[head.as_str()], b"{}"))
+        .await
+        .expect("the request");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the head within 5 s: the answer was held")
+            .expect("a read");
+        assert_ne!(n, 0, "the connection closed");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(seen.starts_with(b"HTTP/1.1 201"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let made = produced.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        produced.load(Ordering::SeqCst),
+        made,
+        "the body waits for the client"
+    );
+    assert!(made * 100 < 64 << 20, "{made} frames made");
+    drop(stream);
+    for _ in 0..100 {
+        if closed.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        closed.load(Ordering::SeqCst),
+        "the body is dropped when the client leaves"
+    );
+}
