@@ -23,7 +23,7 @@ import ts from "typescript";
 import { MemoryStore } from "idem";
 import { Idempotent, IdempotencyModule } from "idem/nestjs";
 import { RedisStore } from "idem/redis";
-import { MAX_BODY, ORDER, adapterChecks, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
+import { MAX_BODY, ORDER, adapterChecks, checkEndlessAnswer, endlessSource, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
 import { startRedis } from "./servers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -101,6 +101,21 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
       if (typeof res.code === "function") res.code(201).header("content-type", "application/json").send(body);
       else res.status(201).type("json").send(body);
     }
+    // Answers by itself with a stream that never ends.
+    endless(res) {
+      const source = endlessSource(state);
+      if (typeof res.code === "function") {
+        res.raw.once("close", () => (state.closed = true));
+        res.code(200).header("content-type", "application/octet-stream").send(source);
+      } else {
+        res.once("close", () => {
+          state.closed = true;
+          source.destroy();
+        });
+        res.status(200).type("application/octet-stream");
+        source.pipe(res);
+      }
+    }
   }
   Controller("api/orders")(OrdersController);
   Body()(OrdersController.prototype, "create", 0);
@@ -112,6 +127,8 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
   decorate(OrdersController, "list", Get(), Idempotent());
   Res()(OrdersController.prototype, "own", 0);
   decorate(OrdersController, "own", Post("own"), Idempotent());
+  Res()(OrdersController.prototype, "endless", 0);
+  decorate(OrdersController, "endless", Post("endless"), Idempotent());
 
   class OpenController {
     create() {
@@ -193,6 +210,10 @@ for (const [name, platform] of platforms(nest)) {
       const mismatch = await post(running.url, { key, path: "/api/orders/own", body: '{"amount":1}' });
       assert.equal(mismatch.status, 422);
       assert.equal(running.state.count, before + 1);
+    });
+
+    test("an answer that never ends goes out at the pace the client reads it, held no further than the store keeps (IDEM-STORE-5)", async () => {
+      await checkEndlessAnswer(running.port, "/api/orders/endless", running.state);
     });
 
     test("an error the handler throws goes to the app's exception filter, whose answer is stored and replayed", async () => {
