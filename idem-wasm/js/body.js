@@ -128,6 +128,47 @@ async function readStream(idem, stream) {
   return joined(parts, total);
 }
 
+/** Reads a Fetch response's body stream up to `limit` bytes (IDEM-STORE-5): `{ bytes }` when
+ * it ends within the limit, or `{ held, reader }`, the chunks read so far and the reader of
+ * the rest, once it goes past it. */
+export async function readAnswer(stream, limit) {
+  const reader = stream.getReader();
+  const parts = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { bytes: joined(parts, total) };
+    parts.push(value);
+    total += value.byteLength;
+    if (total > limit) return { held: parts, reader };
+  }
+}
+
+/** What `readAnswer` held of a body, then the rest of it: a stream that reads the next chunk
+ * when its reader asks for one, so that the body is produced at the pace the client reads,
+ * and is cancelled when the client leaves. */
+export function passOn(held, reader) {
+  let next = 0;
+  return new ReadableStream(
+    {
+      async pull(controller) {
+        if (next < held.length) {
+          controller.enqueue(held[next]);
+          held[next++] = undefined;
+          return;
+        }
+        const { done, value } = await reader.read();
+        if (done) controller.close();
+        else controller.enqueue(value);
+      },
+      cancel(reason) {
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
 /** The chunks read, as one plain Uint8Array (also over a Node Buffer). */
 function joined(parts, total) {
   if (parts.length === 0) return EMPTY;

@@ -29,6 +29,9 @@ function securityRelevant(index) {
 /** Responses built by a context's `respond` or `json` → the bytes they were built from, so
  * that `withIdempotency` stores them without reading the body back (IDEM-JS-5). */
 export const builtBodies = new WeakMap();
+/** Responses built by a context's `respond` from a stream: `withIdempotency` reads them no
+ * further than the store keeps, and sends a longer one on as it comes (IDEM-STORE-5). */
+export const streamedBodies = new WeakSet();
 
 /**
  * Drives slots of one engine on one store: `serve` polls a slot's machine and performs each
@@ -352,13 +355,16 @@ class RunContext {
   }
 
   /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
-   * without reading the body back, and which it returns as it is (IDEM-JS-5). */
+   * without reading the body back, and which it returns as it is (IDEM-JS-5). A stream is
+   * read no further than the store keeps: a longer one is sent on as it comes
+   * (IDEM-STORE-5). */
   respond(body, init) {
     const response = new Response(body, init);
     const bytes = bytesNow(body);
     // The response took its own copy of a buffer; so does the record, so that a buffer the
     // handler changes afterwards changes neither. Streams, blobs and forms are read back.
     if (bytes !== undefined) builtBodies.set(response, ArrayBuffer.isView(body) || body instanceof ArrayBuffer ? bytes.slice() : bytes);
+    else if (body instanceof ReadableStream) streamedBodies.add(response);
     return response;
   }
 

@@ -3,8 +3,8 @@
 // handler it runs. It reads the key, the body and the target from the `Request`, and the
 // `Idempotency` class (server.js) does the rest.
 import { Ran } from "./idem_wasm.js";
-import { readBody } from "./body.js";
-import { builtBodies } from "./drive.js";
+import { passOn, readAnswer, readBody } from "./body.js";
+import { builtBodies, streamedBodies } from "./drive.js";
 import { Idempotency, routeOf } from "./server.js";
 import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
 
@@ -96,6 +96,7 @@ export function withIdempotency(handler, options) {
       let response;
       let bytes;
       let built;
+      let longer;
       try {
         response = await handler(forHandler, ...rest);
         if (!(response instanceof Response)) throw rangeError("IDEM-JS-1", "the handler must return a Response");
@@ -107,13 +108,28 @@ export function withIdempotency(handler, options) {
         // Deno and Bun would build a stream and read through it.
         if (NULL_BODY_STATUS.has(response.status)) bytes = null;
         else if (built !== undefined) bytes = built;
-        else {
+        else if (streamedBodies.has(response) && !response.bodyUsed) {
+          // A stream the context was given: held no further than the store keeps.
+          const read = await readAnswer(response.body, idem.maxResponseBytes);
+          if (read.bytes === undefined) longer = read;
+          else bytes = read.bytes;
+        } else {
           bytes = new Uint8Array(await response.arrayBuffer());
           if (bytes.byteLength === 0 && response.body === null) bytes = null;
         }
       } catch (err) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
+      }
+      if (longer !== undefined) {
+        // Recorded as too long to keep, then sent on as it comes (IDEM-STORE-5).
+        let instead = context.finish(Ran.Oversized, response.status, null, EMPTY);
+        if (instead instanceof Promise) instead = await instead;
+        if (instead !== null) {
+          longer.reader.cancel().catch(() => {});
+          return answer(instead);
+        }
+        return new Response(passOn(longer.held, longer.reader), { status: response.status, statusText: response.statusText, headers: response.headers });
       }
       let instead = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
       if (instead instanceof Promise) instead = await instead;

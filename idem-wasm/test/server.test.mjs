@@ -227,6 +227,45 @@ describe("responses the context builds (IDEM-JS-5)", () => {
     assert.equal(used.state.executions, 2);
   });
 
+  test("a stream given to respond goes out as it comes once it passes the limit, produced as the client reads, and is kept as response-not-stored (IDEM-STORE-5)", async () => {
+    let pulled = 0;
+    let cancelled = false;
+    const handler = withIdempotency(
+      async (request) => {
+        await request.text();
+        const endless = new ReadableStream(
+          {
+            pull(controller) {
+              pulled++;
+              controller.enqueue(new Uint8Array(100).fill(48 + (pulled % 10)));
+            },
+            cancel() {
+              cancelled = true;
+            },
+          },
+          { highWaterMark: 0 },
+        );
+        return idempotencyOf(request).respond(endless, { status: 200, headers: { "content-type": "application/octet-stream" } });
+      },
+      { principal: "none", store: new MemoryStore(), maxResponseBytes: 1_000 },
+    );
+    const held = new Promise((resolve, reject) => setTimeout(() => reject(new Error("the answer was held")), 5_000).unref());
+    const first = await Promise.race([handler(post({ a: 1 }, '"long-1"')), held]);
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.get("content-type"), "application/octet-stream");
+    assert.ok(pulled <= 12, `${pulled} chunks made before the answer: no more than the limit and one`);
+    const reader = first.body.getReader();
+    let got = 0;
+    for (let i = 0; i < 30; i++) got += (await reader.read()).value.byteLength;
+    assert.equal(got, 3_000);
+    assert.ok(pulled <= 32, `${pulled} chunks made for 30 read`);
+    await reader.cancel();
+    assert.equal(cancelled, true, "the handler's stream is cancelled when the client leaves");
+    const retry = await handler(post({ a: 1 }, '"long-1"'));
+    assert.equal(retry.status, 410);
+    assert.equal((await problem(retry)).type, "urn:idem:problem:response-not-stored");
+  });
+
   test("a null body status stores no body, and the response is the handler's", async () => {
     const { handler, state } = built((context) => context.respond(null, { status: 204 }));
     const first = await handler(post({ a: 1 }, '"n1"'));

@@ -232,8 +232,9 @@ export interface IdempotencyContext {
   extend(): Promise<void>;
   /** `new Response(body, init)` that `withIdempotency` stores from the bytes given, without
    * reading its body back, and returns to the caller as it is (IDEM-JS-5): text, bytes
-   * (copied now) or form parameters; a Blob, FormData or stream is read back like any
-   * response's body. */
+   * (copied now) or form parameters; a Blob or FormData is read back like any response's
+   * body. A `ReadableStream` is read up to `maxResponseBytes`: a longer one is recorded as
+   * too large to keep and sent on as it comes, at the pace the client reads (IDEM-STORE-5). */
   respond(body?: BodyInit | null, init?: ResponseInit): Response;
   /** `Response.json(value, init)`, stored as `respond` stores its body. */
   json(value: unknown, init?: ResponseInit): Response;
