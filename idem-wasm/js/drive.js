@@ -9,13 +9,14 @@
 //
 // One file for the loop and the run context: a handler's heartbeats and its completion go
 // through the same pump as the loop's own store steps, one at a time, so both share the
-// request's state here.
+// request's state here. The responses a context builds are in answers.js.
 import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
 import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";
-import { CLAIM_IN_SLOT, attemptText, bytesNow, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
+import { json, respond } from "./answers.js";
+import { CLAIM_IN_SLOT, attemptText, listText, rangeError, takeContext, takeReply, takeWrite } from "./util.js";
 
-const NOTHING = new Uint8Array(0);
+const EMPTY = new Uint8Array(0);
 let events = null;
 function eventName(index) {
   events ??= { names: eventNames().split(","), security: securityMask() };
@@ -25,13 +26,6 @@ function securityRelevant(index) {
   eventName(0);
   return (events.security & (1 << index)) !== 0;
 }
-
-/** Responses built by a context's `respond` or `json` → the bytes they were built from, so
- * that `withIdempotency` stores them without reading the body back (IDEM-JS-5). */
-export const builtBodies = new WeakMap();
-/** Responses built by a context's `respond` from a stream: `withIdempotency` reads them no
- * further than the store keeps, and sends a longer one on as it comes (IDEM-STORE-5). */
-export const streamedBodies = new WeakSet();
 
 /**
  * Drives slots of one engine on one store: `serve` polls a slot's machine and performs each
@@ -236,7 +230,7 @@ export class Driver {
     // module, whose memory would keep the size it grew to (IDEM-STORE-5).
     if (ran === Ran.Answered && body.byteLength > this.#maxResponseBytes) {
       ran = Ran.Oversized;
-      body = NOTHING;
+      body = EMPTY;
     }
     request.outcome = ran === Ran.Threw ? "threw" : "answered";
     if (ran !== Ran.Threw) request.status = status;
@@ -354,37 +348,13 @@ class RunContext {
     return this.#request.attempt;
   }
 
-  /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
-   * without reading the body back, and which it returns as it is (IDEM-JS-5). A stream is
-   * read no further than the store keeps: a longer one is sent on as it comes
-   * (IDEM-STORE-5). */
+  /** `new Response(body, init)`, as `withIdempotency` stores and returns it (answers.js). */
   respond(body, init) {
-    const response = new Response(body, init);
-    const bytes = bytesNow(body);
-    // The response took its own copy of a buffer; so does the record, so that a buffer the
-    // handler changes afterwards changes neither. Streams, blobs and forms are read back.
-    if (bytes !== undefined) builtBodies.set(response, ArrayBuffer.isView(body) || body instanceof ArrayBuffer ? bytes.slice() : bytes);
-    else if (body instanceof ReadableStream) streamedBodies.add(response);
-    return response;
+    return respond(body, init);
   }
 
   /** `Response.json(value, init)`, stored as `respond` stores its body. */
   json(value, init) {
-    const text = JSON.stringify(value);
-    if (text === undefined) throw new TypeError("the value has no JSON form");
-    return this.respond(text, { ...init, headers: withJsonType(init?.headers) });
+    return json(value, init);
   }
-}
-
-/** `headers` (what a Response takes) with `content-type: application/json` unless they name
- * a content type: a plain record is extended as it is, anything else becomes a Headers. */
-function withJsonType(headers) {
-  if (headers == null) return { "content-type": "application/json" };
-  if (Object.getPrototypeOf(headers) === Object.prototype) {
-    for (const name in headers) if (name.toLowerCase() === "content-type") return headers;
-    return { ...headers, "content-type": "application/json" };
-  }
-  const out = new Headers(headers);
-  if (!out.has("content-type")) out.set("content-type", "application/json");
-  return out;
 }

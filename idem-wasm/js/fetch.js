@@ -4,7 +4,7 @@
 // `Idempotency` class (server.js) does the rest.
 import { Ran } from "./idem_wasm.js";
 import { passOn, readAnswer, readBody } from "./body.js";
-import { builtBodies, streamedBodies } from "./drive.js";
+import { builtBodies, streamedBodies } from "./answers.js";
 import { Idempotency, routeOf } from "./server.js";
 import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
 
@@ -110,8 +110,9 @@ export function withIdempotency(handler, options) {
         else if (built !== undefined) bytes = built;
         else if (streamedBodies.has(response) && !response.bodyUsed) {
           // A stream the context was given: held no further than the store keeps.
-          const read = await readAnswer(response.body, idem.maxResponseBytes);
-          if (read.bytes === undefined) longer = read;
+          const reader = response.body.getReader();
+          const read = await readAnswer(() => reader.read(), idem.maxResponseBytes);
+          if (read.bytes === undefined) longer = { held: read.held, reader };
           else bytes = read.bytes;
         } else {
           bytes = new Uint8Array(await response.arrayBuffer());
@@ -121,19 +122,19 @@ export function withIdempotency(handler, options) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;
       }
+      // A body longer than the store keeps is recorded as such, then sent on as it comes
+      // (IDEM-STORE-5).
+      let instead = longer === undefined
+        ? context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY)
+        : context.finish(Ran.Oversized, response.status, null, EMPTY);
+      if (instead instanceof Promise) instead = await instead;
+      if (instead !== null) {
+        longer?.reader.cancel().catch(() => {});
+        return answer(instead);
+      }
       if (longer !== undefined) {
-        // Recorded as too long to keep, then sent on as it comes (IDEM-STORE-5).
-        let instead = context.finish(Ran.Oversized, response.status, null, EMPTY);
-        if (instead instanceof Promise) instead = await instead;
-        if (instead !== null) {
-          longer.reader.cancel().catch(() => {});
-          return answer(instead);
-        }
         return new Response(passOn(longer.held, longer.reader), { status: response.status, statusText: response.statusText, headers: response.headers });
       }
-      let instead = context.finish(Ran.Answered, response.status, flatHeaders(response.headers), bytes ?? EMPTY);
-      if (instead instanceof Promise) instead = await instead;
-      if (instead !== null) return answer(instead);
       // A body that was read to store it is given to the caller again, in a new response.
       return bytes === null || built !== undefined
         ? response

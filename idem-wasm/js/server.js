@@ -7,7 +7,9 @@
 // data.
 //
 // One class, `Idempotency`, and its methods: the drive loop, the Fetch wrapper and the
-// inbox are in files of their own.
+// inbox are in files of their own. It is as long as the API it offers the adapters and the
+// hosts (the key, the body limit, the status queries, the token, session and inbox
+// operations), each method a few lines that open one operation's slot.
 import { Ran, keyHeader, lowWaterHeader, statusHeader } from "./idem_wasm.js";
 import { recordsOf } from "./stores.js";
 import { random32 } from "./common.js";
