@@ -1,11 +1,13 @@
-// The request body, read for the fingerprint: one reader for every adapter, a Fetch
-// `Request` (withIdempotency, Hono) or a Node request stream (Express). The limit and the 413
-// are the engine's: each size is put to `Idempotency#refuseBody`, which answers with the slot
-// of the core's refusal (IDEM-LIMIT-1).
+// The bodies idem reads. The request body, for the fingerprint: one reader for every adapter,
+// a Fetch `Request` (withIdempotency, Hono) or a Node request stream (Express). The limit and
+// the 413 are the engine's: each size is put to `Idempotency#refuseBody`, which answers with
+// the slot of the core's refusal (IDEM-LIMIT-1). And an answer's body, read no further than
+// the store keeps, and the rest of it sent on as it comes (IDEM-STORE-5).
 
 import { prematureClose } from "./errors.js";
 
 const EMPTY = new Uint8Array(0);
+const textEncoder = new TextEncoder();
 
 /**
  * Reads a request body while the engine allows its size. `declared` is its `Content-Length`
@@ -128,19 +130,20 @@ async function readStream(idem, stream) {
   return joined(parts, total);
 }
 
-/** Reads a Fetch response's body stream up to `limit` bytes (IDEM-STORE-5): `{ bytes }` when
- * it ends within the limit, or `{ held, reader }`, the chunks read so far and the reader of
- * the rest, once it goes past it. */
-export async function readAnswer(stream, limit) {
-  const reader = stream.getReader();
+/** Reads an answer's body up to `limit` bytes (IDEM-STORE-5), a chunk per call of `next`
+ * (a Fetch reader's `read`, an async iterator's `next`): `{ bytes }` when it ends within the
+ * limit, or `{ held }`, the chunks read so far, once it goes past it (the rest is `next`'s to
+ * give). Text chunks (a Node stream given an encoding) are read as their UTF-8 bytes. */
+export async function readAnswer(next, limit) {
   const parts = [];
   let total = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    const { done, value } = await next();
     if (done) return { bytes: joined(parts, total) };
-    parts.push(value);
-    total += value.byteLength;
-    if (total > limit) return { held: parts, reader };
+    const chunk = typeof value === "string" ? textEncoder.encode(value) : value;
+    parts.push(chunk);
+    total += chunk.byteLength;
+    if (total > limit) return { held: parts };
   }
 }
 

@@ -4,6 +4,7 @@
 // idem/nestjs on the Fastify platform.
 import { Readable } from "node:stream";
 import { isFraming, replyFields } from "./adapter.js";
+import { readAnswer } from "./body.js";
 
 /** A payload on its way out, read up to `limit` bytes (IDEM-STORE-5): `{ body }` with its
  * bytes (a string, a Buffer, a stream that ends within the limit, or nothing), or, for a
@@ -15,16 +16,8 @@ async function readPayload(payload, limit) {
   if (payload instanceof Uint8Array) return { body: payload };
   if (typeof payload.pipe === "function" || typeof payload[Symbol.asyncIterator] === "function") {
     const rest = payload[Symbol.asyncIterator]();
-    const held = [];
-    let size = 0;
-    for (;;) {
-      const { done, value } = await rest.next();
-      if (done) return { body: new Uint8Array(Buffer.concat(held)) };
-      const chunk = typeof value === "string" ? Buffer.from(value) : value;
-      held.push(chunk);
-      size += chunk.byteLength;
-      if (size > limit) return { held, rest };
-    }
+    const read = await readAnswer(() => rest.next(), limit);
+    return read.bytes === undefined ? { held: read.held, rest } : { body: read.bytes };
   }
   return { body: new Uint8Array(Buffer.from(String(payload))) };
 }
@@ -63,7 +56,8 @@ export async function replyWith(reply, answer, idem) {
  * In `onSend`, for a request that ran: hands the answer Fastify is about to send (`reply`'s
  * status and headers, `payload`'s bytes) to the engine through `capture.resolve`, waits for
  * `capture.done` (the request's `Idempotency#handle`, which stores it) and returns the bytes
- * to send; a stream longer than the store keeps is recorded so and sent on as it comes. When another attempt took the lease over, its outcome is set on `reply` instead
+ * to send; a stream longer than the store keeps is recorded so and sent on as it comes.
+ * When another attempt took the lease over, its outcome is set on `reply` instead
  * (IDEM-LEASE-5). An error of the engine's rejects, for Fastify's error handling.
  */
 export async function answered(capture, reply, payload, idem) {

@@ -22,7 +22,7 @@ import { prematureClose } from "./errors.js";
  * held and answered `false` (a piped source waits for `'drain'`), and `flush()`, once the
  * outcome is stored, sends what is held and gives `res` its own methods back, so that the
  * rest goes out as the app writes it, at the pace the client reads. */
-export function capture(res, limit = Infinity) {
+export function capture(res, limit) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
   const chunks = [];
   let size = 0;
