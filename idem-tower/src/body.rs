@@ -78,23 +78,38 @@ pub(crate) enum Answer<B> {
     Failed,
 }
 
-/// Reads an answer's body, up to `max` bytes (`IDEM-STORE-5`): no more than that is held.
+/// Reads an answer's body, up to `max` bytes (`IDEM-STORE-5`): no more than that is held. A
+/// body of one frame (a `Full`, most handlers' answer) is kept as it came, without a copy.
 pub(crate) async fn read_answer<B: Body<Data = Bytes>>(body: B, max: usize) -> Answer<B> {
     let mut body = Box::pin(body);
-    let mut held = BytesMut::new();
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut total = 0;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
             return Answer::Failed;
         };
         // Trailers are not kept, as the stored answer has none.
         if let Ok(data) = frame.into_data() {
-            held.extend_from_slice(&data);
-            if held.len() > max {
-                return Answer::Longer(PassOn::new(held.freeze(), body));
+            total += data.len();
+            held.push(data);
+            if total > max {
+                return Answer::Longer(PassOn::new(joined(held, total), body));
             }
         }
     }
-    Answer::Whole(held.freeze())
+    Answer::Whole(joined(held, total))
+}
+
+/// The frames read, as one buffer: a single frame as it is.
+fn joined(mut frames: Vec<Bytes>, total: usize) -> Bytes {
+    if frames.len() == 1 {
+        return frames.swap_remove(0);
+    }
+    let mut out = BytesMut::with_capacity(total);
+    for frame in frames {
+        out.extend_from_slice(&frame);
+    }
+    out.freeze()
 }
 
 /// A response with `body` and `status`, and `headers`.
