@@ -435,6 +435,18 @@ fn list() {
     }
 }
 
+/// The URL of the server under test: `http` or `https`, its host name in the ASCII form DNS
+/// knows (a name with other letters is mapped by UTS 46, as a browser maps it).
+fn target_url(text: &str) -> Result<Url, Failure> {
+    let url = Url::parse(text).map_err(|e| format!("invalid URL {text:?}: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(Failure::Usage(format!(
+            "{url}: only http:// and https:// URLs are supported"
+        )));
+    }
+    Ok(url)
+}
+
 pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
     let s = &a.suite;
     let cases = suite::select(&s.cases)?;
@@ -452,13 +464,7 @@ pub(super) async fn run(a: RunArgs) -> Result<u8, Failure> {
                         .into(),
                 );
             }
-            let url = Url::parse(url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-            if !matches!(url.scheme(), "http" | "https") {
-                return Err(Failure::Usage(format!(
-                    "{url}: only http:// and https:// URLs are supported"
-                )));
-            }
-            let mut target = Target::new(url);
+            let mut target = Target::new(target_url(url)?);
             configure(&mut target, s, true)?;
             // Against a URL every case runs one after the other: the count oracle is shared.
             vec![suite::Lane { target, cases }]
@@ -543,4 +549,27 @@ fn write_reports(a: &SuiteArgs, report: &suite::Report) -> Result<(), Failure> {
         crate::html::write(report, dir).map_err(|e| harness(format!("--html {e}")))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{target_url, Failure};
+
+    #[test]
+    fn a_target_is_an_http_or_https_url_with_its_host_in_ascii() {
+        let url = target_url("http://Bücher.example:8080/orders").expect("a non-ASCII host");
+        assert_eq!(url.host_str(), Some("xn--bcher-kva.example"));
+        assert_eq!(url.port(), Some(8080));
+        assert!(target_url("https://127.0.0.1/orders").is_ok());
+        for bad in [
+            "ftp://example.com/orders",
+            "http://exa mple/orders",
+            "/orders",
+        ] {
+            assert!(
+                matches!(target_url(bad), Err(Failure::Usage(_))),
+                "{bad} is a usage error"
+            );
+        }
+    }
 }
