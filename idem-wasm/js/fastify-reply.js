@@ -22,6 +22,17 @@ async function readPayload(payload, limit) {
   return { body: new Uint8Array(Buffer.from(String(payload))) };
 }
 
+/** A Fetch `Response` payload as Fastify itself unpacks one when it sends it: its status and
+ * headers set on `reply`, and its body (null or a stream) the payload. Anything else is
+ * returned as it is. */
+function fromResponse(reply, payload) {
+  if (payload === null || typeof payload !== "object" || Object.prototype.toString.call(payload) !== "[object Response]") return payload;
+  if (payload.bodyUsed) throw new TypeError("the Response's body was already read");
+  reply.code(payload.status);
+  for (const [name, value] of payload.headers) reply.header(name, value);
+  return payload.body;
+}
+
 /** What was held of a payload, then the rest of it as it comes: a stream Fastify pipes to
  * the client, pulling the next chunk when the client has taken the last. */
 function passOn(held, rest) {
@@ -61,7 +72,17 @@ export async function replyWith(reply, answer, idem) {
  * (IDEM-LEASE-5). An error of the engine's rejects, for Fastify's error handling.
  */
 export async function answered(capture, reply, payload, idem) {
-  const read = await readPayload(payload, idem.maxResponseBytes);
+  let read;
+  try {
+    read = await readPayload(fromResponse(reply, payload), idem.maxResponseBytes);
+  } catch (err) {
+    // The answer failed before it was read whole (its stream broke, its body was used):
+    // the engine records that the handler threw, as it does for Express, and only then does
+    // Fastify's error handling answer.
+    capture.reject(err);
+    await capture.done.catch(() => {});
+    throw err;
+  }
   const headers = [];
   for (const [name, value] of Object.entries(reply.getHeaders())) {
     if (isFraming(name)) continue;

@@ -64,9 +64,10 @@ export function idempotency(fastify, options, done) {
       return reply;
     }
     request.rawBody = body;
-    const capture = { answer: null, resolve: null, done: null };
-    capture.answer = new Promise((resolve) => {
+    const capture = { answer: null, resolve: null, reject: null, done: null };
+    capture.answer = new Promise((resolve, reject) => {
       capture.resolve = resolve;
+      capture.reject = reject;
     });
     const begun = await begin(
       idem,

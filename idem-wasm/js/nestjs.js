@@ -147,7 +147,7 @@ class Binding {
     if (!idem.protects(req.method, key !== null)) return RUN;
     const intake = req[INTAKE];
     if (intake === undefined) throw bodyTakenError();
-    const held = { node: null, fastify: { resolve: null, done: null } };
+    const held = { node: null, fastify: { resolve: null, reject: null, done: null } };
     const begun = await begin(
       idem,
       {
@@ -165,7 +165,10 @@ class Binding {
         req.idempotency = context;
         let answer;
         if (this.fastify) {
-          answer = new Promise((resolve) => (held.fastify.resolve = resolve));
+          answer = new Promise((resolve, reject) => {
+            held.fastify.resolve = resolve;
+            held.fastify.reject = reject;
+          });
           req[CAPTURE] = held.fastify;
         } else {
           held.node = captureNode(res, idem.maxResponseBytes);

@@ -65,6 +65,23 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
     reply.raw.once("close", () => (state.closed = true));
     return reply.code(200).type("application/octet-stream").send(endlessSource(state));
   });
+  app.post("/api/broken", guarded, async (request, reply) => {
+    // A stream that fails after its first chunk, well within the store's limit.
+    state.count++;
+    let started = false;
+    const broken = new Readable({
+      read() {
+        if (started) return this.destroy(new Error("the source broke"));
+        started = true;
+        this.push(Buffer.from("partial "));
+      },
+    });
+    return reply.code(200).type("text/plain").send(broken);
+  });
+  app.post("/api/fetch-response", guarded, async () => {
+    state.count++;
+    return new Response(`made ${state.count}`, { status: 201, headers: { "content-type": "text/plain", "x-made": "by a Response" } });
+  });
   app.setErrorHandler((err, request, reply) => {
     state.errors.push(err);
     reply.code(500).send({ error: err.message, code: err.code });
@@ -113,6 +130,33 @@ describe("idem/fastify on Fastify 5", () => {
     assert.equal(retry.status, 500);
     assert.equal(retry.headers.get("idempotent-replayed"), null);
     assert.equal(running.state.count - before, 2);
+  });
+
+  test("an answer stream that breaks before it is whole: the engine records a throw, Fastify's error handler answers, and the retry runs again (IDEM-OUT-3)", async () => {
+    const key = fresh();
+    const before = running.state.count;
+    const first = await post(running.url, { key, path: "/api/broken" });
+    assert.equal(first.status, 500);
+    assert.equal((await first.json()).error, "the source broke");
+    // Not left in progress (a 409 until the lease ran out): the attempt is over.
+    const retry = await post(running.url, { key, path: "/api/broken" });
+    assert.equal(retry.status, 500);
+    assert.equal(retry.headers.get("idempotent-replayed"), null);
+    assert.equal(running.state.count - before, 2);
+  });
+
+  test("a Fetch Response the handler returns is the answer: its status, headers and body are stored and replayed", async () => {
+    const key = fresh();
+    const first = await post(running.url, { key, path: "/api/fetch-response" });
+    assert.equal(first.status, 201);
+    assert.equal(first.headers.get("x-made"), "by a Response");
+    const text = await first.text();
+    assert.match(text, /^made \d+$/);
+    const retry = await post(running.url, { key, path: "/api/fetch-response" });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.equal(retry.headers.get("x-made"), "by a Response");
+    assert.equal(await retry.text(), text);
   });
 
   test("a stream longer than the store keeps goes out whole as it comes, and a retry learns it was not stored; one that never ends goes at the client's pace (IDEM-STORE-5)", async () => {
