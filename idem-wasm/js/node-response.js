@@ -21,17 +21,28 @@ import { prematureClose } from "./errors.js";
  * it, `answer` resolves to `{ status, headers, passThrough: true }`, further writes are
  * held and answered `false` (a piped source waits for `'drain'`), and `flush()`, once the
  * outcome is stored, sends what is held and gives `res` its own methods back, so that the
- * rest goes out as the app writes it, at the pace the client reads. */
+ * rest goes out as the app writes it, at the pace the client reads. The head is the one
+ * `res` had when the body passed the limit, and from then until the app's end
+ * `res.headersSent` is true, as if Node had sent it.
+ *
+ * Code that took `res`'s methods while they were the capture's (a wrapper mounted after
+ * this one) keeps calling them: once `res` has its own back, they pass to those. */
 export function capture(res, limit) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
   const chunks = [];
   let size = 0;
   let ended = false;
   let headWritten = false;
-  // Past the limit: the app's end, and whether a write was answered false.
+  // Past the limit: the app's end, whether a write was answered false, and the head as it
+  // was then.
   let over = false;
   let finished = false;
   let waiting = false;
+  let head = null;
+  // What the methods here do: hold what the app writes; pass it to `res`'s own (once the
+  // methods are given back: code that took them before, a wrapper mounted after this one,
+  // still calls them); or nothing (once the stored answer is sent).
+  let mode = HOLD;
   let statusMessage;
   let resolve;
   let reject;
@@ -49,85 +60,101 @@ export function capture(res, limit) {
     over = true;
     // As Node's first write does: the head, through whatever wraps `writeHead`.
     if (!headWritten) res.writeHead(res.statusCode);
+    // The head goes out as it is now: status and headers set later go nowhere, as once Node
+    // has sent a head. Until the app's end, the head counts as sent, so that an error
+    // handler takes its "already sent" path (Express's closes the connection, as without
+    // idem) instead of writing an answer of its own into this one.
+    head = { status: res.statusCode, message: res.statusMessage, fields: Object.entries(res.getHeaders()) };
+    Object.defineProperty(res, "headersSent", { configurable: true, get: () => !finished });
     resolve({ status: res.statusCode, headers: [], passThrough: true });
   };
-  res.writeHead = function writeHead(status, reason, headers) {
-    if (ended) return res;
-    checkStatus(status);
-    res.statusCode = status;
-    if (typeof reason === "string") res.statusMessage = reason;
-    headWritten = true;
-    const list = typeof reason === "object" && reason !== null ? reason : headers;
-    if (Array.isArray(list)) {
-      // A name given twice in the raw list is two fields (two cookies), as Node sends them.
-      const seen = new Set();
-      for (let i = 0; i < list.length; i += 2) {
-        const name = String(list[i]).toLowerCase();
-        if (seen.has(name)) res.appendHeader(list[i], list[i + 1]);
-        else res.setHeader(list[i], list[i + 1]);
-        seen.add(name);
+  const ours = {
+    writeHead(status, reason, headers) {
+      if (mode === PASS) return original.writeHead.call(res, status, reason, headers);
+      if (ended || mode === SEALED) return res;
+      checkStatus(status);
+      res.statusCode = status;
+      if (typeof reason === "string") res.statusMessage = reason;
+      headWritten = true;
+      const list = typeof reason === "object" && reason !== null ? reason : headers;
+      if (Array.isArray(list)) {
+        // A name given twice in the raw list is two fields (two cookies), as Node sends them.
+        const seen = new Set();
+        for (let i = 0; i < list.length; i += 2) {
+          const name = String(list[i]).toLowerCase();
+          if (seen.has(name)) res.appendHeader(list[i], list[i + 1]);
+          else res.setHeader(list[i], list[i + 1]);
+          seen.add(name);
+        }
+      } else if (list) {
+        for (const [name, value] of Object.entries(list)) res.setHeader(name, value);
       }
-    } else if (list) {
-      for (const [name, value] of Object.entries(list)) res.setHeader(name, value);
-    }
-    return res;
-  };
-  res.write = function write(chunk, encoding, callback) {
-    if (!ended && !finished && chunk != null) hold(bytes(chunk, encoding));
-    later(encoding, callback);
-    if (!over || finished) return true;
-    waiting = true;
-    return false;
-  };
-  res.end = function end(chunk, encoding, callback) {
-    if (ended || finished) {
+      return res;
+    },
+    write(chunk, encoding, callback) {
+      if (mode === PASS) return original.write.call(res, chunk, encoding, callback);
+      if (!ended && !finished && mode === HOLD && chunk != null) hold(bytes(chunk, encoding));
+      later(encoding, callback);
+      if (!over || finished || mode === SEALED) return true;
+      waiting = true;
+      return false;
+    },
+    end(chunk, encoding, callback) {
+      if (mode === PASS) return original.end.call(res, chunk, encoding, callback);
+      if (ended || finished || mode === SEALED) {
+        later(chunk, encoding, callback);
+        return res;
+      }
+      // As Node's end does: the head first, through whatever wraps `writeHead` (on-headers:
+      // a session's cookie, a response time), then the body.
+      if (!headWritten) res.writeHead(res.statusCode);
+      if (chunk != null && typeof chunk !== "function") hold(bytes(chunk, encoding));
       later(chunk, encoding, callback);
+      if (over) {
+        finished = true;
+        return res;
+      }
+      ended = true;
+      const headers = [];
+      for (const [name, value] of Object.entries(res.getHeaders())) {
+        for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
+      }
+      statusMessage = res.statusMessage;
+      clearHeaders(res);
+      const body = Buffer.concat(chunks);
+      resolve({ status: res.statusCode, headers, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
       return res;
-    }
-    // As Node's end does: the head first, through whatever wraps `writeHead` (on-headers:
-    // a session's cookie, a response time), then the body.
-    if (!headWritten) res.writeHead(res.statusCode);
-    if (chunk != null && typeof chunk !== "function") hold(bytes(chunk, encoding));
-    later(chunk, encoding, callback);
-    if (over) {
-      finished = true;
-      return res;
-    }
-    ended = true;
-    const headers = [];
-    for (const [name, value] of Object.entries(res.getHeaders())) {
-      for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-    }
-    statusMessage = res.statusMessage;
-    clearHeaders(res);
-    const body = Buffer.concat(chunks);
-    resolve({ status: res.statusCode, headers, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
-    return res;
+    },
+  };
+  Object.assign(res, ours);
+  /** `res`'s own methods back; code that took the ones here (a wrapper mounted after this
+   * one) reaches them through these. */
+  const giveBack = () => {
+    mode = PASS;
+    Object.assign(res, original);
+    if (head !== null) delete res.headersSent;
   };
   let released = false;
   const release = () => {
     if (released) return;
     released = true;
-    Object.assign(res, original);
+    giveBack();
     if (ended) {
       clearHeaders(res);
       res.statusMessage = statusMessage;
     } else if (over) clearHeaders(res);
   };
   const seal = () => {
-    res.writeHead = () => res;
-    res.write = (chunk, encoding, callback) => {
-      later(encoding, callback);
-      return true;
-    };
-    res.end = (chunk, encoding, callback) => {
-      later(chunk, encoding, callback);
-      return res;
-    };
+    mode = SEALED;
+    Object.assign(res, ours);
   };
   const flush = () => {
     released = true;
-    Object.assign(res, original);
+    giveBack();
+    clearHeaders(res);
+    for (const [name, value] of head.fields) res.setHeader(name, value);
+    res.statusCode = head.status;
+    res.statusMessage = head.message;
     let ready = true;
     for (const chunk of chunks.splice(0)) ready = res.write(chunk);
     if (finished) res.end();
@@ -136,6 +163,11 @@ export function capture(res, limit) {
   };
   return { answer, release, seal, flush };
 }
+
+/** What the capture's methods do: hold, pass to `res`'s own, or nothing. */
+const HOLD = 0;
+const PASS = 1;
+const SEALED = 2;
 
 /** The bytes of a chunk the app writes, or Node's own error for one it would refuse. */
 function bytes(chunk, encoding) {

@@ -27,6 +27,7 @@ async function withApp(routes, check, options = {}) {
   routes(app, state);
   app.use((err, req, res, next) => {
     state.errors.push(err);
+    state.headersSent = res.headersSent;
     if (res.headersSent) return next(err);
     res.status(500).json({ error: err.message });
   });
@@ -240,6 +241,79 @@ test("a body longer than the store keeps goes out whole as the app writes it, an
       }
       assert.equal(state.runs, 2, "neither runs again");
       assert.deepEqual(state.errors, []);
+    },
+    { maxResponseBytes: 1_000 },
+  );
+});
+
+test("past the store's limit the head is the app's as it was then: an error after the answer leaves it whole, one before its end takes the path of a head already sent (IDEM-STORE-5)", async () => {
+  await withApp(
+    (app, state) => {
+      app.post("/api/answered", (req, res) => {
+        state.runs++;
+        res.status(201).send(Buffer.alloc(5_000, "y"));
+        throw new Error("after the answer");
+      });
+      app.post("/api/unfinished", (req, res) => {
+        state.runs++;
+        res.status(200).type("text/plain");
+        res.write(Buffer.alloc(5_000, "z"));
+        throw new Error("before the end");
+      });
+    },
+    async (url, state) => {
+      const k = key();
+      const first = await post(url, k, "/api/answered");
+      assert.equal(first.status, 201, "the error handler's 500 is not the head");
+      assert.equal(first.headers.get("content-length"), "5000");
+      assert.equal(await first.text(), "y".repeat(5_000));
+      assert.equal(state.headersSent, false, "the answer was whole: the handler could answer, and went nowhere");
+      // Express's final handler closes the connection of an answer whose head went out
+      // before an error, as it does without idem.
+      const broken = await post(url, key(), "/api/unfinished").then((r) => r.text()).then(
+        (text) => ({ text }),
+        (err) => ({ err }),
+      );
+      assert.ok(broken.err !== undefined, `an unfinished answer is cut, not completed: ${broken.text?.length} bytes`);
+      assert.equal(state.headersSent, true, "the head counted as sent");
+      const retry = await post(url, k, "/api/answered");
+      assert.equal(retry.status, 410);
+      assert.equal(state.runs, 2);
+    },
+    { maxResponseBytes: 1_000 },
+  );
+});
+
+test("a wrapper mounted after the adapter that calls the methods it took a tick later still sends the whole answer past the store's limit (IDEM-STORE-5)", async () => {
+  await withApp(
+    (app, state) => {
+      app.use("/api", (req, res, next) => {
+        // As a compressor does: the methods it found (the adapter's), called later.
+        const { write, end } = res;
+        res.write = (chunk, encoding, callback) => {
+          setImmediate(() => write.call(res, chunk, encoding, callback));
+          return true;
+        };
+        res.end = (chunk, encoding, callback) => {
+          setImmediate(() => end.call(res, chunk, encoding, callback));
+          return res;
+        };
+        next();
+      });
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        res.status(201).type("text/plain");
+        for (let i = 0; i < 50; i++) res.write(Buffer.alloc(100, 48 + (i % 10)));
+        res.end();
+      });
+    },
+    async (url, state) => {
+      const first = await post(url, key());
+      assert.equal(first.status, 201);
+      const body = await first.text();
+      assert.equal(body.length, 5_000);
+      assert.equal(body.slice(4_900), "9".repeat(100));
+      assert.equal(state.runs, 1);
     },
     { maxResponseBytes: 1_000 },
   );
