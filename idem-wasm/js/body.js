@@ -140,7 +140,7 @@ export async function readAnswer(next, limit) {
   for (;;) {
     const { done, value } = await next();
     if (done) return { bytes: joined(parts, total) };
-    const chunk = typeof value === "string" ? textEncoder.encode(value) : value;
+    const chunk = answerBytes(value);
     parts.push(chunk);
     total += chunk.byteLength;
     if (total > limit) return { held: parts };
@@ -162,7 +162,7 @@ export function passOn(held, reader) {
         }
         const { done, value } = await reader.read();
         if (done) controller.close();
-        else controller.enqueue(value);
+        else controller.enqueue(answerBytes(value));
       },
       cancel(reason) {
         return reader.cancel(reason);
@@ -170,6 +170,11 @@ export function passOn(held, reader) {
     },
     { highWaterMark: 0 },
   );
+}
+
+/** A chunk of an answer as bytes: text (a Node stream given an encoding) as its UTF-8. */
+function answerBytes(value) {
+  return typeof value === "string" ? textEncoder.encode(value) : value;
 }
 
 /** The chunks read, as one plain Uint8Array (also over a Node Buffer). */

@@ -266,6 +266,26 @@ describe("responses the context builds (IDEM-JS-5)", () => {
     assert.equal((await problem(retry)).type, "urn:idem:problem:response-not-stored");
   });
 
+  test("text chunks of a stream given to respond are its UTF-8 bytes, within the limit and past it (IDEM-STORE-5)", async () => {
+    const text = (n) =>
+      new ReadableStream({
+        start(controller) {
+          for (let i = 0; i < n; i++) controller.enqueue("é".repeat(50));
+          controller.close();
+        },
+      });
+    for (const n of [5, 20]) {
+      const handler = withIdempotency((request) => idempotencyOf(request).respond(text(n), { status: 201 }), {
+        principal: "none",
+        store: new MemoryStore(),
+        maxResponseBytes: 1_000,
+      });
+      const answer = await handler(post({ a: 1 }, `"text-${n}"`));
+      assert.equal(answer.status, 201);
+      assert.equal(await answer.text(), "é".repeat(50 * n), `${n * 100} bytes`);
+    }
+  });
+
   test("a null body status stores no body, and the response is the handler's", async () => {
     const { handler, state } = built((context) => context.respond(null, { status: 204 }));
     const first = await handler(post({ a: 1 }, '"n1"'));
