@@ -8,18 +8,28 @@ import { readAnswer } from "./body.js";
 
 /** A payload on its way out, read up to `limit` bytes (IDEM-STORE-5): `{ body }` with its
  * bytes (a string, a Buffer, a stream that ends within the limit, or nothing), or, for a
- * stream that goes on past it, `{ held, rest }`: the chunks read so far and the stream's
- * iterator, to send on as it is produced. */
+ * stream that goes on past it, `{ held, next, stop }`: the chunks read so far, the read of
+ * the next one, and what ends the stream early (a Node stream destroyed, a web stream
+ * cancelled, at once, even while a read waits). */
 async function readPayload(payload, limit) {
   if (payload == null) return { body: new Uint8Array(0) };
   if (typeof payload === "string") return { body: new Uint8Array(Buffer.from(payload)) };
   if (payload instanceof Uint8Array) return { body: payload };
-  if (typeof payload.pipe === "function" || typeof payload[Symbol.asyncIterator] === "function") {
+  let next;
+  let stop;
+  if (typeof payload.getReader === "function") {
+    const reader = payload.getReader();
+    next = () => reader.read();
+    stop = () => reader.cancel().catch(() => {});
+  } else if (typeof payload.pipe === "function" || typeof payload[Symbol.asyncIterator] === "function") {
     const rest = payload[Symbol.asyncIterator]();
-    const read = await readAnswer(() => rest.next(), limit);
-    return read.bytes === undefined ? { held: read.held, rest } : { body: read.bytes };
+    next = () => rest.next();
+    stop = typeof payload.destroy === "function" ? () => payload.destroy() : () => rest.return?.()?.catch?.(() => {});
+  } else {
+    return { body: new Uint8Array(Buffer.from(String(payload))) };
   }
-  return { body: new Uint8Array(Buffer.from(String(payload))) };
+  const read = await readAnswer(next, limit);
+  return read.bytes === undefined ? { held: read.held, next, stop } : { body: read.bytes };
 }
 
 /** A Fetch `Response` payload as Fastify itself unpacks one when it sends it: its status and
@@ -34,23 +44,29 @@ function fromResponse(reply, payload) {
 }
 
 /** What was held of a payload, then the rest of it as it comes: a stream Fastify pipes to
- * the client, pulling the next chunk when the client has taken the last. */
-function passOn(held, rest) {
-  return Readable.from(
-    (async function* () {
-      try {
-        yield* held.splice(0);
-        for (;;) {
-          const { done, value } = await rest.next();
-          if (done) return;
-          yield value;
-        }
-      } finally {
-        // The client left first: the app's stream ends too.
-        await rest.return?.();
+ * the client, reading the next chunk when the client has taken the last. When it is
+ * destroyed (the client left, even before it was read), the payload is stopped with it. */
+function passOn({ held, next, stop }) {
+  let at = 0;
+  return new Readable({
+    async read() {
+      if (at < held.length) {
+        this.push(held[at]);
+        held[at++] = undefined;
+        return;
       }
-    })(),
-  );
+      try {
+        const { done, value } = await next();
+        this.push(done ? null : value);
+      } catch (err) {
+        this.destroy(err);
+      }
+    },
+    destroy(err, callback) {
+      stop();
+      callback(err);
+    },
+  });
 }
 
 /** Sets the engine's reply (a replay, a refusal, another attempt's outcome) on `reply` and
@@ -91,9 +107,9 @@ export async function answered(capture, reply, payload, idem) {
   const passThrough = read.body === undefined;
   capture.resolve(passThrough ? { status: reply.statusCode, headers, passThrough } : { status: reply.statusCode, headers, body: read.body });
   const answer = await capture.done;
-  if (answer.passThrough) return passOn(read.held, read.rest);
+  if (answer.passThrough) return passOn(read);
   // Another attempt's outcome goes out instead: the app's stream is not read further.
-  if (passThrough) await read.rest.return?.();
+  if (passThrough) read.stop();
   if (answer.executed) return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
   for (const [name] of headers) reply.removeHeader(name);
   return replyWith(reply, answer, idem);

@@ -4,6 +4,7 @@
 // to Fastify's error handling), and the example of docs/frameworks/fastify.md run as written.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { request as httpRequest } from "node:http";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
@@ -77,6 +78,18 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
       },
     });
     return reply.code(200).type("text/plain").send(broken);
+  });
+  app.post("/api/idle", guarded, async (request, reply) => {
+    // 2,000 bytes at once and then nothing more, as an event stream with nothing to say.
+    let pushed = false;
+    state.idle = new Readable({
+      read() {
+        if (pushed) return;
+        pushed = true;
+        this.push(Buffer.alloc(2_000, "i"));
+      },
+    });
+    return reply.code(200).type("text/event-stream").send(state.idle);
   });
   app.post("/api/fetch-response", guarded, async () => {
     state.count++;
@@ -174,6 +187,22 @@ describe("idem/fastify on Fastify 5", () => {
       assert.equal((await retry.json()).type, "urn:idem:problem:response-not-stored");
       assert.equal(state.count, 1);
       await checkEndlessAnswer(small.port, "/api/endless", state);
+      // A stream that waits for something to say is ended when the client leaves, not when
+      // it next says something.
+      const idle = await new Promise((resolve, reject) => {
+        const headers = { "idempotency-key": fresh(), "content-type": "application/json", "x-user": "alice" };
+        const req = httpRequest({ host: "127.0.0.1", port: small.port, path: "/api/idle", method: "POST", headers }, resolve);
+        req.once("error", reject);
+        req.end(ORDER);
+      });
+      assert.equal(idle.statusCode, 200);
+      let got = 0;
+      for await (const chunk of idle) {
+        got += chunk.byteLength;
+        if (got >= 2_000) break;
+      }
+      for (let i = 0; i < 100 && !state.idle.destroyed; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.equal(state.idle.destroyed, true, "the app's stream ends with the response");
     } finally {
       await small.close();
     }
