@@ -6,6 +6,7 @@ use http::{HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either, Full};
 use idem_core::{Plain, Policy, Reply};
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -25,14 +26,19 @@ pub type OuterBody<B> = Either<Full<Bytes>, Either<B, PassOn<B>>>;
 /// layer read of it before it knew, then the rest as the inner service produces it, at the
 /// pace the client reads it.
 pub struct PassOn<B> {
-    held: Option<Bytes>,
+    /// The frames read, each as it came (no copy into one buffer while they are alive), and
+    /// their length.
+    held: VecDeque<Bytes>,
+    held_len: u64,
     rest: Pin<Box<B>>,
 }
 
 impl<B> PassOn<B> {
-    pub(crate) fn new(held: Bytes, rest: Pin<Box<B>>) -> PassOn<B> {
+    pub(crate) fn new(held: Vec<Bytes>, rest: Pin<Box<B>>) -> PassOn<B> {
+        let held_len = held.iter().map(|b| b.len() as u64).sum();
         PassOn {
-            held: Some(held),
+            held: held.into(),
+            held_len,
             rest,
         }
     }
@@ -46,18 +52,19 @@ impl<B: Body<Data = Bytes>> Body for PassOn<B> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        if let Some(held) = self.held.take() {
+        if let Some(held) = self.held.pop_front() {
+            self.held_len -= held.len() as u64;
             return Poll::Ready(Some(Ok(Frame::data(held))));
         }
         self.rest.as_mut().poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.held.is_none() && self.rest.is_end_stream()
+        self.held.is_empty() && self.rest.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held = self.held.as_ref().map_or(0, |b| b.len() as u64);
+        let held = self.held_len;
         let rest = self.rest.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(rest.lower().saturating_add(held));
@@ -93,7 +100,7 @@ pub(crate) async fn read_answer<B: Body<Data = Bytes>>(body: B, max: usize) -> A
             total += data.len();
             held.push(data);
             if total > max {
-                return Answer::Longer(PassOn::new(joined(held, total), body));
+                return Answer::Longer(PassOn::new(held, body));
             }
         }
     }
