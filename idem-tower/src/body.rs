@@ -81,19 +81,24 @@ pub(crate) enum Answer<B> {
     Whole(Bytes),
     /// More than the limit: what was read, and the body to read the rest from.
     Longer(PassOn<B>),
-    /// The body failed.
-    Failed,
+    /// The body failed, with its error.
+    Failed(BoxError),
 }
 
 /// Reads an answer's body, up to `max` bytes (`IDEM-STORE-5`): no more than that is held. A
 /// body of one frame (a `Full`, most handlers' answer) is kept as it came, without a copy.
-pub(crate) async fn read_answer<B: Body<Data = Bytes>>(body: B, max: usize) -> Answer<B> {
+pub(crate) async fn read_answer<B>(body: B, max: usize) -> Answer<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let mut body = Box::pin(body);
     let mut held: Vec<Bytes> = Vec::new();
     let mut total = 0;
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            return Answer::Failed;
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => return Answer::Failed(e.into()),
         };
         // Trailers are not kept, as the stored answer has none.
         if let Ok(data) = frame.into_data() {

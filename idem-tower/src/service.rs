@@ -286,8 +286,9 @@ where
                 Either::Right(Either::Right(rest)),
             ));
         }
-        Answer::Failed => {
+        Answer::Failed(e) => {
             // The response failed half-way: what the client would have seen is unknown.
+            tracing::warn!(error = %e, "idempotency: the response body failed before it was read whole");
             return Ok(match running.finish(Outcome::Unknown(None)).await {
                 Some(r) => reply(&trace, &r),
                 None => {

@@ -372,6 +372,26 @@ impl Drop for Frames {
     }
 }
 
+/// A body of one 100-byte frame, and then an error.
+struct Broken(bool);
+
+impl http_body::Body for Broken {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        if self.0 {
+            return std::task::Poll::Ready(Some(Err(std::io::Error::other("the source broke"))));
+        }
+        self.0 = true;
+        let frame = http_body::Frame::data(bytes::Bytes::from(vec![b'b'; 100]));
+        std::task::Poll::Ready(Some(Ok(frame)))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_answer_longer_than_the_store_keeps_goes_out_as_it_comes_and_is_kept_as_not_stored() {
     // IDEM-STORE-5: the layer holds at most the limit; the rest goes at the client's pace.
@@ -406,6 +426,16 @@ async fn an_answer_longer_than_the_store_keeps_goes_out_as_it_comes_and_is_kept_
     let app = Router::new()
         .route("/long", post(frames(Some(50))))
         .route("/endless", post(frames(None)))
+        .route("/broken", {
+            let runs = Arc::clone(&runs);
+            post(move || async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                axum::http::Response::builder()
+                    .status(201)
+                    .body(axum::body::Body::new(Broken(false)))
+                    .expect("a response")
+            })
+        })
         .layer(layer);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let port = listener.local_addr().expect("an address").port();
@@ -430,6 +460,18 @@ async fn an_answer_longer_than_the_store_keeps_goes_out_as_it_comes_and_is_kept_
     assert_eq!(retry.status, 410);
     assert_eq!(retry.problem_type(), "urn:idem:problem:response-not-stored");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "never runs again");
+
+    // A body that fails within the limit: nothing is stored, the client gets a 500 problem,
+    // and the retry runs again (IDEM-OUT-3).
+    let key = fresh();
+    let head = format!("idempotency-key: {key}");
+    let broken = || request("POST", "/broken", &[head.as_str()], b"{}");
+    let first = exchange(port, &broken()).await;
+    assert_eq!(first.status, 500);
+    let retry = exchange(port, &broken()).await;
+    assert_eq!(retry.status, 500);
+    assert_eq!(retry.header("idempotent-replayed"), None);
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "the retry runs again");
 
     // An answer that never ends: its head comes, and the body is made as the client reads.
     let key = fresh();
