@@ -26,19 +26,15 @@ pub type OuterBody<B> = Either<Full<Bytes>, Either<B, PassOn<B>>>;
 /// layer read of it before it knew, then the rest as the inner service produces it, at the
 /// pace the client reads it.
 pub struct PassOn<B> {
-    /// The frames read, each as it came (no copy into one buffer while they are alive), and
-    /// their length.
+    /// The frames read, each as it came (no copy into one buffer while they are alive).
     held: VecDeque<Bytes>,
-    held_len: u64,
     rest: Pin<Box<B>>,
 }
 
 impl<B> PassOn<B> {
     pub(crate) fn new(held: Vec<Bytes>, rest: Pin<Box<B>>) -> PassOn<B> {
-        let held_len = held.iter().map(|b| b.len() as u64).sum();
         PassOn {
             held: held.into(),
-            held_len,
             rest,
         }
     }
@@ -53,7 +49,6 @@ impl<B: Body<Data = Bytes>> Body for PassOn<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         if let Some(held) = self.held.pop_front() {
-            self.held_len -= held.len() as u64;
             return Poll::Ready(Some(Ok(Frame::data(held))));
         }
         self.rest.as_mut().poll_frame(cx)
@@ -64,7 +59,7 @@ impl<B: Body<Data = Bytes>> Body for PassOn<B> {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held = self.held_len;
+        let held = self.held.iter().map(|b| b.len() as u64).sum();
         let rest = self.rest.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(rest.lower().saturating_add(held));
