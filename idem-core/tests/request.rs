@@ -370,6 +370,37 @@ fn a_heartbeat_on_its_way_when_the_handler_returns_never_fences_out_the_completi
 }
 
 #[test]
+fn the_answer_is_due_by_the_end_of_the_lease_as_heartbeats_extend_it() {
+    // IDEM-OUT-7
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let mut waiters = Waiters::default();
+    let mut req = request(&policy, "k", "{}", 1);
+    assert_eq!(req.answer_due(), None, "no lease before the claim");
+    let Step::Run(ctx) = drive(&mut req, &mut store, T0) else {
+        panic!("the claim");
+    };
+    assert_eq!(ctx.lease_expires, at(5_000));
+    assert_eq!(req.answer_due(), Some(at(5_000)));
+    req.heartbeat(at(4_000)).unwrap();
+    let Step::Apply(extension) = req.poll(at(4_000), &mut waiters) else {
+        panic!("the heartbeat's write");
+    };
+    assert_eq!(req.answer_due(), Some(at(5_000)), "not until it is written");
+    assert_eq!(store.apply(at(4_000), extension).unwrap(), Applied::Applied);
+    req.handle_applied(at(4_000), Applied::Applied, &mut waiters);
+    assert_eq!(req.answer_due(), Some(at(9_000)), "extended by one lease");
+    // An answer let go at its due time is an unknown outcome; nothing more is due.
+    req.handle_outcome(Outcome::Unknown(None));
+    assert_eq!(req.answer_due(), None);
+    assert_eq!(
+        drive(&mut req, &mut store, at(9_000)),
+        Step::Done(Finish::OutcomeUnknown)
+    );
+    assert_eq!(req.answer_due(), None);
+}
+
+#[test]
 fn a_heartbeat_whose_answer_was_lost_does_not_fence_out_its_own_completion() {
     // IDEM-LEASE-4
     let policy = policy();

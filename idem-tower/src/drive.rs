@@ -238,6 +238,29 @@ where
         }
     }
 
+    /// Awaits `work` (the read of the handler's answer) no longer than the attempt's lease,
+    /// as its heartbeats extend it (`IDEM-OUT-7`): `None` when the lease ended first, `work`
+    /// then dropped.
+    pub(crate) async fn within_lease<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        let mut work = std::pin::pin!(work);
+        let mut due = self.answer_due().await?;
+        loop {
+            let left = std::time::Duration::from_millis(UnixMillis::now().until(due));
+            if let Ok(done) = tokio::time::timeout(left, &mut work).await {
+                return Some(done);
+            }
+            // A heartbeat may have moved the lease on while this one slept.
+            match self.answer_due().await {
+                Some(later) if later > due => due = later,
+                _ => return None,
+            }
+        }
+    }
+
+    async fn answer_due(&self) -> Option<UnixMillis> {
+        self.machine.lock().await.as_ref()?.answer_due()
+    }
+
     /// Records the handler's outcome (`IDEM-OUT-5`) and ends the request. Returns the answer
     /// to send instead of the handler's when its lease was taken over (`IDEM-LEASE-5`).
     pub(crate) async fn finish(&self, outcome: Outcome) -> Option<Reply> {

@@ -271,7 +271,20 @@ where
         }
     };
     let (head, body) = answered.into_parts();
-    let bytes = match read_answer(body, shared.policy.max_response_bytes()).await {
+    let read = running.within_lease(read_answer(body, shared.policy.max_response_bytes()));
+    let Some(answer) = read.await else {
+        // The body neither ended nor passed the limit within the lease: it is let go, and
+        // what the client would have seen is unknown (IDEM-OUT-7).
+        tracing::warn!("idempotency: the response body was not read whole before the lease ended");
+        return Ok(match running.finish(Outcome::Unknown(None)).await {
+            Some(r) => reply(&trace, &r),
+            None => {
+                trace.answered(None, 500);
+                internal("the response body was not read whole before the lease ended")
+            }
+        });
+    };
+    let bytes = match answer {
         Answer::Whole(bytes) => bytes,
         Answer::Longer(rest) => {
             // Longer than the store keeps: recorded so, then sent on as it comes, once the

@@ -1,7 +1,8 @@
 //! The layer on a real axum app over loopback HTTP: execution once, replays, racing
 //! duplicates over separate connections, mismatches, pass-through, the handler's context,
 //! the required principal, and bad input (IDEM-KEY-1, IDEM-KEY-3, IDEM-KEY-5, IDEM-KEY-6,
-//! IDEM-FP-6, IDEM-LIMIT-1, IDEM-SCOPE-3): problem+json, nothing executed.
+//! IDEM-FP-6, IDEM-LIMIT-1, IDEM-SCOPE-3): problem+json, nothing executed; answers past the
+//! store's limit (IDEM-STORE-5) and answers that stall past the lease (IDEM-OUT-7).
 
 use axum::extract::MatchedPath;
 use axum::routing::{get, post};
@@ -518,4 +519,168 @@ async fn an_answer_longer_than_the_store_keeps_goes_out_as_it_comes_and_is_kept_
         closed.load(Ordering::SeqCst),
         "the body is dropped when the client leaves"
     );
+}
+
+/// A body of one 100-byte frame, then nothing until `gate` opens (never, for `None`): then
+/// one frame more and the end. `dropped` is set when the body is dropped.
+struct Gated {
+    first: bool,
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    done: bool,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Gated {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        if !self.first {
+            self.first = true;
+            return Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from(
+                vec![b'a'; 100],
+            )))));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let Some(gate) = self.gate.as_mut() else {
+            return Poll::Pending;
+        };
+        match std::future::Future::poll(std::pin::Pin::new(gate), cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(_) => {
+                self.done = true;
+                Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from(
+                    vec![b'b'; 100],
+                )))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_that_stalls_is_let_go_when_its_lease_ends() {
+    // IDEM-OUT-7: the answer is read no longer than the lease, as heartbeats extend it.
+    let lease = Duration::from_millis(1_000);
+    let engine = Engine::new(idem_core::Config {
+        lease,
+        ..idem_core::Config::default()
+    })
+    .expect("valid times");
+    let layer = IdempotencyLayer::builder(MemoryStore::default())
+        .policy(Policy::new(engine))
+        .principal(|_| Some("alice".to_owned()))
+        .build()
+        .expect("a principal");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let app = Router::new()
+        .route("/stalls", {
+            let (runs, dropped) = (Arc::clone(&runs), Arc::clone(&dropped));
+            post(move || async move {
+                // The first run's body stalls; the retry's answers.
+                if runs.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return axum::http::Response::builder()
+                        .status(201)
+                        .body(axum::body::Body::from("second"))
+                        .expect("a response");
+                }
+                let body = Gated {
+                    first: false,
+                    gate: None,
+                    done: false,
+                    dropped,
+                };
+                axum::http::Response::builder()
+                    .status(201)
+                    .body(axum::body::Body::new(body))
+                    .expect("a response")
+            })
+        })
+        .route("/beats", {
+            let runs = Arc::clone(&runs);
+            post(
+                move |Extension(ctx): Extension<IdempotencyContext>| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    // The body ends past the lease the claim gave, within the one a heartbeat
+                    // gave.
+                    let (open, gate) = tokio::sync::oneshot::channel();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(lease * 6 / 10).await;
+                        ctx.extend().await.expect("the heartbeat");
+                        tokio::time::sleep(lease * 6 / 10).await;
+                        let _ = open.send(());
+                    });
+                    let body = Gated {
+                        first: false,
+                        gate: Some(gate),
+                        done: false,
+                        dropped: Arc::default(),
+                    };
+                    axum::http::Response::builder()
+                        .status(201)
+                        .body(axum::body::Body::new(body))
+                        .expect("a response")
+                },
+            )
+        })
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("the server");
+    });
+    let _stop = App {
+        port,
+        runs: Arc::clone(&runs),
+        task: server,
+    };
+
+    let key = fresh();
+    let head = format!("idempotency-key: {key}");
+    let stalls = || request("POST", "/stalls", &[head.as_str()], b"{}");
+    let since = std::time::Instant::now();
+    let first = tokio::time::timeout(Duration::from_secs(20), exchange(port, &stalls()))
+        .await
+        .expect("an answer once the lease ends: the stalled body held the attempt");
+    assert!(since.elapsed() >= lease, "not before the lease ends");
+    assert_eq!(first.status, 500);
+    assert_eq!(
+        first.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the stalled body is dropped"
+    );
+    // The outcome is unknown: under the default policy, the retry runs again.
+    let retry = exchange(port, &stalls()).await;
+    assert_eq!((retry.status, retry.body.as_str()), (201, "second"));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    let key = fresh();
+    let head = format!("idempotency-key: {key}");
+    let beats = || request("POST", "/beats", &[head.as_str()], b"{}");
+    let first = exchange(port, &beats()).await;
+    let whole = format!("{}{}", "a".repeat(100), "b".repeat(100));
+    assert_eq!((first.status, first.body.as_str()), (201, whole.as_str()));
+    let retry = exchange(port, &beats()).await;
+    assert_eq!((retry.status, retry.body.as_str()), (201, whole.as_str()));
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "stored, and replayed");
 }

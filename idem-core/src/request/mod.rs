@@ -326,6 +326,19 @@ impl Request {
         }
     }
 
+    /// Until when the host reads the handler's answer (`IDEM-OUT-7`): the end of the lease,
+    /// as the heartbeats have extended it so far; `None` once the handler's outcome is in
+    /// hand or no lease is held. A body that has neither ended nor passed the store's limit
+    /// by then is let go, and the outcome recorded as [`Outcome::Unknown`], so that a body
+    /// that stalls never holds the key past its lease. Ask again when it passes: a heartbeat
+    /// may have moved it.
+    pub fn answer_due(&self) -> Option<UnixMillis> {
+        match &self.state {
+            State::Holding(h) if h.outcome.is_none() => Some(h.hold.expires()),
+            _ => None,
+        }
+    }
+
     /// The lease held, while the handler runs.
     pub fn hold(&self) -> Option<Hold> {
         match &self.state {
