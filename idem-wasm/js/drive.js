@@ -125,6 +125,7 @@ export class Driver {
           request,
           (ran, status, headers, body) => this.#finish(request, ran, status, headers, body),
           (context) => this.#extend(request, context),
+          this.#now,
         );
         return await (request.trace === null ? execute(context) : request.trace.run(() => execute(context)));
       }
@@ -315,7 +316,8 @@ class RunContext {
   #engine;
   #request;
   #finish;
-  constructor(engine, request, finish, extend) {
+  #now;
+  constructor(engine, request, finish, extend, now) {
     // One call for the four, not one each.
     const { key, recovered, fence, leaseExpires, high, low } = takeContext(engine, request.slot);
     this.key = key;
@@ -329,6 +331,13 @@ class RunContext {
     this.#engine = engine;
     this.#request = request;
     this.#finish = finish;
+    this.#now = now;
+  }
+
+  /** The milliseconds left of the lease, on the engine's clock: until when an adapter reads
+   * the handler's answer (IDEM-OUT-7; `withinLease`). */
+  leaseLeft() {
+    return this.leaseExpires - this.#now();
   }
 
   /** Records the handler's outcome (what the adapters call once the handler is done). */

@@ -37,3 +37,41 @@ export function bounded(call, ms, what) {
   });
   return Promise.race([call, late]).finally(() => clearTimeout(timer));
 }
+
+/** The longest delay a timer takes (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
+const MAX_DELAY = 2_147_483_647;
+
+/** `read` (the read of a handler's answer) for no longer than the attempt's lease, as its
+ * heartbeats extend it (IDEM-OUT-7; `left()` is the milliseconds left of it, on the engine's
+ * clock): when the lease ends first, `stop` ends the body, and the promise rejects
+ * (`IDEM-OUT-7`); the host records the outcome as unknown and answers a 500 problem. */
+export function withinLease(read, left, stop) {
+  return new Promise((resolve, reject) => {
+    let timer;
+    // Never at once: a body already at hand is read even when the lease ended first.
+    const arm = (ms) => {
+      timer = setTimeout(check, Math.min(Math.max(ms, 0), MAX_DELAY));
+    };
+    const check = () => {
+      // A heartbeat may have moved the lease on meanwhile.
+      const ms = left();
+      if (ms > 0) return arm(ms);
+      stop();
+      reject(rangeError("IDEM-OUT-7", STALLED));
+    };
+    arm(left());
+    read.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
+  });
+}
+
+/** The detail of the 500 problem an attempt's caller gets when its answer stalled. */
+export const STALLED = "the response body was not read whole before the lease ended";

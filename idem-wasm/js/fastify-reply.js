@@ -5,13 +5,17 @@
 import { Readable } from "node:stream";
 import { isFraming, replyFields } from "./adapter.js";
 import { readAnswer } from "./body.js";
+import { plainProblem } from "idem";
+import { STALLED, withinLease } from "./errors.js";
 
 /** A payload on its way out, read up to `limit` bytes (IDEM-STORE-5): `{ body }` with its
  * bytes (a string, a Buffer, a stream that ends within the limit, or nothing), or, for a
  * stream that goes on past it, `{ held, next, stop }`: the chunks read so far, the read of
  * the next one, and what ends the stream early (a Node stream destroyed, a web stream
- * cancelled, at once, even while a read waits). */
-async function readPayload(payload, limit) {
+ * cancelled, at once, even while a read waits). A stream that neither ends nor passes the
+ * limit before the lease ends (`left()`: the milliseconds left of it) is stopped, and the
+ * read rejects (IDEM-OUT-7). */
+async function readPayload(payload, limit, left) {
   if (payload == null) return { body: new Uint8Array(0) };
   if (typeof payload === "string") return { body: new Uint8Array(Buffer.from(payload)) };
   if (payload instanceof Uint8Array) return { body: payload };
@@ -28,7 +32,8 @@ async function readPayload(payload, limit) {
   } else {
     return { body: new Uint8Array(Buffer.from(String(payload))) };
   }
-  const read = await readAnswer(next, limit);
+  // No longer than the lease, as heartbeats extend it (IDEM-OUT-7).
+  const read = await withinLease(readAnswer(next, limit), left, stop);
   return read.bytes === undefined ? { held: read.held, next, stop } : { body: read.bytes };
 }
 
@@ -90,14 +95,21 @@ export async function replyWith(reply, answer, idem) {
 export async function answered(capture, reply, payload, idem) {
   let read;
   try {
-    read = await readPayload(fromResponse(reply, payload), idem.maxResponseBytes);
+    read = await readPayload(fromResponse(reply, payload), idem.maxResponseBytes, capture.left);
   } catch (err) {
-    // The answer failed before it was read whole (its stream broke, its body was used):
-    // the engine records that the handler threw, as it does for Express, and only then does
-    // Fastify's error handling answer.
+    // The answer failed before it was read whole (its stream broke, its body was used, it
+    // stalled past the lease): the engine records that the handler threw, as it does for
+    // Express, and only then does Fastify's error handling answer, or for a stall the core's
+    // 500 problem (IDEM-OUT-7).
     capture.reject(err);
     await capture.done.catch(() => {});
-    throw err;
+    if (err?.code !== "IDEM-OUT-7") throw err;
+    // The core's about:blank 500, in place of the app's head.
+    const problem = plainProblem(500, STALLED);
+    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+    reply.code(500);
+    for (const [name, value] of problem.headers) reply.header(name, value);
+    return Buffer.from(await problem.arrayBuffer());
   }
   const headers = [];
   for (const [name, value] of Object.entries(reply.getHeaders())) {

@@ -64,7 +64,7 @@ export function idempotency(fastify, options, done) {
       return reply;
     }
     request.rawBody = body;
-    const capture = { answer: null, resolve: null, reject: null, done: null };
+    const capture = { answer: null, resolve: null, reject: null, done: null, left: null };
     capture.answer = new Promise((resolve, reject) => {
       capture.resolve = resolve;
       capture.reject = reject;
@@ -85,6 +85,7 @@ export function idempotency(fastify, options, done) {
       },
       (context) => {
         request.idempotency = context;
+        capture.left = () => context.leaseLeft();
         request[CAPTURE] = capture;
         return capture.answer;
       },

@@ -147,7 +147,7 @@ class Binding {
     if (!idem.protects(req.method, key !== null)) return RUN;
     const intake = req[INTAKE];
     if (intake === undefined) throw bodyTakenError();
-    const held = { node: null, fastify: { resolve: null, reject: null, done: null } };
+    const held = { node: null, fastify: { resolve: null, reject: null, done: null, left: null } };
     const begun = await begin(
       idem,
       {
@@ -163,6 +163,7 @@ class Binding {
       },
       (context) => {
         req.idempotency = context;
+        held.fastify.left = () => context.leaseLeft();
         let answer;
         if (this.fastify) {
           answer = new Promise((resolve, reject) => {

@@ -79,6 +79,19 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
     });
     return reply.code(200).type("text/plain").send(broken);
   });
+  app.post("/api/stalls", guarded, async (request, reply) => {
+    // The first run's stream says one thing and then nothing, never ending; a retry answers.
+    if (++state.count > 1) return reply.code(201).type("text/plain").send("second");
+    let pushed = false;
+    state.stalled = new Readable({
+      read() {
+        if (pushed) return;
+        pushed = true;
+        this.push(Buffer.from("partial "));
+      },
+    });
+    return reply.code(201).header("x-order-id", "1").type("text/plain").send(state.stalled);
+  });
   app.post("/api/idle", guarded, async (request, reply) => {
     // 2,000 bytes at once and then nothing more, as an event stream with nothing to say.
     let pushed = false;
@@ -156,6 +169,29 @@ describe("idem/fastify on Fastify 5", () => {
     assert.equal(retry.status, 500);
     assert.equal(retry.headers.get("idempotent-replayed"), null);
     assert.equal(running.state.count - before, 2);
+  });
+
+  test("an answer stream that stalls is let go when the lease ends: the core's 500 problem, the stream destroyed, and the retry runs again (IDEM-OUT-7)", async () => {
+    const short = await startApp({ lease: 1_000 });
+    try {
+      const key = fresh();
+      const since = Date.now();
+      const first = await post(short.url, { key, path: "/api/stalls" });
+      assert.ok(Date.now() - since >= 1_000, "not before the lease ends");
+      assert.equal(first.status, 500);
+      assert.equal(first.headers.get("content-type"), "application/problem+json");
+      assert.equal(first.headers.get("x-order-id"), null, "none of the app's head");
+      const problem = await first.json();
+      assert.equal(problem.type, "about:blank");
+      assert.equal(problem.detail, "the response body was not read whole before the lease ended");
+      assert.equal(short.state.stalled.destroyed, true);
+      const retry = await post(short.url, { key, path: "/api/stalls" });
+      assert.equal(retry.status, 201);
+      assert.equal(await retry.text(), "second");
+      assert.equal(short.state.count, 2);
+    } finally {
+      await short.close();
+    }
   });
 
   test("a Fetch Response the handler returns is the answer: its status, headers and body are stored and replayed", async () => {

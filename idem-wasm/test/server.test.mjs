@@ -266,6 +266,72 @@ describe("responses the context builds (IDEM-JS-5)", () => {
     assert.equal((await problem(retry)).type, "urn:idem:problem:response-not-stored");
   });
 
+  test("an answer that stalls is let go when the lease ends, as heartbeats extend it: a 500 problem, and the retry runs again (IDEM-OUT-7)", async () => {
+    const runs = [];
+    let cancelled = 0;
+    // One chunk, then nothing: never ends.
+    const stalling = () =>
+      new ReadableStream({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode("partial "));
+        },
+        cancel() {
+          cancelled++;
+        },
+      });
+    const handler = withIdempotency(
+      async (request) => {
+        const context = idempotencyOf(request);
+        runs.push(context.recovered);
+        const how = new URL(request.url).searchParams.get("how");
+        if (runs.length > 2) return new Response("answered");
+        // Given to respond (read chunk by chunk), or a Response of its own (read whole).
+        return how === "respond" ? context.respond(stalling(), { status: 201 }) : new Response(stalling(), { status: 201 });
+      },
+      { principal: "none", store: new MemoryStore(), lease: 300 },
+    );
+    const at = (how, key) =>
+      new Request(`${URL_ORDERS}?how=${how}`, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": key }, body: '{"a":1}' });
+    for (const how of ["respond", "response"]) {
+      const since = Date.now();
+      const first = await handler(at(how, `"stall-${how}"`));
+      assert.ok(Date.now() - since >= 300, `${how}: not before the lease ends`);
+      assert.equal(first.status, 500, how);
+      const body = await problem(first);
+      assert.equal(body.type, "about:blank");
+      assert.equal(body.detail, "the response body was not read whole before the lease ended");
+    }
+    assert.equal(cancelled, 1, "the stream given to respond is cancelled");
+    // The outcome is unknown: the retry runs again, as a recovery.
+    const retry = await handler(at("respond", '"stall-respond"'));
+    assert.equal(await retry.text(), "answered");
+    assert.deepEqual(runs, [false, false, true]);
+
+    // A body that ends past the claim's lease, within the one a heartbeat gave: stored.
+    const beating = withIdempotency(
+      async (request) => {
+        const context = idempotencyOf(request);
+        const body = new ReadableStream({
+          async start(controller) {
+            await new Promise((resolve) => setTimeout(resolve, 200));
+            await context.extend();
+            await new Promise((resolve) => setTimeout(resolve, 200));
+            controller.enqueue(new TextEncoder().encode("late"));
+            controller.close();
+          },
+        });
+        return context.respond(body, { status: 201 });
+      },
+      { principal: "none", store: new MemoryStore(), lease: 300 },
+    );
+    const first = await beating(post({ a: 1 }, '"beats"'));
+    assert.equal(first.status, 201);
+    assert.equal(await first.text(), "late");
+    const replay = await beating(post({ a: 1 }, '"beats"'));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    assert.equal(await replay.text(), "late");
+  });
+
   test("text chunks of a stream given to respond are its UTF-8 bytes, within the limit and past it (IDEM-STORE-5)", async () => {
     const text = (n) =>
       new ReadableStream({
