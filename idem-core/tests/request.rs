@@ -777,6 +777,22 @@ fn a_response_streamed_past_the_limit_is_held_with_a_problem_by_its_status() {
     assert!(matches!(drive(&mut busy, &mut store, T0), Step::Done(_)));
     let mut again = request(&policy, "r", "{}", 4);
     assert!(matches!(drive(&mut again, &mut store, at(1)), Step::Run(_)));
+
+    // An answer with trailer fields, however short, is not kept either, and says why.
+    let mut trailed = request(&policy, "t", "{}", 5);
+    assert!(matches!(drive(&mut trailed, &mut store, T0), Step::Run(_)));
+    trailed.handle_with_trailers(200);
+    assert_eq!(
+        drive(&mut trailed, &mut store, T0),
+        Step::Done(Finish::Stored)
+    );
+    let mut retry = request(&policy, "t", "{}", 6);
+    assert_eq!(drive(&mut retry, &mut store, at(1)), Step::Reply);
+    let reply = retry.reply().unwrap();
+    assert_eq!(reply.status(), 410);
+    let body: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+    assert_eq!(body["type"], "urn:idem:problem:response-not-stored");
+    assert!(body["detail"].as_str().unwrap().contains("trailer fields"));
 }
 
 /// An asynchronous store over a shared MemoryStore whose every call yields once before it

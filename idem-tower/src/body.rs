@@ -22,21 +22,18 @@ pub type InnerBody<B> = Either<Full<Bytes>, B>;
 /// longer than the store keeps, what the layer read of it and then the rest ([`PassOn`]).
 pub type OuterBody<B> = Either<Full<Bytes>, Either<B, PassOn<B>>>;
 
-/// The body of a guarded answer longer than the store keeps (`IDEM-STORE-5`): the bytes the
-/// layer read of it before it knew, then the rest as the inner service produces it, at the
-/// pace the client reads it.
+/// The body of a guarded answer the store does not keep (`IDEM-STORE-5`: longer than it
+/// keeps, or ending with trailers): the frames the layer read of it before it knew, then the
+/// rest as the inner service produces it, at the pace the client reads it.
 pub struct PassOn<B> {
     /// The frames read, each as it came (no copy into one buffer while they are alive).
-    held: VecDeque<Bytes>,
+    held: VecDeque<Frame<Bytes>>,
     rest: Pin<Box<B>>,
 }
 
 impl<B> PassOn<B> {
-    pub(crate) fn new(held: Vec<Bytes>, rest: Pin<Box<B>>) -> PassOn<B> {
-        PassOn {
-            held: held.into(),
-            rest,
-        }
+    pub(crate) fn new(held: VecDeque<Frame<Bytes>>, rest: Pin<Box<B>>) -> PassOn<B> {
+        PassOn { held, rest }
     }
 }
 
@@ -49,7 +46,7 @@ impl<B: Body<Data = Bytes>> Body for PassOn<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         if let Some(held) = self.held.pop_front() {
-            return Poll::Ready(Some(Ok(Frame::data(held))));
+            return Poll::Ready(Some(Ok(held)));
         }
         self.rest.as_mut().poll_frame(cx)
     }
@@ -59,7 +56,12 @@ impl<B: Body<Data = Bytes>> Body for PassOn<B> {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held = self.held.iter().map(|b| b.len() as u64).sum();
+        let held = self
+            .held
+            .iter()
+            .filter_map(Frame::data_ref)
+            .map(|b| b.len() as u64)
+            .sum();
         let rest = self.rest.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(rest.lower().saturating_add(held));
@@ -76,6 +78,9 @@ pub(crate) enum Answer<B> {
     Whole(Bytes),
     /// More than the limit: what was read, and the body to read the rest from.
     Longer(PassOn<B>),
+    /// Within the limit, ending with trailers, which a stored answer does not carry: what
+    /// was read, trailers included, and the body (at its end).
+    Trailed(PassOn<B>),
     /// The body failed, with its error.
     Failed(BoxError),
 }
@@ -90,17 +95,26 @@ where
     let mut body = Box::pin(body);
     let mut held: Vec<Bytes> = Vec::new();
     let mut total = 0;
+    let frames = |held: Vec<Bytes>| held.into_iter().map(Frame::data).collect::<VecDeque<_>>();
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) => return Answer::Failed(e.into()),
         };
-        // Trailers are not kept, as the stored answer has none.
-        if let Ok(data) = frame.into_data() {
-            total += data.len();
-            held.push(data);
-            if total > max {
-                return Answer::Longer(PassOn::new(held, body));
+        match frame.into_data() {
+            Ok(data) => {
+                total += data.len();
+                held.push(data);
+                if total > max {
+                    return Answer::Longer(PassOn::new(frames(held), body));
+                }
+            }
+            Err(other) => {
+                // Trailers (gRPC's status among them) go on to the client; a frame of
+                // another kind is not known to this layer, and is passed on too.
+                let mut held = frames(held);
+                held.push_back(other);
+                return Answer::Trailed(PassOn::new(held, body));
             }
         }
     }

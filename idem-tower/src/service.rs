@@ -284,21 +284,33 @@ where
             }
         });
     };
-    let bytes = match answer {
-        Answer::Whole(bytes) => bytes,
-        Answer::Longer(rest) => {
-            // Longer than the store keeps: recorded so, then sent on as it comes, once the
-            // outcome is written (IDEM-OUT-5), unless another attempt took the lease over.
-            let status = head.status.as_u16();
-            if let Some(r) = running.finish_with(|m| m.handle_oversized(status)).await {
+    let (rest, record): (_, fn(&mut idem_core::Request, u16)) = match answer {
+        Answer::Whole(bytes) => {
+            let stored = StoredResponse {
+                status: head.status.as_u16(),
+                headers: head
+                    .headers
+                    .iter()
+                    .map(|(n, v)| {
+                        (
+                            n.as_str().to_owned(),
+                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                        )
+                    })
+                    .collect(),
+                body: bytes.to_vec(),
+            };
+            // The outcome is written before the response leaves (IDEM-OUT-5); the response
+            // is sent whatever the write came to, unless another attempt took the lease
+            // over: then its caller gets the key's outcome instead (IDEM-LEASE-5).
+            if let Some(r) = running.finish(Outcome::classify(stored)).await {
                 return Ok(reply(&trace, &r));
             }
-            trace.answered(None, status);
-            return Ok(Response::from_parts(
-                head,
-                Either::Right(Either::Right(rest)),
-            ));
+            trace.answered(None, head.status.as_u16());
+            return Ok(Response::from_parts(head, Either::Left(Full::new(bytes))));
         }
+        Answer::Longer(rest) => (rest, idem_core::Request::handle_oversized),
+        Answer::Trailed(rest) => (rest, idem_core::Request::handle_with_trailers),
         Answer::Failed(e) => {
             // The response failed half-way: what the client would have seen is unknown.
             tracing::warn!(error = %e, "idempotency: the response body failed before it was read whole");
@@ -311,26 +323,16 @@ where
             });
         }
     };
-    let stored = StoredResponse {
-        status: head.status.as_u16(),
-        headers: head
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: bytes.to_vec(),
-    };
-    // The outcome is written before the response leaves (IDEM-OUT-5); the response is sent
-    // whatever the write came to, unless another attempt took the lease over: then its
-    // caller gets the key's outcome instead (IDEM-LEASE-5).
-    if let Some(r) = running.finish(Outcome::classify(stored)).await {
+    // Longer than the store keeps, or ending with trailers, which a stored answer does not
+    // carry (IDEM-STORE-5): recorded so, then sent on as it comes, trailers included, once
+    // the outcome is written (IDEM-OUT-5), unless another attempt took the lease over.
+    let status = head.status.as_u16();
+    if let Some(r) = running.finish_with(|m| record(m, status)).await {
         return Ok(reply(&trace, &r));
     }
-    trace.answered(None, head.status.as_u16());
-    Ok(Response::from_parts(head, Either::Left(Full::new(bytes))))
+    trace.answered(None, status);
+    Ok(Response::from_parts(
+        head,
+        Either::Right(Either::Right(rest)),
+    ))
 }

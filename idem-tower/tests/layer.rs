@@ -684,3 +684,86 @@ async fn an_answer_that_stalls_is_let_go_when_its_lease_ends() {
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(runs.load(Ordering::SeqCst), 3, "stored, and replayed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_trailers_goes_out_with_them_and_is_kept_as_not_stored() {
+    // IDEM-STORE-5: a stored answer carries no trailers (gRPC's status is one), so an answer
+    // that ends with them goes out whole and a retry learns it cannot be replayed.
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::builder(MemoryStore::default())
+        .principal(|_| Some("alice".to_owned()))
+        .build()
+        .expect("a principal");
+    let app = Router::new()
+        .route("/call", {
+            let runs = Arc::clone(&runs);
+            post(move || async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                axum::http::Response::builder()
+                    .status(200)
+                    .body(axum::body::Body::new(Trailed(0)))
+                    .expect("a response")
+            })
+        })
+        .layer(layer);
+    let call = || {
+        axum::http::Request::post("/call")
+            .header("idempotency-key", "\"call-1\"")
+            .body(axum::body::Body::from("{}"))
+            .expect("a request")
+    };
+    let first = app.clone().oneshot(call()).await.expect("an answer");
+    assert_eq!(first.status(), 200);
+    let whole = first.into_body().collect().await.expect("the body");
+    assert_eq!(
+        whole.trailers().and_then(|t| t.get("grpc-status")),
+        Some(&axum::http::HeaderValue::from_static("0")),
+        "the trailers reach the client"
+    );
+    assert_eq!(whole.to_bytes(), "reply");
+    let retry = app.oneshot(call()).await.expect("an answer");
+    assert_eq!(retry.status(), 410);
+    let body = retry
+        .into_body()
+        .collect()
+        .await
+        .expect("the body")
+        .to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(problem["type"], "urn:idem:problem:response-not-stored");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("trailer fields")),
+        "{problem}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never runs again");
+}
+
+/// A body of "reply" and then a `grpc-status: 0` trailer, as a gRPC unary answer ends.
+struct Trailed(u8);
+
+impl http_body::Body for Trailed {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0 += 1;
+        std::task::Poll::Ready(match self.0 {
+            1 => Some(Ok(http_body::Frame::data(bytes::Bytes::from_static(
+                b"reply",
+            )))),
+            2 => {
+                let mut trailers = axum::http::HeaderMap::new();
+                trailers.insert("grpc-status", axum::http::HeaderValue::from_static("0"));
+                Some(Ok(http_body::Frame::trailers(trailers)))
+            }
+            _ => None,
+        })
+    }
+}

@@ -133,14 +133,26 @@ pub(super) struct Holding {
     pub(super) rounds: usize,
 }
 
-/// The stored answer for a final response too large to keep (`IDEM-STORE-5`).
-pub(super) fn not_stored(max: usize) -> StoredResponse {
-    let refusal = Refusal::new(
-        Problem::RESPONSE_NOT_STORED,
-        alloc::format!(
+/// Why a final response is not kept (`IDEM-STORE-5`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Unkept {
+    /// Its body is larger than the store keeps.
+    Oversized,
+    /// It ends with trailer fields, which a stored answer does not carry.
+    Trailers,
+}
+
+/// The stored answer for a final response the store does not keep (`IDEM-STORE-5`).
+pub(super) fn not_stored(why: Unkept, max: usize) -> StoredResponse {
+    let detail = match why {
+        Unkept::Oversized => alloc::format!(
             "the request was processed, but its response was larger than the {max} bytes the store keeps, and cannot be replayed"
         ),
-    );
+        Unkept::Trailers => String::from(
+            "the request was processed, but its response carried trailer fields, which the store does not keep, and cannot be replayed",
+        ),
+    };
+    let refusal = Refusal::new(Problem::RESPONSE_NOT_STORED, detail);
     StoredResponse {
         status: refusal.problem.status,
         headers: alloc::vec![(

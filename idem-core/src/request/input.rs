@@ -192,7 +192,7 @@ impl Request {
     /// The handler's outcome (`IDEM-OUT-1` to `IDEM-OUT-4`). A response larger than the
     /// store keeps is replaced by a `response-not-stored` answer (`IDEM-STORE-5`).
     pub fn handle_outcome(&mut self, outcome: Outcome) {
-        self.record_outcome(outcome, false);
+        self.record_outcome(outcome, None);
     }
 
     /// The handler answered with `status` and a body that grew past the
@@ -202,12 +202,25 @@ impl Request {
     /// It is classified by its status as [`Outcome::classify`] does, and what would be
     /// stored is the `response-not-stored` answer.
     pub fn handle_oversized(&mut self, status: u16) {
+        self.record_unkept(status, Unkept::Oversized);
+    }
+
+    /// The handler answered with `status` and a body that ends with trailer fields, which a
+    /// stored answer does not carry (`IDEM-STORE-5`): as for
+    /// [`handle_oversized`](Self::handle_oversized), what would be stored is the
+    /// `response-not-stored` answer, and the host sends the answer on as it is, trailers
+    /// included.
+    pub fn handle_with_trailers(&mut self, status: u16) {
+        self.record_unkept(status, Unkept::Trailers);
+    }
+
+    fn record_unkept(&mut self, status: u16, why: Unkept) {
         let unread = StoredResponse {
             status,
             headers: Vec::new(),
             body: Vec::new(),
         };
-        self.record_outcome(Outcome::classify(unread), true);
+        self.record_outcome(Outcome::classify(unread), Some(why));
     }
 
     /// The largest response body the store keeps: a host that streams a longer one through
@@ -217,7 +230,7 @@ impl Request {
         self.max_response_bytes
     }
 
-    fn record_outcome(&mut self, outcome: Outcome, oversized: bool) {
+    fn record_outcome(&mut self, outcome: Outcome, unkept: Option<Unkept>) {
         let max = self.max_response_bytes;
         let State::Holding(h) = &mut self.state else {
             return;
@@ -226,10 +239,10 @@ impl Request {
             return;
         }
         let keep = |r: StoredResponse| {
-            Arc::new(if oversized || r.size() > max {
-                not_stored(max)
-            } else {
-                r
+            Arc::new(match unkept {
+                Some(why) => not_stored(why, max),
+                None if r.size() > max => not_stored(Unkept::Oversized, max),
+                None => r,
             })
         };
         h.outcome = Some(match outcome {

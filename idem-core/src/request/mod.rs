@@ -43,7 +43,7 @@ mod waiters;
 use crate::engine::SharedOutcome;
 use claim::{Decided, Wait};
 use events::Events;
-use hold::{not_stored, Holding, Op, Purpose};
+use hold::{not_stored, Holding, Op, Purpose, Unkept};
 pub(crate) use policy::principal_digest;
 use policy::Rules;
 use session::Opening;
