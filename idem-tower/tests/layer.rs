@@ -287,6 +287,47 @@ async fn a_body_streamed_past_the_limit_is_refused_with_413() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_upload_is_refused_with_413_and_its_connection_closed() {
+    // IDEM-LIMIT-1: the rest of a refused upload is not read after the answer.
+    let app = start().await;
+    let stream = TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    write
+        .write_all(b"POST /orders/acme HTTP/1.1\r\nhost: x\r\nx-user: alice\r\ncontent-type: text/plain\r\nidempotency-key: \"endless\"\r\ntransfer-encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    // The client sends for as long as the connection takes it.
+    let sending = tokio::spawn(async move {
+        let chunk = format!("400\r\n{}\r\n", "x".repeat(1024));
+        let mut sent = 0usize;
+        while write.write_all(chunk.as_bytes()).await.is_ok() {
+            sent += 1024;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        sent
+    });
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    sending.abort();
+    let head = String::from_utf8_lossy(&seen);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert!(
+        closed.is_ok(),
+        "the server went on reading the upload after its 413"
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_breaks_off_is_refused_with_400_and_nothing_runs() {
     // IDEM-LIMIT-1: a chunked body whose sender stops half-way (its write side closed).
     let app = start().await;

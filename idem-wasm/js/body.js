@@ -31,6 +31,14 @@ export async function readBody(idem, declared, from) {
   return readStream(idem, stream);
 }
 
+/** For a Node request whose body was refused before it was read whole (a 413 on a declared
+ * length, or on a body that went past the limit): its connection closes once the answer is
+ * sent (`Connection: close` on Node's response `res`), so that the rest of the upload,
+ * however long, is not read and dropped after it to keep the connection (IDEM-LIMIT-1). */
+export function closeUnread(req, res) {
+  if (!req.complete) res.setHeader("connection", "close");
+}
+
 /**
  * Reads a Node readable stream while the engine allows its total: the bytes, or the slot of
  * its 413. In paused mode, by its 'readable' events and `read()`, as the stream's async
@@ -42,9 +50,9 @@ export async function readBody(idem, declared, from) {
  *
  * Once the read is over before the end (a refusal, a failure), a later error of the stream
  * is nobody's to handle and is swallowed. The rest of a refused body: the request's own
- * stream drains, as Node drains a request whose response ended first, so that its
- * connection stays usable; any other stream (a decompressor a hook put in front of the
- * request) is destroyed rather than run to its end.
+ * stream drains until its connection closes after the answer (`closeUnread`), so that the
+ * client reads the answer rather than a reset; any other stream (a decompressor a hook put
+ * in front of the request) is destroyed rather than run to its end.
  */
 function readNode(idem, stream) {
   return new Promise((resolve, reject) => {

@@ -11,7 +11,7 @@
 // A body that something mounted before it has already read is refused (IDEM-JS-6).
 import { Idempotency } from "idem";
 import { keepBody } from "./adapter.js";
-import { readBody } from "./body.js";
+import { closeUnread, readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { capture, send } from "./node-response.js";
 
@@ -56,7 +56,10 @@ async function serve(idem, skip, req, res, next, held) {
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();
   const body = await readBody(idem, fields["content-length"], req);
-  if (typeof body === "number") return send(res, await idem.serve(body, (reply) => reply), idem);
+  if (typeof body === "number") {
+    closeUnread(req, res);
+    return send(res, await idem.serve(body, (reply) => reply), idem);
+  }
   keepBody(req, body, fields["content-type"]);
   const reply = await idem.handle(
     {

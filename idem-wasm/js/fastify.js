@@ -15,7 +15,7 @@
 import { Readable } from "node:stream";
 import { Idempotency } from "idem";
 import { begin } from "./adapter.js";
-import { readBody } from "./body.js";
+import { closeUnread, readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { answered, replyWith } from "./fastify-reply.js";
 
@@ -60,6 +60,7 @@ export function idempotency(fastify, options, done) {
     if (!idem.protects(request.method, key !== null)) return payload;
     const body = await readBody(idem, request.headers["content-length"], payload);
     if (typeof body === "number") {
+      closeUnread(request.raw, reply.raw);
       await send(reply, await idem.serve(body, (answer) => answer), idem);
       return reply;
     }

@@ -29,7 +29,7 @@ import { APP_INTERCEPTOR, HttpAdapterHost, Reflector } from "@nestjs/core";
 import { from, mergeMap, of } from "rxjs";
 import { Idempotency, plainProblem } from "idem";
 import { begin, isJson, keepBody } from "./adapter.js";
-import { readBody } from "./body.js";
+import { closeUnread, readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { answerInstead, answered, replyWith } from "./fastify-reply.js";
 import { capture as captureNode, send as sendNode, sendInstead } from "./node-response.js";
@@ -89,7 +89,10 @@ class Binding {
       const key = this.#keyOf(req.headers);
       if (!idem.protects(req.method, key !== null)) return next();
       readBody(idem, req.headers["content-length"], req).then(async (body) => {
-        if (typeof body === "number") return sendNode(res, await idem.serve(body, (answer) => answer), idem);
+        if (typeof body === "number") {
+          closeUnread(req, res);
+          return sendNode(res, await idem.serve(body, (answer) => answer), idem);
+        }
         req[INTAKE] = { body };
         keepBody(req, body, req.headers["content-type"]);
         next();
@@ -104,6 +107,7 @@ class Binding {
       if (!idem.protects(request.method, key !== null)) return payload;
       const body = await readBody(idem, request.headers["content-length"], payload);
       if (typeof body === "number") {
+        closeUnread(request.raw, reply.raw);
         reply.send(await replyWith(reply, await idem.serve(body, (answer) => answer), idem));
         return reply;
       }

@@ -234,6 +234,9 @@ export function adapterChecks(app, { statusQueries = true } = {}) {
     assert.equal(Buffer.byteLength(fits), MAX_BODY);
     const r = await post(app().url, { key, body: fits });
     assert.equal(r.status, 201, await r.text());
+    const before = count();
+    await checkEndlessUpload(app().port);
+    assert.equal(count(), before, "nothing runs");
   });
 
   test("the app's own 400 (an order that is not an object) is stored and replayed without running again", async () => {
@@ -324,4 +327,52 @@ export async function checkEndlessAnswer(port, path, state) {
   response.destroy();
   for (let i = 0; i < 100 && !state.closed; i++) await new Promise((resolve) => setTimeout(resolve, 10));
   assert.equal(state.closed, true);
+}
+
+/** An upload to the guarded `path` of `port` that never ends (1 KiB chunks, chunked): the
+ * answer's head, and whether the server closed the connection within 10 s of it while the
+ * client went on sending (IDEM-LIMIT-1: the rest of a refused upload is not read). */
+export function endlessUpload(port, path = "/api/orders") {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1");
+    let head = null;
+    let sending;
+    let waited;
+    const done = (closed) => {
+      clearInterval(sending);
+      clearTimeout(waited);
+      socket.destroy();
+      if (head === null) reject(new Error("the connection ended before an answer"));
+      else resolve({ head, closed });
+    };
+    let got = "";
+    socket.setTimeout(10_000, () => done(false));
+    socket.on("connect", () => {
+      socket.write(`POST ${path} HTTP/1.1\r\nhost: x\r\nx-user: alice\r\ncontent-type: application/json\r\nidempotency-key: ${fresh()}\r\ntransfer-encoding: chunked\r\n\r\n`);
+      const chunk = `400\r\n${"x".repeat(1024)}\r\n`;
+      sending = setInterval(() => socket.write(chunk), 1);
+    });
+    socket.on("data", (d) => {
+      if (head !== null) return;
+      got += d.toString("latin1");
+      const end = got.indexOf("\r\n\r\n");
+      if (end < 0) return;
+      head = got.slice(0, end);
+      socket.setTimeout(0);
+      waited = setTimeout(() => done(false), 10_000);
+    });
+    // The server's end of the connection, or a reset of the writes after it.
+    socket.on("end", () => done(true));
+    socket.on("error", () => done(true));
+  });
+}
+
+/** `endlessUpload`, checked: 413 problem+json with `Connection: close`, and the connection
+ * closed while the client still sends. */
+export async function checkEndlessUpload(port, path) {
+  const { head, closed } = await endlessUpload(port, path);
+  assert.match(head, /^HTTP\/1\.1 413 /);
+  assert.match(head, /\r\ncontent-type: application\/problem\+json/i);
+  assert.match(head, /\r\nconnection: close/i);
+  assert.equal(closed, true, "the server went on reading the upload after its 413");
 }
