@@ -109,6 +109,8 @@ where
                     return Answer::Longer(PassOn::new(frames(held), body));
                 }
             }
+            // Empty trailers are no trailers.
+            Err(other) if other.trailers_ref().is_some_and(http::HeaderMap::is_empty) => {}
             Err(other) => {
                 // Trailers (gRPC's status among them) go on to the client; a frame of
                 // another kind is not known to this layer, and is passed on too.

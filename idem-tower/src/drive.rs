@@ -13,6 +13,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// What every request of a layer shares.
 pub(crate) struct Shared<St> {
@@ -245,14 +246,16 @@ where
         let mut work = std::pin::pin!(work);
         let mut due = self.answer_due().await?;
         loop {
-            let left = std::time::Duration::from_millis(UnixMillis::now().until(due));
+            let left = Duration::from_millis(UnixMillis::now().until(due));
             if let Ok(done) = tokio::time::timeout(left, &mut work).await {
                 return Some(done);
             }
-            // A heartbeat may have moved the lease on while this one slept.
+            // A heartbeat may have moved the lease on while this one slept (its write done:
+            // the machine is locked while it is out).
             match self.answer_due().await {
                 Some(later) if later > due => due = later,
-                _ => return None,
+                // Once more, for a body that ended while the heartbeat's write was out.
+                _ => return tokio::time::timeout(Duration::ZERO, &mut work).await.ok(),
             }
         }
     }

@@ -334,10 +334,17 @@ class RunContext {
     this.#now = now;
   }
 
-  /** The milliseconds left of the lease, on the engine's clock: until when an adapter reads
-   * the handler's answer (IDEM-OUT-7; `withinLease`). */
+  /** The milliseconds left of the lease, on the engine's clock, as the engine has it (a
+   * heartbeat's write is counted once it is applied, before `extend()` returns): until when
+   * an adapter reads the handler's answer (IDEM-OUT-7; `withinLease`). */
   leaseLeft() {
-    return this.leaseExpires - this.#now();
+    return this.#request.ended ? 0 : this.#engine.leaseExpires(this.#request.slot) - this.#now();
+  }
+
+  /** The store steps of a heartbeat still on their way, or null: once they are done, the
+   * lease may end later than `leaseLeft()` says now (`withinLease`). */
+  leaseSettling() {
+    return this.#request.busy;
   }
 
   /** Records the handler's outcome (what the adapters call once the handler is done). */

@@ -4,6 +4,7 @@
 // built on idem does instead of writing problem bodies by hand.
 import { methodNotAllowedReply, plainReply } from "./idem_wasm.js";
 import { readReply, toResponse } from "./util.js";
+import { STALLED } from "./errors.js";
 
 /**
  * An `about:blank` problem+json Response of `status` (400, 404, 405, 500 or 503), titled with
@@ -12,6 +13,12 @@ import { readReply, toResponse } from "./util.js";
  */
 export function plainProblem(status, detail) {
   return toResponse(readReply(plainReply(status, String(detail ?? ""))));
+}
+
+/** The reply to the caller of an attempt whose answer stalled past its lease (IDEM-OUT-7):
+ * the core's 500 about:blank problem. */
+export function stalledReply() {
+  return readReply(plainReply(500, STALLED));
 }
 
 /** 405, naming the methods the resource takes (`allow`, for example `"POST"`) in `Allow`. */

@@ -42,30 +42,38 @@ export function bounded(call, ms, what) {
 const MAX_DELAY = 2_147_483_647;
 
 /** `read` (the read of a handler's answer) for no longer than the attempt's lease, as its
- * heartbeats extend it (IDEM-OUT-7; `left()` is the milliseconds left of it, on the engine's
- * clock): when the lease ends first, `stop` ends the body, and the promise rejects
- * (`IDEM-OUT-7`); the host records the outcome as unknown and answers a 500 problem. */
-export function withinLease(read, left, stop) {
+ * heartbeats extend it (IDEM-OUT-7). `lease` is the handler's context: `leaseLeft()`, the
+ * milliseconds left of it on the engine's clock, and `leaseSettling()`, a heartbeat's write
+ * still out (or null), which may move it on. When the lease ends first, `stop` ends the body
+ * and the promise rejects (`IDEM-OUT-7`); the host records the outcome as unknown and
+ * answers as `Idempotency#handle` does. */
+export function withinLease(read, lease, stop) {
   return new Promise((resolve, reject) => {
     let timer;
+    let over = false;
     // Never at once: a body already at hand is read even when the lease ended first.
     const arm = (ms) => {
       timer = setTimeout(check, Math.min(Math.max(ms, 0), MAX_DELAY));
     };
     const check = () => {
-      // A heartbeat may have moved the lease on meanwhile.
-      const ms = left();
+      if (over) return;
+      const ms = lease.leaseLeft();
       if (ms > 0) return arm(ms);
+      // A heartbeat on its way may still move the lease on: its answer first.
+      const settling = lease.leaseSettling();
+      if (settling !== null) return void settling.then(check, check);
       stop();
       reject(rangeError("IDEM-OUT-7", STALLED));
     };
-    arm(left());
+    arm(lease.leaseLeft());
     read.then(
       (value) => {
+        over = true;
         clearTimeout(timer);
         resolve(value);
       },
       (err) => {
+        over = true;
         clearTimeout(timer);
         reject(err);
       },

@@ -76,7 +76,7 @@ async function serve(idem, skip, req, res, next, held) {
     },
     (context) => {
       req.idempotency = context;
-      held.capture = capture(res, idem.maxResponseBytes);
+      held.capture = capture(res, idem.maxResponseBytes, context);
       next();
       return held.capture.answer;
     },

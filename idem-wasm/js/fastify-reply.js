@@ -5,17 +5,16 @@
 import { Readable } from "node:stream";
 import { isFraming, replyFields } from "./adapter.js";
 import { readAnswer } from "./body.js";
-import { plainProblem } from "idem";
-import { STALLED, withinLease } from "./errors.js";
+import { withinLease } from "./errors.js";
 
 /** A payload on its way out, read up to `limit` bytes (IDEM-STORE-5): `{ body }` with its
  * bytes (a string, a Buffer, a stream that ends within the limit, or nothing), or, for a
  * stream that goes on past it, `{ held, next, stop }`: the chunks read so far, the read of
  * the next one, and what ends the stream early (a Node stream destroyed, a web stream
  * cancelled, at once, even while a read waits). A stream that neither ends nor passes the
- * limit before the lease ends (`left()`: the milliseconds left of it) is stopped, and the
+ * limit before the lease ends (`context`'s, as heartbeats extend it) is stopped, and the
  * read rejects (IDEM-OUT-7). */
-async function readPayload(payload, limit, left) {
+async function readPayload(payload, limit, context) {
   if (payload == null) return { body: new Uint8Array(0) };
   if (typeof payload === "string") return { body: new Uint8Array(Buffer.from(payload)) };
   if (payload instanceof Uint8Array) return { body: payload };
@@ -33,7 +32,7 @@ async function readPayload(payload, limit, left) {
     return { body: new Uint8Array(Buffer.from(String(payload))) };
   }
   // No longer than the lease, as heartbeats extend it (IDEM-OUT-7).
-  const read = await withinLease(readAnswer(next, limit), left, stop);
+  const read = await withinLease(readAnswer(next, limit), context, stop);
   return read.bytes === undefined ? { held: read.held, next, stop } : { body: read.bytes };
 }
 
@@ -95,21 +94,20 @@ export async function replyWith(reply, answer, idem) {
 export async function answered(capture, reply, payload, idem) {
   let read;
   try {
-    read = await readPayload(fromResponse(reply, payload), idem.maxResponseBytes, capture.left);
+    read = await readPayload(fromResponse(reply, payload), idem.maxResponseBytes, capture.context);
   } catch (err) {
-    // The answer failed before it was read whole (its stream broke, its body was used, it
-    // stalled past the lease): the engine records that the handler threw, as it does for
-    // Express, and only then does Fastify's error handling answer, or for a stall the core's
-    // 500 problem (IDEM-OUT-7).
+    // The answer failed before it was read whole (its stream broke, its body was used): the
+    // engine records that the handler threw, as it does for Express, and only then does
+    // Fastify's error handling answer. One that stalled past the lease is answered by the
+    // engine (IDEM-OUT-7): the core's 500 problem, or the key's outcome (IDEM-LEASE-5).
     capture.reject(err);
-    await capture.done.catch(() => {});
-    if (err?.code !== "IDEM-OUT-7") throw err;
-    // The core's about:blank 500, in place of the app's head.
-    const problem = plainProblem(500, STALLED);
-    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
-    reply.code(500);
-    for (const [name, value] of problem.headers) reply.header(name, value);
-    return Buffer.from(await problem.arrayBuffer());
+    if (err?.code !== "IDEM-OUT-7") {
+      await capture.done.catch(() => {});
+      throw err;
+    }
+    const answer = await capture.done;
+    dropSince(capture, reply);
+    return replyWith(reply, answer, idem);
   }
   const headers = [];
   for (const [name, value] of Object.entries(reply.getHeaders())) {
@@ -123,7 +121,7 @@ export async function answered(capture, reply, payload, idem) {
   // Another attempt's outcome goes out instead: the app's stream is not read further.
   if (passThrough) read.stop();
   if (answer.executed) return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
-  for (const [name] of headers) reply.removeHeader(name);
+  dropSince(capture, reply);
   return replyWith(reply, answer, idem);
 }
 
@@ -134,6 +132,12 @@ export async function answered(capture, reply, payload, idem) {
  * `capture.before` (the names present then) are dropped.
  */
 export function answerInstead(capture, reply, idem) {
-  for (const name of Object.keys(reply.getHeaders())) if (!capture.before.has(name)) reply.removeHeader(name);
+  dropSince(capture, reply);
   return replyWith(reply, capture.instead, idem);
+}
+
+/** Drops the headers set on `reply` since `capture.before` (the names present then): the
+ * app's, not the hooks' before it (CORS, a request id), which stay on the engine's reply. */
+function dropSince(capture, reply) {
+  for (const name of Object.keys(reply.getHeaders())) if (!capture.before.has(name)) reply.removeHeader(name);
 }

@@ -65,7 +65,7 @@ export function idempotency(fastify, options, done) {
       return reply;
     }
     request.rawBody = body;
-    const capture = { answer: null, resolve: null, reject: null, done: null, left: null };
+    const capture = { answer: null, resolve: null, reject: null, done: null, context: null, before: null };
     capture.answer = new Promise((resolve, reject) => {
       capture.resolve = resolve;
       capture.reject = reject;
@@ -86,7 +86,9 @@ export function idempotency(fastify, options, done) {
       },
       (context) => {
         request.idempotency = context;
-        capture.left = () => context.leaseLeft();
+        capture.context = context;
+        // The headers the hooks before the handler set: they stay on the engine's replies.
+        capture.before = new Set(Object.keys(reply.getHeaders()));
         request[CAPTURE] = capture;
         return capture.answer;
       },

@@ -7,8 +7,8 @@ import { passOn, readAnswer, readBody } from "./body.js";
 import { builtBodies, streamedBodies } from "./answers.js";
 import { Idempotency, routeOf } from "./server.js";
 import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
-import { STALLED, withinLease } from "./errors.js";
-import { plainProblem } from "./edge.js";
+import { withinLease } from "./errors.js";
+import { stalledReply } from "./edge.js";
 
 const EMPTY = new Uint8Array(0);
 
@@ -99,8 +99,6 @@ export function withIdempotency(handler, options) {
       let bytes;
       let built;
       let longer;
-      // The answer is read no longer than the lease, as heartbeats extend it (IDEM-OUT-7).
-      const left = () => context.leaseLeft();
       try {
         response = await handler(forHandler, ...rest);
         if (!(response instanceof Response)) throw rangeError("IDEM-JS-1", "the handler must return a Response");
@@ -115,18 +113,19 @@ export function withIdempotency(handler, options) {
         else if (streamedBodies.has(response) && !response.bodyUsed) {
           // A stream the context was given: held no further than the store keeps.
           const reader = response.body.getReader();
-          const read = await withinLease(readAnswer(() => reader.read(), idem.maxResponseBytes), left, () => reader.cancel().catch(() => {}));
+          // No longer than the lease, as heartbeats extend it (IDEM-OUT-7).
+          const read = await withinLease(readAnswer(() => reader.read(), idem.maxResponseBytes), context, () => reader.cancel().catch(() => {}));
           if (read.bytes === undefined) longer = { held: read.held, reader };
           else bytes = read.bytes;
         } else {
-          // A body read whole cannot be cancelled half-way: past the lease it is let go.
-          bytes = new Uint8Array(await withinLease(response.arrayBuffer(), left, () => {}));
+          // Past the lease, a body read whole is abandoned: it cannot be cancelled half-way.
+          bytes = new Uint8Array(await withinLease(response.arrayBuffer(), context, () => {}));
           if (bytes.byteLength === 0 && response.body === null) bytes = null;
         }
       } catch (err) {
         const instead = await context.finish(Ran.Threw, 0, null, EMPTY);
         // An answer that stalled past the lease: its outcome is unknown (IDEM-OUT-7).
-        if (err?.code === "IDEM-OUT-7") return instead === null ? plainProblem(500, STALLED) : answer(instead);
+        if (err?.code === "IDEM-OUT-7") return answer(instead ?? stalledReply());
         throw err;
       }
       // A body longer than the store keeps is recorded as such, then sent on as it comes

@@ -151,7 +151,7 @@ class Binding {
     if (!idem.protects(req.method, key !== null)) return RUN;
     const intake = req[INTAKE];
     if (intake === undefined) throw bodyTakenError();
-    const held = { node: null, fastify: { resolve: null, reject: null, done: null, left: null } };
+    const held = { node: null, fastify: { resolve: null, reject: null, done: null, context: null, before: null } };
     const begun = await begin(
       idem,
       {
@@ -167,16 +167,19 @@ class Binding {
       },
       (context) => {
         req.idempotency = context;
-        held.fastify.left = () => context.leaseLeft();
         let answer;
         if (this.fastify) {
+          held.fastify.context = context;
+          // The headers set before the handler (hooks, guards): they stay on the engine's
+          // replies.
+          held.fastify.before = new Set(Object.keys(res.getHeaders()));
           answer = new Promise((resolve, reject) => {
             held.fastify.resolve = resolve;
             held.fastify.reject = reject;
           });
           req[CAPTURE] = held.fastify;
         } else {
-          held.node = captureNode(res, idem.maxResponseBytes);
+          held.node = captureNode(res, idem.maxResponseBytes, context);
           answer = held.node.answer;
         }
         return answer;

@@ -3,7 +3,7 @@
 // the engine's replies are written with their headers. Shared by idem/express and
 // idem/nestjs.
 import { replyFields } from "./adapter.js";
-import { prematureClose } from "./errors.js";
+import { prematureClose, withinLease } from "./errors.js";
 
 /** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
  * at the first end, and nothing reaches the socket until the outcome is stored. What is
@@ -26,9 +26,16 @@ import { prematureClose } from "./errors.js";
  * `res.headersSent` is true, as if Node had sent it.
  *
  * Code that took `res`'s methods while they were the capture's (a wrapper mounted after
- * this one) keeps calling them: once `res` has its own back, they pass to those. */
-export function capture(res, limit) {
+ * this one) keeps calling them: once `res` has its own back, they pass to those.
+ *
+ * Once the app has begun its answer (its first write or `writeHead`), the answer is held no
+ * longer than the lease of `context` (the handler's), as heartbeats extend it: an app that
+ * neither ends it nor passes the limit by then has `answer` rejected (`IDEM-OUT-7`), and
+ * what it writes after the engine's reply goes nowhere (IDEM-OUT-7). */
+export function capture(res, limit, context) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead };
+  // The headers set before the app ran (by middleware before the adapter).
+  const before = Object.entries(res.getHeaders());
   const chunks = [];
   let size = 0;
   let ended = false;
@@ -53,6 +60,15 @@ export function capture(res, limit) {
   res.once("close", () => {
     if (!ended && !over) reject(responseGone());
   });
+  // The lease's bound on the answer, from its first byte or head on.
+  let begun = false;
+  let ending = false;
+  const begin = () => {
+    begun = true;
+    withinLease(answer, context, () => {}).catch((err) => {
+      if (err?.code === "IDEM-OUT-7") reject(err);
+    });
+  };
   const hold = (chunk) => {
     chunks.push(chunk);
     size += chunk.byteLength;
@@ -73,6 +89,8 @@ export function capture(res, limit) {
       if (mode === PASS) return original.writeHead.call(res, status, reason, headers);
       if (ended || mode === SEALED) return res;
       checkStatus(status);
+      // (From `end`, the answer is whole at once: nothing to bound.)
+      if (!begun && !ending) begin();
       res.statusCode = status;
       if (typeof reason === "string") res.statusMessage = reason;
       headWritten = true;
@@ -93,7 +111,10 @@ export function capture(res, limit) {
     },
     write(chunk, encoding, callback) {
       if (mode === PASS) return original.write.call(res, chunk, encoding, callback);
-      if (!ended && !finished && mode === HOLD && chunk != null) hold(bytes(chunk, encoding));
+      if (!ended && !finished && mode === HOLD && chunk != null) {
+        hold(bytes(chunk, encoding));
+        if (!begun) begin();
+      }
       later(encoding, callback);
       if (!over || finished || mode === SEALED) return true;
       waiting = true;
@@ -107,7 +128,14 @@ export function capture(res, limit) {
       }
       // As Node's end does: the head first, through whatever wraps `writeHead` (on-headers:
       // a session's cookie, a response time), then the body.
-      if (!headWritten) res.writeHead(res.statusCode);
+      if (!headWritten) {
+        ending = true;
+        try {
+          res.writeHead(res.statusCode);
+        } finally {
+          ending = false;
+        }
+      }
       if (chunk != null && typeof chunk !== "function") hold(bytes(chunk, encoding));
       later(chunk, encoding, callback);
       if (over) {
@@ -139,10 +167,10 @@ export function capture(res, limit) {
     if (released) return;
     released = true;
     giveBack();
-    if (ended) {
-      clearHeaders(res);
-      res.statusMessage = statusMessage;
-    } else if (over) clearHeaders(res);
+    // Without the headers set since the capture began; those set before it stay.
+    clearHeaders(res);
+    for (const [name, value] of before) res.setHeader(name, value);
+    if (ended) res.statusMessage = statusMessage;
   };
   const seal = () => {
     mode = SEALED;

@@ -17,6 +17,7 @@ import { Driver } from "./drive.js";
 import { delivered } from "./inbox.js";
 import { HEADER_NAME, checkOptions, createEngine, engineOptionsText } from "./options.js";
 import { Telemetry } from "./telemetry.js";
+import { stalledReply } from "./edge.js";
 import { flatHeaders, listText, rangeError, takeReply, toResponse } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
@@ -180,7 +181,11 @@ export class Idempotency {
       try {
         out = await run(context);
       } catch (err) {
-        await context.finish(Ran.Threw, 0, null, EMPTY);
+        const instead = await context.finish(Ran.Threw, 0, null, EMPTY);
+        // An answer that stalled past the lease (IDEM-OUT-7) is answered here: with the
+        // key's outcome when another attempt took the lease over (IDEM-LEASE-5), otherwise
+        // with the core's 500 problem. Any other failure goes on.
+        if (err?.code === "IDEM-OUT-7") return plainReply(instead ?? stalledReply());
         throw err;
       }
       let headers;

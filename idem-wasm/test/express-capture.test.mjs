@@ -119,6 +119,38 @@ test("a handler that throws just after its answer: the client gets the answer th
   );
 });
 
+test("an answer the app begins and then never ends is let go when the lease ends: the core's 500 problem, its later writes go nowhere, and the retry runs again (IDEM-OUT-7)", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        if (state.runs > 1) return res.status(201).json({ run: state.runs });
+        res.status(201).setHeader("x-app", "first");
+        res.write("partial ");
+        // It wakes after the engine answered: what it writes goes nowhere.
+        setTimeout(() => res.end("late"), 1_500);
+      }),
+    async (url, state) => {
+      const k = key();
+      const since = Date.now();
+      const first = await post(url, k);
+      assert.ok(Date.now() - since >= 1_000, "not before the lease ends");
+      assert.equal(first.status, 500);
+      assert.equal(first.headers.get("content-type"), "application/problem+json");
+      assert.equal(first.headers.get("x-app"), null, "none of the app's head");
+      const problem = await first.json();
+      assert.equal(problem.type, "about:blank");
+      assert.equal(problem.detail, "the response body was not read whole before the lease ended");
+      const retry = await post(url, k);
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await retry.json(), { run: 2 });
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      assert.equal(state.errors.length, 0, "the late end is nobody's error");
+    },
+    { lease: 1_000 },
+  );
+});
+
 test("a status Node refuses is the app's error, answered by its error handling, and the key is not held", async () => {
   await withApp(
     (app, state) =>

@@ -17,6 +17,7 @@ import { idempotency } from "idem/fastify";
 import { RedisStore } from "idem/redis";
 import { MAX_BODY, ORDER, adapterChecks, checkEndlessAnswer, endlessSource, fresh, post, sharedStoreCheck } from "./framework-http.mjs";
 import { startRedis } from "./servers.mjs";
+import { manualClock } from "./helpers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -181,6 +182,7 @@ describe("idem/fastify on Fastify 5", () => {
       assert.equal(first.status, 500);
       assert.equal(first.headers.get("content-type"), "application/problem+json");
       assert.equal(first.headers.get("x-order-id"), null, "none of the app's head");
+      assert.equal(first.headers.get("access-control-allow-origin"), "*", "the hooks' headers stay");
       const problem = await first.json();
       assert.equal(problem.type, "about:blank");
       assert.equal(problem.detail, "the response body was not read whole before the lease ended");
@@ -188,6 +190,28 @@ describe("idem/fastify on Fastify 5", () => {
       const retry = await post(short.url, { key, path: "/api/stalls" });
       assert.equal(retry.status, 201);
       assert.equal(await retry.text(), "second");
+      assert.equal(short.state.count, 2);
+    } finally {
+      await short.close();
+    }
+  });
+
+  test("an answer stream that stalls while another attempt takes the key over: its caller gets the key's outcome (IDEM-OUT-7, IDEM-LEASE-5)", async () => {
+    const clock = manualClock(Date.now());
+    const short = await startApp({ lease: 1_000, now: clock });
+    try {
+      const key = fresh();
+      const first = post(short.url, { key, path: "/api/stalls" });
+      while (short.state.count === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      // The first attempt's lease ends on the engine's clock; a retry takes over and answers.
+      clock.advance(1_500);
+      const retry = await post(short.url, { key, path: "/api/stalls" });
+      assert.equal(retry.status, 201);
+      assert.equal(await retry.text(), "second");
+      const stalled = await first;
+      assert.equal(stalled.status, 201);
+      assert.equal(stalled.headers.get("idempotent-replayed"), "true");
+      assert.equal(await stalled.text(), "second");
       assert.equal(short.state.count, 2);
     } finally {
       await short.close();

@@ -330,6 +330,42 @@ describe("responses the context builds (IDEM-JS-5)", () => {
     const replay = await beating(post({ a: 1 }, '"beats"'));
     assert.equal(replay.headers.get("idempotent-replayed"), "true");
     assert.equal(await replay.text(), "late");
+
+    // A heartbeat whose write is still on its way when the lease ends: it is waited for.
+    const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+    const inner = new MemoryStore();
+    let slow = false;
+    const remote = {
+      load: (key) => inner.load(key),
+      apply: async (key, write, now, info) => {
+        if (slow) await sleep(600);
+        return inner.apply(key, write, now, info);
+      },
+    };
+    let extended = false;
+    const late = withIdempotency(
+      async (request) => {
+        const context = idempotencyOf(request);
+        const body = new ReadableStream({
+          async start(controller) {
+            await sleep(600);
+            // Written from 600 to 1,200 ms: the lease's first end (1,000 ms) comes meanwhile.
+            slow = true;
+            context.extend().then(() => (extended = true));
+            await sleep(700);
+            controller.enqueue(new TextEncoder().encode("late"));
+            controller.close();
+          },
+        });
+        return context.respond(body, { status: 201 });
+      },
+      { principal: "none", store: remote, lease: 1_000 },
+    );
+    const answer = await late(post({ a: 1 }, '"in-flight"'));
+    slow = false;
+    assert.equal(extended, true);
+    assert.equal(answer.status, 201);
+    assert.equal(await answer.text(), "late");
   });
 
   test("text chunks of a stream given to respond are its UTF-8 bytes, within the limit and past it (IDEM-STORE-5)", async () => {
