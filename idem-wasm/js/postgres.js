@@ -37,6 +37,17 @@ const Q = statements(SQL);
 
 const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 
+/** The error listener of a transaction's client while this store holds it: a dead
+ * connection fails the statements that follow, and is then discarded (`giveBack`). */
+function unwatched() {}
+
+/** A transaction's client back to the pool, or discarded with `err` (its state unknown). */
+function giveBack(client, err) {
+  client.off?.("error", unwatched);
+  if (err === undefined) client.release();
+  else client.release(err);
+}
+
 /**
  * A store on Postgres through a `pg` pool (or anything with its `query` and `connect`). The
  * pool is the caller's: it is neither created nor ended here. Run the migration once, with
@@ -119,10 +130,10 @@ export class PostgresStore {
     try {
       await this.#query(client, statement);
     } catch (err) {
-      client.release(err);
+      giveBack(client, err);
       throw err;
     }
-    client.release();
+    giveBack(client);
   }
 
   /** The compare-and-set, on `db` (the pool, or a transaction's client). */
@@ -166,7 +177,7 @@ export class PostgresStore {
       applied = await this.#write(client, key, write);
     } catch (err) {
       // A connection that failed mid-transaction is not given back to the pool.
-      client.release(err);
+      giveBack(client, err);
       throw err;
     }
     if (!applied) {
@@ -195,8 +206,21 @@ export class PostgresStore {
     const open = { client: null, ready: false };
     this.#open.set(attempt, open);
     try {
-      open.client = await this.#pool.connect();
-      await open.client.query("BEGIN");
+      // Both bounded as every call is (IDEM-STORE-10): a pool with no connection to spare,
+      // or a server that does not answer, is a store failure, not a wait without end.
+      const connecting = this.#pool.connect();
+      try {
+        open.client = await bounded(connecting, this.#timeout, "Postgres");
+      } catch (err) {
+        // A connection that comes after all goes straight back.
+        connecting.then((client) => client.release(), () => {});
+        throw err;
+      }
+      // Held outside the pool, the client is this store's to watch: a connection that dies
+      // meanwhile (a restart, a terminated backend, an idle-in-transaction timeout) fails
+      // the statements that follow instead of ending the process with an unhandled error.
+      open.client.on?.("error", unwatched);
+      await this.#query(open.client, "BEGIN");
       const result = await fn(open.client);
       // The request's completion or end came while `fn` ran: nothing of it commits.
       if (this.#open.get(attempt) !== open) throw rangeError("IDEM-LEASE-3", "the request was over before its transaction was done");

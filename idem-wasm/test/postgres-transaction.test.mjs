@@ -289,4 +289,56 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     assert.equal((await orders("cus_i")).length, 1);
     await allBack();
   });
+
+  test("a transaction's connection that dies before its completion fails that completion, not the process, and commits nothing", async () => {
+    const idem = new Idempotency({ store, principal: "none" });
+    const reply = await idem.handle(
+      { method: "POST", target: "/orders", key: `"${randomUUID()}"`, body: new TextEncoder().encode("{}") },
+      async (context) => {
+        const pid = await store.transaction(context, async (client) => {
+          await client.query("INSERT INTO orders (customer, amount) VALUES ('cus_j', 1)");
+          return (await client.query("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+        });
+        // The server ends the connection while the store holds it (a restart, an
+        // idle-in-transaction timeout): pg reports it as an error event on the client.
+        const admin = new pg.Client({ connectionString: server.url });
+        await admin.connect();
+        await admin.query("SELECT pg_terminate_backend($1)", [pid]);
+        await admin.end();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        return { status: 201 };
+      },
+    );
+    assert.ok(reply.status === 201 || reply.status >= 500, `${reply.status}`);
+    assert.equal((await orders("cus_j")).length, 0, "nothing committed");
+    await allBack();
+  });
+
+  test("a transaction waits for a connection or for BEGIN no longer than a store call may take (IDEM-STORE-10)", async () => {
+    const small = new pg.Pool({ connectionString: server.url, max: 1 });
+    small.on("error", () => {});
+    const bounded = new PostgresStore(small, { timeout: 300 });
+    const idem = new Idempotency({ store: bounded, principal: "none" });
+    let busy;
+    let since;
+    try {
+      await assert.rejects(
+        idem.handle({ method: "POST", target: "/orders", key: `"${randomUUID()}"`, body: new TextEncoder().encode("{}") }, async (context) => {
+          // Once the key is claimed, the pool's one connection is busy elsewhere.
+          busy = await small.connect();
+          since = Date.now();
+          await bounded.transaction(context, async (client) => client.query("SELECT 1"));
+          return { status: 201 };
+        }),
+        (err) => err.code === "IDEM-STORE-4",
+      );
+      assert.ok(Date.now() - since < 5_000, `waited ${Date.now() - since} ms`);
+    } finally {
+      busy?.release();
+    }
+    // The connection that came too late went straight back.
+    for (let i = 0; i < 200 && small.totalCount - small.idleCount !== 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(small.totalCount - small.idleCount, 0);
+    await small.end();
+  });
 });
