@@ -12,6 +12,7 @@ use idem_core::{
     Applied, AsyncStore, Completing, Expiry, Finish, Precondition, Record, RecordKey, StoreFailure,
     UnixMillis, Write, WriteOp,
 };
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -41,6 +42,9 @@ pub enum PostgresStoreError {
     /// Postgres did not answer in time ([`PostgresStore::with_timeout`]); the write may or
     /// may not have been applied.
     Timeout(Duration),
+    /// The request already has a transaction ([`PostgresStore::transaction`]): one request
+    /// commits one.
+    TransactionOpen,
 }
 
 impl fmt::Display for PostgresStoreError {
@@ -52,6 +56,9 @@ impl fmt::Display for PostgresStoreError {
             PostgresStoreError::Config(e) => write!(f, "postgres settings: {e}"),
             PostgresStoreError::Timeout(d) => {
                 write!(f, "postgres did not answer within {} ms", d.as_millis())
+            }
+            PostgresStoreError::TransactionOpen => {
+                f.write_str("this request already has a transaction open")
             }
         }
     }
@@ -74,11 +81,20 @@ impl From<tokio_postgres::Error> for PostgresStoreError {
 /// A store on Postgres through a deadpool pool of tokio-postgres connections.
 pub struct PostgresStore {
     pool: Pool,
-    /// Attempt → a handler's open transaction, waiting for its completion.
-    open: Mutex<HashMap<Attempt, Object>>,
+    /// Attempt → its handler's transaction: still running, or handed over and waiting for
+    /// the completion.
+    open: Mutex<HashMap<Attempt, Held>>,
     /// How long one store call may take.
     timeout: Duration,
     seal: Option<Seal>,
+}
+
+/// An attempt's transaction, as the store holds it.
+enum Held {
+    /// A [`Transaction`] the handler still runs: the attempt's one.
+    Running,
+    /// Handed over ([`Transaction::commit_with_completion`]): the completion commits it.
+    Open(Box<Object>),
 }
 
 /// One attempt at a key: its storage key and the attempt's identity
@@ -164,7 +180,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    fn open(&self) -> MutexGuard<'_, HashMap<Attempt, Object>> {
+    fn open(&self) -> MutexGuard<'_, HashMap<Attempt, Held>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -226,19 +242,27 @@ impl PostgresStore {
         &self,
         context: &IdempotencyContext,
     ) -> Result<Transaction<'_>, PostgresStoreError> {
+        let attempt = (context.record_key().storage_key(), context.attempt());
+        match self.open().entry(attempt.clone()) {
+            Entry::Occupied(_) => return Err(PostgresStoreError::TransactionOpen),
+            Entry::Vacant(place) => place.insert(Held::Running),
+        };
+        // The attempt's place is the transaction's from here: whatever fails below drops
+        // it, and lets the place go.
+        let mut transaction = Transaction {
+            store: self,
+            attempt,
+            client: None,
+        };
         let client = connection(&self.pool, self.timeout).await?;
-        let begun = timed(self.timeout, async {
+        // From BEGIN on, a future dropped half-way closes the connection (`InTransaction`).
+        let client = InTransaction(Some(client));
+        timed(self.timeout, async {
             Ok(client.batch_execute("BEGIN").await?)
         })
-        .await;
-        if let Err(e) = begun {
-            return pooled_unless_failed(client, Err(e));
-        }
-        Ok(Transaction {
-            store: self,
-            attempt: (context.record_key().storage_key(), context.attempt()),
-            client: Some(client),
-        })
+        .await?;
+        transaction.client = client.keep();
+        Ok(transaction)
     }
 }
 
@@ -269,17 +293,21 @@ impl Transaction<'_> {
     }
 
     /// Leaves the transaction open for the request's completion, which commits it (or rolls
-    /// it back) with the stored response.
+    /// it back) with the stored response. A request that was already answered (its
+    /// completion came while the transaction ran) or is over commits nothing of it: it is
+    /// rolled back.
     pub fn commit_with_completion(mut self) {
-        if let Some(client) = self.client.take() {
-            let displaced = self
-                .store
-                .open()
-                .insert(std::mem::take(&mut self.attempt), client);
-            // A transaction this attempt left open before (handed over twice): closed, never
-            // pooled.
-            if let Some(earlier) = displaced {
-                drop(Object::take(earlier));
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let mut open = self.store.open();
+        match open.get_mut(&self.attempt) {
+            Some(held @ Held::Running) => *held = Held::Open(Box::new(client)),
+            _ => {
+                tracing::warn!(
+                    "idempotency: a transaction was handed over after its request was answered; it is rolled back"
+                );
+                drop(Object::take(client));
             }
         }
     }
@@ -290,6 +318,50 @@ impl Drop for Transaction<'_> {
         // Never back to the pool mid-transaction: the connection is closed, which rolls the
         // transaction back.
         if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+        // Not handed over: the attempt's place goes with it.
+        let mut open = self.store.open();
+        if matches!(open.get(&self.attempt), Some(Held::Running)) {
+            open.remove(&self.attempt);
+        }
+    }
+}
+
+/// A connection with a transaction open (or being opened) while a future uses it: dropped
+/// half-way (the future cancelled), it is closed, never pooled, which rolls the transaction
+/// back; pooled once the transaction is over ([`InTransaction::pooled`]), or kept open for
+/// later ([`InTransaction::keep`]).
+struct InTransaction(Option<Object>);
+
+impl InTransaction {
+    /// The connection, still in its transaction, for whoever keeps it open.
+    fn keep(mut self) -> Option<Object> {
+        self.0.take()
+    }
+
+    /// `result` of the statement that ended the transaction, the connection pooled only when
+    /// it succeeded ([`pooled_unless_failed`]).
+    fn pooled<T>(mut self, result: Result<T, PostgresStoreError>) -> Result<T, PostgresStoreError> {
+        match self.0.take() {
+            Some(client) => pooled_unless_failed(client, result),
+            None => result,
+        }
+    }
+}
+
+impl std::ops::Deref for InTransaction {
+    type Target = Object;
+
+    fn deref(&self) -> &Object {
+        // Set from its making until `keep` or `pooled` consumes it.
+        self.0.as_ref().expect("the connection is held")
+    }
+}
+
+impl Drop for InTransaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
             drop(Object::take(client));
         }
     }
@@ -449,7 +521,12 @@ impl AsyncStore for PostgresStore {
         // The completion takes over its own attempt's open transaction, if it left one: never
         // another attempt's (the one that took over, or the one it displaced).
         let attempt = (write.key.storage_key(), completion.attempt);
-        let open = self.open().remove(&attempt);
+        // A transaction the handler still runs is not part of the answer: without its place,
+        // it is rolled back when it is handed over (`commit_with_completion`).
+        let open = match self.open().remove(&attempt) {
+            Some(Held::Open(client)) => Some(*client),
+            Some(Held::Running) | None => None,
+        };
         let pool = self.pool.clone();
         let limit = self.timeout;
         let seal = self.seal.clone();
@@ -459,6 +536,8 @@ impl AsyncStore for PostgresStore {
                 let applied = timed(limit, write_at(&client, seal.as_ref(), &write)).await;
                 return pooled_unless_failed(client, applied);
             };
+            // Cancelled half-way, the completion closes the connection (`InTransaction`).
+            let client = InTransaction(Some(client));
             // Anything but a stored response rolls the handler's rows back and is written
             // alone: a release, or an outcome held as unknown.
             if completion.finish != Finish::Stored {
@@ -467,7 +546,7 @@ impl AsyncStore for PostgresStore {
                     write_at(&client, seal.as_ref(), &write).await
                 })
                 .await;
-                return pooled_unless_failed(client, rolled_back);
+                return client.pooled(rolled_back);
             }
             // A stored response commits the handler's rows, in one commit with it.
             let written = timed(limit, write_at(&client, seal.as_ref(), &write)).await;
@@ -478,7 +557,7 @@ impl AsyncStore for PostgresStore {
                         Ok(Applied::Applied)
                     })
                     .await;
-                    pooled_unless_failed(client, committed)
+                    client.pooled(committed)
                 }
                 // The record moved on: a write of this lease whose answer was lost (a
                 // heartbeat), after which the machine completes again from the record as it
@@ -487,10 +566,12 @@ impl AsyncStore for PostgresStore {
                 // attempt rolls it back (`end_attempt`). It is never given up here, or the
                 // next completion would store the response without its rows.
                 Ok(Applied::Conflict) => {
-                    self.open().insert(attempt, client);
+                    if let Some(client) = client.keep() {
+                        self.open().insert(attempt, Held::Open(Box::new(client)));
+                    }
                     Ok(Applied::Conflict)
                 }
-                Err(e) => pooled_unless_failed(client, Err(e)),
+                Err(e) => client.pooled(Err(e)),
             }
         }
     }
@@ -498,8 +579,8 @@ impl AsyncStore for PostgresStore {
     fn end_attempt(&self, key: &RecordKey, attempt: u64) {
         // A transaction handed over that no stored response committed: closed, never
         // pooled, which rolls it back and lets go of its row locks.
-        if let Some(client) = self.open().remove(&(key.storage_key(), attempt)) {
-            drop(Object::take(client));
+        if let Some(Held::Open(client)) = self.open().remove(&(key.storage_key(), attempt)) {
+            drop(Object::take(*client));
         }
     }
 }

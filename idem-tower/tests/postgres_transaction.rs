@@ -467,3 +467,162 @@ async fn a_response_is_never_stored_without_its_rows() {
     assert_eq!(retry.0, 201);
     assert_eq!(count("panic").await, 1);
 }
+
+/// The Postgres store, with every completion's call given up after 300 ms (a caller that gave
+/// up on it, a runtime shutting down): its future is then dropped, half-way.
+struct CancelledCompletion(Arc<PostgresStore>);
+
+impl idem_core::AsyncStore for CancelledCompletion {
+    type Error = String;
+
+    fn load(
+        &self,
+        key: &idem_core::RecordKey,
+    ) -> impl std::future::Future<Output = Result<Option<idem_core::Record>, String>> + Send {
+        let load = self.0.load(key);
+        async move { load.await.map_err(|e| e.to_string()) }
+    }
+
+    fn apply(
+        &self,
+        now: idem_core::UnixMillis,
+        write: idem_core::Write,
+    ) -> impl std::future::Future<Output = Result<idem_core::Applied, String>> + Send {
+        let apply = self.0.apply(now, write);
+        async move { apply.await.map_err(|e| e.to_string()) }
+    }
+
+    fn apply_completion(
+        &self,
+        now: idem_core::UnixMillis,
+        write: idem_core::Write,
+        completion: idem_core::Completing,
+    ) -> impl std::future::Future<Output = Result<idem_core::Applied, String>> + Send {
+        let apply = self.0.apply_completion(now, write, completion);
+        async move {
+            match tokio::time::timeout(Duration::from_millis(300), apply).await {
+                Ok(applied) => applied.map_err(|e| e.to_string()),
+                Err(_) => Err("the completion was dropped half-way".to_owned()),
+            }
+        }
+    }
+
+    fn end_attempt(&self, key: &idem_core::RecordKey, attempt: u64) {
+        self.0.end_attempt(key, attempt);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_transaction_per_request_and_none_pooled_half_way() {
+    // IDEM-STORE-7: a request has one transaction: a second, while the first runs or once it
+    // is handed over, is refused. A completion whose call is dropped half-way never puts
+    // its connection back in the pool inside the transaction: nothing is left open.
+    let server = common::postgres();
+    let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
+    store.migrate().await.expect("the migration");
+    let client = store.pool().get().await.expect("a connection");
+    client
+        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
+        .await
+        .unwrap();
+    let count = |key: &'static str| {
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    let left_open = || {
+        let client = &client;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let n: i64 = client
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if n == 0 || tokio::time::Instant::now() >= deadline {
+                    return n;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // With `locker`, the handler locks the records' table from another connection once its
+    // transaction is handed over, so that its completion's write waits there.
+    let handler = |store: Arc<PostgresStore>, locker: Option<Arc<deadpool_postgres::Object>>| {
+        tower::service_fn(move |request: Request<Body>| {
+            let store = Arc::clone(&store);
+            let locker = locker.clone();
+            async move {
+                let ctx = request
+                    .extensions()
+                    .get::<IdempotencyContext>()
+                    .cloned()
+                    .expect("a context");
+                let tx = store.transaction(&ctx).await.expect("a transaction");
+                let second = store.transaction(&ctx).await;
+                assert!(
+                    matches!(second, Err(idem_tower::PostgresStoreError::TransactionOpen)),
+                    "a second transaction while the first runs"
+                );
+                drop(second);
+                tx.client()
+                    .execute("INSERT INTO orders (idem_key) VALUES ($1)", &[&ctx.key()])
+                    .await
+                    .expect("the insert");
+                tx.commit_with_completion();
+                let third = store.transaction(&ctx).await;
+                assert!(
+                    matches!(third, Err(idem_tower::PostgresStoreError::TransactionOpen)),
+                    "a second transaction once the first is handed over"
+                );
+                drop(third);
+                if let Some(locker) = locker {
+                    locker
+                        .batch_execute("BEGIN; LOCK TABLE idem_records IN EXCLUSIVE MODE")
+                        .await
+                        .expect("the lock");
+                }
+                let mut r = Response::new(Full::new(Bytes::from("ordered")));
+                *r.status_mut() = StatusCode::CREATED;
+                Ok::<_, Infallible>(r)
+            }
+        })
+    };
+    let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let (status, _) = send(layer.layer(handler(Arc::clone(&store), None)), "one").await;
+    assert_eq!(status, 201);
+    assert_eq!(count("one").await, 1);
+    assert_eq!(left_open().await, 0);
+
+    let cancelling = IdempotencyLayer::builder(Arc::new(CancelledCompletion(Arc::clone(&store))))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let locker = Arc::new(store.pool().get().await.expect("a connection"));
+    let _ = send(
+        cancelling.layer(handler(Arc::clone(&store), Some(Arc::clone(&locker)))),
+        "dropped",
+    )
+    .await;
+    // The completion was given up waiting; its write goes through once the lock is gone.
+    locker.batch_execute("ROLLBACK").await.expect("the unlock");
+    assert_eq!(
+        left_open().await,
+        0,
+        "a connection went back to the pool in its transaction"
+    );
+    assert_eq!(count("dropped").await, 0);
+}
