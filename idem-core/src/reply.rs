@@ -135,6 +135,10 @@ impl Refusal {
                 )
             }
             StoreFailure::Full => (Problem::STORE_FULL, "the idempotency store is full"),
+            StoreFailure::Uncommitted => (
+                Problem::STORE_UNAVAILABLE,
+                "the idempotency store failed as it committed the request's work with its response: whether the work was done is not known; a retry with the same key finds out",
+            ),
             StoreFailure::Unavailable => (
                 Problem::STORE_UNAVAILABLE,
                 "the idempotency store is unavailable; nothing was executed",

@@ -31,6 +31,11 @@ pub enum StoreFailure {
     /// does not hold, or moved from another key, or damaged (`IDEM-SEAL-3`). It is answered,
     /// never treated as absent: the request is not executed.
     Sealed,
+    /// A completion that was to commit the handler's own writes with its stored response (a
+    /// transaction, `IDEM-STORE-7`) failed: whether they were committed is unknown, so the
+    /// handler's response, which may describe work that was rolled back, does not go out;
+    /// its caller gets [`Request::reply`](crate::Request::reply)'s 503 instead.
+    Uncommitted,
 }
 
 /// A place that keeps records: the one thing the engine needs from a database.

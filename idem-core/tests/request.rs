@@ -401,6 +401,38 @@ fn the_answer_is_due_by_the_end_of_the_lease_as_heartbeats_extend_it() {
 }
 
 #[test]
+fn a_completion_that_may_not_have_committed_the_handlers_writes_replaces_its_response() {
+    // IDEM-STORE-7 IDEM-OUT-5: a failed completion leaves the handler's response to go out,
+    // unless the write was to commit the handler's own writes.
+    for (failure, replaced) in [
+        (StoreFailure::Unavailable, false),
+        (StoreFailure::Uncommitted, true),
+    ] {
+        let policy = policy();
+        let mut store = MemoryStore::default();
+        let mut waiters = Waiters::default();
+        let mut req = request(&policy, "k", "{}", 1);
+        assert!(matches!(drive(&mut req, &mut store, T0), Step::Run(_)));
+        req.handle_outcome(Outcome::Final(ok("done")));
+        let Step::Apply(_) = req.poll(at(1), &mut waiters) else {
+            panic!("the completion's write");
+        };
+        req.handle_store_error(failure, &mut waiters);
+        assert_eq!(
+            req.poll(at(2), &mut waiters),
+            Step::Done(Finish::StoreFailed(failure))
+        );
+        let reply = req.reply();
+        assert_eq!(reply.is_some(), replaced, "{failure:?}");
+        if let Some(reply) = reply {
+            assert_eq!(reply.status(), 503);
+            let body: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
+            assert_eq!(body["type"], "urn:idem:problem:store-unavailable");
+        }
+    }
+}
+
+#[test]
 fn a_heartbeat_whose_answer_was_lost_does_not_fence_out_its_own_completion() {
     // IDEM-LEASE-4
     let policy = policy();

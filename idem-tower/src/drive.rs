@@ -6,8 +6,8 @@ use crate::context::LeaseError;
 use crate::layer::{EventFn, FilterFn, Principal, RouteFn};
 use crate::telemetry::{self, Trace};
 use idem_core::{
-    AsyncStore, Event, Finish, Heartbeat, Outcome, Policy, RecordKey, Reply, Request, Step,
-    StoreFailure, UnixMillis, Waiters,
+    AsyncStore, Event, Heartbeat, Outcome, Policy, RecordKey, Reply, Request, Step, StoreFailure,
+    UnixMillis, Waiters,
 };
 use std::fmt;
 use std::future::Future;
@@ -281,8 +281,9 @@ where
         let machine = guard.as_mut()?;
         record(machine);
         let answer = match advance(&self.shared, machine, &self.trace).await {
-            Step::Done(Finish::FencedOut) => machine.reply(),
-            Step::Done(_) => None,
+            // Another attempt's outcome (IDEM-LEASE-5), or the 503 of a completion that may not
+            // have committed the handler's own writes (IDEM-STORE-7); otherwise none.
+            Step::Done(_) => machine.reply(),
             // The machine asked for something else with the outcome in hand: nothing was
             // recorded. The lease is left to expire, as after a failed write.
             other => {

@@ -45,6 +45,9 @@ pub enum PostgresStoreError {
     /// The request already has a transaction ([`PostgresStore::transaction`]): one request
     /// commits one.
     TransactionOpen,
+    /// A completion that was to commit the handler's transaction with its stored response
+    /// failed: whether the transaction committed is unknown (`IDEM-STORE-7`).
+    Uncommitted(Box<PostgresStoreError>),
 }
 
 impl fmt::Display for PostgresStoreError {
@@ -59,6 +62,9 @@ impl fmt::Display for PostgresStoreError {
             }
             PostgresStoreError::TransactionOpen => {
                 f.write_str("this request already has a transaction open")
+            }
+            PostgresStoreError::Uncommitted(e) => {
+                write!(f, "the handler's transaction may not have committed: {e}")
             }
         }
     }
@@ -367,6 +373,11 @@ impl Drop for InTransaction {
     }
 }
 
+/// The failure of a completion that was to commit the handler's transaction.
+fn uncommitted(e: PostgresStoreError) -> PostgresStoreError {
+    PostgresStoreError::Uncommitted(Box::new(e))
+}
+
 /// A connection from `pool`, waited for at most `limit`.
 async fn connection(pool: &Pool, limit: Duration) -> Result<Object, PostgresStoreError> {
     timed(limit, async { Ok(pool.get().await?) }).await
@@ -468,6 +479,7 @@ impl AsyncStore for PostgresStore {
     fn failure(error: &PostgresStoreError) -> StoreFailure {
         match error {
             PostgresStoreError::Record(e) if e.is_sealed() => StoreFailure::Sealed,
+            PostgresStoreError::Uncommitted(_) => StoreFailure::Uncommitted,
             _ => StoreFailure::Unavailable,
         }
     }
@@ -557,7 +569,7 @@ impl AsyncStore for PostgresStore {
                         Ok(Applied::Applied)
                     })
                     .await;
-                    client.pooled(committed)
+                    client.pooled(committed).map_err(uncommitted)
                 }
                 // The record moved on: a write of this lease whose answer was lost (a
                 // heartbeat), after which the machine completes again from the record as it
@@ -571,7 +583,7 @@ impl AsyncStore for PostgresStore {
                     }
                     Ok(Applied::Conflict)
                 }
-                Err(e) => client.pooled(Err(e)),
+                Err(e) => client.pooled(Err(e)).map_err(uncommitted),
             }
         }
     }

@@ -626,3 +626,59 @@ async fn one_transaction_per_request_and_none_pooled_half_way() {
     );
     assert_eq!(count("dropped").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_that_fails_to_commit_answers_503_not_the_handlers_response() {
+    // IDEM-STORE-7 IDEM-OUT-5: the handler's rows are checked at COMMIT (a deferred foreign
+    // key) and refused there: its 201 describes an order that does not exist, so it does not
+    // go out.
+    let server = common::postgres();
+    let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
+    store.migrate().await.expect("the migration");
+    let client = store.pool().get().await.expect("a connection");
+    client
+        .batch_execute(
+            "CREATE TABLE customers (id bigint PRIMARY KEY);
+             CREATE TABLE orders (id bigserial PRIMARY KEY, customer bigint NOT NULL
+                 REFERENCES customers DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await
+        .unwrap();
+    let pg = Arc::clone(&store);
+    let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(move |request: Request<Body>| {
+        let store = Arc::clone(&pg);
+        async move {
+            let ctx = request
+                .extensions()
+                .get::<IdempotencyContext>()
+                .cloned()
+                .expect("a context");
+            let tx = store.transaction(&ctx).await.expect("a transaction");
+            // A customer that does not exist: accepted now, refused at COMMIT.
+            tx.client()
+                .execute("INSERT INTO orders (customer) VALUES (42)", &[])
+                .await
+                .expect("the insert");
+            tx.commit_with_completion();
+            let mut r = Response::new(Full::new(Bytes::from("order for customer 42")));
+            *r.status_mut() = StatusCode::CREATED;
+            Ok::<_, Infallible>(r)
+        }
+    }));
+    let (status, body) = send(service, "ghost").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("urn:idem:problem:store-unavailable"),
+        "{body}"
+    );
+    let orders: i64 = client
+        .query_one("SELECT count(*) FROM orders", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orders, 0);
+}

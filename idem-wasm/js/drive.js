@@ -215,7 +215,7 @@ export class Driver {
         }
       } catch (err) {
         if (err?.code === "IDEM-REC-1" || err?.code === "IDEM-JS-2") throw err;
-        engine.storeFailed(slot, err?.code === "IDEM-STORE-3" ? StoreFailed.Full : err?.code === "IDEM-SEAL-3" ? StoreFailed.Sealed : StoreFailed.Unavailable);
+        engine.storeFailed(slot, storeFailed(err));
         if (this.#observed) this.#emit(request, { error: err });
       }
     }
@@ -372,5 +372,21 @@ class RunContext {
   /** `Response.json(value, init)`, stored as `respond` stores its body. */
   json(value, init) {
     return json(value, init);
+  }
+}
+
+/** How a store call failed, by its error's code: full (IDEM-STORE-3), a sealed record
+ * (IDEM-SEAL-3), a completion that may not have committed the handler's transaction
+ * (IDEM-STORE-7), or unavailable. */
+function storeFailed(err) {
+  switch (err?.code) {
+    case "IDEM-STORE-3":
+      return StoreFailed.Full;
+    case "IDEM-SEAL-3":
+      return StoreFailed.Sealed;
+    case "IDEM-STORE-7":
+      return StoreFailed.Uncommitted;
+    default:
+      return StoreFailed.Unavailable;
   }
 }

@@ -41,6 +41,15 @@ const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
  * connection fails the statements that follow, and is then discarded (`giveBack`). */
 function unwatched() {}
 
+/** The failure of a completion that was to commit the handler's transaction: whether it
+ * committed is unknown, and the engine answers 503 in place of the handler's response, which
+ * may describe work that was rolled back (IDEM-STORE-7). */
+function uncommitted(err) {
+  const e = new Error(`the handler's transaction may not have committed: ${err?.message ?? err}`, { cause: err });
+  e.code = "IDEM-STORE-7";
+  return e;
+}
+
 /** A transaction's client back to the pool, or discarded with `err` (its state unknown). */
 function giveBack(client, err) {
   client.off?.("error", unwatched);
@@ -178,13 +187,17 @@ export class PostgresStore {
     } catch (err) {
       // A connection that failed mid-transaction is not given back to the pool.
       giveBack(client, err);
-      throw err;
+      throw uncommitted(err);
     }
     if (!applied) {
       this.#open.set(attempt, open);
       return false;
     }
-    await this.#close(client, "COMMIT");
+    try {
+      await this.#close(client, "COMMIT");
+    } catch (err) {
+      throw uncommitted(err);
+    }
     return true;
   }
 

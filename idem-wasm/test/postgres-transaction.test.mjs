@@ -314,6 +314,28 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     await allBack();
   });
 
+  test("a transaction that fails at its commit answers 503, never the handler's response for work that was rolled back (IDEM-STORE-7)", async () => {
+    await pool.query(`
+      CREATE TABLE IF NOT EXISTS customers (id bigint PRIMARY KEY);
+      CREATE TABLE IF NOT EXISTS deferred_orders (id bigserial PRIMARY KEY, customer bigint NOT NULL
+        REFERENCES customers DEFERRABLE INITIALLY DEFERRED)`);
+    const handler = withIdempotency(
+      async (request) =>
+        store.transaction(idempotencyOf(request), async (client) => {
+          // A customer that does not exist: accepted now, refused at COMMIT.
+          await client.query("INSERT INTO deferred_orders (customer) VALUES (42)");
+          return Response.json({ order: "for customer 42" }, { status: 201 });
+        }),
+      { store, principal: "none" },
+    );
+    const answer = await handler(post(randomUUID()));
+    assert.equal(answer.status, 503);
+    const problem = await answer.json();
+    assert.equal(problem.type, "urn:idem:problem:store-unavailable");
+    assert.equal((await pool.query("SELECT count(*)::int AS n FROM deferred_orders")).rows[0].n, 0);
+    await allBack();
+  });
+
   test("a transaction waits for a connection or for BEGIN no longer than a store call may take (IDEM-STORE-10)", async () => {
     const small = new pg.Pool({ connectionString: server.url, max: 1 });
     small.on("error", () => {});

@@ -376,8 +376,11 @@ impl Request {
         }
     }
 
-    /// The answer to send when [`poll`](Request::poll) says [`Step::Reply`], or
-    /// [`Step::Done`] with [`Finish::FencedOut`].
+    /// The answer to send when [`poll`](Request::poll) says [`Step::Reply`], or, in place of
+    /// the handler's response, when it says [`Step::Done`] with [`Finish::FencedOut`]
+    /// (`IDEM-LEASE-5`) or [`Finish::StoreFailed`] with [`StoreFailure::Uncommitted`]
+    /// (`IDEM-STORE-7`). `None` after any other [`Step::Done`]: the handler's response goes
+    /// out.
     pub fn reply(&self) -> Option<Reply> {
         if self.operation == Operation::Deliver {
             return self.delivery().map(|d| self.receipt(&d));
@@ -406,6 +409,11 @@ impl Request {
             }
             State::Answered(Answer::Status(found)) | State::Superseded(Answer::Status(found)) => {
                 Some(found.1.clone())
+            }
+            // The handler's writes may not have committed with its response: the response
+            // does not go out (`IDEM-STORE-7`).
+            State::Finished(Finish::StoreFailed(f @ StoreFailure::Uncommitted)) => {
+                Some(Refusal::store(*f).reply())
             }
             _ => None,
         }

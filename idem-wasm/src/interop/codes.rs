@@ -111,6 +111,8 @@ pub enum StoreFailed {
     Full = 1,
     /// A sealed record it cannot open (`IDEM-SEAL-3`).
     Sealed = 2,
+    /// A completion that was to commit the handler's transaction failed (`IDEM-STORE-7`).
+    Uncommitted = 3,
 }
 
 impl From<StoreFailed> for idem_core::StoreFailure {
@@ -119,6 +121,7 @@ impl From<StoreFailed> for idem_core::StoreFailure {
             StoreFailed::Unavailable => idem_core::StoreFailure::Unavailable,
             StoreFailed::Full => idem_core::StoreFailure::Full,
             StoreFailed::Sealed => idem_core::StoreFailure::Sealed,
+            StoreFailed::Uncommitted => idem_core::StoreFailure::Uncommitted,
         }
     }
 }
