@@ -114,12 +114,18 @@ export async function answered(capture, reply, payload, idem) {
     if (isFraming(name)) continue;
     for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
   }
-  const passThrough = read.body === undefined;
-  capture.resolve(passThrough ? { status: reply.statusCode, headers, passThrough } : { status: reply.statusCode, headers, body: read.body });
+  // Trailer fields (`reply.trailer`), which a stored answer does not carry: the answer is
+  // recorded as not kept, and Fastify sends it as it is, trailers included (IDEM-STORE-5).
+  const trailers = trailersOf(reply);
+  const trailed = trailers.length > 0;
+  const passThrough = read.body === undefined || trailed;
+  capture.resolve(passThrough ? { status: reply.statusCode, headers, passThrough, trailed } : { status: reply.statusCode, headers, body: read.body });
   const answer = await capture.done;
-  if (answer.passThrough) return passOn(read);
-  // Another attempt's outcome goes out instead: the app's stream is not read further.
-  if (passThrough) read.stop();
+  if (answer.passThrough) return read.body === undefined ? passOn(read) : Buffer.from(read.body.buffer, read.body.byteOffset, read.body.byteLength);
+  // Another attempt's outcome goes out instead: the app's stream is not read further, and
+  // its trailers are not sent.
+  read.stop?.();
+  for (const name of trailers) reply.removeTrailer(name);
   if (answer.executed) return Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength);
   dropSince(capture, reply);
   return replyWith(reply, answer, idem);
@@ -134,6 +140,19 @@ export async function answered(capture, reply, payload, idem) {
 export function answerInstead(capture, reply, idem) {
   dropSince(capture, reply);
   return replyWith(reply, capture.instead, idem);
+}
+
+/** The symbol Fastify keeps a reply's trailer fields under (its own, named
+ * 'fastify.reply.trailers'), once found. */
+let trailersKey;
+
+/** The names of the trailer fields `reply` is to send (`reply.trailer(name, fn)`); Fastify
+ * has no public list of them. */
+function trailersOf(reply) {
+  trailersKey ??= Object.getOwnPropertySymbols(reply).find((s) => s.description === "fastify.reply.trailers");
+  const fields = trailersKey === undefined ? null : reply[trailersKey];
+  if (fields == null) return [];
+  return Object.keys(fields).filter((name) => typeof fields[name] === "function");
 }
 
 /** Drops the headers set on `reply` since `capture.before` (the names present then): the

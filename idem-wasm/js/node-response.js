@@ -33,7 +33,9 @@ import { prematureClose, withinLease } from "./errors.js";
  * neither ends it nor passes the limit by then has `answer` rejected (`IDEM-OUT-7`), and
  * what it writes after the engine's reply goes nowhere (IDEM-OUT-7). */
 export function capture(res, limit, context) {
-  const original = { write: res.write, end: res.end, writeHead: res.writeHead };
+  const original = { write: res.write, end: res.end, writeHead: res.writeHead, addTrailers: res.addTrailers };
+  // The trailer fields the app added, for the answer's end.
+  let trailers = null;
   // The headers set before the app ran (by middleware before the adapter).
   const before = Object.entries(res.getHeaders());
   const chunks = [];
@@ -85,6 +87,11 @@ export function capture(res, limit, context) {
     resolve({ status: res.statusCode, headers: [], passThrough: true });
   };
   const ours = {
+    addTrailers(fields) {
+      if (mode === PASS) return original.addTrailers.call(res, fields);
+      if (mode === SEALED || ended || finished) return;
+      trailers = { ...trailers, ...(Array.isArray(fields) ? Object.fromEntries(fields) : fields) };
+    },
     writeHead(status, reason, headers) {
       if (mode === PASS) return original.writeHead.call(res, status, reason, headers);
       if (ended || mode === SEALED) return res;
@@ -142,6 +149,14 @@ export function capture(res, limit, context) {
         finished = true;
         return res;
       }
+      if (trailers !== null) {
+        // Trailer fields, which a stored answer does not carry: the answer is recorded as
+        // not kept and goes out as it is, trailers included (IDEM-STORE-5).
+        finished = true;
+        head = { status: res.statusCode, message: res.statusMessage, fields: Object.entries(res.getHeaders()) };
+        resolve({ status: res.statusCode, headers: [], passThrough: true, trailed: true });
+        return res;
+      }
       ended = true;
       const headers = [];
       for (const [name, value] of Object.entries(res.getHeaders())) {
@@ -185,6 +200,7 @@ export function capture(res, limit, context) {
     res.statusMessage = head.message;
     let ready = true;
     for (const chunk of chunks.splice(0)) ready = res.write(chunk);
+    if (trailers !== null) res.addTrailers(trailers);
     if (finished) res.end();
     // A source that waits for 'drain' gets it now, or from Node once the socket drains.
     else if (ready && waiting) res.emit("drain");

@@ -158,7 +158,8 @@ export class Idempotency {
    * `run(context)` executes the handler and returns `{ status, headers?, body? }`, or
    * `{ status, headers?, passThrough: true }` for an answer whose body grew past
    * `maxResponseBytes` and that the caller sends itself as it is produced (IDEM-STORE-5: it
-   * is recorded as too large to keep). Resolves to `{ status, headers, body, replayed,
+   * is recorded as too large to keep), with `trailed: true` for one that ends with trailer
+   * fields, which a stored answer does not carry (recorded as not kept either). Resolves to `{ status, headers, body, replayed,
    * executed }` with headers as a flat `[name, value, …]` list; `executed` is true for the
    * answer of `run`, false for the engine's own (a replay or a refusal), and `passThrough`
    * (with `body` null) when the caller is to send the rest of `run`'s answer.
@@ -199,7 +200,8 @@ export class Idempotency {
         throw err;
       }
       // The memory store answers at once; other stores answer with a promise.
-      let instead = context.finish(body === null ? Ran.Oversized : Ran.Answered, out.status, headers, body ?? EMPTY);
+      const ran = body !== null ? Ran.Answered : out.trailed === true ? Ran.Trailed : Ran.Oversized;
+      let instead = context.finish(ran, out.status, headers, body ?? EMPTY);
       if (instead instanceof Promise) instead = await instead;
       if (instead !== null) return plainReply(instead);
       if (body === null) return { status: out.status, headers, body, replayed: false, executed: true, passThrough: true };

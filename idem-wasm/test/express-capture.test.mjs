@@ -5,6 +5,7 @@
 // IDEM-OUT-3), and nothing the app does after its answer ends the process.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import { Readable } from "node:stream";
 import { test } from "node:test";
@@ -40,6 +41,21 @@ async function withApp(routes, check, options = {}) {
     server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));
   }
+}
+
+/** A POST to `path` of `url` that accepts trailers: its status, body, and trailers. */
+function withTrailers(url, k, path = "/api/orders") {
+  return new Promise((resolve, reject) => {
+    const headers = { "idempotency-key": k, "content-type": "application/json", te: "trailers", "x-user": "alice" };
+    const req = httpRequest(`${url}${path}`, { method: "POST", headers }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode, body, trailers: res.trailers }));
+    });
+    req.on("error", reject);
+    req.end('{"amount":1}');
+  });
 }
 
 const post = (url, k, path = "/api/orders") =>
@@ -217,6 +233,32 @@ test("headers set when the head is written (on-headers, mounted after the adapte
         assert.equal(response.status, 201);
         assert.deepEqual(response.headers.getSetCookie(), ["a=1", "b=2"]);
       }
+    },
+  );
+});
+
+test("an answer with trailer fields goes out with them, and a retry learns it was not stored (IDEM-STORE-5)", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        res.status(201).setHeader("trailer", "x-checksum");
+        res.write("body");
+        res.addTrailers({ "x-checksum": "abc" });
+        res.end();
+      }),
+    async (url, state) => {
+      const k = key();
+      const first = await withTrailers(url, k);
+      assert.equal(first.status, 201);
+      assert.equal(first.body, "body");
+      assert.deepEqual(first.trailers, { "x-checksum": "abc" });
+      const retry = await withTrailers(url, k);
+      assert.equal(retry.status, 410);
+      const problem = JSON.parse(retry.body);
+      assert.equal(problem.type, "urn:idem:problem:response-not-stored");
+      assert.match(problem.detail, /trailer fields/);
+      assert.equal(state.runs, 1);
     },
   );
 });

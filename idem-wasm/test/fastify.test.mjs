@@ -93,6 +93,11 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
     });
     return reply.code(201).header("x-order-id", "1").type("text/plain").send(state.stalled);
   });
+  app.post("/api/trailed", guarded, async (request, reply) => {
+    state.count++;
+    reply.code(201).trailer("x-checksum", (reply, payload, done) => done(null, "abc"));
+    return "body";
+  });
   app.post("/api/idle", guarded, async (request, reply) => {
     // 2,000 bytes at once and then nothing more, as an event stream with nothing to say.
     let pushed = false;
@@ -216,6 +221,33 @@ describe("idem/fastify on Fastify 5", () => {
     } finally {
       await short.close();
     }
+  });
+
+  test("an answer with trailer fields goes out with them, and a retry learns it was not stored (IDEM-STORE-5)", async () => {
+    const key = fresh();
+    const before = running.state.count;
+    const call = () =>
+      new Promise((resolve, reject) => {
+        const headers = { "idempotency-key": key, "content-type": "application/json", te: "trailers", "x-user": "alice" };
+        const req = httpRequest({ host: "127.0.0.1", port: running.port, path: "/api/trailed", method: "POST", headers }, (res) => {
+          let body = "";
+          res.setEncoding("utf8");
+          res.on("data", (d) => (body += d));
+          res.on("end", () => resolve({ status: res.statusCode, body, trailers: res.trailers }));
+        });
+        req.on("error", reject);
+        req.end(ORDER);
+      });
+    const first = await call();
+    assert.equal(first.status, 201);
+    assert.equal(first.body, "body");
+    assert.deepEqual(first.trailers, { "x-checksum": "abc" });
+    const retry = await call();
+    assert.equal(retry.status, 410);
+    const problem = JSON.parse(retry.body);
+    assert.equal(problem.type, "urn:idem:problem:response-not-stored");
+    assert.match(problem.detail, /trailer fields/);
+    assert.equal(running.state.count - before, 1);
   });
 
   test("a Fetch Response the handler returns is the answer: its status, headers and body are stored and replayed", async () => {

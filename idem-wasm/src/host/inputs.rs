@@ -80,6 +80,10 @@ impl Host {
                 self.slot_mut(t)?.req.handle_oversized(status);
                 return Ok(());
             }
+            Ran::Trailed => {
+                self.slot_mut(t)?.req.handle_with_trailers(status);
+                return Ok(());
+            }
             Ran::Threw => Outcome::Unknown(None),
             Ran::NothingHappened => Outcome::Retryable,
             Ran::Processed => Inbox::processed(),

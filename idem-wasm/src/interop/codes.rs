@@ -46,6 +46,10 @@ pub enum Ran {
     /// as it is produced: classified by status, stored as `response-not-stored`
     /// (`IDEM-STORE-5`).
     Oversized = 4,
+    /// It answered with trailer fields, which a stored answer does not carry, and which the
+    /// host sends with the answer as it is: classified by status, stored as
+    /// `response-not-stored` (`IDEM-STORE-5`).
+    Trailed = 5,
 }
 
 /// Where a request's heartbeats stand ([`idem_core::Heartbeat`]).
