@@ -125,28 +125,34 @@ impl Refusal {
     }
 
     /// The store failed before anything ran: 503 with `Retry-After` (`IDEM-STORE-3`,
-    /// `IDEM-STORE-4`), or 500 for a record that cannot be opened (`IDEM-SEAL-3`).
+    /// `IDEM-STORE-4`), or 500 for a record that cannot be opened (`IDEM-SEAL-3`); or, after
+    /// the handler ran, as it committed the handler's writes with the response: 503
+    /// (`IDEM-STORE-7`).
     pub fn store(failure: StoreFailure) -> Refusal {
-        let (problem, detail) = match failure {
+        let refusal = match failure {
             StoreFailure::Sealed => {
                 return Refusal::new(
                     Problem::SEALED,
                     "the stored record of this key is sealed under a key this server does not hold, or was moved; nothing was executed",
                 )
             }
-            StoreFailure::Full => (Problem::STORE_FULL, "the idempotency store is full"),
-            StoreFailure::Uncommitted => (
-                Problem::STORE_UNAVAILABLE,
-                "the idempotency store failed as it committed the request's work with its response: whether the work was done is not known; a retry with the same key finds out",
-            ),
-            StoreFailure::Unavailable => (
+            StoreFailure::Full => Refusal::new(Problem::STORE_FULL, "the idempotency store is full"),
+            StoreFailure::Unavailable => Refusal::new(
                 Problem::STORE_UNAVAILABLE,
                 "the idempotency store is unavailable; nothing was executed",
             ),
+            // The handler ran: not IDEM-STORE-4's "nothing executes".
+            StoreFailure::Uncommitted => Refusal {
+                requirement: "IDEM-STORE-7",
+                ..Refusal::new(
+                    Problem::STORE_UNAVAILABLE,
+                    "the idempotency store failed as it committed the request's work with its response: whether the work was done is not known; a retry with the same key finds out",
+                )
+            },
         };
         Refusal {
             retry_after: Some(RETRY_SOON_SECS),
-            ..Refusal::new(problem, detail)
+            ..refusal
         }
     }
 

@@ -428,6 +428,7 @@ fn a_completion_that_may_not_have_committed_the_handlers_writes_replaces_its_res
             assert_eq!(reply.status(), 503);
             let body: serde_json::Value = serde_json::from_slice(reply.body()).unwrap();
             assert_eq!(body["type"], "urn:idem:problem:store-unavailable");
+            assert_eq!(body["requirement"], "IDEM-STORE-7");
         }
     }
 }

@@ -83,3 +83,13 @@ export function withinLease(read, lease, stop) {
 
 /** The detail of the 500 problem an attempt's caller gets when its answer stalled. */
 export const STALLED = "the response body was not read whole before the lease ended";
+
+/** The failure of a completion that was to commit the handler's own writes with its stored
+ * response (a transaction): whether they committed is unknown, and the engine answers 503 in
+ * place of the handler's response, which may describe work that was rolled back
+ * (`IDEM-STORE-7`). */
+export function uncommitted(err) {
+  const e = new Error(`the handler's writes may not have committed: ${err?.message ?? err}`, { cause: err });
+  e.code = "IDEM-STORE-7";
+  return e;
+}

@@ -5,6 +5,7 @@
 import { attemptOf, attemptOfContext } from "./attempt.js";
 import { CHUNK_BYTES, IdempotencyShard, MAX_PUT_KEYS } from "./shard.js";
 import { CLAIM_IN_SLOT, rangeError } from "./util.js";
+import { uncommitted } from "./errors.js";
 
 /** The handler's own storage keys one transaction writes at most: with the record's chunks,
  * its entry and its deadline, they fit in the `MAX_PUT_KEYS` of one atomic put. */
@@ -86,7 +87,13 @@ export class DurableObjectLocalStore {
       this.#open.delete(attempt);
       return this.#shard.apply(key, write, now);
     }
-    const applied = await this.#shard.apply(key, write, now, open.writes());
+    let applied;
+    try {
+      applied = await this.#shard.apply(key, write, now, open.writes());
+    } catch (err) {
+      // Not written with the record: the handler's response must not go out (IDEM-STORE-7).
+      throw uncommitted(err);
+    }
     // A completion that lost its race keeps the writes for this attempt's next completion
     // (made from the record as it reads after a write of its own whose answer was lost); the
     // end of the attempt drops them. Never given up here, or the next completion would

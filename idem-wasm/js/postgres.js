@@ -9,7 +9,7 @@
 import { expire, openedRecord, recordSealer, storeTimeoutMs, unopenedDue } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { bounded, milliseconds, rangeError } from "./errors.js";
+import { bounded, milliseconds, rangeError, uncommitted } from "./errors.js";
 
 /** The statements of postgres.sql, by the name on the `-- name:` line before each. */
 function statements(text) {
@@ -40,15 +40,6 @@ const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 /** The error listener of a transaction's client while this store holds it: a dead
  * connection fails the statements that follow, and is then discarded (`giveBack`). */
 function unwatched() {}
-
-/** The failure of a completion that was to commit the handler's transaction: whether it
- * committed is unknown, and the engine answers 503 in place of the handler's response, which
- * may describe work that was rolled back (IDEM-STORE-7). */
-function uncommitted(err) {
-  const e = new Error(`the handler's transaction may not have committed: ${err?.message ?? err}`, { cause: err });
-  e.code = "IDEM-STORE-7";
-  return e;
-}
 
 /** A transaction's client back to the pool, or discarded with `err` (its state unknown). */
 function giveBack(client, err) {

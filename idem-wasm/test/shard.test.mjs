@@ -338,6 +338,22 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     assert.equal(state.executions, 1);
   });
 
+  test("a completion whose write with the handler's writes fails answers 503, never the handler's response (IDEM-STORE-7)", async () => {
+    const storage = new FakeStorage();
+    const put = storage.put.bind(storage);
+    storage.put = async (entries, value) => {
+      if (typeof entries === "object" && Object.keys(entries).some((k) => k.startsWith("order:"))) throw new Error("storage write failed");
+      return put(entries, value);
+    };
+    const { handler } = insideObject(storage);
+    const answer = await handler(post('"u"'));
+    assert.equal(answer.status, 503);
+    const problem = await answer.json();
+    assert.equal(problem.type, "urn:idem:problem:store-unavailable");
+    assert.equal(problem.requirement, "IDEM-STORE-7");
+    assert.equal([...storage.map.keys()].some((k) => k.startsWith("order:")), false);
+  });
+
   test("a released key (429: nothing happened) leaves nothing in storage, and its retry runs afresh", async () => {
     const { storage, writes } = countingStorage();
     const { handler, state } = insideObject(storage, { status: 429 });
