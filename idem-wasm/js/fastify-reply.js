@@ -107,6 +107,7 @@ export async function answered(capture, reply, payload, idem) {
     }
     const answer = await capture.done;
     dropSince(capture, reply);
+    for (const name of trailersOf(reply)) reply.removeTrailer(name);
     return replyWith(reply, answer, idem);
   }
   const headers = [];

@@ -28,10 +28,15 @@ import { prematureClose, withinLease } from "./errors.js";
  * Code that took `res`'s methods while they were the capture's (a wrapper mounted after
  * this one) keeps calling them: once `res` has its own back, they pass to those.
  *
- * Once the app has begun its answer (its first write or `writeHead`), the answer is held no
- * longer than the lease of `context` (the handler's), as heartbeats extend it: an app that
- * neither ends it nor passes the limit by then has `answer` rejected (`IDEM-OUT-7`), and
- * what it writes after the engine's reply goes nowhere (IDEM-OUT-7). */
+ * Once the app has begun its answer (its first write or `writeHead`), `res.headersSent` is
+ * true, as Node's is from then on: an app that writes and then throws has its connection
+ * closed by Express's error handling, as without idem, not an error page appended to what
+ * it wrote. And the answer is held no longer than the lease of `context` (the handler's), as
+ * heartbeats extend it: an app that neither ends it nor passes the limit by then has
+ * `answer` rejected (`IDEM-OUT-7`), and what it writes after the engine's reply goes
+ * nowhere. An answer that ends with trailer fields (`addTrailers`) resolves `answer` as
+ * `{ status, headers, passThrough: true, trailed: true }`, and `flush()` sends it as it is,
+ * trailers included (IDEM-STORE-5). */
 export function capture(res, limit, context) {
   const original = { write: res.write, end: res.end, writeHead: res.writeHead, addTrailers: res.addTrailers };
   // The trailer fields the app added, for the answer's end.
@@ -65,8 +70,13 @@ export function capture(res, limit, context) {
   // The lease's bound on the answer, from its first byte or head on.
   let begun = false;
   let ending = false;
+  // Once the app has begun its answer, its head counts as sent, as Node's does from the first
+  // write or `writeHead`: an error handler then takes its "already sent" path (Express's
+  // closes the connection, as without idem) instead of writing an error page into the
+  // answer. Until `res` has its own methods back.
   const begin = () => {
     begun = true;
+    if (head === null) Object.defineProperty(res, "headersSent", { configurable: true, get: () => true });
     withinLease(answer, context, () => {}).catch((err) => {
       if (err?.code === "IDEM-OUT-7") reject(err);
     });
@@ -175,7 +185,7 @@ export function capture(res, limit, context) {
   const giveBack = () => {
     mode = PASS;
     Object.assign(res, original);
-    if (head !== null) delete res.headersSent;
+    if (begun || head !== null) delete res.headersSent;
   };
   let released = false;
   const release = () => {
@@ -258,6 +268,8 @@ export async function send(res, reply, idem, held) {
   const { status, fields, body } = await replyFields(idem, reply);
   held?.release();
   res.statusCode = status;
+  // The engine's own reply is not the app's: none of the app's reason phrase either.
+  if (reply.executed !== true) res.statusMessage = undefined;
   for (const [name, value] of fields) res.setHeader(name, value);
   // Set, not left to Node: once a content-length was removed (the capture clears the
   // headers), Node would send the answer chunked, and its replays would differ from it.

@@ -142,6 +142,7 @@ test("an answer the app begins and then never ends is let go when the lease ends
         state.runs++;
         if (state.runs > 1) return res.status(201).json({ run: state.runs });
         res.status(201).setHeader("x-app", "first");
+        res.statusMessage = "Order Taken";
         res.write("partial ");
         // It wakes after the engine answered: what it writes goes nowhere.
         setTimeout(() => res.end("late"), 1_500);
@@ -154,6 +155,7 @@ test("an answer the app begins and then never ends is let go when the lease ends
       assert.equal(first.status, 500);
       assert.equal(first.headers.get("content-type"), "application/problem+json");
       assert.equal(first.headers.get("x-app"), null, "none of the app's head");
+      assert.equal(first.statusText, "Internal Server Error", "nor its reason phrase");
       const problem = await first.json();
       assert.equal(problem.type, "about:blank");
       assert.equal(problem.detail, "the response body was not read whole before the lease ended");
@@ -164,6 +166,29 @@ test("an answer the app begins and then never ends is let go when the lease ends
       assert.equal(state.errors.length, 0, "the late end is nobody's error");
     },
     { lease: 1_000 },
+  );
+});
+
+test("an app that writes and then throws: its head counts as sent, its connection is closed as without idem, and the retry runs again (IDEM-OUT-3)", async () => {
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", (req, res) => {
+        state.runs++;
+        if (state.runs > 1) return res.status(201).json({ run: state.runs });
+        res.status(200);
+        res.write("partial ");
+        throw new Error("failed half-way");
+      }),
+    async (url, state) => {
+      const k = key();
+      // No answer with an error page after the partial body: the connection is closed.
+      await assert.rejects(post(url, k).then((r) => r.text()));
+      assert.equal(state.headersSent, true, "the error handler saw the head as sent");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const retry = await post(url, k);
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await retry.json(), { run: 2 });
+    },
   );
 });
 

@@ -91,6 +91,7 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
         this.push(Buffer.from("partial "));
       },
     });
+    reply.trailer("x-checksum", (reply, payload, done) => done(null, "abc"));
     return reply.code(201).header("x-order-id", "1").type("text/plain").send(state.stalled);
   });
   app.post("/api/trailed", guarded, async (request, reply) => {
@@ -188,6 +189,7 @@ describe("idem/fastify on Fastify 5", () => {
       assert.equal(first.headers.get("content-type"), "application/problem+json");
       assert.equal(first.headers.get("x-order-id"), null, "none of the app's head");
       assert.equal(first.headers.get("access-control-allow-origin"), "*", "the hooks' headers stay");
+      assert.equal(first.headers.get("trailer"), null, "nor the app's trailers");
       const problem = await first.json();
       assert.equal(problem.type, "about:blank");
       assert.equal(problem.detail, "the response body was not read whole before the lease ended");
