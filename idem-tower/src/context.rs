@@ -82,6 +82,13 @@ impl IdempotencyContext {
         self.attempt
     }
 
+    /// Whether the request is over: its outcome recorded, or the request given up. A
+    /// transaction opened for it then is refused (`PostgresStore::transaction`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn is_over(&self) -> bool {
+        self.heartbeat.is_over()
+    }
+
     /// A heartbeat (`IDEM-LEASE-3`): extends the lease by one lease period, and the key's
     /// retention with it. Resolves to the new end of the lease.
     pub async fn extend(&self) -> Result<UnixMillis, LeaseError> {

@@ -204,6 +204,10 @@ where
 /// A heartbeat, as the handler's context holds it (the store's type erased).
 pub(crate) trait Beat: Send + Sync {
     fn extend(&self) -> Pin<Box<dyn Future<Output = Result<UnixMillis, LeaseError>> + Send + '_>>;
+
+    /// Whether the request is over (its machine let go); false while it is busy.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    fn is_over(&self) -> bool;
 }
 
 /// A request whose handler runs: the machine, shared by the heartbeats and the completion,
@@ -319,6 +323,10 @@ where
     St: AsyncStore + Send + Sync,
     St::Error: fmt::Display,
 {
+    fn is_over(&self) -> bool {
+        self.machine.try_lock().is_ok_and(|m| m.is_none())
+    }
+
     fn extend(&self) -> Pin<Box<dyn Future<Output = Result<UnixMillis, LeaseError>> + Send + '_>> {
         Box::pin(async move {
             let mut guard = self.machine.lock().await;

@@ -45,6 +45,9 @@ pub enum PostgresStoreError {
     /// The request already has a transaction ([`PostgresStore::transaction`]): one request
     /// commits one.
     TransactionOpen,
+    /// The request is over ([`PostgresStore::transaction`]): nothing would commit a
+    /// transaction opened for it.
+    RequestOver,
     /// A completion that was to commit the handler's transaction with its stored response
     /// failed: whether the transaction committed is unknown (`IDEM-STORE-7`).
     Uncommitted(Box<PostgresStoreError>),
@@ -62,6 +65,9 @@ impl fmt::Display for PostgresStoreError {
             }
             PostgresStoreError::TransactionOpen => {
                 f.write_str("this request already has a transaction open")
+            }
+            PostgresStoreError::RequestOver => {
+                f.write_str("the request is over: no completion would commit its transaction")
             }
             PostgresStoreError::Uncommitted(e) => {
                 write!(f, "the handler's transaction may not have committed: {e}")
@@ -253,6 +259,12 @@ impl PostgresStore {
             Entry::Occupied(_) => return Err(PostgresStoreError::TransactionOpen),
             Entry::Vacant(place) => place.insert(Held::Running),
         };
+        // A request already over has no completion to commit with (its end, if it comes
+        // after the place was taken, lets the place go, and the transaction rolls back).
+        if context.is_over() {
+            self.open().remove(&attempt);
+            return Err(PostgresStoreError::RequestOver);
+        }
         // The attempt's place is the transaction's from here: whatever fails below drops
         // it, and lets the place go.
         let mut transaction = Transaction {

@@ -20,6 +20,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 use std::fmt;
 use std::future::Future;
+use std::time::Duration;
 
 /// A store on Redis or Valkey through the `redis` crate's tokio connection manager, which
 /// reconnects on its own and multiplexes requests over one connection.
@@ -30,6 +31,8 @@ pub struct RedisStore {
     apply: Script,
     load: Script,
     seal: Option<Seal>,
+    /// How long one store call may take.
+    timeout: Duration,
 }
 
 impl fmt::Debug for RedisStore {
@@ -50,6 +53,9 @@ pub enum RedisStoreError {
     /// The bytes stored under the key are not a record, or a sealed one this store cannot
     /// open (`IDEM-SEAL-3`).
     Record(Unreadable),
+    /// Redis did not answer the whole call in time ([`RedisStore::with_timeout`]); the write
+    /// may or may not have been applied.
+    Timeout(Duration),
 }
 
 impl fmt::Display for RedisStoreError {
@@ -57,6 +63,9 @@ impl fmt::Display for RedisStoreError {
         match self {
             RedisStoreError::Redis(e) => write!(f, "redis: {e}"),
             RedisStoreError::Record(e) => e.fmt(f),
+            RedisStoreError::Timeout(d) => {
+                write!(f, "redis did not answer within {} ms", d.as_millis())
+            }
         }
     }
 }
@@ -92,7 +101,18 @@ impl RedisStore {
             apply: Script::new(idem_core::stores::REDIS_APPLY),
             load: Script::new(idem_core::stores::REDIS_LOAD),
             seal: None,
+            timeout: CALL_TIMEOUT,
         }
+    }
+
+    /// How long one store call may take as a whole (default idem-core's [`CALL_TIMEOUT`],
+    /// 2 s), whatever the connection's own settings: a script Redis no longer has (after a
+    /// restart) is loaded again within it. A call that runs out of time fails with
+    /// [`RedisStoreError::Timeout`], which the layer answers with 503 like any store failure
+    /// (`IDEM-STORE-10`).
+    pub fn with_timeout(mut self, timeout: Duration) -> RedisStore {
+        self.timeout = timeout;
+        self
     }
 
     /// Seals every record this store writes with `seal`'s first key and opens records sealed
@@ -144,8 +164,10 @@ impl AsyncStore for RedisStore {
         let mut invocation = self.load.key(record);
         invocation.key(response);
         let seal = self.seal.clone();
+        let limit = self.timeout;
         async move {
-            let found: Option<(Vec<u8>, Vec<u8>)> = invocation.invoke_async(&mut conn).await?;
+            let found: Option<(Vec<u8>, Vec<u8>)> =
+                timed(limit, invocation.invoke_async(&mut conn)).await?;
             found
                 .map(|(_, bytes)| {
                     seal::decode(seal.as_ref(), &storage_key, &bytes)
@@ -193,13 +215,26 @@ impl AsyncStore for RedisStore {
                 invocation.arg("").arg("").arg(0).arg("").arg(0);
             }
         };
+        let limit = self.timeout;
         async move {
-            let done: i64 = invocation.invoke_async(&mut conn).await?;
+            let done: i64 = timed(limit, invocation.invoke_async(&mut conn)).await?;
             Ok(if done == 1 {
                 Applied::Applied
             } else {
                 Applied::Conflict
             })
         }
+    }
+}
+
+/// `call` (a script's whole invocation: `EVALSHA`, and `SCRIPT LOAD` and `EVALSHA` again when
+/// Redis lost the script), given at most `limit` to answer.
+async fn timed<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, RedisStoreError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(RedisStoreError::Timeout(limit)),
     }
 }

@@ -625,6 +625,36 @@ async fn one_transaction_per_request_and_none_pooled_half_way() {
         "a connection went back to the pool in its transaction"
     );
     assert_eq!(count("dropped").await, 0);
+
+    // A transaction asked for once the request is over (from a task the handler left
+    // behind) is refused: no completion would ever commit or end it.
+    let (tell, told) = tokio::sync::oneshot::channel();
+    let tell = Arc::new(std::sync::Mutex::new(Some(tell)));
+    let pg = Arc::clone(&store);
+    let late = layer.layer(tower::service_fn(move |request: Request<Body>| {
+        let (store, tell) = (Arc::clone(&pg), Arc::clone(&tell));
+        async move {
+            let ctx = request
+                .extensions()
+                .get::<IdempotencyContext>()
+                .cloned()
+                .expect("a context");
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let refused = store.transaction(&ctx).await;
+                let over = matches!(refused, Err(idem_tower::PostgresStoreError::RequestOver));
+                if let Some(tell) = tell.lock().unwrap().take() {
+                    let _ = tell.send(over);
+                }
+            });
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("answered"))))
+        }
+    }));
+    assert_eq!(send(late, "late").await.0, 200);
+    assert!(
+        told.await.expect("the task's answer"),
+        "a transaction after the request"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -242,3 +242,34 @@ async fn redis_holds_no_response_bytes_once_the_response_expired() {
     let late = service.oneshot(post()).await.unwrap();
     assert_eq!(late.status(), 410, "a late retry is refused, not run again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_store_bounds_each_call_whatever_its_connection_allows() {
+    // IDEM-STORE-10: on a connection made without a response timeout, a Redis that stops
+    // answering still fails the call within the store's own bound.
+    use idem_core::{AsyncStore, Engine, Policy, RecordKey};
+    use std::time::{Duration, Instant};
+    let server = common::redis();
+    let client = redis::Client::open(server.url.as_str()).expect("a client");
+    let conn = redis::aio::ConnectionManager::new(client)
+        .await
+        .expect("a connection");
+    let store = RedisStore::new(conn).with_timeout(Duration::from_millis(300));
+    let scope = Policy::new(Engine::default())
+        .scope(None, "POST", "/orders")
+        .expect("a scope");
+    let key = RecordKey::new(scope, "k1");
+    assert!(store.load(&key).await.expect("a load").is_none());
+    server.pause();
+    let since = Instant::now();
+    let stalled = store.load(&key).await;
+    let waited = since.elapsed();
+    server.resume();
+    assert!(
+        matches!(stalled, Err(idem_tower::RedisStoreError::Timeout(_))),
+        "{stalled:?}"
+    );
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    // Redis answers again: so does the store.
+    assert!(store.load(&key).await.expect("a load").is_none());
+}

@@ -58,6 +58,17 @@ impl Server {
         }
     }
 
+    /// Stops every process of the server where it stands (SIGSTOP), as a server that hangs:
+    /// connections stay open, and nothing answers until [`Server::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
     /// Starts the server again on its port and data directory (after [`Server::kill`]), and
     /// waits until it answers.
     pub fn restart(&mut self) {
@@ -72,6 +83,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A server a failed test left paused could not stop.
+        self.signal("-CONT");
         self.signal("-INT");
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
