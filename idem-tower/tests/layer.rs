@@ -82,6 +82,11 @@ async fn start() -> App {
         )
         .route("/health", get(|| async { "ok" }))
         .layer(layer);
+    serve(app, runs).await
+}
+
+/// `app` served on a port the OS chose, until the [`App`] is dropped.
+async fn serve(app: Router, runs: Arc<AtomicUsize>) -> App {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let port = listener.local_addr().expect("an address").port();
     let task = tokio::spawn(async move {
@@ -479,16 +484,8 @@ async fn an_answer_longer_than_the_store_keeps_goes_out_as_it_comes_and_is_kept_
             })
         })
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let port = listener.local_addr().expect("an address").port();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).await.expect("the server");
-    });
-    let _stop = App {
-        port,
-        runs: Arc::clone(&runs),
-        task: server,
-    };
+    let app = serve(app, Arc::clone(&runs)).await;
+    let port = app.port;
     let key = fresh();
     let head = format!("idempotency-key: {key}");
     let long = || request("POST", "/long", &[head.as_str()], b"{}");
@@ -681,16 +678,8 @@ async fn an_answer_that_stalls_is_let_go_when_its_lease_ends() {
             )
         })
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let port = listener.local_addr().expect("an address").port();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).await.expect("the server");
-    });
-    let _stop = App {
-        port,
-        runs: Arc::clone(&runs),
-        task: server,
-    };
+    let app = serve(app, Arc::clone(&runs)).await;
+    let port = app.port;
 
     let key = fresh();
     let head = format!("idempotency-key: {key}");

@@ -117,8 +117,13 @@ where
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_order_and_its_record_commit_together_or_not_at_all() {
+/// A private Postgres with the store migrated and an `orders` table: the server (stopped
+/// when dropped), the store, and a connection for the test's own queries.
+async fn orders_db() -> (
+    common::Server,
+    Arc<PostgresStore>,
+    deadpool_postgres::Object,
+) {
     let server = common::postgres();
     let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
     store.migrate().await.expect("the migration");
@@ -127,17 +132,43 @@ async fn the_order_and_its_record_commit_together_or_not_at_all() {
         .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
         .await
         .unwrap();
-    let count = |key: &'static str| {
-        let client = &client;
-        async move {
-            let n: i64 = client
-                .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
-                .await
-                .unwrap()
-                .get(0);
-            n
+    (server, store, client)
+}
+
+/// How many orders were committed under `key`.
+async fn orders_of(client: &deadpool_postgres::Object, key: &str) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The sessions left idle in a transaction. A transaction whose connection was closed (as a
+/// dropped `Transaction` closes it) is rolled back by the server once it sees the socket
+/// close, a moment later: this counts them once that has had at most 5 s to happen.
+async fn left_in_transaction(client: &deadpool_postgres::Object) -> i64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n == 0 || tokio::time::Instant::now() >= deadline {
+            return n;
         }
-    };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_order_and_its_record_commit_together_or_not_at_all() {
+    let (_server, store, client) = orders_db().await;
+    let count = |key: &'static str| orders_of(&client, key);
     let policy = || {
         Policy::new(
             Engine::new(Config {
@@ -325,52 +356,9 @@ async fn a_response_is_never_stored_without_its_rows() {
     // the completion; the completion, made again from the record as it reads, still commits
     // the handler's rows with it. And a handler that panics after handing its transaction
     // over leaves no connection idle in transaction: the retry runs and commits.
-    let server = common::postgres();
-    let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
-    store.migrate().await.expect("the migration");
-    let client = store.pool().get().await.expect("a connection");
-    client
-        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
-        .await
-        .unwrap();
-    let count = |key: &'static str| {
-        let client = &client;
-        async move {
-            let n: i64 = client
-                .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
-                .await
-                .unwrap()
-                .get(0);
-            n
-        }
-    };
-    let idle_in_transaction = || {
-        let client = &client;
-        async move {
-            let n: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            n
-        }
-    };
-    // A transaction whose connection was closed (as a dropped `Transaction` closes it) is
-    // rolled back by the server once it sees the socket close, a moment later: the open
-    // transactions left once that has had at most 5 s to happen.
-    let left_open = || async {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let n = idle_in_transaction().await;
-            if n == 0 || tokio::time::Instant::now() >= deadline {
-                return n;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let (_server, store, client) = orders_db().await;
+    let count = |key: &'static str| orders_of(&client, key);
+    let left_open = || left_in_transaction(&client);
 
     let losing = Arc::new(LostHeartbeatAnswer {
         inner: Arc::clone(&store),
@@ -517,45 +505,9 @@ async fn one_transaction_per_request_and_none_pooled_half_way() {
     // IDEM-STORE-7: a request has one transaction: a second, while the first runs or once it
     // is handed over, is refused. A completion whose call is dropped half-way never puts
     // its connection back in the pool inside the transaction: nothing is left open.
-    let server = common::postgres();
-    let store = Arc::new(PostgresStore::connect(&server.url, 8).expect("a pool"));
-    store.migrate().await.expect("the migration");
-    let client = store.pool().get().await.expect("a connection");
-    client
-        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
-        .await
-        .unwrap();
-    let count = |key: &'static str| {
-        let client = &client;
-        async move {
-            let n: i64 = client
-                .query_one("SELECT count(*) FROM orders WHERE idem_key = $1", &[&key])
-                .await
-                .unwrap()
-                .get(0);
-            n
-        }
-    };
-    let left_open = || {
-        let client = &client;
-        async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-            loop {
-                let n: i64 = client
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
-                        &[],
-                    )
-                    .await
-                    .unwrap()
-                    .get(0);
-                if n == 0 || tokio::time::Instant::now() >= deadline {
-                    return n;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
+    let (_server, store, client) = orders_db().await;
+    let count = |key: &'static str| orders_of(&client, key);
+    let left_open = || left_in_transaction(&client);
     // With `locker`, the handler locks the records' table from another connection once its
     // transaction is handed over, so that its completion's write waits there.
     let handler = |store: Arc<PostgresStore>, locker: Option<Arc<deadpool_postgres::Object>>| {
