@@ -156,9 +156,13 @@ pub trait AsyncStore {
     /// that was aborted). A store that holds something for the attempt, a handler's open
     /// transaction above all, lets go of it now: rolled back, unless its completion already
     /// committed it. A host calls it exactly when the request ends, also from a destructor,
-    /// so it must not block or wait. By default, nothing.
-    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
+    /// so it must not block or wait. Returns whether it let go of writes of the handler's
+    /// that no completion committed (a transaction handed over, rolled back): a host then
+    /// tells the request ([`Request::handle_writes_dropped`](crate::Request::handle_writes_dropped)),
+    /// whose response may describe them (`IDEM-STORE-7`). By default, nothing, and false.
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) -> bool {
         let _ = (key, attempt);
+        false
     }
 }
 
@@ -195,8 +199,8 @@ impl<T: AsyncStore + Send + Sync + ?Sized> AsyncStore for alloc::sync::Arc<T> {
         T::failure(error)
     }
 
-    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
-        (**self).end_attempt(key, attempt);
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) -> bool {
+        (**self).end_attempt(key, attempt)
     }
 }
 

@@ -284,7 +284,17 @@ where
         let mut guard = self.machine.lock().await;
         let machine = guard.as_mut()?;
         record(machine);
-        let answer = match advance(&self.shared, machine, &self.trace).await {
+        let step = advance(&self.shared, machine, &self.trace).await;
+        // The attempt is over: what the store held for it goes, and if that was the
+        // handler's own writes, uncommitted, its response does not go out (IDEM-STORE-7).
+        if self
+            .shared
+            .store
+            .end_attempt(&self.attempt.0, self.attempt.1)
+        {
+            machine.handle_writes_dropped();
+        }
+        let answer = match step {
             // Another attempt's outcome (IDEM-LEASE-5), or the 503 of a completion that may not
             // have committed the handler's own writes (IDEM-STORE-7); otherwise none.
             Step::Done(_) => machine.reply(),
@@ -300,9 +310,6 @@ where
             }
         };
         *guard = None;
-        self.shared
-            .store
-            .end_attempt(&self.attempt.0, self.attempt.1);
         answer
     }
 }

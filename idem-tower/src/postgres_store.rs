@@ -600,11 +600,16 @@ impl AsyncStore for PostgresStore {
         }
     }
 
-    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) -> bool {
         // A transaction handed over that no stored response committed: closed, never
         // pooled, which rolls it back and lets go of its row locks.
-        if let Some(Held::Open(client)) = self.open().remove(&(key.storage_key(), attempt)) {
-            drop(Object::take(*client));
+        match self.open().remove(&(key.storage_key(), attempt)) {
+            Some(Held::Open(client)) => {
+                drop(Object::take(*client));
+                true
+            }
+            // One the handler still runs is not part of its answer.
+            Some(Held::Running) | None => false,
         }
     }
 }

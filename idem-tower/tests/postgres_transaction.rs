@@ -292,9 +292,11 @@ async fn the_order_and_its_record_commit_together_or_not_at_all() {
 
 /// The Postgres store, with the answer to the first heartbeat lost after Postgres committed
 /// it (the connection dropped after the commit), as the layer sees it: an error.
+/// With `then_unreadable`, every read after that heartbeat fails too.
 struct LostHeartbeatAnswer {
     inner: Arc<PostgresStore>,
     in_flight_writes: std::sync::atomic::AtomicUsize,
+    then_unreadable: bool,
 }
 
 impl idem_core::AsyncStore for LostHeartbeatAnswer {
@@ -304,8 +306,18 @@ impl idem_core::AsyncStore for LostHeartbeatAnswer {
         &self,
         key: &idem_core::RecordKey,
     ) -> impl std::future::Future<Output = Result<Option<idem_core::Record>, String>> + Send {
+        let unreadable = self.then_unreadable
+            && self
+                .in_flight_writes
+                .load(std::sync::atomic::Ordering::SeqCst)
+                >= 2;
         let load = self.inner.load(key);
-        async move { load.await.map_err(|e| e.to_string()) }
+        async move {
+            if unreadable {
+                return Err("the store stopped answering".to_owned());
+            }
+            load.await.map_err(|e| e.to_string())
+        }
     }
 
     fn apply(
@@ -345,32 +357,24 @@ impl idem_core::AsyncStore for LostHeartbeatAnswer {
         async move { apply.await.map_err(|e| e.to_string()) }
     }
 
-    fn end_attempt(&self, key: &idem_core::RecordKey, attempt: u64) {
-        self.inner.end_attempt(key, attempt);
+    fn end_attempt(&self, key: &idem_core::RecordKey, attempt: u64) -> bool {
+        self.inner.end_attempt(key, attempt)
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_response_is_never_stored_without_its_rows() {
-    // IDEM-STORE-7: a heartbeat committed whose answer was lost moves the record on under
-    // the completion; the completion, made again from the record as it reads, still commits
-    // the handler's rows with it. And a handler that panics after handing its transaction
-    // over leaves no connection idle in transaction: the retry runs and commits.
-    let (_server, store, client) = orders_db().await;
-    let count = |key: &'static str| orders_of(&client, key);
-    let left_open = || left_in_transaction(&client);
-
-    let losing = Arc::new(LostHeartbeatAnswer {
-        inner: Arc::clone(&store),
-        in_flight_writes: std::sync::atomic::AtomicUsize::new(0),
-    });
-    let layer = IdempotencyLayer::builder(Arc::clone(&losing))
-        .single_tenant()
-        .build()
-        .unwrap();
-    let pg = Arc::clone(&store);
-    let service = layer.layer(tower::service_fn(move |request: Request<Body>| {
-        let store = Arc::clone(&pg);
+/// A handler that inserts an order in its transaction, sends a heartbeat (whose answer the
+/// test's store loses), hands the transaction over and answers 201 with the order's id.
+fn handing_over(
+    store: Arc<PostgresStore>,
+) -> impl Service<
+    Request<Body>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send {
+    tower::service_fn(move |request: Request<Body>| {
+        let store = Arc::clone(&store);
         async move {
             let ctx = request
                 .extensions()
@@ -393,7 +397,29 @@ async fn a_response_is_never_stored_without_its_rows() {
             *r.status_mut() = StatusCode::CREATED;
             Ok::<_, Infallible>(r)
         }
-    }));
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_response_is_never_stored_without_its_rows() {
+    // IDEM-STORE-7: a heartbeat committed whose answer was lost moves the record on under
+    // the completion; the completion, made again from the record as it reads, still commits
+    // the handler's rows with it. And a handler that panics after handing its transaction
+    // over leaves no connection idle in transaction: the retry runs and commits.
+    let (_server, store, client) = orders_db().await;
+    let count = |key: &'static str| orders_of(&client, key);
+    let left_open = || left_in_transaction(&client);
+
+    let losing = Arc::new(LostHeartbeatAnswer {
+        inner: Arc::clone(&store),
+        in_flight_writes: std::sync::atomic::AtomicUsize::new(0),
+        then_unreadable: false,
+    });
+    let layer = IdempotencyLayer::builder(Arc::clone(&losing))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let service = layer.layer(handing_over(Arc::clone(&store)));
     let (status, id) = send(service.clone(), "lost").await;
     assert_eq!(status, 201);
     assert_eq!(
@@ -402,6 +428,23 @@ async fn a_response_is_never_stored_without_its_rows() {
         "the response was stored without the order it describes"
     );
     assert_eq!(send(service, "lost").await, (201, id));
+    assert_eq!(left_open().await, 0);
+
+    // The same, and the record cannot be read again after the completion lost its race: the
+    // handler's writes are rolled back as the attempt ends, so its 201 does not go out.
+    let unreadable = Arc::new(LostHeartbeatAnswer {
+        inner: Arc::clone(&store),
+        in_flight_writes: std::sync::atomic::AtomicUsize::new(0),
+        then_unreadable: true,
+    });
+    let layer = IdempotencyLayer::builder(Arc::clone(&unreadable))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let (status, body) = send(layer.layer(handing_over(Arc::clone(&store))), "unread").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("IDEM-STORE-7"), "{body}");
+    assert_eq!(count("unread").await, 0);
     assert_eq!(left_open().await, 0);
 
     let layer = IdempotencyLayer::builder(Arc::clone(&store))
@@ -495,8 +538,8 @@ impl idem_core::AsyncStore for CancelledCompletion {
         }
     }
 
-    fn end_attempt(&self, key: &idem_core::RecordKey, attempt: u64) {
-        self.0.end_attempt(key, attempt);
+    fn end_attempt(&self, key: &idem_core::RecordKey, attempt: u64) -> bool {
+        self.0.end_attempt(key, attempt)
     }
 }
 

@@ -141,7 +141,7 @@ export class Driver {
       // A store that keeps something for an attempt (a handler's transaction) lets go of it
       // when the attempt's request is over, however it ended (IDEM-STORE-7).
       const store = this.#store;
-      const key = request.high >= 0 && typeof store.end === "function" ? request.storageKey(engine) : null;
+      const key = request.high >= 0 && !request.storeEnded && typeof store.end === "function" ? request.storageKey(engine) : null;
       const close = () => {
         engine.end(slot);
         if (key !== null) {
@@ -237,7 +237,26 @@ export class Driver {
     if (ran !== Ran.Threw) request.status = status;
     engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
     if (this.#records !== null) return this.#instead(request, this.#driveIn(request));
-    return this.#advance(request).then((step) => this.#instead(request, step));
+    return this.#advance(request).then((step) => this.#ended(request, step));
+  }
+
+  /** After the outcome, on a store that keeps something for an attempt: the attempt is over,
+   * so the store lets go of it now; if that was the handler's own writes, uncommitted (a
+   * completion that lost its race, then could not read the record again), the handler's
+   * response may describe them and does not go out (IDEM-STORE-7). Then `#instead`. */
+  async #ended(request, step) {
+    const store = this.#store;
+    if (step === Step.Done && typeof store.end === "function") {
+      request.storeEnded = true;
+      let dropped = false;
+      try {
+        dropped = (await store.end(request.storageKey(this.#engine), request.attempt)) === true;
+      } catch {
+        // A store's failure to let go is its own.
+      }
+      if (dropped) this.#engine.writesDropped(request.slot);
+    }
+    return this.#instead(request, step);
   }
 
   /** After the outcome: the reply that replaces the handler's answer, or null. */
@@ -292,6 +311,8 @@ class Served {
     this.attemptText = undefined;
     /** The record's storage key, once asked for. */
     this.key = undefined;
+    /** Whether the store was told that the attempt is over (`end`), at its completion. */
+    this.storeEnded = false;
   }
 
   /** The running attempt's identity, or undefined when none ran. */

@@ -102,9 +102,13 @@ export class DurableObjectLocalStore {
     return applied;
   }
 
-  /** The attempt's request is over: writes it left uncommitted are dropped. */
+  /** The attempt's request is over: writes it left uncommitted are dropped. Returns whether
+   * there were any handed over (IDEM-STORE-7). */
   end(key, attempt) {
-    this.#open.delete(attemptOf(key, attempt));
+    const id = attemptOf(key, attempt);
+    const open = this.#open.get(id);
+    this.#open.delete(id);
+    return open?.ready === true;
   }
 
   /** Expires what is due; call it from the object's `alarm()`. The object has one alarm,

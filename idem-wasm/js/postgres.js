@@ -115,13 +115,17 @@ export class PostgresStore {
   }
 
   /** The attempt's request is over: a transaction it handed over that no stored response
-   * committed is rolled back, and its connection goes back to the pool (IDEM-STORE-7). */
+   * committed is rolled back, and its connection goes back to the pool (IDEM-STORE-7).
+   * Resolves to whether there was one: the handler's writes, never committed. */
   async end(key, attempt) {
     const id = attemptOf(key, attempt);
     const open = this.#open.get(id);
-    if (open === undefined) return;
+    if (open === undefined) return false;
     this.#open.delete(id);
-    if (open.ready) await this.#close(open.client, "ROLLBACK");
+    if (!open.ready) return false;
+    // A ROLLBACK that fails discards the connection, which rolls back all the same.
+    await this.#close(open.client, "ROLLBACK").catch(() => {});
+    return true;
   }
 
   /** Ends a transaction with `statement`, then gives its connection back, or (when that

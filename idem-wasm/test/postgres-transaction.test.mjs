@@ -336,6 +336,45 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     await allBack();
   });
 
+  test("a completion that lost its race and then cannot read the record: the rows roll back and the response does not go out (IDEM-STORE-7)", async () => {
+    // The heartbeat is applied but its answer lost, so the completion loses its race and
+    // reads the record again; that read fails too.
+    let lost = false;
+    const flaky = {
+      load: async (key) => {
+        if (lost) throw new Error("the store stopped answering");
+        return store.load(key);
+      },
+      apply: async (key, write, now, info) => {
+        const applied = await store.apply(key, write, now, info);
+        if (info === undefined && write.expect !== null && !lost) {
+          lost = true;
+          throw new Error("the heartbeat's answer was lost");
+        }
+        return applied;
+      },
+      end: (key, attempt) => store.end(key, attempt),
+    };
+    const handler = withIdempotency(
+      async (request) => {
+        const context = idempotencyOf(request);
+        return store.transaction(context, async (client) => {
+          await client.query("INSERT INTO orders (customer, amount) VALUES ('cus_k', 1)");
+          await assert.rejects(context.extend(), (e) => e.code === "IDEM-STORE-4");
+          return Response.json({ order: "cus_k" }, { status: 201 });
+        });
+      },
+      { store: flaky, principal: "none" },
+    );
+    const answer = await handler(post(randomUUID()));
+    assert.equal(answer.status, 503);
+    const problem = await answer.json();
+    assert.equal(problem.type, "urn:idem:problem:store-unavailable");
+    assert.equal(problem.requirement, "IDEM-STORE-7");
+    assert.equal((await orders("cus_k")).length, 0);
+    await allBack();
+  });
+
   test("a transaction waits for a connection or for BEGIN no longer than a store call may take (IDEM-STORE-10)", async () => {
     const small = new pg.Pool({ connectionString: server.url, max: 1 });
     small.on("error", () => {});

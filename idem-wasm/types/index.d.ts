@@ -104,8 +104,9 @@ export interface IdempotencyStore {
   apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number; attempt: string }): Promise<boolean> | boolean;
   /** Called once the request of attempt `attempt` at `key` is over, however it ended: a store
    * that keeps something for the attempt (a handler's transaction) lets go of it, rolled back
-   * unless its completion committed it (IDEM-STORE-7). */
-  end?(key: string, attempt: string): void | Promise<void>;
+   * unless its completion committed it (IDEM-STORE-7). Returns true when it let go of the
+   * handler's writes uncommitted: the handler's response then does not go out (503). */
+  end?(key: string, attempt: string): void | boolean | Promise<void | boolean>;
   /** Engine-side claim, for stores that claim next to their data (Durable Objects): the
    * request's ticket in, what was claimed out. */
   claim?(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;

@@ -205,6 +205,19 @@ impl Request {
         self.record_unkept(status, Unkept::Oversized);
     }
 
+    /// The store let go of the handler's own writes without committing them, as the attempt
+    /// ended ([`AsyncStore::end_attempt`](crate::AsyncStore::end_attempt) said so): a request
+    /// that finished with a store failure, whose handler's response would go out
+    /// (`IDEM-OUT-5`), answers the 503 of [`StoreFailure::Uncommitted`] instead, as that
+    /// response may describe the writes (`IDEM-STORE-7`). A completion that lost its race
+    /// keeps the handler's writes for the next one; if reading the record again then fails,
+    /// only the end of the attempt shows that they were never committed.
+    pub fn handle_writes_dropped(&mut self) {
+        if let State::Finished(Finish::StoreFailed(failure)) = &mut self.state {
+            *failure = StoreFailure::Uncommitted;
+        }
+    }
+
     /// The handler answered with `status` and a body that ends with trailer fields, which a
     /// stored answer does not carry (`IDEM-STORE-5`): as for
     /// [`handle_oversized`](Self::handle_oversized), what would be stored is the

@@ -32,6 +32,14 @@ impl Engine {
         self.host.store_failed(slot, failure.into()).map_err(js)
     }
 
+    /// The store let go of the handler's own writes, uncommitted, as the attempt ended
+    /// ([`idem_core::Request::handle_writes_dropped`]): a request that finished with a store
+    /// failure answers 503 instead of its handler's response (`IDEM-STORE-7`).
+    #[wasm_bindgen(js_name = writesDropped)]
+    pub fn writes_dropped(&mut self, slot: u32) -> JsResult<()> {
+        self.host.writes_dropped(slot).map_err(js)
+    }
+
     /// What a Durable Object claimed for a `Claim` step. Throws a `RangeError`
     /// (`IDEM-JS-2`).
     pub fn claimed(&mut self, slot: u32, now: f64, bytes: &[u8]) -> JsResult<()> {

@@ -46,6 +46,12 @@ impl Host {
         Ok(())
     }
 
+    /// The store let go of the handler's uncommitted writes as the attempt ended.
+    pub fn writes_dropped(&mut self, t: u32) -> Result<(), ErrorParts> {
+        self.slot_mut(t)?.req.handle_writes_dropped();
+        Ok(())
+    }
+
     /// What a Durable Object claimed for a [`Claim`](idem_core::Step::Claim) step (`IDEM-JS-2`
     /// for bytes that are not a claim).
     pub fn claimed(&mut self, t: u32, now: UnixMillis, bytes: &[u8]) -> Result<(), ErrorParts> {

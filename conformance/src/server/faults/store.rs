@@ -78,8 +78,8 @@ where
         S::failure(error)
     }
 
-    fn end_attempt(&self, key: &RecordKey, attempt: u64) {
-        self.inner.end_attempt(key, attempt);
+    fn end_attempt(&self, key: &RecordKey, attempt: u64) -> bool {
+        self.inner.end_attempt(key, attempt)
     }
 }
 
