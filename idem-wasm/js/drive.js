@@ -10,7 +10,8 @@
 // One file for the loop and the run context: a handler's heartbeats and its completion go
 // through the same pump as the loop's own store steps, one at a time, so both share the
 // request's state here. The responses a context builds are in answers.js.
-import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask } from "./idem_wasm.js";
+import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask, storeTimeoutMs } from "./idem_wasm.js";
+import { bounded } from "./errors.js";
 import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";
 import { json, respond } from "./answers.js";
@@ -247,10 +248,15 @@ export class Driver {
   async #ended(request, step) {
     const store = this.#store;
     if (step === Step.Done && typeof store.end === "function") {
+      // From here the request is over for the handler's context: a transaction asked for
+      // now (by a task the handler left behind) is refused, as after the request.
+      const key = request.storageKey(this.#engine);
       request.storeEnded = true;
       let dropped = false;
       try {
-        dropped = (await store.end(request.storageKey(this.#engine), request.attempt)) === true;
+        // Waited for no longer than a store call may take: a store that does not answer
+        // has not said that it dropped anything.
+        dropped = (await bounded(Promise.resolve(store.end(key, request.attempt)), storeTimeoutMs(), "the store's end")) === true;
       } catch {
         // A store's failure to let go is its own.
       }
@@ -375,7 +381,7 @@ class RunContext {
 
   /** The record's storage key, for a handler that asks for it (PostgresStore#transaction). */
   get storageKey() {
-    if (this.#request.ended) throw rangeError("IDEM-LEASE-3", "the request is over");
+    if (this.#request.ended || this.#request.storeEnded) throw rangeError("IDEM-LEASE-3", "the request is over");
     return this.#request.storageKey(this.#engine);
   }
 

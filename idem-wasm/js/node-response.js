@@ -28,13 +28,10 @@ import { prematureClose, withinLease } from "./errors.js";
  * Code that took `res`'s methods while they were the capture's (a wrapper mounted after
  * this one) keeps calling them: once `res` has its own back, they pass to those.
  *
- * Once the app has begun its answer (its first write or `writeHead`), `res.headersSent` is
- * true, as Node's is from then on: an app that writes and then throws has its connection
- * closed by Express's error handling, as without idem, not an error page appended to what
- * it wrote. And the answer is held no longer than the lease of `context` (the handler's), as
- * heartbeats extend it: an app that neither ends it nor passes the limit by then has
- * `answer` rejected (`IDEM-OUT-7`), and what it writes after the engine's reply goes
- * nowhere. An answer that ends with trailer fields (`addTrailers`) resolves `answer` as
+ * Once the app has begun its answer (its first write or `writeHead`), the answer is held no
+ * longer than the lease of `context` (the handler's), as heartbeats extend it: an app that
+ * neither ends it nor passes the limit by then has `answer` rejected (`IDEM-OUT-7`), and
+ * what it writes after the engine's reply goes nowhere. An answer that ends with trailer fields (`addTrailers`) resolves `answer` as
  * `{ status, headers, passThrough: true, trailed: true }`, and `flush()` sends it as it is,
  * trailers included (IDEM-STORE-5). */
 export function capture(res, limit, context) {
@@ -70,13 +67,8 @@ export function capture(res, limit, context) {
   // The lease's bound on the answer, from its first byte or head on.
   let begun = false;
   let ending = false;
-  // Once the app has begun its answer, its head counts as sent, as Node's does from the first
-  // write or `writeHead`: an error handler then takes its "already sent" path (Express's
-  // closes the connection, as without idem) instead of writing an error page into the
-  // answer. Until `res` has its own methods back.
   const begin = () => {
     begun = true;
-    if (head === null) Object.defineProperty(res, "headersSent", { configurable: true, get: () => true });
     withinLease(answer, context, () => {}).catch((err) => {
       if (err?.code === "IDEM-OUT-7") reject(err);
     });
@@ -185,7 +177,7 @@ export function capture(res, limit, context) {
   const giveBack = () => {
     mode = PASS;
     Object.assign(res, original);
-    if (begun || head !== null) delete res.headersSent;
+    if (head !== null) delete res.headersSent;
   };
   let released = false;
   const release = () => {

@@ -375,6 +375,34 @@ describe("PostgresStore#transaction: the order and its idempotency record in one
     await allBack();
   });
 
+  test("once the store is told the attempt is over, a transaction for it is refused (IDEM-STORE-7)", async () => {
+    let context;
+    let late;
+    const telling = {
+      load: (key) => store.load(key),
+      apply: (key, write, now, info) => store.apply(key, write, now, info),
+      end: (key, attempt) => {
+        const ended = store.end(key, attempt);
+        // A task the handler left behind asks for a transaction just then.
+        late = store.transaction(context, async (client) => client.query("SELECT 1")).then(
+          () => "opened",
+          (e) => e.code,
+        );
+        return ended;
+      },
+    };
+    const handler = withIdempotency(
+      async (request) => {
+        context = idempotencyOf(request);
+        return new Response("done", { status: 201 });
+      },
+      { store: telling, principal: "none" },
+    );
+    assert.equal((await handler(post(randomUUID()))).status, 201);
+    assert.equal(await late, "IDEM-LEASE-3");
+    await allBack();
+  });
+
   test("a transaction waits for a connection or for BEGIN no longer than a store call may take (IDEM-STORE-10)", async () => {
     const small = new pg.Pool({ connectionString: server.url, max: 1 });
     small.on("error", () => {});
