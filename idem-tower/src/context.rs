@@ -82,7 +82,7 @@ impl IdempotencyContext {
         self.attempt
     }
 
-    /// Whether the request is over: its outcome recorded, or the request given up. A
+    /// Whether the request is over (its outcome recorded, or its finish dropped half-way): a
     /// transaction opened for it then is refused (`PostgresStore::transaction`).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn is_over(&self) -> bool {

@@ -205,7 +205,7 @@ where
 pub(crate) trait Beat: Send + Sync {
     fn extend(&self) -> Pin<Box<dyn Future<Output = Result<UnixMillis, LeaseError>> + Send + '_>>;
 
-    /// Whether the request is over (its machine let go); false while it is busy.
+    /// Whether the attempt is over: set before the store is told (`end_attempt`).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn is_over(&self) -> bool;
 }
@@ -218,6 +218,9 @@ pub(crate) trait Beat: Send + Sync {
 pub(crate) struct Running<St: AsyncStore> {
     shared: Arc<Shared<St>>,
     machine: tokio::sync::Mutex<Option<Request>>,
+    /// Set as the attempt ends, before the store is told (`end_attempt`): from then on a
+    /// store refuses to keep anything more for it.
+    over: std::sync::atomic::AtomicBool,
     /// The record and the attempt's identity, as the store knows them.
     attempt: (RecordKey, u64),
     /// The request's telemetry.
@@ -240,6 +243,7 @@ where
             trace,
             shared,
             machine: tokio::sync::Mutex::new(Some(machine)),
+            over: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -285,6 +289,7 @@ where
         let machine = guard.as_mut()?;
         record(machine);
         let step = advance(&self.shared, machine, &self.trace).await;
+        self.over.store(true, std::sync::atomic::Ordering::SeqCst);
         // The attempt is over: what the store held for it goes, and if that was the
         // handler's own writes, uncommitted, its response does not go out (IDEM-STORE-7).
         if self
@@ -318,6 +323,7 @@ impl<St: AsyncStore> Drop for Running<St> {
     fn drop(&mut self) {
         // Dropped before `finish` ran to its end: the attempt is over all the same.
         if self.machine.get_mut().is_some() {
+            self.over.store(true, std::sync::atomic::Ordering::SeqCst);
             self.shared
                 .store
                 .end_attempt(&self.attempt.0, self.attempt.1);
@@ -331,7 +337,7 @@ where
     St::Error: fmt::Display,
 {
     fn is_over(&self) -> bool {
-        self.machine.try_lock().is_ok_and(|m| m.is_none())
+        self.over.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn extend(&self) -> Pin<Box<dyn Future<Output = Result<UnixMillis, LeaseError>> + Send + '_>> {
