@@ -101,6 +101,16 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
       if (typeof res.code === "function") res.code(201).header("content-type", "application/json").send(body);
       else res.status(201).type("json").send(body);
     }
+    // Answers by itself, writes part of its answer, then fails (on Fastify, fails at once).
+    async partial(res) {
+      state.count++;
+      if (typeof res.code !== "function") {
+        res.status(201);
+        res.write('{"id":');
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      throw new Error("failed after part of its answer");
+    }
     // Answers by itself with a stream that never ends.
     endless(res) {
       const source = endlessSource(state);
@@ -127,6 +137,8 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
   decorate(OrdersController, "list", Get(), Idempotent());
   Res()(OrdersController.prototype, "own", 0);
   decorate(OrdersController, "own", Post("own"), Idempotent());
+  Res()(OrdersController.prototype, "partial", 0);
+  decorate(OrdersController, "partial", Post("partial"), Idempotent());
   Res()(OrdersController.prototype, "endless", 0);
   decorate(OrdersController, "endless", Post("endless"), Idempotent());
 
@@ -155,10 +167,14 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
     },
   });
   app.enableCors();
+  // As Nest's own BaseExceptionFilter: an answer already under way is ended, not replaced.
   class CatchAll {
     catch(exception, host) {
+      const adapter = app.getHttpAdapter();
+      const res = host.switchToHttp().getResponse();
+      if (adapter.isHeadersSent(res)) return adapter.end(res);
       const status = exception instanceof HttpException ? exception.getStatus() : 500;
-      app.getHttpAdapter().reply(host.switchToHttp().getResponse(), { error: exception.message }, status);
+      adapter.reply(res, { error: exception.message }, status);
     }
   }
   Catch()(CatchAll);
@@ -210,6 +226,23 @@ for (const [name, platform] of platforms(nest)) {
       const mismatch = await post(running.url, { key, path: "/api/orders/own", body: '{"amount":1}' });
       assert.equal(mismatch.status, 422);
       assert.equal(running.state.count, before + 1);
+    });
+
+    test("a handler that fails after part of its own answer: nothing of it is stored, and the retry runs again (IDEM-OUT-3)", async () => {
+      const key = fresh();
+      const before = running.state.count;
+      const first = await post(running.url, { key, path: "/api/orders/partial" }).then(
+        async (r) => [r.status, await r.text()],
+        () => "closed",
+      );
+      // Never a partial answer kept as a success: a 5xx, or the connection closed.
+      assert.ok(first === "closed" || first[0] >= 500, `${first}`);
+      const retry = await post(running.url, { key, path: "/api/orders/partial" }).then(
+        (r) => r.headers.get("idempotent-replayed"),
+        () => null,
+      );
+      assert.equal(retry, null, "the retry is not a replay");
+      assert.equal(running.state.count, before + 2, "the retry runs again");
     });
 
     test("an answer that never ends goes out at the pace the client reads it, held no further than the store keeps (IDEM-STORE-5)", async () => {
