@@ -12,6 +12,7 @@
 // request's state here. The responses a context builds are in answers.js.
 import { HeartbeatState, Ran, StepKind as Step, StoreFailed, eventNames, securityMask, storeTimeoutMs } from "./idem_wasm.js";
 import { bounded } from "./errors.js";
+import { stalledReply } from "./edge.js";
 import { random32, sleep } from "./common.js";
 import { secondsSince } from "./telemetry.js";
 import { json, respond } from "./answers.js";
@@ -254,9 +255,11 @@ export class Driver {
       request.storeEnded = true;
       let dropped = false;
       try {
-        // Waited for no longer than a store call may take: a store that does not answer
-        // has not said that it dropped anything.
-        dropped = (await bounded(Promise.resolve(store.end(key, request.attempt)), storeTimeoutMs(), "the store's end")) === true;
+        // A store that answers at once (DurableObjectLocalStore) costs no timer; one that
+        // answers later is waited for no longer than a store call may take: a store that does
+        // not answer has not said that it dropped anything.
+        const ended = store.end(key, request.attempt);
+        dropped = (ended instanceof Promise ? await bounded(ended, storeTimeoutMs(), "the store's end") : ended) === true;
       } catch {
         // A store's failure to let go is its own.
       }
@@ -377,6 +380,16 @@ class RunContext {
   /** Records the handler's outcome (what the adapters call once the handler is done). */
   finish(ran, status, headers, body) {
     return this.#finish(ran, status, headers, body);
+  }
+
+  /** Records that the handler failed with `err`, and rethrows it; except for an answer that
+   * stalled past the lease (IDEM-OUT-7), whose caller is answered here: with the key's
+   * outcome when another attempt took the lease over (IDEM-LEASE-5), otherwise with the
+   * core's 500 problem. Resolves to that reply. */
+  async threw(err) {
+    const instead = await this.#finish(Ran.Threw, 0, null, EMPTY);
+    if (err?.code !== "IDEM-OUT-7") throw err;
+    return instead ?? stalledReply();
   }
 
   /** The record's storage key, for a handler that asks for it (PostgresStore#transaction). */

@@ -8,7 +8,6 @@ import { builtBodies, streamedBodies } from "./answers.js";
 import { Idempotency, routeOf } from "./server.js";
 import { NULL_BODY_STATUS, flatHeaders, rangeError } from "./util.js";
 import { withinLease } from "./errors.js";
-import { stalledReply } from "./edge.js";
 
 const EMPTY = new Uint8Array(0);
 
@@ -123,10 +122,8 @@ export function withIdempotency(handler, options) {
           if (bytes.byteLength === 0 && response.body === null) bytes = null;
         }
       } catch (err) {
-        const instead = await context.finish(Ran.Threw, 0, null, EMPTY);
-        // An answer that stalled past the lease: its outcome is unknown (IDEM-OUT-7).
-        if (err?.code === "IDEM-OUT-7") return answer(instead ?? stalledReply());
-        throw err;
+        // Any failure goes on, but an answer that stalled past the lease (IDEM-OUT-7).
+        return answer(await context.threw(err));
       }
       // A body longer than the store keeps is recorded as such, then sent on as it comes
       // (IDEM-STORE-5).

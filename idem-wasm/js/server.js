@@ -17,7 +17,6 @@ import { Driver } from "./drive.js";
 import { delivered } from "./inbox.js";
 import { HEADER_NAME, checkOptions, createEngine, engineOptionsText } from "./options.js";
 import { Telemetry } from "./telemetry.js";
-import { stalledReply } from "./edge.js";
 import { flatHeaders, listText, rangeError, takeReply, toResponse } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
@@ -182,12 +181,8 @@ export class Idempotency {
       try {
         out = await run(context);
       } catch (err) {
-        const instead = await context.finish(Ran.Threw, 0, null, EMPTY);
-        // An answer that stalled past the lease (IDEM-OUT-7) is answered here: with the
-        // key's outcome when another attempt took the lease over (IDEM-LEASE-5), otherwise
-        // with the core's 500 problem. Any other failure goes on.
-        if (err?.code === "IDEM-OUT-7") return plainReply(instead ?? stalledReply());
-        throw err;
+        // Any failure goes on, but an answer that stalled past the lease (IDEM-OUT-7).
+        return plainReply(await context.threw(err));
       }
       let headers;
       let body;
