@@ -41,14 +41,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The chaos tests (conformance/tests/chaos.rs) in their long form, release-built, one
-/// scenario after another, their figures printed.
+/// The chaos tests (conformance/tests/chaos.rs) in their long form, built with the bench
+/// profile (the release profile leaves the conformance crate's own code unoptimised, and its
+/// load is part of what is measured), one scenario after another, their figures printed.
 fn chaos() -> Result<(), String> {
     step("chaos: process and store faults under load, and the soak (long form)");
     run(cargo()
         .args([
             "test",
-            "--release",
+            "--profile",
+            "bench",
             "-p",
             "idem-conformance",
             "--features",
