@@ -227,16 +227,7 @@ impl LoggedRequest {
         LoggedRequest {
             method: req.method.to_string(),
             url: req.url.to_string(),
-            headers: req
-                .headers
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect(),
+            headers: header_list(req.headers.iter().map(|(n, v)| (n, v))),
             body: logged_body(&req.body),
         }
     }
@@ -511,8 +502,11 @@ impl AsyncWrite for Stream {
     }
 }
 
-fn header_list(map: &hyper::HeaderMap) -> Vec<(String, String)> {
-    map.iter()
+/// Header fields as text, for reports: a value that is not UTF-8 is shown lossily.
+fn header_list<'a>(
+    fields: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
+) -> Vec<(String, String)> {
+    fields
         .map(|(n, v)| {
             (
                 n.as_str().to_owned(),
@@ -665,7 +659,7 @@ impl Prepared {
                 }
             })?;
             let status = response.status().as_u16();
-            let headers = header_list(response.headers());
+            let headers = header_list(response.headers().iter());
             let body = Limited::new(response.into_body(), max_body)
                 .collect()
                 .await
