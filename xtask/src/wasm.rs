@@ -39,8 +39,11 @@ fn npm() -> Command {
 /// version (only when `wasm-bindgen --version` does not already print it), the npm dev
 /// dependencies (only when node_modules is missing or older than package-lock.json), and
 /// redis-server and postgresql (only when missing). Quiet when all is there.
-/// Installs the pinned wasm-bindgen CLI when it is missing: a build from source, minutes of
-/// CPU, which [`crate::setup`] runs beside the package installs.
+/// Installs the pinned wasm-bindgen CLI when it is missing: a build from source, which
+/// [`crate::setup`] runs beside the package installs. It is built unoptimised: on two cores
+/// that took 60 s against 3 min 36 s at opt-level 3 (92 s of CPU against 6.5 min), and the
+/// package build, which runs the CLI once on the server's module, took as long with either
+/// (40 s) and wrote the same files.
 pub(crate) fn install_bindgen() -> Result<(), String> {
     let current = Command::new(wasm_bindgen())
         .arg("--version")
@@ -49,18 +52,20 @@ pub(crate) fn install_bindgen() -> Result<(), String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     if current.split_whitespace().nth(1) != Some(WASM_BINDGEN_VERSION) {
-        step("setup: wasm-bindgen-cli (builds from source, about 10 minutes)");
+        step("setup: wasm-bindgen-cli (builds from source, about a minute)");
         // `--force`: cargo's own record of installed packages may still list the pinned
         // version after its binary was deleted, and would then install nothing.
-        run(crate::util::cargo().args([
-            "install",
-            "--locked",
-            "--quiet",
-            "--force",
-            "wasm-bindgen-cli",
-            "--version",
-            WASM_BINDGEN_VERSION,
-        ]))?;
+        run(crate::util::cargo()
+            .args([
+                "install",
+                "--locked",
+                "--quiet",
+                "--force",
+                "wasm-bindgen-cli",
+                "--version",
+                WASM_BINDGEN_VERSION,
+            ])
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0"))?;
     }
     Ok(())
 }
