@@ -85,6 +85,7 @@ export function prepare(input, init, options) {
     method: template.method,
     url: template.url,
     kind,
-    keyValue: (key) => (bare ? key : `"${key}"`),
+    // An sf-string escapes its quotes and backslashes (RFC 8941 3.3.3).
+    keyValue: (key) => (bare ? key : `"${key.replace(/["\\]/g, "\\$&")}"`),
   };
 }

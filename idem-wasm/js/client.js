@@ -77,6 +77,9 @@ async function askStatus(entry, request, canResend) {
   return entry.onStatus(now(), document, canResend);
 }
 
+/** The last unix-time key's timestamp of each client id in this process. */
+const lastTime = new Map();
+
 function newKey(version, now) {
   // Random values are drawn here, inside the call, never at module load.
   if (version === 7) return run(ClientOp.KeyV7, now, crypto.getRandomValues(new Uint8Array(10)))[0];
@@ -90,10 +93,10 @@ async function withSequence(options, change) {
 }
 
 /** What a call resolves to once `entry` is over with `outcome`: the persisted entry deleted
- * (kept while the outcome is undetermined and may still be reconciled), a counter number
- * given back once its answer is known. */
-async function finishWith(entry, options, seq, keep, outcome, fields) {
-  if (options.persist && !keep) await options.persist.delete(options.id);
+ * (kept while the outcome is undetermined: deleted, its id would send again under a new
+ * key), a counter number given back once its answer is known. */
+async function finishWith(entry, options, seq, outcome, fields) {
+  if (options.persist && outcome !== FetchOutcome.Undetermined) await options.persist.delete(options.id);
   // Its answer arrived (or nothing can have run): the number no longer holds the low-water
   // mark back. An undetermined one keeps it until reconciled.
   if (seq !== null && outcome !== FetchOutcome.Undetermined) {
@@ -125,11 +128,21 @@ async function finishWith(entry, options, seq, keep, outcome, fields) {
  * can have been processed), `executed` (the server says it ran; its response is gone, its
  * `status` when known), `not-executed` (settled: it never ran and never will; send again
  * under a new key) or `undetermined` (some attempt may have been processed and the server
- * could not say; with `persist`, the entry is kept, and the same `id` asks again).
+ * could not say; with `persist`, the entry is kept: the same `id` asks again, or with
+ * `reconcile: false` reports it undetermined until `reconcile` has asked).
+ *
+ * The key is this call's to send: a request that has an `Idempotency-Key` header of its own
+ * is refused (IDEM-JS-1; give the key as `options.key`). A key is sent as an sf-string with
+ * its quotes and backslashes escaped, unless `keyFormat` is `"bare"`. Unix-time keys of one
+ * client in one process are each a millisecond of their own.
  */
 export async function idempotentFetch(input, init = {}, options = {}) {
   const request = prepare(input, init, options);
   const { doFetch, now, signal, template, sendOptions, method, url, kind, keyValue } = request;
+  // A key of the caller's own would be replaced by this call's: each call would send another.
+  if (template.headers.has(Names.key)) {
+    throw rangeError("IDEM-JS-1", `the request has its own ${Names.key} header: give the key as options.key, and idempotentFetch sends it with every retry`);
+  }
   const reconcile = options.reconcile ?? true;
   // The retry options are checked by the module.
   const retry = retryArgs(options.retry);
@@ -144,8 +157,12 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   if (entry === null) {
     let key = options.key;
     if (key === undefined && kind === "unix-time") {
-      // The timestamp is taken once: every retry sends the same key.
-      key = options.clientId === undefined ? String(now()) : `${options.clientId}:${now()}`;
+      // The timestamp is taken once: every retry sends the same key. Two requests of one
+      // client in the same millisecond take the next one: each key is its request's own.
+      const client = options.clientId ?? "";
+      const at = Math.max(now(), (lastTime.get(client) ?? -1) + 1);
+      lastTime.set(client, at);
+      key = options.clientId === undefined ? String(at) : `${client}:${at}`;
     } else if (key === undefined && kind === "counter") {
       // A number no other request of this client has, saved before anything is sent.
       key = await withSequence(options, (sequence) => sequence.takeKey());
@@ -156,18 +173,15 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.bytes);
   };
-  const finish = (outcome, fields) =>
-    finishWith(entry, options, seq, reconcile && outcome === FetchOutcome.Undetermined, outcome, {
-      status: entry.lastStatus,
-      ...fields,
-    });
+  const finish = (outcome, fields) => finishWith(entry, options, seq, outcome, { status: entry.lastStatus, ...fields });
 
   let next = null;
   // Whether the server was asked in this call: an undetermined step after that ends it.
   let asked = false;
   const resumable = entry.state === OutboxState.Sent || entry.state === OutboxState.Undetermined || entry.state === OutboxState.Asking;
-  // Another payload under this id is refused before anything goes out (IDEM-CLIENT-1).
-  if (entry.outcome === undefined || resumable) entry.checkPayload(digest);
+  // Another payload under this id is refused before anything goes out (IDEM-CLIENT-1), also
+  // when the entry is over: its outcome is not this payload's.
+  entry.checkPayload(digest);
   if (resumable && reconcile) {
     // Saved in flight or unreconciled: the process stopped, and the effect is unknown.
     next = await askStatus(entry, request, true);
@@ -176,6 +190,10 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   } else if (entry.state === OutboxState.Sent) {
     next = entry.onNetworkError(now(), true);
     await save();
+  } else if (resumable) {
+    // Unreconciled, or waiting to ask again, and not to be asked about in this call: still
+    // unknown, and kept for `reconcile`.
+    return await finish(FetchOutcome.Undetermined, {});
   } else if (entry.outcome !== undefined) {
     // Saved when it was over (the process stopped before deleting it): report what it was,
     // a deterministic refusal included.
@@ -268,7 +286,7 @@ export async function reconcile(input, init = {}, options = {}) {
   const entry = Outbox.fromBytes(saved, retryArgs(options.retry));
   const seq = request.kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   if (entry.outcome !== undefined && entry.state !== OutboxState.Undetermined) {
-    return await finishWith(entry, options, seq, false, entry.outcome, { status: entry.lastStatus });
+    return await finishWith(entry, options, seq, entry.outcome, { status: entry.lastStatus });
   }
   if (entry.state === OutboxState.Created) {
     // Never sent: nothing can have run.
@@ -286,6 +304,6 @@ export async function reconcile(input, init = {}, options = {}) {
     const fields = { reason: next.reason, status: next.status ?? undefined };
     const outcome = next.outcome;
     if (step === NextKind.AskStatus) continue;
-    return await finishWith(entry, options, seq, outcome === FetchOutcome.Undetermined, outcome, fields);
+    return await finishWith(entry, options, seq, outcome, fields);
   }
 }

@@ -18,11 +18,13 @@ export function random32() {
   return pool[next++];
 }
 
-/** Resolves after `ms` milliseconds, or at once when the signal aborts. */
+/** Resolves after `ms` milliseconds, or at once when the signal aborts. A timer fires after
+ * at most 2^31 - 1 ms (about 24.8 days; a longer one fires at once, with a warning): a longer
+ * wait resolves then, and its caller, which waits until a time, sleeps again. */
 export function sleep(ms, signal) {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();
-    const t = setTimeout(done, ms);
+    const t = setTimeout(done, Math.min(ms, 2 ** 31 - 1));
     function done() {
       clearTimeout(t);
       signal?.removeEventListener("abort", done);

@@ -147,3 +147,58 @@ describe("idempotentFetch stops when init.signal aborts (IDEM-JS-8)", () => {
     }
   });
 });
+
+describe("idempotentFetch sends its key, and only its own", () => {
+  test("a request with an Idempotency-Key of its own is refused before anything is sent (IDEM-JS-1)", async () => {
+    const { server, state } = await orderServer();
+    try {
+      const init = order({ headers: { "content-type": "application/json", "idempotency-key": '"my-order-42"' } });
+      await assert.rejects(idempotentFetch(`${server.url}/orders`, init, { retry: FAST }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1" && /options\.key/.test(e.message));
+      assert.equal(state.requests, 0);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a key with quotes and backslashes goes out as an escaped sf-string, the same on every retry (IDEM-KEY-2)", async () => {
+    const { server, state } = await orderServer(["503"]);
+    try {
+      const key = 'order "42" C:\\orders\\42';
+      const result = await idempotentFetch(`${server.url}/orders`, order(), { key, retry: FAST });
+      assert.equal(result.outcome, "completed");
+      assert.equal(result.response.status, 201);
+      assert.deepEqual(state.keys, ['"order \\"42\\" C:\\\\orders\\\\42"', '"order \\"42\\" C:\\\\orders\\\\42"']);
+      assert.equal(state.executions, 1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a wait longer than a timer can hold is not a stream of timers", async () => {
+    // The server keeps answering that the key is in progress, to be asked again in 30 days.
+    const fetch = async (url, init) => {
+      if (init.method === "GET") {
+        const status = JSON.stringify({ status: "in-progress", retryAfter: 30 * 86_400 });
+        return new Response(status, { status: 200, headers: { "content-type": "application/vnd.idem.key-status+json" } });
+      }
+      throw Object.assign(new TypeError("fetch failed"), { cause: { code: "ECONNRESET" } });
+    };
+    const real = globalThis.setTimeout;
+    const delays = [];
+    globalThis.setTimeout = (f, ms, ...rest) => {
+      delays.push(ms);
+      return real(f, ms, ...rest);
+    };
+    const stop = new AbortController();
+    try {
+      const call = idempotentFetch("http://127.0.0.1:9/orders", order({ signal: stop.signal }), { fetch, retry: { base: 5, cap: 10, maxAttempts: 1 } });
+      await new Promise((resolve) => real(resolve, 500));
+      stop.abort(new Error("stopped"));
+      await assert.rejects(call, /stopped/);
+    } finally {
+      globalThis.setTimeout = real;
+    }
+    assert.ok(delays.every((ms) => ms <= 2 ** 31 - 1), `delays: ${delays.slice(0, 5)}`);
+    assert.ok(delays.length < 10, `${delays.length} timers in 500 ms`);
+  });
+});

@@ -51,6 +51,26 @@ test("a timestamp key is taken once and every retry sends it (IDEM-TIME-1)", asy
   }
 });
 
+test("two timestamp keys of one client in one millisecond are two keys: each request runs (IDEM-TIME-1)", async () => {
+  const s = server({ options: { keyKind: "unix-time" } });
+  const http = await serve(s.handler);
+  try {
+    // One clock reading for every call: as many requests in one millisecond as there are.
+    const at = Date.now();
+    const now = () => at;
+    const calls = [1, 2, 3].map((n) =>
+      idempotentFetch(`${http.url}/payments`, { method: "POST", body: JSON.stringify({ n }), headers: { "content-type": "application/json" } }, { keyKind: "unix-time", clientId: "app-8", now, retry: { base: 1, cap: 5 } }),
+    );
+    const results = await Promise.all(calls);
+    assert.deepEqual(results.map((r) => r.outcome), ["completed", "completed", "completed"]);
+    assert.equal(new Set(results.map((r) => r.key)).size, 3, "three keys");
+    assert.equal(s.executions(), 3);
+    for (const r of results) assert.match(r.key, /^app-8:\d{13}$/);
+  } finally {
+    await http.close();
+  }
+});
+
 test("counter keys continue across a restart from the persistence hook, with the low-water mark (IDEM-CTR-8, IDEM-CTR-11)", async () => {
   const s = server({ options: { keyKind: "counter", counter: { bits: 8, window: 8 } } });
   const http = await serve(s.handler);
