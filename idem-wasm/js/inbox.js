@@ -41,9 +41,9 @@ export class Inbox {
   }
 
   /**
-   * Receives one delivery `{ source, id, body?, contentType? }` (body: the payload bytes or
-   * text, so that the same id with another payload is a conflict; a JSON payload is
-   * compared canonically) and runs `process(context)` for the first one. Resolves to
+   * Receives one delivery `{ source, id, body?, contentType? }` (body: the payload as text or
+   * bytes, an ArrayBuffer or a view of one, so that the same id with another payload is a
+   * conflict; a JSON payload is compared canonically) and runs `process(context)` for the first one. Resolves to
    * `{ outcome, acknowledge, retryAfter?, response }`: `processed` (it ran now),
    * `duplicate` (already processed, also after its stored answer expired while its id is
    * remembered: acknowledge and do nothing, IDEM-INBOX-1), `in-progress` (another delivery
@@ -59,9 +59,23 @@ export class Inbox {
       throw rangeError("IDEM-JS-1", "receive needs { source, id }: the sender and its message id");
     }
     if (contentType !== undefined && typeof contentType !== "string") throw rangeError("IDEM-JS-1", "contentType must be a string");
-    const bytes = typeof body === "string" ? textEncoder.encode(body) : (body ?? EMPTY);
-    return this.#idem.deliver({ source, id, contentType, body: bytes }, process);
+    // Checked before the message is claimed: a claim whose processing never starts would be
+    // taken for a crashed one by the next delivery.
+    if (typeof process !== "function") throw rangeError("IDEM-JS-1", "receive needs process(context), the function that processes the message");
+    return this.#idem.deliver({ source, id, contentType, body: bodyBytes(body) }, process);
   }
+}
+
+/** A delivery's payload as bytes: text, bytes (an ArrayBuffer, a typed array or a DataView),
+ * or nothing. Anything else is refused (IDEM-JS-1): taken as no payload, another payload
+ * under the id would not be a conflict. */
+function bodyBytes(body) {
+  if (body === undefined || body === null) return EMPTY;
+  if (typeof body === "string") return textEncoder.encode(body);
+  if (body instanceof Uint8Array) return body;
+  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  if (body instanceof ArrayBuffer) return new Uint8Array(body);
+  throw rangeError("IDEM-JS-1", "a delivery's body must be text or bytes (an ArrayBuffer, a typed array or a DataView)");
 }
 
 /** What became of the delivery in `slot`, with its receipt `reply`. */

@@ -5,6 +5,8 @@
 // reads of it: `DurableObjectStore` (shard-store.js) sends them, `IdempotencyShard#fetch`
 // (shard.js) answers them.
 
+import { rangeError } from "./errors.js";
+
 /** The origin of the object's URLs: never resolved, a stub's fetch goes to its object. */
 export const SHARD_ORIGIN = "https://idem-shard.invalid";
 /** The paths of the three messages. */
@@ -22,7 +24,19 @@ export function claimRequest(ticket, optionsText, now, hi, lo) {
 /** A claim's fields, as the object reads them (the ticket is the body). */
 export function readClaim(h) {
   const [hi, lo] = (h.get("x-idem-nonce") ?? "0.0").split(".").map(Number);
-  return { optionsText: decodeURIComponent(h.get("x-idem-options") ?? "{}"), now: Number(h.get("x-idem-now")), hi, lo };
+  return { optionsText: decodeURIComponent(h.get("x-idem-options") ?? "{}"), now: millis(h, "x-idem-now"), hi, lo };
+}
+
+/** A time a message carries, in milliseconds: a number, never negative. A missing or bad one
+ * is refused (IDEM-JS-2): read as 0, a claim's lease would have ended before it began, and a
+ * deadline that is not a number would never come. */
+function millis(h, name) {
+  const text = h.get(name) ?? "";
+  const n = Number(text);
+  if (text.trim() === "" || !Number.isFinite(n) || n < 0) {
+    throw rangeError("IDEM-JS-2", `the shard message's ${name} is not a time in milliseconds: "${text}"`);
+  }
+  return n;
 }
 
 /** The answer to a claim: the bytes the engine reads. */
@@ -55,10 +69,10 @@ export function readApply(h, body) {
     expect: h.get("x-idem-expect"),
     value: h.get("x-idem-delete") === "1" ? null : body,
     version: h.get("x-idem-version") ?? "",
-    deadline: Number(h.get("x-idem-deadline") ?? 0),
-    expires: h.has("x-idem-expires") ? Number(h.get("x-idem-expires")) : undefined,
+    deadline: millis(h, "x-idem-deadline"),
+    expires: h.has("x-idem-expires") ? millis(h, "x-idem-expires") : undefined,
   };
-  return { key: readKey(h), write, now: Number(h.get("x-idem-now")) };
+  return { key: readKey(h), write, now: millis(h, "x-idem-now") };
 }
 
 /** The answer to a compare-and-set: whether it was applied. */

@@ -126,3 +126,33 @@ test("bad deliveries and options are refused (IDEM-JS-1)", async () => {
   }
   assert.throws(() => new Inbox({ store: new MemoryStore(), principal: "none" }), (e) => e.code === "IDEM-JS-1");
 });
+
+test("a payload given as an ArrayBuffer or a view of one is that payload; a body of another type and a missing process are refused before any claim (IDEM-INBOX-3, IDEM-JS-1)", async () => {
+  const inbox = new Inbox({ store: new MemoryStore() });
+  let processed = 0;
+  const process = async () => void processed++;
+  const bytes = new TextEncoder().encode(EVENT);
+  const first = await inbox.receive({ source: "psp", id: "evt_b", body: bytes.buffer.slice(0) }, process);
+  assert.equal(first.outcome, "processed");
+  // The same payload as text, and as a view of a larger buffer, is a duplicate.
+  assert.equal((await inbox.receive({ source: "psp", id: "evt_b", body: EVENT }, process)).outcome, "duplicate");
+  const framed = new Uint8Array(bytes.length + 4);
+  framed.set(bytes, 2);
+  assert.equal((await inbox.receive({ source: "psp", id: "evt_b", body: new DataView(framed.buffer, 2, bytes.length) }, process)).outcome, "duplicate");
+  // Another payload as an ArrayBuffer is a conflict, not taken for an empty one.
+  const other = new TextEncoder().encode(EVENT.replace("4200", "1")).buffer;
+  assert.equal((await inbox.receive({ source: "psp", id: "evt_b", body: other }, process)).outcome, "conflict");
+  assert.equal(processed, 1);
+
+  for (const body of [42, { id: "evt_c" }, [1, 2]]) {
+    await assert.rejects(inbox.receive({ source: "psp", id: "evt_c", body }, process), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  }
+  await assert.rejects(inbox.receive({ source: "psp", id: "evt_c", body: EVENT }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  // Nothing was claimed: the first real delivery is processed, not recovered.
+  let context;
+  const later = await inbox.receive({ source: "psp", id: "evt_c", body: EVENT }, async (c) => {
+    context = c;
+  });
+  assert.equal(later.outcome, "processed");
+  assert.equal(context.recovered, false);
+});

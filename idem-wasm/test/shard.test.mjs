@@ -120,6 +120,25 @@ describe("Durable Object store", () => {
     assert.equal(response.headers.get("x-idem-code"), "IDEM-JS-2");
   });
 
+  test("a message whose time is missing or not one is refused and claims nothing (IDEM-JS-2)", async () => {
+    const shard = new IdempotencyShard({ storage: new FakeStorage() });
+    const message = (path, headers) => new Request(`https://idem-shard.invalid${path}`, { method: "POST", body: new Uint8Array([1]), headers });
+    for (const now of [undefined, "", " ", "abc", "1e400", "-5", "NaN"]) {
+      const headers = now === undefined ? {} : { "x-idem-now": now };
+      for (const response of [
+        await shard.fetch(message("/claim", headers)),
+        await shard.fetch(message("/apply", { ...headers, "x-idem-key": "k", "x-idem-version": "1", "x-idem-deadline": "5" })),
+        await shard.fetch(message("/apply", { "x-idem-now": "1", "x-idem-key": "k", "x-idem-version": "1", "x-idem-deadline": now ?? "" })),
+        await shard.fetch(message("/apply", { "x-idem-now": "1", "x-idem-key": "k", "x-idem-version": "1", "x-idem-deadline": "5", "x-idem-expires": now ?? "" })),
+      ]) {
+        assert.equal(response.status, 400, `x-idem time ${JSON.stringify(now)}`);
+        assert.equal(response.headers.get("x-idem-code"), "IDEM-JS-2");
+      }
+    }
+    // Nothing was written.
+    assert.equal(await shard.load("k"), null);
+  });
+
   test("a store that cannot be reached answers 503 and runs nothing (IDEM-STORE-4)", async () => {
     let executions = 0;
     const broken = { idFromName: (n) => n, get: () => ({ fetch: async () => new Response("boom", { status: 500 }) }) };

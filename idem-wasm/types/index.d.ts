@@ -398,7 +398,7 @@ export interface InboxDelivery {
 export class Inbox {
   constructor(options: Pick<IdempotencyOptions, "store" | "responseTtl" | "keyTtl" | "lease" | "unknownOutcome" | "fingerprint" | "onEvent" | "telemetry" | "now">);
   receive(
-    delivery: { source: string; id: string; body?: Uint8Array | string; contentType?: string },
+    delivery: { source: string; id: string; body?: string | ArrayBuffer | ArrayBufferView; contentType?: string },
     process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,
   ): Promise<InboxDelivery>;
 }
