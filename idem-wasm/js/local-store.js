@@ -3,7 +3,7 @@
 // (shard.js), and the handler's own writes (`transaction`) are committed in the same atomic
 // write as the completion that stores its response.
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { CHUNK_BYTES, IdempotencyShard, MAX_PUT_KEYS } from "./shard.js";
+import { CHUNK_BYTES, IdempotencyShard, MAX_PUT_KEYS, syncKv } from "./shard.js";
 import { CLAIM_IN_SLOT, rangeError } from "./util.js";
 import { uncommitted } from "./errors.js";
 
@@ -182,8 +182,8 @@ class ObjectTransaction {
     this.#check(key);
     if (this.#changes.has(key)) return this.#changes.get(key);
     // A SQLite-backed object answers at once (`storage.kv`); the value is the same.
-    const kv = this.#storage.kv;
-    return kv != null && typeof kv.get === "function" ? kv.get(key) : this.#storage.get(key);
+    const kv = syncKv(this.#storage);
+    return kv !== null ? kv.get(key) : this.#storage.get(key);
   }
 
   /** Writes `value` under `key` with the completion. */

@@ -68,6 +68,27 @@ function chunkKey(prefix, key, i) {
   return `${prefix}${CHUNK}${key}:${i}`;
 }
 
+/** The object's synchronous reads (`storage.kv`) where they work, else null. workerd gives
+ * every object `storage.kv`, but only a SQLite-backed one answers it: on a key-value-backed
+ * object each call throws, so it is tried once, and the object reads through the
+ * asynchronous API. */
+const kvOf = new WeakMap();
+export function syncKv(storage) {
+  let kv = kvOf.get(storage);
+  if (kv !== undefined) return kv;
+  kv = storage.kv;
+  if (kv == null || typeof kv.get !== "function") kv = null;
+  else {
+    try {
+      kv.get("idem:kv");
+    } catch {
+      kv = null;
+    }
+  }
+  kvOf.set(storage, kv);
+  return kv;
+}
+
 /**
  * A Durable Object class that owns a shard of idempotency records. Export it from the
  * worker and bind it (`[[durable_objects.bindings]] class_name = "IdempotencyShard"`); the
@@ -109,8 +130,7 @@ export class IdempotencyShard {
     if (options.held === true) this.#held = new Map();
     this.#shared = options.sharedAlarm === true;
     this.#seal = recordSealer(options.seal);
-    const kv = state.storage.kv;
-    if (this.#seal === null && kv != null && typeof kv.get === "function") this.#kv = kv;
+    if (this.#seal === null) this.#kv = syncKv(state.storage);
   }
 
   /** The object's HTTP face for `DurableObjectStore`. */

@@ -83,13 +83,24 @@ export const tick = () => new Promise((resolve) => setImmediate(resolve));
  * together, so two requests that both read before either writes both see the old value.
  * It enforces the platform's limits: at most 128 keys per call, and per value either 128 KiB
  * (`backend: "kv"`, the key-value backend) or 2 MB for key and value together
- * (`backend: "sqlite"`, the default). */
+ * (`backend: "sqlite"`, the default). As in workerd, `kv.get` answers at once on the SQLite
+ * backend and throws on the key-value one. */
 export class FakeStorage {
   map = new Map();
   alarm = null;
   ops = 0;
   constructor({ backend = "sqlite" } = {}) {
     this.backend = backend;
+    // workerd's synchronous API is on every object; only a SQLite-backed one answers it.
+    this.kv = {
+      get: (key) => {
+        if (this.backend !== "sqlite") {
+          throw new Error("The storage.kv (synchronous KV) API is only available for SQLite-backed Durable Objects");
+        }
+        this.ops++;
+        return structuredClone(this.map.get(key));
+      },
+    };
   }
   #check(key, value) {
     const size = value instanceof Uint8Array ? value.byteLength : JSON.stringify(value, (_, v) => (v instanceof Uint8Array ? "x".repeat(v.byteLength) : v)).length;

@@ -36,9 +36,14 @@ export function removeDir(dir) {
  * Durable Object state (kept across restarts), or undefined for state in memory. Resolves to
  * `{ url, mf, dispose }`; `url` ends without a slash. `entry` is the worker module (tests
  * that look into Durable Object storage use a fixture that re-exports the worker).
- * `miniflare`: more Miniflare options (an `inspectorPort` for a profiler).
+ * `miniflare`: more Miniflare options (an `inspectorPort` for a profiler). `keyValue`: every
+ * Durable Object class on the key-value storage backend (wrangler's `new_classes`) instead of
+ * SQLite.
  */
-export async function startWorker({ vars = {}, persist, entry = "src/worker.js", miniflare = {} } = {}) {
+export async function startWorker({ vars = {}, persist, entry = "src/worker.js", miniflare = {}, keyValue = false } = {}) {
+  const durableObjects = Object.fromEntries(
+    Object.entries(fromToml.durableObjects).map(([binding, options]) => [binding, keyValue ? { ...options, useSQLite: false } : options]),
+  );
   const mf = new Miniflare({
     name: "idem-orders",
     modules: true,
@@ -51,7 +56,7 @@ export async function startWorker({ vars = {}, persist, entry = "src/worker.js",
     compatibilityDate: fromToml.compatibilityDate,
     compatibilityFlags: fromToml.compatibilityFlags,
     bindings: { ...fromToml.bindings, IDEM_LOG_EVENTS: "off", ...vars },
-    durableObjects: fromToml.durableObjects,
+    durableObjects,
     durableObjectsPersist: persist ?? false,
     host: "127.0.0.1",
     port: 0,
