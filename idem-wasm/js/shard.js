@@ -502,8 +502,11 @@ export class IdempotencyShard {
         // The cache holds records opened (or in clear), as the engine reads them.
         if (current !== null && current.version === version) write = expire(now, current.value);
       } catch (err) {
-        // Sealed with a key this object does not hold (IDEM-SEAL-3): idem-core's rule for it.
-        if (err?.code !== "IDEM-SEAL-3") throw err;
+        // Sealed with a key this object does not hold (IDEM-SEAL-3), or bytes that are not a
+        // record this version reads (IDEM-REC-1): idem-core's rule for a record it cannot
+        // open, from the expiry kept in clear beside it. Thrown, one such record would stop
+        // the expiry of every record due after it.
+        if (err?.code !== "IDEM-SEAL-3" && err?.code !== "IDEM-REC-1") throw err;
         await this.#unopened(indexKey, key, version, now);
         continue;
       }

@@ -107,6 +107,41 @@ describe("Durable Object store", () => {
     assert.equal(state.executions, 2);
   });
 
+  test("a record that does not decode expires at its key retention, and does not hold back the records due after it (IDEM-TTL-4, IDEM-REC-1)", async () => {
+    const clock = manualClock(Date.now());
+    // One object: every record in the same storage.
+    const namespace = new FakeNamespace(IdempotencyShard);
+    const one = { idFromName: () => ({ name: "the-shard" }), get: (id) => namespace.get(id) };
+    const handler = withIdempotency(async () => new Response("ok", { status: 201 }), {
+      principal: "none",
+      store: new DurableObjectStore(one),
+      responseTtl: 1000,
+      keyTtl: 3000,
+      lease: 1000,
+      now: clock,
+    });
+    for (const key of ['"a"', '"b"', '"c"']) assert.equal((await handler(post(key))).status, 201);
+    const [entry] = [...namespace.objects.values()];
+    const records = () => [...entry.storage.map.keys()].filter((k) => k.startsWith("r:")).sort();
+    assert.equal(records().length, 3);
+    // The first record's bytes become ones this version does not read, in a fresh object.
+    entry.storage.map.get(records()[0]).value = new Uint8Array([0xff, 1, 2, 3]);
+    entry.object = new IdempotencyShard({ storage: entry.storage }, {});
+    const realNow = Date.now;
+    try {
+      Date.now = () => clock() + 1000;
+      await entry.object.alarm();
+      assert.equal(records().length, 3, "the damaged record waits for its key retention");
+      assert.equal(entry.storage.alarm, clock() + 3000);
+      Date.now = () => clock() + 3000;
+      await entry.object.alarm();
+    } finally {
+      Date.now = realNow;
+    }
+    assert.deepEqual(records(), []);
+    assert.equal(entry.storage.alarm, null);
+  });
+
   test("damaged wire bytes are refused and claim nothing (IDEM-JS-2)", async () => {
     const shard = new IdempotencyShard({ storage: new (await import("./helpers.mjs")).FakeStorage() });
     await assert.rejects(
