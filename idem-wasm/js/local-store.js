@@ -113,10 +113,13 @@ export class DurableObjectLocalStore {
 
   /** Expires what is due; call it from the object's `alarm()`. The object has one alarm,
    * shared with the records: an object with an alarm of its own sets it with `setAlarm`
-   * (never `storage.setAlarm`, which would move the records' expiry), and does its own alarm
-   * work when this resolves true. */
-  alarm() {
-    return this.#shard.alarm();
+   * (never `storage.setAlarm`, which would move the records' expiry) and passes its alarm
+   * work as `work`: that runs when its alarm is due, and the alarm is spent once `work` has
+   * resolved; if `work` throws, so does this, and the platform's retry of the alarm runs it
+   * again. Resolves to whether the object's own alarm was due. */
+  alarm(work) {
+    if (work !== undefined && typeof work !== "function") throw rangeError("IDEM-JS-1", "alarm(work): work is the object's own alarm work, a function");
+    return this.#shard.alarm(work);
   }
 
   /** The object's own alarm at `time` (ms since the epoch), or none with null: kept beside

@@ -464,9 +464,6 @@ export class IdempotencyShard {
     return (await this.#storage.get(this.#prefix + OWN_ALARM)) ?? null;
   }
 
-  /** Expires every record that is due, then sets the alarm for the next deadline (or the
-   * host's own alarm, when it is earlier). Resolves to whether the host's own alarm
-   * (`setOwnAlarm`) is due: then it is spent, and the host does its own alarm work. */
   /** A due record that does not open here (IDEM-SEAL-3), by idem-core's rule
    * (`unopenedDue`) from the `expires` its entry keeps in clear: deleted once it need no
    * longer be kept, which takes no reading, and until then due again at `expires`, out of the
@@ -488,7 +485,13 @@ export class IdempotencyShard {
     await this.#storage.delete(deletes);
   }
 
-  async alarm() {
+  /** Expires every record that is due, then sets the alarm for the next deadline (or the
+   * host's own alarm, when it is earlier). Resolves to whether the host's own alarm
+   * (`setOwnAlarm`) was due. With `work`, the host's alarm work, that is run first, and the
+   * alarm is spent only once `work` has resolved: if it throws, the error is thrown from
+   * here, the platform runs the alarm again, and `work` with it. Without `work`, a due alarm
+   * is spent before this resolves, and the host does its work after. */
+  async alarm(work) {
     const now = Date.now();
     const p = this.#prefix;
     const due = await this.#storage.list({ start: p + DEADLINE, end: deadlineKey(p, now + 1, ""), limit: 256 });
@@ -529,6 +532,7 @@ export class IdempotencyShard {
     if (this.#shared) {
       let own = await this.getOwnAlarm();
       if (own !== null && own <= now) {
+        if (work !== undefined) await work();
         ownDue = true;
         own = null;
         await this.#storage.delete(p + OWN_ALARM);

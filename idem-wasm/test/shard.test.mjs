@@ -331,6 +331,28 @@ describe("DurableObjectLocalStore shares the object's one alarm (IDEM-TTL-4)", (
     assert.equal(await store.getAlarm(), null);
     await assert.rejects(store.setAlarm("soon"), (e) => e.code === "IDEM-JS-1");
   });
+
+  test("the object's alarm work that throws is run again by the platform's retry: the alarm is spent only once it has run", async () => {
+    const storage = new FakeStorage();
+    const { store } = insideObject(storage);
+    const due = Date.now() - 1;
+    await store.setAlarm(due);
+    let runs = 0;
+    const work = async () => {
+      runs++;
+      if (runs === 1) throw new Error("the object's work failed");
+    };
+    // The first run fails: the error reaches the runtime, which retries the alarm.
+    await assert.rejects(store.alarm(work), /the object's work failed/);
+    assert.equal(await store.getAlarm(), due, "still due");
+    assert.equal(await store.alarm(work), true);
+    assert.equal(runs, 2);
+    assert.equal(await store.getAlarm(), null);
+    // Spent: the next alarm does not run it.
+    assert.equal(await store.alarm(work), false);
+    assert.equal(runs, 2);
+    assert.throws(() => store.alarm("work"), (e) => e.code === "IDEM-JS-1");
+  });
 });
 
 /** FakeStorage that lists every write it is asked for: puts (by their keys), deletes and

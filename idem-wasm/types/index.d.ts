@@ -461,8 +461,9 @@ export class IdempotencyShard {
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
   load(key: string): Promise<StoredRecord | null>;
   /** Expires what is due and sets the alarm for the next deadline; resolves true when the
-   * host's own alarm (a shared alarm's, see DurableObjectLocalStore) is due. */
-  alarm(): Promise<boolean>;
+   * host's own alarm (a shared alarm's, see DurableObjectLocalStore) was due. `work`, the
+   * host's alarm work, runs first, and the alarm is spent once it has resolved. */
+  alarm(work?: () => Promise<void> | void): Promise<boolean>;
 }
 
 /** The store a worker uses: each key belongs to one of a fixed set of IdempotencyShard
@@ -493,8 +494,7 @@ export const TRANSACTION_KEYS: number;
  * own storage (under `prefix`, default `"idem:"`), claims and completions next to it, and
  * `transaction` to commit the handler's writes with its stored response. Call `alarm()` from
  * the object's `alarm()`; the object's one alarm is shared with the records, so an alarm of
- * the object's own is set with `setAlarm(time)` and its work done when `alarm()` resolves
- * true. */
+ * the object's own is set with `setAlarm(time)` and its work passed to `alarm(work)`. */
 export class DurableObjectLocalStore implements IdempotencyStore {
   constructor(
     state: DurableObjectStateLike,
@@ -512,8 +512,11 @@ export class DurableObjectLocalStore implements IdempotencyStore {
   load(key: string): Promise<StoredRecord | null>;
   apply(key: string, write: StoreWrite, now: number, info?: { outcome: "answered" | "threw"; fence: number }): Promise<boolean>;
   claim(key: string, ticket: Uint8Array, options: string, now: number, nonceHi: number, nonceLo: number): Promise<Uint8Array>;
-  /** Expires what is due; resolves true when the object's own alarm (`setAlarm`) is due. */
-  alarm(): Promise<boolean>;
+  /** Expires what is due; resolves true when the object's own alarm (`setAlarm`) was due.
+   * `work`, the object's own alarm work, runs when that alarm is due, and the alarm is spent
+   * only once it has resolved: if it throws, so does this, and the platform's retry of the
+   * alarm runs it again. */
+  alarm(work?: () => Promise<void> | void): Promise<boolean>;
   /** The object's own alarm at `time` (ms since the epoch), or none with null; never
    * `storage.setAlarm`, which would move the records' expiry. */
   setAlarm(time: number | null): Promise<void>;
