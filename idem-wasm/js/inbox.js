@@ -43,7 +43,9 @@ export class Inbox {
   /**
    * Receives one delivery `{ source, id, body?, contentType? }` (body: the payload as text or
    * bytes, an ArrayBuffer or a view of one, so that the same id with another payload is a
-   * conflict; a JSON payload is compared canonically) and runs `process(context)` for the first one. Resolves to
+   * conflict; a JSON payload is compared canonically) and runs `process(context)` for the
+   * first one (`context`: `{ source, id, recovered, fence, leaseExpires, extend() }`; a
+   * processing that may outlast the lease calls `extend()`, as a handler does). Resolves to
    * `{ outcome, acknowledge, retryAfter?, response }`: `processed` (it ran now),
    * `duplicate` (already processed, also after its stored answer expired while its id is
    * remembered: acknowledge and do nothing, IDEM-INBOX-1), `in-progress` (another delivery

@@ -355,7 +355,17 @@ export class Idempotency {
       (reply) => delivered(engine, slot, reply),
       async (context) => {
         try {
-          await process({ source: message.source, id: message.id, recovered: context.recovered, fence: context.fence });
+          // A long processing keeps its lease with heartbeats, as a handler does.
+          await process({
+            source: message.source,
+            id: message.id,
+            recovered: context.recovered,
+            fence: context.fence,
+            get leaseExpires() {
+              return context.leaseExpires;
+            },
+            extend: context.extend,
+          });
         } catch (err) {
           await context.finish(Ran.Threw, 0, null, EMPTY);
           throw err;

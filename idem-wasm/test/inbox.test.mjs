@@ -37,6 +37,34 @@ for (const [name, makeStore] of [
       assert.equal(processed, 2);
     });
 
+    test("a processing longer than the lease keeps it with extend(): a redelivery meanwhile is in progress, not processed again (IDEM-INBOX-2, IDEM-LEASE-1)", async () => {
+      const clock = manualClock(Date.now());
+      const inbox = new Inbox({ store: makeStore(), now: clock, lease: 1000 });
+      let runs = 0;
+      const halfway = barrier();
+      const done = barrier();
+      let seen;
+      const first = inbox.receive({ source: "psp", id: "evt_long", body: EVENT }, async (context) => {
+        runs++;
+        seen = context;
+        clock.advance(800);
+        const before = context.leaseExpires;
+        await context.extend();
+        assert.ok(context.leaseExpires > before, "the lease moved");
+        halfway.open();
+        await done.wait();
+      });
+      await halfway.wait();
+      clock.advance(800);
+      const again = await inbox.receive({ source: "psp", id: "evt_long", body: EVENT }, async () => void runs++);
+      assert.equal(again.outcome, "in-progress");
+      assert.equal(again.acknowledge, false);
+      done.open();
+      assert.equal((await first).outcome, "processed");
+      assert.equal(runs, 1);
+      assert.deepEqual(Object.keys(seen).sort(), ["extend", "fence", "id", "leaseExpires", "recovered", "source"]);
+    });
+
     test("one event delivered 5 times concurrently and 5 times later is processed once (IDEM-INBOX-1, IDEM-INBOX-2)", async () => {
       const inbox = new Inbox({ store: makeStore() });
       const gate = barrier();

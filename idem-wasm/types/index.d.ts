@@ -374,7 +374,7 @@ export class Idempotency<R = PlainRequest> {
   /** One delivery to this engine's inbox (see `Inbox#receive`). */
   deliver(
     message: { source: string; id: string; contentType?: string; body: Uint8Array },
-    process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,
+    process: (context: InboxContext) => Promise<void> | void,
   ): Promise<InboxDelivery>;
 }
 
@@ -393,13 +393,27 @@ export interface InboxDelivery {
   response: Response;
 }
 
+/** What processing a message learns: the message, whether it takes over from a delivery
+ * whose lease ended (reconcile first), the fence and end of its lease, and `extend()`, the
+ * heartbeat that keeps the lease while the processing runs longer than it (a redelivery
+ * after the lease ended would process the message again). */
+export interface InboxContext {
+  readonly source: string;
+  readonly id: string;
+  readonly recovered: boolean;
+  readonly fence: number;
+  readonly leaseExpires: number;
+  /** Extends the lease by one lease period; rejects if another delivery took it over. */
+  extend(): Promise<void>;
+}
+
 /** A receiver's inbox (webhooks, at-least-once queues): the first delivery of a message is
  * processed, redeliveries are acknowledged without processing. */
 export class Inbox {
   constructor(options: Pick<IdempotencyOptions, "store" | "responseTtl" | "keyTtl" | "lease" | "unknownOutcome" | "fingerprint" | "onEvent" | "telemetry" | "now">);
   receive(
     delivery: { source: string; id: string; body?: string | ArrayBuffer | ArrayBufferView; contentType?: string },
-    process: (context: { source: string; id: string; recovered: boolean; fence: number }) => Promise<void> | void,
+    process: (context: InboxContext) => Promise<void> | void,
   ): Promise<InboxDelivery>;
 }
 
