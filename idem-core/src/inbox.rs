@@ -37,8 +37,8 @@ pub enum Delivery {
         /// Seconds until the source should deliver it again.
         retry_after_secs: u64,
     },
-    /// The same message id with a different payload: not processed; a bug at the source or a
-    /// forgery, worth a security log line (`IDEM-INBOX-3`).
+    /// The id of a message that was processed, with a different payload: not processed; a
+    /// bug at the source or a forgery, worth a security log line (`IDEM-INBOX-3`).
     Conflict {
         /// The top-level JSON fields that differ, when known.
         differing: Vec<String>,
@@ -49,8 +49,9 @@ pub enum Delivery {
     /// Processing failed, or its outcome could not be recorded: not acknowledged; a later
     /// delivery processes it again as a recovery.
     Failed,
-    /// The delivery was refused before it was claimed: a malformed id or payload, or the
-    /// store failed (the receipt says which).
+    /// The delivery was refused before it was claimed: a malformed id or payload, the store
+    /// failed, or the id of a message not processed yet (in flight, failed, or its outcome
+    /// unknown) came with a different payload (the receipt says which; `IDEM-INBOX-3`).
     Refused,
 }
 

@@ -167,11 +167,11 @@ impl Refusal {
                     "another request with this key is being processed; retry later",
                 )
             },
-            Decision::Mismatch { differing } if differing.is_empty() => Refusal::new(
+            Decision::Mismatch { differing, .. } if differing.is_empty() => Refusal::new(
                 Problem::MISMATCH,
                 "the key was used with a different request",
             ),
-            Decision::Mismatch { differing } => Refusal::new(
+            Decision::Mismatch { differing, .. } => Refusal::new(
                 Problem::MISMATCH,
                 format!(
                     "the key was used with a different request; differing fields: {}",

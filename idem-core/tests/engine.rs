@@ -292,7 +292,8 @@ fn payload_mismatch_never_executes_and_leaves_the_original() {
     assert_eq!(
         c,
         Claimed::Done(Decision::Mismatch {
-            differing: vec!["amount".into()]
+            differing: vec!["amount".into()],
+            processed: false,
         })
     );
     let [event] = events(&mut other)[..] else {

@@ -200,6 +200,43 @@ fn a_changed_payload_under_a_known_id_is_a_conflict() {
 }
 
 #[test]
+fn another_payload_under_a_message_not_processed_is_refused_unacknowledged() {
+    // IDEM-INBOX-3: acknowledged, a message in flight or whose processing failed would never
+    // be processed.
+    let inbox = Inbox::new(Engine::default());
+    let mut store = MemoryStore::default();
+    let mut first = deliver(&inbox, &mut store, T0, ("hooks", "evt_5"), r#"{"a":1}"#, 1);
+    // While the first is processed.
+    let during = deliver(&inbox, &mut store, T0, ("hooks", "evt_5"), r#"{"a":2}"#, 2);
+    assert_eq!(during.delivery(), Some(Delivery::Refused));
+    assert!(!during.delivery().unwrap().acknowledge());
+    let reply = during.reply().unwrap();
+    assert_eq!(reply.status(), 422);
+    assert_eq!(reply.problem_type(), Some(Problem::MISMATCH.type_uri));
+    // Its processing throws, its effect unknown: another payload is still refused, and the
+    // first one's next delivery processes it as a recovery.
+    assert_eq!(
+        finish(&mut first, &mut store, T0, Outcome::Unknown(None)),
+        Delivery::Failed
+    );
+    let after = deliver(&inbox, &mut store, T0, ("hooks", "evt_5"), r#"{"a":2}"#, 3);
+    assert_eq!(after.delivery(), Some(Delivery::Refused));
+    assert!(!after.delivery().unwrap().acknowledge());
+    let mut again = deliver(&inbox, &mut store, T0, ("hooks", "evt_5"), r#"{"a":1}"#, 4);
+    assert_eq!(
+        finish(&mut again, &mut store, T0, Inbox::processed()),
+        Delivery::Processed { recovered: true }
+    );
+    // Processed: another payload now is a conflict, acknowledged.
+    let conflict = deliver(&inbox, &mut store, T0, ("hooks", "evt_5"), r#"{"a":2}"#, 5);
+    assert!(matches!(
+        conflict.delivery(),
+        Some(Delivery::Conflict { .. })
+    ));
+    assert!(conflict.delivery().unwrap().acknowledge());
+}
+
+#[test]
 fn bad_message_ids_are_refused() {
     // IDEM-INBOX-1
     let inbox = Inbox::default();

@@ -294,7 +294,7 @@ impl Sim {
                 }
                 self.count("replayed");
             }
-            Claimed::Done(Decision::Mismatch { differing }) => {
+            Claimed::Done(Decision::Mismatch { differing, .. }) => {
                 assert_ne!(
                     truth.payload.as_deref(),
                     Some(payload.as_str()),

@@ -57,7 +57,8 @@ fn claim_complete_replay_mismatch() {
     assert_eq!(
         common::claim(&mut changed, &mut store, now).unwrap(),
         Claimed::Done(Decision::Mismatch {
-            differing: vec!["b".into()]
+            differing: vec!["b".into()],
+            processed: true,
         })
     );
     assert_eq!(changed.reply().unwrap().status(), 422);

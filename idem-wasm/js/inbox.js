@@ -50,9 +50,11 @@ export class Inbox {
    * `duplicate` (already processed, also after its stored answer expired while its id is
    * remembered: acknowledge and do nothing, IDEM-INBOX-1), `in-progress` (another delivery
    * is being processed: do not acknowledge, so that the source sends it again,
-   * IDEM-INBOX-2), `conflict` (the id came with another payload: acknowledged, not
-   * processed; log it, IDEM-INBOX-3), `held` (an earlier delivery's outcome is unknown and
-   * held), `refused` (a malformed id, or the store failed); `response` is the engine's
+   * IDEM-INBOX-2), `conflict` (the id of a processed message came with another payload:
+   * acknowledged, not processed; log it, IDEM-INBOX-3), `held` (an earlier delivery's
+   * outcome is unknown and held), `failed` (processed, its outcome not recorded), `refused`
+   * (a malformed id, the store failed, or another payload under the id of a message not
+   * processed yet, which is not acknowledged: IDEM-INBOX-3); `response` is the engine's
    * receipt to answer the sender with. If `process` throws, the error is rethrown (answer
    * the source with an error: it redelivers, and the next delivery runs as `recovered`).
    */

@@ -65,6 +65,29 @@ for (const [name, makeStore] of [
       assert.deepEqual(Object.keys(seen).sort(), ["extend", "fence", "id", "leaseExpires", "recovered", "source"]);
     });
 
+    test("another payload under the id of a message whose processing failed is refused unacknowledged; the message is processed on its next delivery (IDEM-INBOX-3)", async () => {
+      const inbox = new Inbox({ store: makeStore() });
+      const first = '{"id":"evt_f","attempt":1}';
+      await assert.rejects(
+        inbox.receive({ source: "psp", id: "evt_f", body: first, contentType: "application/json" }, async () => {
+          throw new Error("ledger down");
+        }),
+        /ledger down/,
+      );
+      let processed = 0;
+      const changed = await inbox.receive({ source: "psp", id: "evt_f", body: '{"id":"evt_f","attempt":2}', contentType: "application/json" }, async () => void processed++);
+      assert.equal(changed.outcome, "refused");
+      assert.equal(changed.acknowledge, false);
+      assert.equal(changed.response.status, 422);
+      assert.equal(processed, 0);
+      const again = await inbox.receive({ source: "psp", id: "evt_f", body: first, contentType: "application/json" }, async ({ recovered }) => {
+        assert.equal(recovered, true);
+        processed++;
+      });
+      assert.equal(again.outcome, "processed");
+      assert.equal(processed, 1);
+    });
+
     test("one event delivered 5 times concurrently and 5 times later is processed once (IDEM-INBOX-1, IDEM-INBOX-2)", async () => {
       const inbox = new Inbox({ store: makeStore() });
       const gate = barrier();

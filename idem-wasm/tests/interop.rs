@@ -460,6 +460,7 @@ fn tickets_and_claims_round_trip_through_the_wire_format() {
         },
         Decision::Mismatch {
             differing: vec!["a".into()],
+            processed: true,
         },
         Decision::Rejected(RejectReason::KeyExpired),
         Decision::Replay(Arc::new(StoredResponse {

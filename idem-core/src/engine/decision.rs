@@ -191,6 +191,11 @@ pub enum Decision {
     Mismatch {
         /// Sorted field names.
         differing: Vec<String>,
+        /// Whether the key's record holds what its request came to (completed, or expired
+        /// since): false while it is in flight, after a failed attempt, or with its outcome
+        /// unknown. An inbox acknowledges another payload under a message id only when its
+        /// message was processed (`IDEM-INBOX-3`).
+        processed: bool,
     },
     /// Refused.
     Rejected(RejectReason),

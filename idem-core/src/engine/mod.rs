@@ -132,6 +132,10 @@ impl Engine {
         if !record.fingerprint.matches(attempt.fingerprint) {
             return Decision::Mismatch {
                 differing: record.fingerprint.differing_fields(attempt.fingerprint),
+                processed: matches!(
+                    record.state,
+                    RecordState::Completed { .. } | RecordState::Tombstone
+                ),
             };
         }
         match &record.state {

@@ -68,7 +68,8 @@ impl Request {
     /// for other operations): processed now, a duplicate to acknowledge (also one whose
     /// stored answer has expired while its id is remembered: `IDEM-INBOX-1`), in progress or
     /// held elsewhere (not acknowledged, so that the sender delivers it again:
-    /// `IDEM-INBOX-2`), a conflicting payload (`IDEM-INBOX-3`), failed, or refused.
+    /// `IDEM-INBOX-2`), a conflicting payload (`IDEM-INBOX-3`), failed, or refused (another
+    /// payload under the id of a message not processed yet among the refusals).
     pub fn delivery(&self) -> Option<Delivery> {
         if self.operation != Operation::Deliver {
             return None;
@@ -80,7 +81,13 @@ impl Request {
             Answer::Decision(Decision::InProgress { retry_after_secs }) => Delivery::InProgress {
                 retry_after_secs: *retry_after_secs,
             },
-            Answer::Decision(Decision::Mismatch { differing }) => Delivery::Conflict {
+            // Another payload under the id of a message that was processed. Under one that
+            // was not (in flight, failed, or its outcome unknown), it is refused and not
+            // acknowledged: acknowledged, the message would never be processed.
+            Answer::Decision(Decision::Mismatch {
+                differing,
+                processed: true,
+            }) => Delivery::Conflict {
                 differing: differing.clone(),
             },
             Answer::Decision(Decision::Rejected(RejectReason::OutcomeUnknown)) => Delivery::Held,
