@@ -189,6 +189,40 @@ fn a_key_in_progress_is_asked_about_again_and_the_asks_are_bounded() {
 }
 
 #[test]
+fn a_key_in_progress_for_longer_than_the_deadline_is_not_waited_for() {
+    // IDEM-CLIENT-4: no status ask waits longer than the deadline; the entry stays open.
+    let p = RetryPolicy {
+        deadline: Duration::from_secs(60),
+        ..retry_policy(3)
+    };
+    let mut e = undetermined();
+    let long = KeyStatus::InProgress {
+        retry_after_secs: 30 * 86_400,
+    };
+    assert_eq!(
+        e.on_status(&p, at(0), 0, Some(&long), true),
+        Ok(NextStep::Undetermined {
+            reason: GiveUp::Deadline
+        })
+    );
+    assert!(matches!(e.state(), EntryState::Undetermined { .. }));
+    assert_eq!(
+        e.next_ask(at(0)),
+        Some(at(0)),
+        "open for a later reconciliation"
+    );
+    // Within the deadline it is asked about again.
+    let short = KeyStatus::InProgress {
+        retry_after_secs: 60,
+    };
+    let NextStep::AskStatus { at: next } = e.on_status(&p, at(1), 0, Some(&short), true).unwrap()
+    else {
+        panic!("asks again")
+    };
+    assert!(next >= at(60_001));
+}
+
+#[test]
 fn only_an_entry_sent_and_still_open_is_reconciled() {
     // IDEM-CLIENT-8
     let p = retry_policy(3);

@@ -174,7 +174,7 @@ describe("idempotentFetch sends its key, and only its own", () => {
     }
   });
 
-  test("a wait longer than a timer can hold is not a stream of timers", async () => {
+  test("a wait longer than a timer can hold is not a stream of timers; one longer than the deadline is not waited for (IDEM-CLIENT-4)", async () => {
     // The server keeps answering that the key is in progress, to be asked again in 30 days.
     const fetch = async (url, init) => {
       if (init.method === "GET") {
@@ -191,7 +191,9 @@ describe("idempotentFetch sends its key, and only its own", () => {
     };
     const stop = new AbortController();
     try {
-      const call = idempotentFetch("http://127.0.0.1:9/orders", order({ signal: stop.signal }), { fetch, retry: { base: 5, cap: 10, maxAttempts: 1 } });
+      // A deadline longer than the wait, which is then waited for.
+      const retry = { base: 5, cap: 10, maxAttempts: 1, deadline: 40 * 86_400_000 };
+      const call = idempotentFetch("http://127.0.0.1:9/orders", order({ signal: stop.signal }), { fetch, retry });
       await new Promise((resolve) => real(resolve, 500));
       stop.abort(new Error("stopped"));
       await assert.rejects(call, /stopped/);
@@ -200,5 +202,8 @@ describe("idempotentFetch sends its key, and only its own", () => {
     }
     assert.ok(delays.every((ms) => ms <= 2 ** 31 - 1), `delays: ${delays.slice(0, 5)}`);
     assert.ok(delays.length < 10, `${delays.length} timers in 500 ms`);
+    // With the default deadline (10 minutes) the 30 days are not waited for.
+    const result = await idempotentFetch("http://127.0.0.1:9/orders", order(), { fetch, retry: { base: 5, cap: 10, maxAttempts: 1 } });
+    assert.equal(result.outcome, "undetermined");
   });
 });

@@ -526,7 +526,7 @@ impl OutboxEntry {
     /// | completed, no longer replayed  | executed (its status) | executed (its status) |
     /// | expired                        | executed         | executed               |
     /// | not-executed (settled)         | not executed     | not executed           |
-    /// | in-progress                    | ask again after `Retry-After`, backoff-bounded, at most [`MAX_STATUS_ASKS`] asks | the same |
+    /// | in-progress                    | ask again after `Retry-After`, backoff-bounded, at most [`MAX_STATUS_ASKS`] asks, none after a wait longer than the deadline (then undetermined) | the same |
     /// | released, held, unknown, none  | undetermined     | undetermined           |
     ///
     /// Allowed once the entry was sent and while its outcome is open: sent (a response lost
@@ -564,10 +564,23 @@ impl OutboxEntry {
                     reason: GiveUp::Budget,
                 }
             }
+            // A wait longer than the whole deadline is not waited for: the outcome stays
+            // open for a later reconciliation (`IDEM-CLIENT-4`).
             Some(KeyStatus::InProgress { retry_after_secs }) => {
-                let wait = backoff_ms(policy, asks, random, Some(*retry_after_secs));
-                NextStep::AskStatus {
-                    at: now.saturating_add(Duration::from_millis(wait)),
+                let wait = Duration::from_millis(backoff_ms(
+                    policy,
+                    asks,
+                    random,
+                    Some(*retry_after_secs),
+                ));
+                if wait > policy.deadline {
+                    NextStep::Undetermined {
+                        reason: GiveUp::Deadline,
+                    }
+                } else {
+                    NextStep::AskStatus {
+                        at: now.saturating_add(wait),
+                    }
                 }
             }
             Some(KeyStatus::Released | KeyStatus::Held | KeyStatus::Unknown) | None => {
