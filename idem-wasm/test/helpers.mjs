@@ -54,6 +54,15 @@ export function manualClock(start = 1_700_000_000_000) {
   return now;
 }
 
+/** A POST of an order with `key` and a JSON `body`, as a client sends it. */
+export function postOrder(key, body = { amount: 1 }) {
+  return new Request("https://api.example/orders", {
+    method: "POST",
+    headers: { "idempotency-key": key, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
 /** Releases every waiter at once when `open()` is called. */
 export function barrier() {
   let open;
