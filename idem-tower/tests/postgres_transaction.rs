@@ -29,6 +29,15 @@ enum After {
 
 type Body = Either<Full<Bytes>, Full<Bytes>>;
 
+/// The context the layer gave the request's handler.
+fn context(request: &Request<Body>) -> IdempotencyContext {
+    request
+        .extensions()
+        .get::<IdempotencyContext>()
+        .cloned()
+        .expect("a context")
+}
+
 fn orders(
     store: Arc<PostgresStore>,
     after: After,
@@ -42,11 +51,7 @@ fn orders(
     tower::service_fn(move |request: Request<Body>| {
         let store = Arc::clone(&store);
         async move {
-            let ctx = request
-                .extensions()
-                .get::<IdempotencyContext>()
-                .cloned()
-                .expect("a context");
+            let ctx = context(&request);
             let tx = store.transaction(&ctx).await.expect("a transaction");
             let row = tx
                 .client()
@@ -376,11 +381,7 @@ fn handing_over(
     tower::service_fn(move |request: Request<Body>| {
         let store = Arc::clone(&store);
         async move {
-            let ctx = request
-                .extensions()
-                .get::<IdempotencyContext>()
-                .cloned()
-                .expect("a context");
+            let ctx = context(&request);
             let tx = store.transaction(&ctx).await.expect("a transaction");
             let row = tx
                 .client()
@@ -462,11 +463,7 @@ async fn a_response_is_never_stored_without_its_rows() {
     let panicking = layer.layer(tower::service_fn(move |request: Request<Body>| {
         let store = Arc::clone(&pg);
         async move {
-            let ctx = request
-                .extensions()
-                .get::<IdempotencyContext>()
-                .cloned()
-                .expect("a context");
+            let ctx = context(&request);
             let tx = store.transaction(&ctx).await.expect("a transaction");
             tx.client()
                 .execute("INSERT INTO orders (idem_key) VALUES ($1)", &[&ctx.key()])
@@ -558,11 +555,7 @@ async fn one_transaction_per_request_and_none_pooled_half_way() {
             let store = Arc::clone(&store);
             let locker = locker.clone();
             async move {
-                let ctx = request
-                    .extensions()
-                    .get::<IdempotencyContext>()
-                    .cloned()
-                    .expect("a context");
+                let ctx = context(&request);
                 let tx = store.transaction(&ctx).await.expect("a transaction");
                 let second = store.transaction(&ctx).await;
                 assert!(
@@ -629,11 +622,7 @@ async fn one_transaction_per_request_and_none_pooled_half_way() {
     let late = layer.layer(tower::service_fn(move |request: Request<Body>| {
         let (store, tell) = (Arc::clone(&pg), Arc::clone(&tell));
         async move {
-            let ctx = request
-                .extensions()
-                .get::<IdempotencyContext>()
-                .cloned()
-                .expect("a context");
+            let ctx = context(&request);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let refused = store.transaction(&ctx).await;
@@ -677,11 +666,7 @@ async fn a_transaction_that_fails_to_commit_answers_503_not_the_handlers_respons
     let service = layer.layer(tower::service_fn(move |request: Request<Body>| {
         let store = Arc::clone(&pg);
         async move {
-            let ctx = request
-                .extensions()
-                .get::<IdempotencyContext>()
-                .cloned()
-                .expect("a context");
+            let ctx = context(&request);
             let tx = store.transaction(&ctx).await.expect("a transaction");
             // A customer that does not exist: accepted now, refused at COMMIT.
             tx.client()
