@@ -59,10 +59,10 @@ function checkOptions(options) {
   }
   const c = options.counter;
   if (options.keyKind === "counter" && !(c && typeof c.client === "string" && (typeof c.epoch === "string" || typeof c.epoch === "bigint"))) {
-    throw rangeError("IDEM-JS-1", 'keyKind "counter" needs options.counter: { client, epoch (decimal text), bits?, firstSeq? } from the session');
+    throw rangeError("IDEM-JS-1", 'keyKind "counter" needs options.counter: { client, epoch, bits?, firstSeq? } from the session');
   }
   if (options.clientId !== undefined && typeof options.clientId !== "string") throw rangeError("IDEM-JS-1", "options.clientId must be a string");
-  if (options.signal !== undefined) throw rangeError("IDEM-JS-1", "options.signal is not an option: pass the AbortSignal in init, as to fetch (init.signal)");
+  if (options.signal !== undefined) throw rangeError("IDEM-JS-1", "options.signal is not an option: pass the signal in init, as to fetch");
   if (options.reconcile !== undefined && typeof options.reconcile !== "boolean") throw rangeError("IDEM-JS-1", "options.reconcile must be true or false");
 }
 

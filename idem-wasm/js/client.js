@@ -14,6 +14,7 @@ import * as OutboxState from "./client-codes/outbox-state.js";
 import * as Names from "./client-codes/names.js";
 import { Outbox, fullApi, payloadDigest, run } from "./outbox.js";
 import { abortReason, prepare, retryArgs } from "./client-request.js";
+import { joinOrLead } from "./client-join.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -45,8 +46,9 @@ async function problemType(response) {
   }
 }
 
-/** Request fields that describe a body: a status query, which has none, leaves them out. */
-const BODY_FIELDS = ["content-type", "content-length", "content-encoding", "content-language", "content-location", "digest", "content-digest"];
+/** Request fields that describe a body (`Content-Type`, `-Length`, `-Encoding`, `-Digest` and
+ * the other `Content-` fields, and `Digest`): a status query, which has none, leaves them out. */
+const BODY_FIELD = /^(content-|digest$)/;
 
 /**
  * Asks the server what became of `entry`'s key with a settling status query (IDEM-CLIENT-8):
@@ -58,7 +60,7 @@ const BODY_FIELDS = ["content-type", "content-length", "content-encoding", "cont
 async function askStatus(entry, request, canResend) {
   const { doFetch, url, method, template, sendOptions, keyValue, signal, now } = request;
   const headers = new Headers(template.headers);
-  for (const name of BODY_FIELDS) headers.delete(name);
+  for (const name of [...headers.keys()]) if (BODY_FIELD.test(name)) headers.delete(name);
   headers.set(Names.key, keyValue(entry.key));
   headers.set(Names.status, run(ClientOp.StatusField, method)[0]);
   let document;
@@ -138,17 +140,24 @@ async function finishWith(entry, options, seq, outcome, fields) {
  */
 export async function idempotentFetch(input, init = {}, options = {}) {
   const request = prepare(input, init, options);
-  const { doFetch, now, signal, template, sendOptions, method, url, kind, keyValue } = request;
+  const { signal, template, method, url } = request;
   // A key of the caller's own would be replaced by this call's: each call would send another.
   if (template.headers.has(Names.key)) {
-    throw rangeError("IDEM-JS-1", `the request has its own ${Names.key} header: give the key as options.key, and idempotentFetch sends it with every retry`);
+    throw rangeError("IDEM-JS-1", `a request's own ${Names.key} header is refused: give the key as options.key`);
   }
-  const reconcile = options.reconcile ?? true;
-  // The retry options are checked by the module.
-  const retry = retryArgs(options.retry);
   const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
   const digest = await payloadDigest(method, url, body ?? new Uint8Array(0));
+  return joinOrLead(options, signal, digest, (enter) => sendEntry(request, options, body, digest, enter));
+}
 
+/** The send loop of `idempotentFetch` for the call that runs its entry (client-join.js):
+ * the entry loaded or created, handed to `enter`, then sent, reported and persisted until it
+ * is over. */
+async function sendEntry(request, options, body, digest, enter) {
+  const { doFetch, now, signal, template, sendOptions, method, url, kind, keyValue } = request;
+  // The retry options are checked by the module.
+  const retry = retryArgs(options.retry);
+  const reconcile = options.reconcile ?? true;
   let entry = null;
   if (options.persist) {
     const saved = await options.persist.load(options.id);
@@ -169,6 +178,7 @@ export async function idempotentFetch(input, init = {}, options = {}) {
     }
     entry = Outbox.create(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
   }
+  enter(entry);
   const seq = kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.bytes);
@@ -278,9 +288,14 @@ export async function idempotentFetch(input, init = {}, options = {}) {
  */
 export async function reconcile(input, init = {}, options = {}) {
   if (!options.persist || typeof options.id !== "string") {
-    throw rangeError("IDEM-JS-1", "reconcile needs options.persist and options.id: the entry to ask about");
+    throw rangeError("IDEM-JS-1", "reconcile needs options.persist and options.id");
   }
   const request = prepare(input, init, options);
+  return joinOrLead(options, request.signal, undefined, () => reconcileEntry(request, options));
+}
+
+/** `reconcile` once no other call of this process runs the entry (client-join.js). */
+async function reconcileEntry(request, options) {
   const saved = await options.persist.load(options.id);
   if (saved == null) return null;
   const entry = Outbox.fromBytes(saved, retryArgs(options.retry));

@@ -71,7 +71,7 @@ export function run(op, ...args) {
  * ClientOp.Digest, run in it) and `withSequence` (counter.js, bundled with it). Set by the
  * entry (`fullModule`): at hand in every entry but the browsers', whose module has neither,
  * and which load the full one when first needed. */
-let full = () => Promise.reject(new Error("no full client module: the entry sets it with fullModule"));
+let full = () => Promise.reject(new Error("no full client module"));
 
 /** How to get the full module: `load` resolves to its `call` and `withSequence`, and runs
  * once, when first needed (again after it failed). */

@@ -34,7 +34,9 @@ export interface IdempotentFetchOptions {
   retry?: { base?: Millis; cap?: Millis; maxAttempts?: number; deadline?: Millis };
   /** Saves the entry before every send; with `id`, a restart resumes with the same key. */
   persist?: OutboxPersistence;
-  /** The logical request's id under which `persist` keeps its entry. */
+  /** The logical request's id under which `persist` keeps its entry. Calls in this process
+   * with the same `persist` and `id` while one runs are that one request: they join it and
+   * resolve to its result, each with a response of its own, and send nothing (IDEM-JS-9). */
   id?: string;
   /** Whether an attempt that ends without an answer asks the server what became of its key
    * (default true): after the retry budget or deadline, and when an entry is resumed after a
