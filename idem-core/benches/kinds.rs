@@ -195,6 +195,7 @@ fn time_and_tokens(c: &mut Criterion) {
                 target: TARGET.route,
                 keys: &[text.as_bytes()],
                 low_water: None,
+                client: None,
                 content_type: None,
                 headers: &[],
                 body: b"",

@@ -138,7 +138,7 @@ pub use counter::{
 pub use derive::{derive_key, sub_key, DeriveError, DERIVED_PREFIX, SUB_KEY_LABEL_LEN};
 pub use inbox::{Delivery, Inbox};
 pub use kind::{KindConfigError, KindKeyError, MAX_CLIENT_ID_LEN};
-pub use timekey::{parse_time_key, TimeKey, TimeKeyConfig};
+pub use timekey::{parse_time_key, time_key_of, TimeKey, TimeKeyConfig};
 pub use token::{TokenSecret, TOKEN_LEN, TOKEN_PREFIX};
 
 // The README's example runs as a doc test, so the crate page never shows code that does

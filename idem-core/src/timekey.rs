@@ -42,6 +42,22 @@ pub fn parse_time_key(key: &str) -> Result<TimeKey, KindKeyError> {
     Ok(TimeKey { client, at })
 }
 
+/// A time key as a request presents it: [`parse_time_key`] of `key`, with the client that
+/// `client` names when the key names none: a host's client header beside the key, so that
+/// clients sending bare timestamps are told apart (`IDEM-TIME-1`). A key that names its own
+/// client keeps it; a client header that is not a client id is refused as the key would be.
+pub fn time_key_of(key: &str, client: Option<&str>) -> Result<TimeKey, KindKeyError> {
+    let mut k = parse_time_key(key)?;
+    if let (None, Some(c)) = (&k.client, client) {
+        let c = c.trim();
+        if !valid_client_id(c) {
+            return Err(KindKeyError::BadClientId);
+        }
+        k.client = Some(String::from(c));
+    }
+    Ok(k)
+}
+
 /// Settings for time keys. See `spec/KINDS.md` for the reasons behind the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimeKeyConfig {

@@ -322,6 +322,7 @@ fn order(policy: &Policy, nonce: u64) -> Request {
             target: "/orders",
             keys: &[b"\"order-1\""],
             low_water: None,
+            client: None,
             content_type: Some("application/json"),
             headers: &[],
             body: BODY,
@@ -339,6 +340,7 @@ fn ask(policy: &Policy, store: &mut MemoryStore, now: UnixMillis) -> Option<KeyS
             route: "/orders",
             keys: &[b"\"order-1\""],
             status: field.as_bytes(),
+            client: None,
         },
         99,
     );

@@ -91,6 +91,7 @@ fn request(policy: &Policy, key: &CounterKey, body: &str, low_water: Option<u64>
             target: "/t",
             keys: &[text.as_bytes()],
             low_water: mark.as_deref(),
+            client: None,
             content_type: None,
             headers: &[],
             body: body.as_bytes(),

@@ -36,6 +36,7 @@ fn request(policy: &Policy, principal: &str, key: &str, body: &str, nonce: u64) 
             target: "/orders",
             keys: &[key.as_bytes()],
             low_water: None,
+            client: None,
             content_type: Some("application/json"),
             headers: &[],
             body: body.as_bytes(),
@@ -580,4 +581,24 @@ proptest! {
             }
         }
     }
+}
+
+/// A client named beside the key (a host's client header) is the client of a key that names
+/// none; a key that names its own keeps it; a bad one is refused as in the key (IDEM-TIME-1).
+#[test]
+fn a_client_beside_the_key_names_a_bare_timestamp() {
+    use idem_core::{time_key_of, TimeKey, UnixMillis};
+    let bare = time_key_of("1700000000000", Some(" device-a ")).unwrap();
+    assert_eq!(
+        bare,
+        TimeKey {
+            client: Some("device-a".into()),
+            at: UnixMillis(1_700_000_000_000)
+        }
+    );
+    let own = time_key_of("device-b:1700000000000", Some("device-a")).unwrap();
+    assert_eq!(own.client.as_deref(), Some("device-b"));
+    assert_eq!(time_key_of("17", None).unwrap().client, None);
+    assert!(time_key_of("17", Some("a b")).is_err());
+    assert!(time_key_of("17", Some("")).is_err());
 }

@@ -102,6 +102,7 @@ fn request(policy: &Policy, token: &str, body: &str, nonce: u64) -> Request {
             target: "/pay",
             keys: &[token.as_bytes()],
             low_water: None,
+            client: None,
             content_type: Some("application/json"),
             headers: &[],
             body: body.as_bytes(),

@@ -38,6 +38,7 @@ fn intake<'a>(principal: Option<&'a str>, keys: &'a [&'a [u8]], body: &'a [u8]) 
         target: "/orders",
         keys,
         low_water: None,
+        client: None,
         content_type: Some("application/json"),
         headers: &[],
         body,

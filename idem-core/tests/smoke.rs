@@ -17,6 +17,7 @@ fn claim_complete_replay_mismatch() {
                 target: "/orders",
                 keys: &[b"k1".as_slice()],
                 low_water: None,
+                client: None,
                 content_type: Some("application/json"),
                 headers: &[],
                 body: body.as_bytes(),

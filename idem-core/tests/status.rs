@@ -34,6 +34,7 @@ fn request(policy: &Policy, who: &str, key: &str, nonce: u64) -> Request {
             target: "/orders",
             keys: &[key.as_bytes()],
             low_water: None,
+            client: None,
             content_type: Some("application/json"),
             headers: &[],
             body: br#"{"amount":4200}"#,
@@ -61,6 +62,7 @@ fn status(
             route: "/orders",
             keys: &[key.as_bytes()],
             status: field.as_bytes(),
+            client: None,
         },
         99,
     );
@@ -254,6 +256,7 @@ fn race(settle_first: bool) -> (Option<KeyStatus>, Option<u16>, bool) {
             route: "/orders",
             keys: &[b"\"race\""],
             status: b"POST; settle",
+            client: None,
         },
         7,
     );
@@ -387,6 +390,7 @@ fn bad_queries_are_refused_with_problems_and_nothing_is_read() {
                 route: "/orders",
                 keys,
                 status: field.as_bytes(),
+                client: None,
             },
             1,
         );

@@ -186,6 +186,7 @@ where
         target,
         keys: &keys,
         low_water: text(LOW_WATER_HEADER),
+        client: None,
         content_type: text(http::header::CONTENT_TYPE.as_str()),
         headers: &selected,
         body: &body,

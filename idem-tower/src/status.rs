@@ -37,6 +37,7 @@ where
             route: &route,
             keys: &keys,
             status: field,
+            client: None,
         },
         nonce(),
     );

@@ -46,13 +46,12 @@ async function serve(idem, skip, req, res, next, held) {
   // Node's header record: lower-case names, as every name read here is (`req.get` would
   // lower-case each again).
   const fields = req.headers;
-  const headers = { get: (name) => fields[name] ?? null };
   const field = req.method === "GET" && idem.statusQueries ? fields[idem.statusHeader] : undefined;
   if (field !== undefined) {
     // A status query about the request this URL guards: answered from the store.
-    return send(res, await idem.status({ req, target: req.originalUrl, key: fields[idem.keyHeader] ?? null, status: field }), idem);
+    return send(res, await idem.status({ req, target: req.originalUrl, key: fields[idem.keyHeader] ?? null, status: field, headers: fields }), idem);
   }
-  const key = idem.keyOf(fields[idem.keyHeader] ?? null, headers);
+  const key = fields[idem.keyHeader] ?? null;
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();
   const body = await readBody(idem, fields["content-length"], req);

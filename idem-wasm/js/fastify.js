@@ -48,7 +48,7 @@ export function idempotency(fastify, options, done) {
       if (field === undefined || (skip !== undefined && (await skip(request)))) return;
       // A status query about the request this URL guards: answered from the store.
       const key = request.headers[idem.keyHeader] ?? null;
-      await send(reply, await idem.status({ request, target: request.url, key, status: field }), idem);
+      await send(reply, await idem.status({ request, target: request.url, key, status: field, headers: request.headers }), idem);
       return reply;
     });
   }
@@ -56,7 +56,7 @@ export function idempotency(fastify, options, done) {
   fastify.addHook("preParsing", async (request, reply, payload) => {
     if (request.routeOptions.config?.idempotency !== true) return payload;
     if (skip !== undefined && (await skip(request))) return payload;
-    const key = idem.keyOf(request.headers[idem.keyHeader] ?? null, { get: (name) => request.headers[name] ?? null });
+    const key = request.headers[idem.keyHeader] ?? null;
     if (!idem.protects(request.method, key !== null)) return payload;
     const body = await readBody(idem, request.headers["content-length"], payload);
     if (typeof body === "number") {

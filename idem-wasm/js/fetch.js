@@ -68,10 +68,10 @@ export function withIdempotency(handler, options) {
         const target = targetOf(request.url);
         const principal = await idem.principalOf(request, ...rest);
         const queried = route ? await route(request, new URL(request.url)) : routeOf(target);
-        return idem.serve(idem.statusSlot(headers.get(idem.keyHeader), principal, queried, field), answer);
+        return idem.serve(idem.statusSlot(headers.get(idem.keyHeader), principal, queried, field, headers), answer);
       }
     }
-    const key = idem.keyOf(headers.get(idem.keyHeader), headers);
+    const key = headers.get(idem.keyHeader);
     if (!idem.protects(method, key !== null)) return handler(request, ...rest);
     const body = await readBody(idem, headers.get("content-length"), request);
     if (typeof body === "number") return idem.serve(body, answer);

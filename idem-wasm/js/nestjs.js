@@ -77,10 +77,9 @@ class Binding {
     else this.#installExpress(instance);
   }
 
-  /** The key of a request with these headers (a Node header record), or null. */
+  /** The key header's value among these headers (a Node header record), or null. */
   #keyOf(headers) {
-    const idem = this.idem;
-    return idem.keyOf(headers[idem.keyHeader] ?? null, { get: (name) => headers[name] ?? null });
+    return headers[this.idem.keyHeader] ?? null;
   }
 
   #installExpress(app) {
@@ -144,7 +143,7 @@ class Binding {
     const field = req.method === "GET" && idem.statusQueries ? headers[idem.statusHeader] : undefined;
     if (field !== undefined) {
       const key = headers[idem.keyHeader] ?? null;
-      const reply = await idem.status({ req, target: req.originalUrl ?? req.url, key, status: field });
+      const reply = await idem.status({ req, target: req.originalUrl ?? req.url, key, status: field, headers });
       return this.#answerInstead(req, res, reply, ownAnswer);
     }
     const key = this.#keyOf(headers);

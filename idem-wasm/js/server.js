@@ -66,13 +66,16 @@ export class Idempotency {
     this.#clientHeader = options.keyKind === "unix-time" ? clientHeader?.toLowerCase() : undefined;
   }
 
-  /** The key of a request with key header value `key` and headers `headers`: with
-   * `timeKeys.clientHeader`, that header's value goes before the timestamp
-   * (`client:millis`), so that clients sending bare timestamps never collide. */
-  keyOf(key, headers) {
-    if (this.#clientHeader === undefined || key === null || key === undefined) return key;
-    const client = headers.get(this.#clientHeader);
-    return client === null ? key : `${client.trim()}:${key.trim()}`;
+  /** The value of `timeKeys.clientHeader` among `headers` (a Headers object, pair list or
+   * record), or undefined: the client of a unix-time key that names none, which the engine
+   * puts before the timestamp (`client:millis`), on a request and on a status query alike. */
+  #clientOf(headers) {
+    const name = this.#clientHeader;
+    if (name === undefined || headers == null) return undefined;
+    if (typeof headers.get === "function") return headers.get(name) ?? undefined;
+    const flat = flatHeaders(headers);
+    for (let i = 0; i < flat.length; i += 2) if (flat[i] === name) return flat[i + 1];
+    return undefined;
   }
 
   /** The header that carries the key (`options.keyHeader`, default `idempotency-key`),
@@ -206,8 +209,9 @@ export class Idempotency {
 
   /**
    * Answers a status query given as plain data (IDEM-STATUS-1): `{ target, route?, key,
-   * status }` (plus whatever `options.principal` reads), where `key` is the raw
-   * `Idempotency-Key` header value and `status` the raw `Idempotency-Status` value, naming
+   * status, headers? }` (plus whatever `options.principal` reads), where `key` is the raw
+   * `Idempotency-Key` header value, `headers` the request's (only `timeKeys.clientHeader` is
+   * read) and `status` the raw `Idempotency-Status` value, naming
    * the method of the request asked about (`POST`, or `POST; settle` to settle a key never
    * seen so that it never runs). Resolves to `{ status, headers, body }` as `handle` does:
    * 200 with what became of the key (`application/vnd.idem.key-status+json`: completed,
@@ -216,13 +220,14 @@ export class Idempotency {
    */
   async status(input) {
     const route = input.route ?? routeOf(input.target);
-    const slot = this.statusSlot(input.key, await this.principalOf(input), route, input.status);
+    const slot = this.statusSlot(input.key, await this.principalOf(input), route, input.status, input.headers);
     return this.serve(slot, plainReply);
   }
 
-  /** Opens the slot of a status query: `key` and `field` are the raw header values. */
-  statusSlot(key, principal, route, field) {
-    const slot = this.#engine.status(principal, route, key ?? undefined, field ?? "", random32(), random32());
+  /** Opens the slot of a status query: `key` and `field` are the raw header values, and
+   * `headers` the request's (only `timeKeys.clientHeader` is read). */
+  statusSlot(key, principal, route, field, headers) {
+    const slot = this.#engine.status(principal, route, key ?? undefined, field ?? "", this.#clientOf(headers), random32(), random32());
     // A route is a span's `http.route` only when the host names routes: a raw path may
     // carry ids.
     this.#driver.describe(slot, "GET", this.#route === undefined ? undefined : route);
@@ -231,8 +236,8 @@ export class Idempotency {
 
   /** Identifies a request and opens its slot (an integer). A request that cannot be
    * identified (no or a malformed key, an unusable body, no principal) gets a slot too: its
-   * first step is its refusal. `headers` is only read for the fingerprint headers;
-   * `lowWater` is a counter client's low-water mark (or undefined). */
+   * first step is its refusal. `headers` is only read for the fingerprint headers and
+   * `timeKeys.clientHeader`; `lowWater` is a counter client's low-water mark (or undefined). */
   begin(key, principal, method, route, target, contentType, headers, body, lowWater) {
     let selected = "";
     const names = this.#fingerprintHeaders;
@@ -266,6 +271,7 @@ export class Idempotency {
       selected,
       body,
       lowWater ?? undefined,
+      this.#clientOf(headers),
       random32(),
       random32(),
     );

@@ -329,7 +329,7 @@ test("the typings declare every member of Idempotency, and types/check.ts uses e
       called.add(name);
     }
   }
-  for (const name of ["keyOf", "keyHeader", "lowWaterHeader", "protects", "refuseBody", "begin", "principalOf", "serve", "handle", "mappedRefusal", "responseOf", "deliver"]) {
+  for (const name of ["keyHeader", "lowWaterHeader", "protects", "refuseBody", "begin", "principalOf", "serve", "handle", "mappedRefusal", "responseOf", "deliver"]) {
     assert.ok(called.has(name), `no adapter calls ${name}`);
   }
   // `npm run typecheck` compiles a use of each.

@@ -93,6 +93,48 @@ describe("unix-time keys", () => {
     assert.throws(() => api({ ...kind, timeKeys: { clientHeader: "bad header" } }), (e) => e.code === "IDEM-JS-1");
   });
 
+  test("with timeKeys.clientHeader, a status query asks about the client's key, and settling it stops that key (IDEM-TIME-1, IDEM-STATUS-1, IDEM-STATUS-3)", async () => {
+    const { handler, state, now } = api({ ...kind, timeKeys: { ...kind.timeKeys, clientHeader: "X-Client-Id" } });
+    const client = { "x-client-id": "device-a" };
+    const ask = async (key, field = "POST", headers = client) => {
+      const response = await handler(new Request("https://api.example/payments", { headers: { "idempotency-key": key, "idempotency-status": field, ...headers } }));
+      assert.equal(response.status, 200);
+      return response.json();
+    };
+    const ran = String(now());
+    assert.equal((await handler(post("/payments", ran, { amount: 1 }, client))).status, 201);
+    const found = await ask(ran);
+    assert.equal(found.status, "completed");
+    assert.equal(found.response.status, 201);
+    // Settling the key that ran does not settle it: it is found completed.
+    assert.equal((await ask(ran, "POST; settle")).status, "completed");
+    // Another client's key with the same timestamp is another key.
+    assert.equal((await ask(ran, "POST", { "x-client-id": "device-b" })).status, "unknown");
+    // A key settled before its request arrives never runs.
+    const lost = String(now() + 1);
+    assert.equal((await ask(lost, "POST; settle")).status, "not-executed");
+    const late = await problemOf(await handler(post("/payments", lost, { amount: 1 }, client)));
+    assert.deepEqual([late.status, late.type], [409, "key-settled"]);
+    assert.equal(state.executions, 1);
+  });
+
+  test("with timeKeys.clientHeader, a key sent as an sf-string or naming its own client is accepted (IDEM-TIME-1)", async () => {
+    const { handler, state, now } = api({ ...kind, timeKeys: { ...kind.timeKeys, clientHeader: "X-Client-Id" } });
+    const at = now();
+    const quoted = await handler(post("/payments", `"${at}"`, { amount: 1 }, { "x-client-id": "device-a" }));
+    assert.equal(quoted.status, 201);
+    // The same key bare, from the same client: the same request, replayed.
+    const bare = await handler(post("/payments", String(at), { amount: 1 }, { "x-client-id": "device-a" }));
+    assert.equal(bare.headers.get("idempotent-replayed"), "true");
+    // A key that names its client keeps it: the header does not go before it.
+    const own = await handler(post("/payments", `device-a:${at}`, { amount: 1 }, { "x-client-id": "device-a" }));
+    assert.equal(own.headers.get("idempotent-replayed"), "true");
+    // A header that is not a client id is refused as such a key would be.
+    const bad = await problemOf(await handler(post("/payments", String(at + 1), { amount: 1 }, { "x-client-id": "a b" })));
+    assert.equal(bad.status, 400);
+    assert.equal(state.executions, 1);
+  });
+
   test("a timestamp beyond the skew is from the future, one past the purge horizon is stale (IDEM-TIME-2, IDEM-TIME-3)", async () => {
     const { handler, state, now } = api(kind);
     const future = await problemOf(await handler(post("/payments", `d:${now() + 60_001}`)));

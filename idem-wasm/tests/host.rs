@@ -30,6 +30,7 @@ fn request<'a>(key: Option<&'a str>, principal: Option<&'a str>, body: &'a [u8])
         headers: "",
         body,
         low_water: None,
+        client: None,
     }
 }
 

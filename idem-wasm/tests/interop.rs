@@ -37,6 +37,7 @@ fn identify(p: &Policy, key: &str) -> Result<String, &'static str> {
             target: "/r",
             keys: &[key.as_bytes()],
             low_water: None,
+            client: None,
             content_type: None,
             headers: &[],
             body: b"",

@@ -75,8 +75,8 @@ const adapter = new Idempotency<Request>({ store, principal: "none" });
 const guard = async (request: Request): Promise<Response | undefined> => {
   const headers = request.headers;
   const field: string | null = adapter.statusQueries ? headers.get(adapter.statusHeader) : null;
-  if (field !== null) return adapter.serve(adapter.statusSlot(headers.get(adapter.keyHeader), undefined, "/orders", field), (reply) => adapter.responseOf(reply));
-  const key: string | null = adapter.keyOf(headers.get(adapter.keyHeader), headers);
+  if (field !== null) return adapter.serve(adapter.statusSlot(headers.get(adapter.keyHeader), undefined, "/orders", field, headers), (reply) => adapter.responseOf(reply));
+  const key: string | null = headers.get(adapter.keyHeader);
   if (!adapter.protects(request.method, key !== null)) return undefined;
   const answer = (reply: PlainReply): Response => adapter.mappedRefusal(reply) ?? adapter.responseOf(reply);
   const tooLarge: number | undefined = adapter.refuseBody(Number(headers.get("content-length") ?? 0));

@@ -170,8 +170,8 @@ export interface IdempotencyOptions<R = Request> {
   keyFallback?: "derive" | { jsonPointer: string };
   /** `keyKind: "unix-time"`: how far ahead of the server's clock a timestamp may be
    * (default 5 minutes) and how old it may be (default 24 h); `maxAge + maxAhead` must not
-   * exceed `keyTtl`. With `clientHeader` (for example `"x-client-id"`), `withIdempotency`
-   * puts that header's value before a bare timestamp key (`client:millis`). */
+   * exceed `keyTtl`. With `clientHeader` (for example `"x-client-id"`), that header's value is
+   * the client of a key that names none (`client:millis`), on requests and status queries. */
   timeKeys?: { maxAhead?: Millis; maxAge?: Millis; clientHeader?: string };
   /** `keyKind: "counter"`: the sequence number's width in bits, 8 to 64 (default 32), and
    * the window of retained results per client (default 8). */
@@ -316,11 +316,12 @@ export class Idempotency<R = PlainRequest> {
    * raw `Idempotency-Key` and `Idempotency-Status` values (`POST`, or `POST; settle` to
    * settle a key never seen so that it never runs). 200 with the key's status document
    * (`application/vnd.idem.key-status+json`), in the asker's scope only, or the core's
-   * problem. Nothing runs. */
-  status(input: R & { target: string; route?: string; key: string | null | undefined; status: string }): Promise<PlainReply>;
-  /** Opens the slot of a status query, for `serve`: the raw key and status field values.
-   * For adapters. */
-  statusSlot(key: string | null | undefined, principal: string | undefined, route: string, field: string): number;
+   * problem. Nothing runs. `headers` are the request's: only `timeKeys.clientHeader` is read,
+   * as for the request asked about. */
+  status(input: R & { target: string; route?: string; key: string | null | undefined; status: string; headers?: Headers | [string, string][] | Record<string, string | string[] | undefined> }): Promise<PlainReply>;
+  /** Opens the slot of a status query, for `serve`: the raw key and status field values, and
+   * the request's headers (only `timeKeys.clientHeader` is read). For adapters. */
+  statusSlot(key: string | null | undefined, principal: string | undefined, route: string, field: string, headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>): number;
   /** The engine's reply as a Response (refusals through `options.problem`). */
   responseOf(reply: PlainReply): Response;
   /** A refusal of the engine's own mapped by `options.problem`, or undefined. */
@@ -342,16 +343,14 @@ export class Idempotency<R = PlainRequest> {
   /** The session endpoint: reads `{"client": "…", "firstSeq": n}` from the body of `request`
    * and answers with the engine's reply, 201 `{ client, epoch, firstSeq }` or its problem. */
   sessionResponse(request: R & Request, target: { route: string; method?: string }): Promise<Response>;
-  /** The header that carries the key, for a request with headers `headers` (with
-   * `timeKeys.clientHeader`, that header's value goes before a bare timestamp). */
-  keyOf(key: string | null, headers: { get(name: string): string | null }): string | null;
   /** The caller of `request` (and the handler's other arguments) as `options.principal`
    * states it, as a string (empty when it says nothing usable: refused, IDEM-SCOPE-3);
    * undefined for a single tenant (`"none"`). For adapters. */
   principalOf(request: R, ...rest: unknown[]): Promise<string | undefined>;
   /** Identifies a request and opens its slot, for `serve`: the raw key header value (or
    * null), the principal (`principalOf`), method, route, target (path and query), content
-   * type, headers (only the fingerprint headers are read), body, and a counter client's raw
+   * type, headers (only the fingerprint headers and `timeKeys.clientHeader` are read), body,
+   * and a counter client's raw
    * low-water mark. A request that cannot be identified gets a slot too, whose first step is
    * its refusal. For adapters. */
   begin(

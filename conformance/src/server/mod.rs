@@ -364,6 +364,7 @@ where
             route: self.route.path(),
             keys: &keys,
             status: field.as_bytes(),
+            client: None,
         };
         let machine = self.policy.status(&query, nonce());
         idem_tower::answer(&self.store, machine).await

@@ -58,6 +58,10 @@ pub struct Intake<'a> {
     pub keys: &'a [&'a [u8]],
     /// The client's low-water mark, for counter keys.
     pub low_water: Option<&'a str>,
+    /// The client a unix-time key is from when the key names none: the value of a header the
+    /// host reads beside the key ([`time_key_of`](crate::timekey::time_key_of)). Other kinds
+    /// ignore it.
+    pub client: Option<&'a str>,
     /// The `Content-Type` header.
     pub content_type: Option<&'a str>,
     /// The header fields the fingerprint selects ([`FingerprintSpec::headers`]).
@@ -109,7 +113,8 @@ impl Policy {
         let (record_key, subject) = match &self.rules {
             Rules::Record(_) => (RecordKey::new(scope, key), Subject::Record),
             Rules::Time(t) => {
-                let k = parse_time_key(&key).map_err(|e| Refusal::kind_key(&e, "IDEM-TIME-1"))?;
+                let k = time_key_of(&key, i.client)
+                    .map_err(|e| Refusal::kind_key(&e, "IDEM-TIME-1"))?;
                 (t.record_key(&scope, &k), Subject::Time(k))
             }
             Rules::Counter(c) => {

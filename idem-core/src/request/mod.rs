@@ -17,7 +17,7 @@ use crate::reply::{Plain, Refusal, Reply};
 use crate::response::StoredResponse;
 use crate::store::{Applied, Completing, Finish, Store, StoreFailure};
 use crate::time::UnixMillis;
-use crate::timekey::{parse_time_key, TimeKey, TimeKeyConfig, TimeKeys};
+use crate::timekey::{time_key_of, TimeKey, TimeKeyConfig, TimeKeys};
 use crate::token::{TokenSecret, Tokens};
 use alloc::boxed::Box;
 use alloc::string::String;

@@ -141,6 +141,9 @@ pub struct StatusQuery<'a> {
     pub keys: &'a [&'a [u8]],
     /// The value of the `Idempotency-Status` field.
     pub status: &'a [u8],
+    /// The client a unix-time key is from when the key names none, as for the request asked
+    /// about ([`Intake::client`](crate::Intake::client)).
+    pub client: Option<&'a str>,
 }
 
 /// Where a status query stands.
@@ -207,7 +210,7 @@ impl Policy {
         };
         let (record_key, seq) = match &self.rules {
             Rules::Record(_) => (RecordKey::new(scope, key.clone()), None),
-            Rules::Time(t) => match parse_time_key(&key) {
+            Rules::Time(t) => match time_key_of(&key, query.client) {
                 Ok(k) => (t.record_key(&scope, &k), None),
                 Err(e) => return Request::refused(Refusal::kind_key(&e, "IDEM-TIME-1")),
             },

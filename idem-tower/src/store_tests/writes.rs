@@ -25,6 +25,7 @@ pub fn claims(key: &str, n: usize) -> Vec<Write> {
                 target: "/orders",
                 keys: &keys,
                 low_water: None,
+                client: None,
                 content_type: Some("application/json"),
                 headers: &[],
                 body: b"{\"amount\":100}",

@@ -45,8 +45,10 @@ impl Engine {
 
     /// Identifies a request and opens its slot: the key header (`undefined` when absent),
     /// the principal (`undefined` for a single-tenant host), method, route, target,
-    /// content type, the fingerprint headers as a flat list text, the body, and 64 random
-    /// bits (the first version of a record it creates). A request that cannot be identified
+    /// content type, the fingerprint headers as a flat list text, the body, a counter
+    /// client's low-water mark, the client of a unix-time key that names none
+    /// (`timeKeys.clientHeader`'s value), and 64 random bits (the first version of a record
+    /// it creates). A request that cannot be identified
     /// gets a slot whose first step is its refusal.
     #[allow(clippy::too_many_arguments)]
     pub fn begin(
@@ -60,6 +62,7 @@ impl Engine {
         headers: &str,
         body: &[u8],
         low_water: Option<String>,
+        client: Option<String>,
         nonce_hi: u32,
         nonce_lo: u32,
     ) -> JsResult<u32> {
@@ -73,6 +76,7 @@ impl Engine {
             headers,
             body,
             low_water: low_water.as_deref(),
+            client: client.as_deref(),
         };
         let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
         self.host.begin(&req, nonce).map_err(js)

@@ -113,13 +113,17 @@ impl Engine {
     /// about the key in the key header value `key` (`undefined` when there is none) of the
     /// requests of `principal` to `route`; `field` is the `Idempotency-Status` value. Driven
     /// like any request, it answers 200 with the status document
-    /// (`application/vnd.idem.key-status+json`), or the core's refusal.
+    /// (`application/vnd.idem.key-status+json`), or the core's refusal. `client` is the
+    /// client of a unix-time key that names none (`timeKeys.clientHeader`'s value), as
+    /// `begin` takes it.
+    #[allow(clippy::too_many_arguments)]
     pub fn status(
         &mut self,
         principal: Option<String>,
         route: &str,
         key: Option<String>,
         field: &str,
+        client: Option<String>,
         nonce_hi: u32,
         nonce_lo: u32,
     ) -> u32 {
@@ -128,6 +132,7 @@ impl Engine {
             route,
             key.as_deref(),
             field,
+            client.as_deref(),
             interop::u64_from_halves(nonce_hi, nonce_lo),
         )
     }

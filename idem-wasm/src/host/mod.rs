@@ -51,6 +51,8 @@ pub struct Incoming<'a> {
     pub body: &'a [u8],
     /// The client's low-water mark (counter keys), `None` when absent.
     pub low_water: Option<&'a str>,
+    /// The client of a unix-time key that names none (`timeKeys.clientHeader`'s value).
+    pub client: Option<&'a str>,
 }
 
 pub use crate::interop::{HeartbeatState, Ran, StepKind};
@@ -193,6 +195,7 @@ impl Host {
             target: req.target,
             keys,
             low_water: req.low_water,
+            client: req.client,
             content_type: req.content_type,
             headers: &headers,
             body: req.body,

@@ -90,14 +90,17 @@ impl Host {
 
     /// Opens a slot for a status query (`IDEM-STATUS-1`): what became of the key in the key
     /// header value `key` of `principal`'s requests to `route`, with the `Idempotency-Status`
-    /// field `field` naming their method (and `settle`). Driven like any request, it answers
-    /// with the status document, or the core's refusal.
+    /// field `field` naming their method (and `settle`), and `client` the client of a
+    /// unix-time key that names none. Driven like any request, it answers with the status
+    /// document, or the core's refusal.
+    #[allow(clippy::too_many_arguments)]
     pub fn status(
         &mut self,
         principal: Option<&str>,
         route: &str,
         key: Option<&str>,
         field: &str,
+        client: Option<&str>,
         nonce: u64,
     ) -> u32 {
         let keys: &[&[u8]] = match key {
@@ -109,6 +112,7 @@ impl Host {
             route,
             keys,
             status: field.as_bytes(),
+            client,
         };
         let req = self.policy.status(&query, nonce);
         self.open(req)
