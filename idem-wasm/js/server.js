@@ -17,7 +17,7 @@ import { Driver } from "./drive.js";
 import { delivered } from "./inbox.js";
 import { HEADER_NAME, checkOptions, createEngine, engineOptionsText } from "./options.js";
 import { Telemetry } from "./telemetry.js";
-import { flatHeaders, listText, rangeError, takeReply, toResponse } from "./util.js";
+import { flatHeaders, listText, rangeError, takeReply, toResponse, wellFormed } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
 let lowWaterName = null;
@@ -143,11 +143,13 @@ export class Idempotency {
 
   /** The principal the host states for `request` (undefined for a single-tenant host):
    * what `options.principal` returns, as a string; anything else is empty, which the
-   * engine refuses (IDEM-SCOPE-3). */
+   * engine refuses (IDEM-SCOPE-3), and so is a string with a lone surrogate (a user id
+   * parsed from `"\ud800"`): in the module it would be the same principal as any other
+   * with U+FFFD there. */
   async principalOf(request, ...rest) {
     if (this.#principal === null) return undefined;
     const p = await this.#principal(request, ...rest);
-    return typeof p === "string" ? p : typeof p === "number" ? String(p) : "";
+    return typeof p === "string" ? (wellFormed(p) ? p : "") : typeof p === "number" ? String(p) : "";
   }
 
   /**

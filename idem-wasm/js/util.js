@@ -2,6 +2,14 @@
 // common.js, which needs no WebAssembly).
 import { ReplyFlag, WriteFlag, wasmMemory } from "./idem_wasm.js";
 
+/** A code point that is a surrogate: in a string, half of a pair whose other half is
+ * missing. Text crosses into the module as UTF-8, where each such half becomes U+FFFD. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** Whether `text` crosses into the module as itself: no lone surrogate, which would become
+ * U+FFFD there, the same as any other (so that two principals would be one). */
+export const wellFormed = (text) => !LONE_SURROGATE.test(text);
+
 /** A header list (Headers, an array of pairs, or a record) as a flat [name, value, …] list
  * with lowercase names. Set-Cookie values stay separate. */
 export function flatHeaders(headers) {

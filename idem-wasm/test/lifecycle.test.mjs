@@ -87,6 +87,25 @@ describe("the principal is the host's to state (IDEM-SCOPE-3)", () => {
   });
 });
 
+test("a principal with a lone surrogate is refused with 500 no-principal, never taken for another's (IDEM-SCOPE-3, IDEM-SCOPE-1)", async () => {
+  // "user\ud800" and "user\udc00" (a user id parsed from JSON) would each be "user\ufffd" in
+  // the module: one tenant would be replayed the other's answer.
+  const runs = [];
+  const handler = withIdempotency(async (request) => {
+    runs.push(request.headers.get("x-user"));
+    return new Response(`secret of ${request.headers.get("x-user")}`, { status: 201 });
+  }, { store: new MemoryStore(), principal: (r) => JSON.parse(r.headers.get("x-user")) });
+  for (const user of ['"alice\\ud800"', '"alice\\udc00"']) {
+    const r = await handler(post({ a: 1 }, '"shared"', { "x-user": user }));
+    assert.equal(r.status, 500);
+    assert.equal((await r.json()).type, "urn:idem:problem:no-principal");
+  }
+  assert.deepEqual(runs, []);
+  // A well-formed one, U+FFFD itself included, is a principal like any other.
+  assert.equal((await handler(post({ a: 1 }, '"shared"', { "x-user": '"alice\\ufffd"' }))).status, 201);
+  assert.equal(runs.length, 1);
+});
+
 describe("heartbeats and completions (IDEM-LEASE-4)", () => {
   test("a heartbeat still on its way when the handler returns never fences out the completion", async () => {
     for (let round = 0; round < 5; round++) {
