@@ -23,17 +23,20 @@ export function milliseconds(value, fallback, name) {
   return value;
 }
 
-/** `call`, or a rejection (`IDEM-STORE-4`) once `ms` pass without its answer: the store
- * stopped answering, and the request is answered as for any store failure. What the call does
+/** The error of a call to `what` that took longer than its `ms` (`IDEM-STORE-4`): the store
+ * stopped answering, and the request is answered as for any store failure. */
+export function timedOut(what, ms) {
+  const e = new Error(`${what} did not answer within ${ms} ms`);
+  e.code = "IDEM-STORE-4";
+  return e;
+}
+
+/** `call`, or a rejection (`timedOut`) once `ms` pass without its answer. What the call does
  * later is not waited for; the engine never counts on it either way. */
 export function bounded(call, ms, what) {
   let timer;
   const late = new Promise((_, reject) => {
-    timer = setTimeout(() => {
-      const e = new Error(`${what} did not answer within ${ms} ms`);
-      e.code = "IDEM-STORE-4";
-      reject(e);
-    }, ms);
+    timer = setTimeout(() => reject(timedOut(what, ms)), ms);
   });
   return Promise.race([call, late]).finally(() => clearTimeout(timer));
 }

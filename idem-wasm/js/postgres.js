@@ -9,7 +9,7 @@
 import { expire, openedRecord, recordSealer, storeTimeoutMs, unopenedDue } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { bounded, milliseconds, rangeError, uncommitted } from "./errors.js";
+import { bounded, milliseconds, rangeError, timedOut, uncommitted } from "./errors.js";
 
 /** The statements of postgres.sql, by the name on the `-- name:` line before each. */
 function statements(text) {
@@ -37,11 +37,13 @@ const Q = statements(SQL);
 
 const bytes = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 
-/** The error listener of a transaction's client while this store holds it: a dead
- * connection fails the statements that follow, and is then discarded (`giveBack`). */
+/** The error listener of a client while this store holds it, from the moment the pool hands
+ * it over: a dead connection fails the statements that follow, and is then discarded
+ * (`giveBack`), instead of ending the process with an unhandled 'error' event. */
 function unwatched() {}
 
-/** A transaction's client back to the pool, or discarded with `err` (its state unknown). */
+/** A client this store checked out back to the pool, or discarded with `err` (its state
+ * unknown). */
 function giveBack(client, err) {
   client.off?.("error", unwatched);
   if (err === undefined) client.release();
@@ -49,9 +51,10 @@ function giveBack(client, err) {
 }
 
 /**
- * A store on Postgres through a `pg` pool (or anything with its `query` and `connect`). The
- * pool is the caller's: it is neither created nor ended here. Run the migration once, with
- * `migrate()` or from `PostgresStore.schema` in your own migration tool.
+ * A store on Postgres through a `pg` pool (or anything with its `query`, and its `connect`
+ * in the callback form). The pool is the caller's: it is neither created nor ended here. Run
+ * the migration once, with `migrate()` or from `PostgresStore.schema` in your own migration
+ * tool.
  */
 export class PostgresStore {
   #pool;
@@ -71,7 +74,7 @@ export class PostgresStore {
    * IDEM-SEAL-2)
    */
   constructor(pool, { timeout, seal } = {}) {
-    if (pool == null || typeof pool.query !== "function") {
+    if (pool == null || typeof pool.query !== "function" || typeof pool.connect !== "function") {
       throw rangeError("IDEM-JS-1", "PostgresStore needs a pg Pool (new pg.Pool({ connectionString }))");
     }
     this.#pool = pool;
@@ -81,7 +84,52 @@ export class PostgresStore {
 
   /** One statement on `db` (the pool, or a transaction's client), bounded in time. */
   #query(db, statement) {
+    if (db === this.#pool) return this.#pooled(statement);
     return bounded(db.query(statement), this.#timeout, "Postgres");
+  }
+
+  /** One statement on a client of the pool, the wait for the client included in the store's
+   * timeout (IDEM-STORE-10). Not `pool.query`, which sends a statement whenever a connection
+   * frees up: a claim whose caller gave up (and answered 503, nothing run) would then hold
+   * its key for nobody until its lease ends. The client goes back once Postgres answers,
+   * whether or not its caller still waits. */
+  async #pooled(statement) {
+    const deadline = Date.now() + this.#timeout;
+    const client = await this.#checkout();
+    const running = client.query(statement);
+    running.then(
+      () => giveBack(client),
+      (err) => giveBack(client, err),
+    );
+    return bounded(running, Math.max(deadline - Date.now(), 1), "Postgres");
+  }
+
+  /** A client of the pool, watched (`unwatched`) from the moment the pool hands it over, or
+   * a rejection (IDEM-STORE-4) once the store's timeout passes without one: a client that
+   * comes later goes straight back, unused. */
+  #checkout() {
+    return new Promise((resolve, reject) => {
+      let waiting = true;
+      const timer = setTimeout(() => {
+        waiting = false;
+        reject(timedOut("Postgres", this.#timeout));
+      }, this.#timeout);
+      // The callback form: pg-pool calls it in the same tick as it drops its own error
+      // listener from the client, often while pg is still reading the reply that freed the
+      // connection. A FATAL in that same read (a terminated backend) is emitted before any
+      // promise continuation runs, and with no listener it would end the process.
+      this.#pool.connect((err, client) => {
+        client?.on?.("error", unwatched);
+        if (!waiting) {
+          if (client) giveBack(client);
+          return;
+        }
+        waiting = false;
+        clearTimeout(timer);
+        if (client) resolve(client);
+        else reject(err);
+      });
+    });
   }
 
   /** The migration: the table and its deadline index (safe to run again). */
@@ -173,7 +221,10 @@ export class PostgresStore {
   async #complete(open, attempt, key, write, outcome) {
     const { client } = open;
     if (!(write.storesResponse && outcome === "answered")) {
-      await this.#close(client, "ROLLBACK");
+      // A ROLLBACK that fails (a dead connection) discards the connection, which rolls back
+      // all the same; the key's own write still follows, or the key would stay held until its
+      // lease ends.
+      await this.#close(client, "ROLLBACK").catch(() => {});
       return this.#write(this.#pool, key, write);
     }
     let applied;
@@ -207,7 +258,6 @@ export class PostgresStore {
   async transaction(context, fn) {
     const attempt = attemptOfContext(context);
     if (this.#open.has(attempt)) throw rangeError("IDEM-JS-1", "this request already has a transaction open");
-    if (typeof this.#pool.connect !== "function") throw rangeError("IDEM-JS-1", "transaction needs a pool (with connect())");
     // The attempt's place is taken before anything is awaited, so that a second call of the
     // same request is refused instead of leaking a connection; it is handed over (`ready`)
     // once `fn` is done.
@@ -215,19 +265,11 @@ export class PostgresStore {
     this.#open.set(attempt, open);
     try {
       // Both bounded as every call is (IDEM-STORE-10): a pool with no connection to spare,
-      // or a server that does not answer, is a store failure, not a wait without end.
-      const connecting = this.#pool.connect();
-      try {
-        open.client = await bounded(connecting, this.#timeout, "Postgres");
-      } catch (err) {
-        // A connection that comes after all goes straight back.
-        connecting.then((client) => client.release(), () => {});
-        throw err;
-      }
-      // Held outside the pool, the client is this store's to watch: a connection that dies
-      // meanwhile (a restart, a terminated backend, an idle-in-transaction timeout) fails
-      // the statements that follow instead of ending the process with an unhandled error.
-      open.client.on?.("error", unwatched);
+      // or a server that does not answer, is a store failure, not a wait without end. Held
+      // outside the pool, the client is this store's to watch from its checkout on: a
+      // connection that dies meanwhile (a restart, a terminated backend, an
+      // idle-in-transaction timeout) fails the statements that follow.
+      open.client = await this.#checkout();
       await this.#query(open.client, "BEGIN");
       const result = await fn(open.client);
       // The request's completion or end came while `fn` ran: nothing of it commits.

@@ -189,7 +189,7 @@ async function stopsAnswering(open) {
 test("a store's calls are bounded by idem-core's timeout unless its options say otherwise", () => {
   assert.equal(storeTimeoutMs(), 2000);
   for (const timeout of [0, -1, 1.5, Number.NaN, Infinity, "100"]) {
-    assert.throws(() => new PostgresStore({ query() {} }, { timeout }), (e) => e.code === "IDEM-JS-1" && /options.timeout/.test(e.message));
+    assert.throws(() => new PostgresStore({ query() {}, connect() {} }, { timeout }), (e) => e.code === "IDEM-JS-1" && /options.timeout/.test(e.message));
   }
 });
 

@@ -1,13 +1,14 @@
 // Types of `idem/postgres`.
 import type { IdempotencyContext, IdempotencyStore, SealOptions, StoreWrite, StoredRecord } from "idem";
 
-/** The pg methods the store uses (a `Pool`; `connect` only for transactions). */
+/** The pg methods the store uses (a `Pool`). `connect` in its callback form: the store
+ * watches a client for errors from the moment the pool hands it over. */
 export interface PoolLike {
   query(query: string | { name?: string; text: string; values?: unknown[] }): Promise<{ rows: any[]; rowCount: number | null }>;
-  connect?(): Promise<ClientLike>;
+  connect(callback: (err: Error | undefined, client: ClientLike | undefined) => void): void;
 }
 
-/** A client of the pool, in a transaction. */
+/** A client of the pool: checked out for each statement, and held for a transaction. */
 export interface ClientLike {
   query(query: string | { name?: string; text: string; values?: unknown[] }, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
   release(err?: unknown): void;

@@ -1,0 +1,208 @@
+// PostgresStore when its connections die or its pool runs out, on a private Postgres: a
+// connection that dies as the pool hands it over fails the call, not the process; a call that
+// gave up waiting for a connection sends nothing once one frees up (no claim held by nobody);
+// and a completion whose transaction's connection died still releases its key.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { createServer, connect } from "node:net";
+import { after, before, describe, test } from "node:test";
+import { idempotencyOf, withIdempotency } from "idem";
+import { PostgresStore } from "idem/postgres";
+import pg from "pg";
+import { startPostgres } from "./servers.mjs";
+
+const post = (key) => new Request("http://orders.test/orders", { method: "POST", headers: { "idempotency-key": `"${key}"` }, body: "{}" });
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves once every connection of `pool` is back, or fails after `ms`. */
+async function allBack(pool, ms = 2_000) {
+  const until = Date.now() + ms;
+  while (pool.totalCount - pool.idleCount !== 0) {
+    if (Date.now() > until) assert.fail(`${pool.totalCount - pool.idleCount} connection(s) still out`);
+    await sleep(10);
+  }
+}
+
+/**
+ * A TCP proxy to Postgres on 127.0.0.1: `{ port, close() }`. Once a query containing `marker`
+ * passes through a connection, the server's bytes on it are held back until the server closes
+ * it, then passed on in one write: the reply to that query and the FATAL of its terminated
+ * backend reach pg in one read, as they do when a backend is terminated just as it answers.
+ */
+async function holdingProxy(port, marker) {
+  const sockets = new Set();
+  const server = createServer((client) => {
+    const upstream = connect(port, "127.0.0.1");
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => {});
+      s.on("close", () => sockets.delete(s));
+    }
+    let held = null;
+    client.on("data", (d) => {
+      if (held === null && d.includes(marker)) held = [];
+      upstream.write(d);
+    });
+    upstream.on("data", (d) => (held === null ? client.write(d) : held.push(d)));
+    upstream.on("close", () => {
+      if (held?.length) client.write(Buffer.concat(held));
+      client.end();
+    });
+    client.on("close", () => upstream.destroy());
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: server.address().port,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe("PostgresStore: connections that die, and a pool with none to spare", () => {
+  let server;
+  let admin;
+  const pools = [];
+  const newPool = (options) => {
+    const pool = new pg.Pool({ connectionString: server.url, ...options });
+    // An idle client that loses its server reports here instead of failing the test.
+    pool.on("error", () => {});
+    pools.push(pool);
+    return pool;
+  };
+  before(async () => {
+    server = await startPostgres();
+    admin = new pg.Client({ connectionString: server.url });
+    admin.on("error", () => {});
+    await admin.connect();
+    await new PostgresStore(newPool({ max: 1 })).migrate();
+  });
+  after(async () => {
+    for (const pool of pools) await pool.end().catch(() => {});
+    await admin?.end().catch(() => {});
+    await server?.stop();
+  });
+
+  test("a connection whose server's FATAL comes in the read that frees it fails the call waiting for it, not the process (IDEM-STORE-11)", async () => {
+    const MARKER = "idem-handover";
+    const proxy = await holdingProxy(server.port, MARKER);
+    try {
+      // Each way the store checks out a client: a transaction, and a call of the engine.
+      const calls = {
+        transaction: (store) => store.transaction({ storageKey: randomUUID(), attempt: "1" }, async (client) => client.query("SELECT 1")),
+        load: (store) => store.load(randomUUID()),
+      };
+      for (let round = 0; round < 3; round++) {
+        for (const [name, call] of Object.entries(calls)) {
+          const pool = newPool({ connectionString: `postgres://idem@127.0.0.1:${proxy.port}/postgres`, max: 1 });
+          const store = new PostgresStore(pool, { timeout: 5_000 });
+          // The pool's one connection runs a query of its own; the store's call waits for it.
+          const marker = pool.query(`SELECT '${MARKER}' AS marker`);
+          const waiting = call(store).then(
+            () => "done",
+            (err) => err,
+          );
+          // Its reply is held at the proxy; the backend is terminated once it has answered, so
+          // that the FATAL follows the reply in the same read. pg-pool hands the connection to
+          // the store as it reads the reply, and pg emits the FATAL as an error right after.
+          let pid;
+          for (let i = 0; pid === undefined; i++) {
+            if (i > 500) assert.fail("the marker query never reached the server");
+            const { rows } = await admin.query(
+              "SELECT pid FROM pg_stat_activity WHERE state = 'idle' AND query LIKE $1 AND pid <> pg_backend_pid()",
+              [`%${MARKER}' AS marker%`],
+            );
+            pid = rows[0]?.pid;
+            if (pid === undefined) await sleep(10);
+          }
+          await admin.query("SELECT pg_terminate_backend($1)", [pid]);
+          assert.equal((await marker).rows[0].marker, MARKER, `${name}, round ${round}: the query before the FATAL was answered`);
+          const outcome = await waiting;
+          assert.ok(outcome instanceof Error, `${name}, round ${round}: the call on a dead connection failed (${outcome})`);
+          // The dead connection was discarded, and the next call gets a live one.
+          await allBack(pool);
+          assert.equal(await store.load(randomUUID()), null);
+          await pool.end();
+        }
+      }
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test("a claim that gave up waiting for a connection is never made once one frees up: the retry runs as a first attempt (IDEM-STORE-10, IDEM-OUT-6)", async () => {
+    const pool = newPool({ max: 1 });
+    const store = new PostgresStore(pool, { timeout: 300 });
+    let busy;
+    // The pool's one connection is taken elsewhere just before the claim, which waits for it
+    // past the store's timeout.
+    const crowded = {
+      load: (key) => store.load(key),
+      apply: async (...args) => {
+        busy ??= await pool.connect();
+        return store.apply(...args);
+      },
+    };
+    const contexts = [];
+    const handler = withIdempotency(
+      async (request) => {
+        contexts.push(idempotencyOf(request));
+        return new Response("made", { status: 201 });
+      },
+      { store: crowded, principal: "none", lease: 60_000 },
+    );
+    const key = randomUUID();
+    const refused = await handler(post(key));
+    assert.equal(refused.status, 503);
+    assert.equal((await refused.json()).type, "urn:idem:problem:store-unavailable");
+    assert.equal(contexts.length, 0, "nothing ran");
+    // The connection frees up: the claim whose caller gave up must not be made now.
+    busy.release();
+    await allBack(pool);
+    const { rows } = await pool.query("SELECT count(*)::int AS n FROM idem_records WHERE key LIKE $1", [`%${key}%`]);
+    assert.equal(rows[0].n, 0, "a claim was made after its caller was told nothing ran");
+    const retry = await handler(post(key));
+    assert.equal(retry.status, 201, "the retry is refused as in progress");
+    assert.equal(contexts.length, 1);
+    assert.equal(contexts[0].recovered, false, "the retry took over a claim nobody held");
+  });
+
+  test("a completion whose transaction's connection died, failed or not kept, still releases its key: the retry runs (IDEM-STORE-11, IDEM-OUT-6)", async () => {
+    const pool = newPool({ max: 4 });
+    const store = new PostgresStore(pool);
+    await pool.query("CREATE TABLE IF NOT EXISTS fault_orders (id bigserial PRIMARY KEY, key text NOT NULL)");
+    for (const failure of ["answers 500", "throws"]) {
+      const key = randomUUID();
+      let runs = 0;
+      const handler = withIdempotency(
+        async (request) => {
+          runs++;
+          let died;
+          const pid = await store.transaction(idempotencyOf(request), async (client) => {
+            died = new Promise((resolve) => client.once("error", resolve));
+            await client.query("INSERT INTO fault_orders (key) VALUES ($1)", [key]);
+            return (await client.query("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+          });
+          if (runs > 1) return new Response("made", { status: 201 });
+          // The transaction's connection dies while the store holds it (a restart, an
+          // idle-in-transaction timeout), and the handler then fails: its ROLLBACK fails too.
+          await admin.query("SELECT pg_terminate_backend($1)", [pid]);
+          await died;
+          if (failure === "throws") throw new Error("payment provider down");
+          return new Response("ledger unavailable", { status: 500 });
+        },
+        { store, principal: "none", lease: 60_000 },
+      );
+      if (failure === "throws") await assert.rejects(handler(post(key)), /payment provider down/);
+      else assert.equal((await handler(post(key))).status, 500);
+      const retry = await handler(post(key));
+      assert.equal(retry.status, 201, `${failure}: the retry was refused as in progress`);
+      assert.equal(runs, 2);
+      const { rows } = await pool.query("SELECT count(*)::int AS n FROM fault_orders WHERE key = $1", [key]);
+      assert.equal(rows[0].n, 1, `${failure}: only the retry's row committed`);
+      await allBack(pool);
+    }
+  });
+});
