@@ -231,7 +231,11 @@ impl Finish {
     /// outcome-unknown. A refused precondition is [`Finish::FencedOut`] instead.
     pub(crate) fn of(write: &Write) -> Finish {
         match &write.op {
+            // A consumed token given back for a retry is released as a deleted key is.
             WriteOp::Delete => Finish::Released,
+            WriteOp::Put(r) if matches!(r.state, crate::RecordState::Issued { .. }) => {
+                Finish::Released
+            }
             WriteOp::Put(r) if matches!(r.state, crate::RecordState::Completed { .. }) => {
                 Finish::Stored
             }

@@ -1,6 +1,6 @@
 //! Server-issued one-time tokens (`IDEM-TOKEN-1` to `IDEM-TOKEN-4`).
 
-use crate::engine::{Attempt, Decision, Engine, RejectReason};
+use crate::engine::{Attempt, CompleteError, Decision, Engine, Lease, RejectReason, SharedOutcome};
 use crate::fingerprint::Fingerprint;
 use crate::key::{RecordKey, Scope};
 use crate::kind::{decode_hex, kind_scope, push_hex, KindConfigError};
@@ -167,6 +167,33 @@ impl Tokens {
     /// Where the record for `token` lives: in the token scope of `scope` (`IDEM-KIND-1`).
     pub(crate) fn record_key(&self, scope: &Scope, token: &str) -> RecordKey {
         RecordKey::new(kind_scope(scope, "token"), token)
+    }
+
+    /// The completion write of a request that consumed `token` (`IDEM-TOKEN-2`): as any
+    /// key's ([`Engine::complete_shared`]), except that a key released for a retry goes back
+    /// to [`RecordState::Issued`] until the token's own expiry, the record's version chain
+    /// going on. Deleted, it would leave a retry of the request no record, and the retry
+    /// would be refused as `token-unknown` where an opaque key's runs again.
+    pub(crate) fn complete_shared(
+        &self,
+        now: UnixMillis,
+        scope: &Scope,
+        token: &str,
+        lease: &Lease,
+        outcome: SharedOutcome,
+    ) -> Result<Write, CompleteError> {
+        let mut write = self.engine.complete_shared(now, lease, outcome)?;
+        if let (WriteOp::Delete, Ok(expires)) = (&write.op, self.verify(scope, token)) {
+            write.op = WriteOp::Put(Record {
+                version: lease.version.wrapping_add(1),
+                fence: lease.fence,
+                fingerprint: Fingerprint::from_digest([0; 32]),
+                created: lease.created,
+                key_expires: expires,
+                state: RecordState::Issued { expires },
+            });
+        }
+        Ok(write)
     }
 
     /// Decides a request that presents `token`, whose `attempt.key` is

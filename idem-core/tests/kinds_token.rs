@@ -234,6 +234,47 @@ fn the_first_presentation_consumes_the_token_and_later_ones_are_retries() {
 }
 
 #[test]
+fn a_token_released_for_a_retry_can_be_presented_again() {
+    // IDEM-TOKEN-2: a later presentation is a retry, decided as for an opaque key, which runs
+    // again after its attempt was released (a 429, a 503 the handler chose to answer).
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let now = UnixMillis(T0);
+    let token = issue(&mut store, now, 21);
+    let (mut first, Claimed::Execute { .. }) =
+        claim(&policy, &mut store, now, &token, r#"{"amount":5}"#, 1)
+    else {
+        panic!("the first presentation consumes the token")
+    };
+    assert_eq!(
+        common::finish(&mut first, &mut store, now, Outcome::Retryable).unwrap(),
+        Finish::Released
+    );
+    let later = UnixMillis(T0 + 1_000);
+    let (mut retry, claimed) = claim(&policy, &mut store, later, &token, r#"{"amount":5}"#, 2);
+    let Claimed::Execute { recovered, .. } = claimed else {
+        panic!("the retry runs: {claimed:?}")
+    };
+    assert!(!recovered);
+    assert_eq!(
+        common::finish(&mut retry, &mut store, later, ok("paid")).unwrap(),
+        Finish::Stored
+    );
+    match claim(&policy, &mut store, later, &token, r#"{"amount":5}"#, 3).1 {
+        Claimed::Done(Decision::Replay(r)) => assert_eq!(r.body, b"paid"),
+        other => panic!("{other:?}"),
+    }
+    // Released and never presented again, it expires with the token itself.
+    let token = issue(&mut store, now, 22);
+    let (mut first, _) = claim(&policy, &mut store, now, &token, "{}", 4);
+    common::finish(&mut first, &mut store, now, Outcome::Retryable).unwrap();
+    assert_eq!(
+        claim(&policy, &mut store, UnixMillis(T0 + 3_600_000), &token, "{}", 5).1,
+        Claimed::Done(Decision::Rejected(RejectReason::TokenExpired))
+    );
+}
+
+#[test]
 fn forged_tokens_are_refused_without_reading_the_store() {
     // IDEM-TOKEN-3
     let policy = policy();

@@ -220,7 +220,13 @@ impl Request {
         else {
             return Step::Idle;
         };
-        match engine.complete_shared(now, lease, outcome.clone()) {
+        let completed = match (&self.rules, &self.subject) {
+            (Rules::Token(t), Subject::Token { scope, token }) => {
+                t.complete_shared(now, scope, token, lease, outcome.clone())
+            }
+            _ => engine.complete_shared(now, lease, outcome.clone()),
+        };
+        match completed {
             Ok(write) => {
                 h.op = Op::Completing(Finish::of(&write));
                 Step::Apply(write)
