@@ -269,7 +269,15 @@ fn a_token_released_for_a_retry_can_be_presented_again() {
     let (mut first, _) = claim(&policy, &mut store, now, &token, "{}", 4);
     common::finish(&mut first, &mut store, now, Outcome::Retryable).unwrap();
     assert_eq!(
-        claim(&policy, &mut store, UnixMillis(T0 + 3_600_000), &token, "{}", 5).1,
+        claim(
+            &policy,
+            &mut store,
+            UnixMillis(T0 + 3_600_000),
+            &token,
+            "{}",
+            5
+        )
+        .1,
         Claimed::Done(Decision::Rejected(RejectReason::TokenExpired))
     );
 }

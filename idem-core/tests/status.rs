@@ -377,6 +377,30 @@ fn tokens_time_keys_and_counters_are_asked_about_by_their_own_keys() {
         Some(KeyStatus::Unknown),
         "counter keys are never settled"
     );
+    // The session moves to its next epoch, whose number 0 runs another request: the old
+    // epoch's key 0 is not that request (IDEM-CTR-5), and what became of it is unknown.
+    let mut reopening = counters.open_session(&target, "c1", 0, 13);
+    assert_eq!(drive(&mut reopening, &mut store, at(4)), Step::Reply);
+    let doc: serde_json::Value = serde_json::from_slice(reopening.reply().unwrap().body()).unwrap();
+    let next = format!("c1:{}:0", doc["epoch"].as_str().unwrap());
+    assert_ne!(next, key0);
+    let mut second = request(&counters, "alice", &next, 14);
+    assert!(matches!(
+        drive(&mut second, &mut store, at(5)),
+        Step::Run(_)
+    ));
+    second.handle_outcome(completed(202));
+    assert!(matches!(
+        drive(&mut second, &mut store, at(5)),
+        Step::Done(_)
+    ));
+    let (found, _) = status(&counters, &mut store, at(6), "alice", &next, "POST");
+    assert!(matches!(
+        found,
+        Some(KeyStatus::Completed { status: 202, .. })
+    ));
+    let (found, _) = status(&counters, &mut store, at(6), "alice", &key0, "POST; settle");
+    assert_eq!(found, Some(KeyStatus::Unknown), "another epoch's number 0");
 }
 
 #[test]

@@ -151,8 +151,8 @@ pub struct StatusQuery<'a> {
 pub(super) struct Querying {
     /// The key as the client sent it (parsed).
     key: String,
-    /// The counter slot asked about, for counter keys.
-    seq: Option<u64>,
+    /// The counter slot asked about, for counter keys: its epoch and number.
+    seq: Option<(u64, u64)>,
     settle: bool,
     /// Whether the read is handed out.
     reading: bool,
@@ -221,7 +221,7 @@ impl Policy {
                 (t.record_key(&scope, &key), None)
             }
             Rules::Counter(c) => match crate::counter::parse_counter_key(&key, c.config().bits) {
-                Ok(k) => (c.session_key(&scope, &k.client), Some(k.seq)),
+                Ok(k) => (c.session_key(&scope, &k.client), Some((k.epoch, k.seq))),
                 Err(e) => return Request::refused(Refusal::kind_key(&e, "IDEM-CTR-1")),
             },
         };
@@ -299,7 +299,7 @@ impl Request {
         q.reading = false;
         let config = self.rules.config();
         let status = match q.seq {
-            Some(seq) => slot_status(now, record, seq, config),
+            Some((epoch, seq)) => slot_status(now, record, epoch, seq, config),
             None => record_status(now, record, config),
         };
         if !(q.settle && status == KeyStatus::Unknown && q.rounds < MAX_LOST_RACES) {
@@ -381,10 +381,20 @@ fn record_status(now: UnixMillis, record: Option<&Record>, config: &Config) -> K
     }
 }
 
-/// The status of number `seq` in the counter session `record`.
-fn slot_status(now: UnixMillis, record: Option<&Record>, seq: u64, config: &Config) -> KeyStatus {
+/// The status of number `seq` of `epoch` in the counter session `record`. Only the session's
+/// current epoch has slots: a number of another epoch is unknown, never the current epoch's
+/// slot of the same number, which is another request (`IDEM-CTR-5`).
+fn slot_status(
+    now: UnixMillis,
+    record: Option<&Record>,
+    epoch: u64,
+    seq: u64,
+    config: &Config,
+) -> KeyStatus {
     let session: Option<&CounterSession> = record.and_then(|r| match &r.state {
-        RecordState::Counter { session } if r.is_live(now) => Some(&**session),
+        RecordState::Counter { session } if r.is_live(now) && session.epoch == epoch => {
+            Some(&**session)
+        }
         _ => None,
     });
     let Some(slot) = session.and_then(|s| s.slots.iter().find(|slot| slot.seq == seq)) else {
