@@ -169,6 +169,46 @@ fn each_state_of_a_key_is_reported_from_one_read_and_nothing_runs() {
 }
 
 #[test]
+fn a_key_whose_response_was_too_large_to_keep_is_expired_not_completed() {
+    // IDEM-STATUS-1 IDEM-STORE-5: it ran, and its response is gone; "completed" would send
+    // the client to fetch a replay that is only the response-not-stored answer.
+    let policy = policy().with_max_response_bytes(16);
+    let mut store = MemoryStore::default();
+    let answers: [fn(&mut Request); 2] = [
+        // Held whole, past the limit.
+        |req| {
+            req.handle_outcome(Outcome::Final(StoredResponse {
+                status: 201,
+                headers: vec![],
+                body: vec![b'x'; 64],
+            }))
+        },
+        // Passed through as it streamed, past the limit.
+        |req| req.handle_oversized(201),
+    ];
+    for (i, answer) in answers.into_iter().enumerate() {
+        let key = format!("big-{i}");
+        let mut req = request(&policy, "alice", &key, 20 + i as u64);
+        assert!(matches!(drive(&mut req, &mut store, T0), Step::Run(_)));
+        answer(&mut req);
+        assert!(matches!(drive(&mut req, &mut store, T0), Step::Done(_)));
+        let (found, reply) = status(&policy, &mut store, at(1), "alice", &key, "POST; settle");
+        assert_eq!(found, Some(KeyStatus::Expired), "{key}");
+        assert_eq!(document(&reply)["status"], "expired");
+    }
+    // A small response is completed, as ever.
+    let mut req = request(&policy, "alice", "small", 30);
+    assert!(matches!(drive(&mut req, &mut store, T0), Step::Run(_)));
+    req.handle_outcome(completed(201));
+    assert!(matches!(drive(&mut req, &mut store, T0), Step::Done(_)));
+    let (found, _) = status(&policy, &mut store, at(1), "alice", "small", "POST");
+    assert!(matches!(
+        found,
+        Some(KeyStatus::Completed { status: 201, .. })
+    ));
+}
+
+#[test]
 fn another_principals_key_is_unknown_and_a_settle_stays_in_the_askers_scope() {
     // IDEM-STATUS-2
     let policy = policy();

@@ -128,4 +128,34 @@ describe("idempotentFetch resuming a persisted entry", () => {
     assert.equal(sends, sent, "not sent again");
     assert.ok(persist.saved.has("o1"));
   });
+
+  test("an order whose response was too large for the server to keep, its first answer lost, is executed, not rejected (IDEM-CLIENT-5, IDEM-STATUS-1, IDEM-STORE-5)", async () => {
+    let executions = 0;
+    let lose = true;
+    const api = withIdempotency(
+      async (request) => {
+        executions++;
+        await request.text();
+        return new Response("x".repeat(5_000), { status: 201 });
+      },
+      { principal: "none", store: new MemoryStore(), maxResponseBytes: 1_024 },
+    );
+    const server = await serve(async (request, { res }) => {
+      if (lose && request.method === "POST") {
+        lose = false;
+        await (await api(request)).arrayBuffer();
+        res.socket.destroy();
+        return null;
+      }
+      return api(request);
+    });
+    try {
+      const done = await idempotentFetch(`${server.url}/orders`, order(), { retry: FAST });
+      // The retry is answered 410 response-not-stored; the status query says it ran.
+      assert.equal(done.outcome, "executed");
+      assert.equal(executions, 1);
+    } finally {
+      await server.close();
+    }
+  });
 });

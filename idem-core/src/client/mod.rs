@@ -145,7 +145,8 @@ pub enum KeyAnswer {
     /// Another attempt with the key is running or its outcome is held: some attempt is
     /// (or was) processing it.
     KeyBusy,
-    /// The server no longer knows what happened to the key.
+    /// The server no longer knows what happened to the key, or cannot replay what did (a
+    /// response it ran and did not keep): a status query tells which.
     Forgotten,
 }
 
@@ -158,8 +159,14 @@ impl KeyAnswer {
         };
         match slug {
             "in-progress" | "outcome-unknown" | "superseded" => KeyAnswer::KeyBusy,
-            "key-expired" | "key-stale" | "unknown-client" | "stale-epoch" | "unknown-epoch"
-            | "token-unknown" | "token-expired" => KeyAnswer::Forgotten,
+            "key-expired"
+            | "key-stale"
+            | "unknown-client"
+            | "stale-epoch"
+            | "unknown-epoch"
+            | "token-unknown"
+            | "token-expired"
+            | "response-not-stored" => KeyAnswer::Forgotten,
             "missing-key"
             | "malformed-key"
             | "key-reuse-mismatch"

@@ -163,6 +163,15 @@ pub(super) fn not_stored(why: Unkept, max: usize) -> StoredResponse {
     }
 }
 
+/// Whether `response` is [`not_stored`]'s answer, as a store gives it back: the request ran,
+/// and its own response is gone, which a status query reports as `expired`, never as a
+/// completed key whose answer can be replayed.
+pub(super) fn is_not_stored(response: &StoredResponse) -> bool {
+    let uri = Problem::RESPONSE_NOT_STORED.type_uri.as_bytes();
+    response.status == Problem::RESPONSE_NOT_STORED.status
+        && response.body.windows(uri.len()).any(|w| w == uri)
+}
+
 impl Request {
     /// A completion or heartbeat of a record lease lost a race: if the record read now is
     /// still this lease's (same incarnation, same fencing number, in flight), a write of this

@@ -369,10 +369,13 @@ fn record_status(now: UnixMillis, record: Option<&Record>, config: &Config) -> K
         RecordState::Completed {
             response,
             response_expires,
-        } if now < *response_expires => KeyStatus::Completed {
-            status: response.status,
-            replayable: true,
-        },
+        } if now < *response_expires && !super::hold::is_not_stored(response) => {
+            KeyStatus::Completed {
+                status: response.status,
+                replayable: true,
+            }
+        }
+        // It ran, and its response is gone: expired, or too large to keep (IDEM-STORE-5).
         RecordState::Completed { .. } | RecordState::Tombstone => KeyStatus::Expired,
         RecordState::OutcomeUnknown { .. } => KeyStatus::Held,
         RecordState::Settled => KeyStatus::NotExecuted,
@@ -405,6 +408,9 @@ fn slot_status(
             retry_after_secs: config.retry_after(now, *lease_expires),
         },
         SlotState::InFlight { .. } => KeyStatus::Released,
+        SlotState::Completed { response } if super::hold::is_not_stored(response) => {
+            KeyStatus::Expired
+        }
         SlotState::Completed { response } => KeyStatus::Completed {
             status: response.status,
             replayable: true,

@@ -211,10 +211,7 @@ pub fn client_error(e: &idem_core::ClientError) -> ErrorParts {
             "invalid idempotency key: 1 to 255 characters of visible ASCII or space",
         ),
         E::InvalidStatus(_) => ("IDEM-CLIENT-2", "invalid response status: not 200-599"),
-        E::NothingToReconcile(_) => (
-            "IDEM-CLIENT-8",
-            "nothing to ask the server about: the entry was never sent or is over",
-        ),
+        E::NothingToReconcile(_) => ("IDEM-CLIENT-8", "nothing to ask the server about"),
         E::NotDue { .. } => ("IDEM-CLIENT-7", "the backoff has not ended"),
         E::NothingInFlight(_) => ("IDEM-CLIENT-7", "no send is in flight"),
         E::NotAnswered(_) => ("IDEM-CLIENT-7", "no final response yet"),
