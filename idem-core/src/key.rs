@@ -372,6 +372,9 @@ fn is_tchar(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
 }
 
+/// The longest route that enters a [`Scope`] as it is; a longer one enters as its digest.
+pub const MAX_ROUTE_IN_CLEAR: usize = 256;
+
 /// The namespace a key lives in (requirement `IDEM-SCOPE-1`).
 ///
 /// The same key under two scopes names two unrelated records, so a response can never be
@@ -386,13 +389,24 @@ pub struct Scope(String);
 impl Scope {
     /// The default scope: principal (the authenticated caller; empty for anonymous),
     /// method and route template. The parts are length-prefixed, so no choice of strings can
-    /// make two different triples collide.
+    /// make two different triples collide. A route longer than [`MAX_ROUTE_IN_CLEAR`] bytes
+    /// (a request path the client chose) enters as `h:` and its digest, which no
+    /// length-prefixed route begins with: so a record's storage key stays short enough for
+    /// every store to index (a Postgres key, a Redis key), whatever the path.
     pub fn new(principal: &str, method: &str, route: &str) -> Scope {
         let mut s = String::with_capacity(principal.len() + method.len() + route.len() + 12);
-        for part in [principal, method, route] {
+        for part in [principal, method] {
             s.push_str(crate::canon::Decimal::new(part.len() as u64).as_str());
             s.push(':');
             s.push_str(part);
+        }
+        if route.len() > MAX_ROUTE_IN_CLEAR {
+            s.push_str("h:");
+            s.push_str(&crate::request::principal_digest(route));
+        } else {
+            s.push_str(crate::canon::Decimal::new(route.len() as u64).as_str());
+            s.push(':');
+            s.push_str(route);
         }
         Scope(s)
     }

@@ -528,6 +528,32 @@ fn scopes_never_share_records() {
 }
 
 #[test]
+fn a_long_route_enters_the_scope_as_its_digest() {
+    // IDEM-SCOPE-1: a request path of any length keeps the storage key short enough for every
+    // store to index (a Postgres primary key holds about 2.7 KB), and distinct routes apart.
+    let path = |n: usize, c: char| format!("/{}", core::iter::repeat_n(c, n).collect::<String>());
+    let longest = path(MAX_ROUTE_IN_CLEAR - 1, 'a');
+    assert!(Scope::new("p", "POST", &longest)
+        .as_str()
+        .ends_with(&longest));
+    let key = "k".repeat(MAX_KEY_LEN);
+    let mut seen = std::collections::HashSet::new();
+    for route in [
+        path(MAX_ROUTE_IN_CLEAR, 'a'),
+        path(100_000, 'a'),
+        path(100_000, 'b'),
+    ] {
+        let stored = RecordKey::new(Scope::new("p", "POST", &route), key.as_str()).storage_key();
+        assert!(stored.len() < 400, "{} bytes", stored.len());
+        assert!(seen.insert(stored), "distinct routes, distinct records");
+    }
+    // The digest's form is no route's: a route that reads like it is another scope.
+    let digested = Scope::new("p", "POST", &path(100_000, 'a'));
+    let tail = digested.as_str().rsplit_once("h:").unwrap().1;
+    assert_ne!(Scope::new("p", "POST", &format!("h:{tail}")), digested);
+}
+
+#[test]
 fn versions_never_repeat_across_incarnations() {
     // IDEM-STORE-2 IDEM-LEASE-2
     let mut rig = Rig::new(short());
