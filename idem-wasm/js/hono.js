@@ -3,15 +3,28 @@
 // app runs as its handler.
 //
 //   app.use("/api/*", idempotency({ store, principal: (c) => c.get("userId") }));
-import { Idempotency, withIdempotency } from "idem";
+//
+// Middleware mounted before it keeps working: a body it read through Hono (`c.req.json()`,
+// a validator) is fingerprinted from the bytes Hono kept, and the headers it set before
+// `next()` (CORS, a request id) are the current request's: laid under every answer sent
+// (the handler's, a replay, a refusal), and never stored.
+import { Idempotency, idempotencyOf, plainProblem, withIdempotency } from "idem";
 import { rangeError } from "./errors.js";
+
+const textEncoder = new TextEncoder();
 
 /**
  * Hono middleware. `options` are `withIdempotency`'s (a store and a principal are required;
  * `principal` is called with the Hono context), plus `skip(c)`, a predicate for requests to
  * let through unguarded. Which paths are guarded is the path given to `app.use`; which
  * methods, `options.methods` (POST and PATCH by default). Refusals are problem+json, or what
- * `options.problem(problem, reply)` returns.
+ * `options.problem(problem, reply)` returns. Headers that middleware before it set on the
+ * context stay on every answer, unless the answer has a header of the same name; they are
+ * not stored with the handler's answer. A body that middleware before it read with
+ * `c.req.json()`, `text()`, `arrayBuffer()` or `blob()` (or a validator) is fingerprinted
+ * from the bytes Hono kept; when the bytes sent cannot be had (a body read past `c.req`, a
+ * text that lost bytes when decoded), the answer is a 500 `about:blank` problem, and
+ * nothing runs.
  */
 export function idempotency(options) {
   if (options === null || typeof options !== "object") throw rangeError("IDEM-JS-1", "idempotency(options) needs { store, principal }");
@@ -22,17 +35,100 @@ export function idempotency(options) {
     // withIdempotency passes the handler's extra arguments on: here, the Hono context.
     principal: typeof principal === "function" ? (_request, c) => principal(c) : principal,
   });
-  const guarded = withIdempotency(async (request, c, next) => {
+  const guarded = withIdempotency(async (request, c, next, before) => {
     // The body was read for the fingerprint: the app reads it again from this request.
     c.req.raw = request;
     await next();
-    return c.res;
+    // Hono merged the headers set before this middleware into the answer: they are this
+    // request's, not the answer's to store and replay to another one. (A request let
+    // through unguarded stores nothing.)
+    return idempotencyOf(request) === undefined ? c.res : withoutHeaders(c.res, before);
   }, idem);
   return async function idempotencyMiddleware(c, next) {
     if (skip !== undefined && (await skip(c))) return next();
-    const response = await guarded(c.req.raw, c, next);
-    // Replaces whatever the app set, headers included: the stored answer is the answer.
+    const before = headersSoFar(c);
+    let request = c.req.raw;
+    if (request.bodyUsed && idem.protects(request.method, request.headers.has(idem.keyHeader))) request = await readAgain(c.req);
+    const response =
+      request === undefined
+        ? plainProblem(500, "idem/hono: the request body was read before idempotency() other than through c.req (json, text, arrayBuffer, blob), so it cannot be fingerprinted")
+        : await guarded(request, c, next, before);
+    // Set without Hono's merge of the context's headers (which would put the handler's
+    // back on a replay or refusal): those set before this middleware are laid under it here.
     c.res = undefined;
-    c.res = response;
+    c.res = withHeaders(response, before);
   };
+}
+
+/** The headers set on the context so far (by middleware before this one), but its content
+ * type, which is the answer's own (as Hono's own merge leaves it). `c.newResponse` copies
+ * them without making the context's response, which would change how Hono builds the
+ * handler's. */
+function headersSoFar(c) {
+  const headers = c.newResponse(null, 200).headers;
+  headers.delete("content-type");
+  return headers;
+}
+
+/** `response` without the fields it shares with `before` (same name and value; each cookie
+ * on its own); itself when there are none, so that an answer the idempotency context built
+ * is stored from its bytes (IDEM-JS-5). A value the handler changed is its own, and kept. */
+function withoutHeaders(response, before) {
+  let headers;
+  const own = () => (headers ??= new Headers(response.headers));
+  const cookies = before.getSetCookie();
+  if (cookies.length > 0) {
+    const all = response.headers.getSetCookie();
+    const kept = all.filter((cookie) => !cookies.includes(cookie));
+    if (kept.length < all.length) {
+      own().delete("set-cookie");
+      for (const cookie of kept) headers.append("set-cookie", cookie);
+    }
+  }
+  for (const name of before.keys()) {
+    if (name !== "set-cookie" && response.headers.get(name) === before.get(name)) own().delete(name);
+  }
+  return headers === undefined ? response : new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
+
+/** `response` with the fields of `before` whose names it does not have (a cookie: whose
+ * cookie name): its own replace those of the same names, as idem/express and idem/fastify
+ * send the engine's replies. */
+function withHeaders(response, before) {
+  let headers;
+  const cookies = response.headers.getSetCookie().map(cookieName);
+  for (const [name, value] of before) {
+    if (name === "set-cookie" ? cookies.includes(cookieName(value)) : response.headers.has(name)) continue;
+    headers ??= new Headers(response.headers);
+    headers.append(name, value);
+  }
+  return headers === undefined ? response : new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
+
+/** The name of the cookie a `Set-Cookie` field sets. */
+function cookieName(field) {
+  return field.split("=", 1)[0].trim();
+}
+
+/** A copy of the request with the body a middleware before this one read through Hono, which
+ * keeps it (`c.req.bodyCache`); undefined when the bytes the client sent cannot be had. */
+async function readAgain(req) {
+  const bytes = await keptBytes(req);
+  return bytes === undefined ? undefined : new Request(req.raw, { body: bytes });
+}
+
+/** The bytes of the body Hono kept. Hono derives every other form of it from the first one
+ * read (`bodyCache`'s first key): the bytes themselves only from `arrayBuffer` or `blob`;
+ * from `text` only when decoding lost nothing (it drops a byte-order mark, which leaves the
+ * length short of `Content-Length`, and makes U+FFFD of malformed UTF-8); never from parsed
+ * JSON (older Hono) or form data, nor when the raw body was read past Hono. */
+async function keptBytes(req) {
+  const first = Object.keys(req.bodyCache ?? {})[0];
+  if (first === "arrayBuffer" || first === "blob") return new Uint8Array(await req.arrayBuffer());
+  if (first !== "text") return undefined;
+  const text = await req.text();
+  if (text.includes("\uFFFD")) return undefined;
+  const bytes = textEncoder.encode(text);
+  const declared = req.raw.headers.get("content-length");
+  return declared === null || Number(declared) === bytes.byteLength ? bytes : undefined;
 }
