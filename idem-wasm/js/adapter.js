@@ -78,3 +78,19 @@ export async function replyFields(idem, reply) {
   for (const [name, values] of fields) if (values.length === 1) fields.set(name, values[0]);
   return { status: reply.status, fields, body: reply.body };
 }
+
+/** The fields of a Node response's header record `now` (`getHeaders()`) that belong to the
+ * handler's answer: all but those set, with the same value, before the handler ran (`before`,
+ * the record then as a Map: CORS, a request id, a cookie from middleware or hooks before the
+ * adapter). Those are the request's: stored, a replay to another request would carry them
+ * (another origin's `Access-Control-Allow-Origin`). A value the handler changed is its own.
+ * A flat `[[name, value], …]` list, one entry per value. */
+export function answerFields(now, before) {
+  const out = [];
+  for (const [name, value] of Object.entries(now)) {
+    const was = before.get(name);
+    const earlier = was === undefined ? [] : (Array.isArray(was) ? was : [was]).map(String);
+    for (const v of Array.isArray(value) ? value : [value]) if (!earlier.includes(String(v))) out.push([name, String(v)]);
+  }
+  return out;
+}

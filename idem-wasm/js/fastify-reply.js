@@ -3,7 +3,7 @@
 // reply with their headers. Shared by idem/fastify and
 // idem/nestjs on the Fastify platform.
 import { Readable } from "node:stream";
-import { isFraming, replyFields } from "./adapter.js";
+import { answerFields, isFraming, replyFields } from "./adapter.js";
 import { readAnswer } from "./body.js";
 import { withinLease } from "./errors.js";
 
@@ -110,11 +110,8 @@ export async function answered(capture, reply, payload, idem) {
     for (const name of trailersOf(reply)) reply.removeTrailer(name);
     return replyWith(reply, answer, idem);
   }
-  const headers = [];
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (isFraming(name)) continue;
-    for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-  }
+  // Not those the hooks before the handler set: they are this request's, not the answer's.
+  const headers = answerFields(reply.getHeaders(), capture.before).filter(([name]) => !isFraming(name));
   // Trailer fields (`reply.trailer`), which a stored answer does not carry: the answer is
   // recorded as not kept, and Fastify sends it as it is, trailers included (IDEM-STORE-5).
   const trailers = trailersOf(reply);
@@ -136,7 +133,7 @@ export async function answered(capture, reply, payload, idem) {
  * In `onSend`, for a request the engine answered itself while the app still sends an answer
  * of its own (a framework's default for a handler that did not run): sets the engine's
  * `capture.instead` on `reply` in its place and returns its bytes. The headers set since
- * `capture.before` (the names present then) are dropped.
+ * `capture.before` (the record then) are dropped.
  */
 export function answerInstead(capture, reply, idem) {
   dropSince(capture, reply);
@@ -156,7 +153,7 @@ function trailersOf(reply) {
   return Object.keys(fields).filter((name) => typeof fields[name] === "function");
 }
 
-/** Drops the headers set on `reply` since `capture.before` (the names present then): the
+/** Drops the headers set on `reply` since `capture.before` (the record then, a Map): the
  * app's, not the hooks' before it (CORS, a request id), which stay on the engine's reply. */
 function dropSince(capture, reply) {
   for (const name of Object.keys(reply.getHeaders())) if (!capture.before.has(name)) reply.removeHeader(name);

@@ -88,7 +88,7 @@ export function idempotency(fastify, options, done) {
         request.idempotency = context;
         capture.context = context;
         // The headers the hooks before the handler set: they stay on the engine's replies.
-        capture.before = new Set(Object.keys(reply.getHeaders()));
+        capture.before = new Map(Object.entries(reply.getHeaders()));
         request[CAPTURE] = capture;
         return capture.answer;
       },

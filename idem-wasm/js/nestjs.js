@@ -171,7 +171,7 @@ class Binding {
           held.fastify.context = context;
           // The headers set before the handler (hooks, guards): they stay on the engine's
           // replies.
-          held.fastify.before = new Set(Object.keys(res.getHeaders()));
+          held.fastify.before = new Map(Object.entries(res.getHeaders()));
           answer = new Promise((resolve, reject) => {
             held.fastify.resolve = resolve;
             held.fastify.reject = reject;
@@ -221,7 +221,7 @@ class Binding {
     if (ownAnswer) {
       if (this.fastify) res.send(await replyWith(res, reply, idem));
       else await sendNode(res, reply, idem);
-    } else if (this.fastify) req[CAPTURE] = { instead: reply, before: new Set(Object.keys(res.getHeaders())) };
+    } else if (this.fastify) req[CAPTURE] = { instead: reply, before: new Map(Object.entries(res.getHeaders())) };
     else sendInstead(res, reply, idem).catch(() => res.destroy());
     return undefined;
   }

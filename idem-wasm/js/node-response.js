@@ -2,7 +2,7 @@
 // an app and the engine: what the app writes is held back until its outcome is stored, and
 // the engine's replies are written with their headers. Shared by idem/express and
 // idem/nestjs.
-import { replyFields } from "./adapter.js";
+import { answerFields, replyFields } from "./adapter.js";
 import { prematureClose, withinLease } from "./errors.js";
 
 /** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
@@ -160,10 +160,8 @@ export function capture(res, limit, context) {
         return res;
       }
       ended = true;
-      const headers = [];
-      for (const [name, value] of Object.entries(res.getHeaders())) {
-        for (const v of Array.isArray(value) ? value : [value]) headers.push([name, String(v)]);
-      }
+      // Not those set before the app ran: they are this request's, not the answer's.
+      const headers = answerFields(res.getHeaders(), new Map(before));
       statusMessage = res.statusMessage;
       clearHeaders(res);
       const body = Buffer.concat(chunks);

@@ -191,6 +191,41 @@ describe("idem/express: replays replace the headers earlier middleware set (IDEM
   });
 });
 
+describe("idem/express: headers set before it are the request's, never stored (IDEM-JS-7)", () => {
+  test("a replay to another origin carries that origin's CORS header and its own request id, not the first request's", async () => {
+    const { state, app } = makeApp({
+      before: (app) =>
+        app.use((req, res, next) => {
+          res.set({ "access-control-allow-origin": req.get("origin") ?? "", "x-request-id": req.get("x-request-id") ?? "" });
+          next();
+        }),
+      routes: (app, state) => {
+        app.post("/api/orders", (req, res) => {
+          const id = ++state.count;
+          res.status(201).set("x-order-id", String(id)).json({ id });
+        });
+      },
+    });
+    const server = await listen(app);
+    const send = (key, origin, id) =>
+      fetch(`${server.url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": key, origin, "x-request-id": id }, body: ORDER });
+    try {
+      const key = fresh();
+      const first = await send(key, "https://a.example", "r1");
+      assert.equal(first.status, 201);
+      assert.equal(first.headers.get("access-control-allow-origin"), "https://a.example");
+      const retry = await send(key, "https://b.example", "r2");
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(retry.headers.get("access-control-allow-origin"), "https://b.example");
+      assert.equal(retry.headers.get("x-request-id"), "r2");
+      assert.equal(retry.headers.get("x-order-id"), "1");
+      assert.equal(state.count, 1);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe("idem/express: a body read before the adapter is refused (IDEM-JS-6)", () => {
   const parsers = [
     ["express.json()", express.json(), "application/json", ORDER, '{"amount":1,"currency":"eur"}'],

@@ -150,6 +150,33 @@ describe("idem/fastify on Fastify 5", () => {
     assert.equal(mismatch.headers.get("access-control-allow-origin"), "*");
   });
 
+  test("headers the hooks set before the handler are the request's, never stored: a replay to another origin carries its own (IDEM-JS-7)", async () => {
+    const app = Fastify();
+    app.addHook("onRequest", async (request, reply) => {
+      reply.header("access-control-allow-origin", request.headers.origin ?? "").header("x-request-id", request.headers["x-request-id"] ?? "");
+    });
+    await app.register(idempotency, { store: new MemoryStore(), principal: "none" });
+    let runs = 0;
+    app.post("/api/orders", { config: { idempotency: true } }, async (request, reply) => reply.code(201).header("x-order-id", String(++runs)).send({ id: runs }));
+    const url = await app.listen({ port: 0, host: "127.0.0.1" });
+    const send = (key, origin, id) =>
+      fetch(`${url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": key, origin, "x-request-id": id }, body: ORDER });
+    try {
+      const key = fresh();
+      const first = await send(key, "https://a.example", "r1");
+      assert.equal(first.status, 201);
+      assert.equal(first.headers.get("access-control-allow-origin"), "https://a.example");
+      const retry = await send(key, "https://b.example", "r2");
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(retry.headers.get("access-control-allow-origin"), "https://b.example");
+      assert.equal(retry.headers.get("x-request-id"), "r2");
+      assert.equal(retry.headers.get("x-order-id"), "1");
+      assert.equal(runs, 1);
+    } finally {
+      await app.close();
+    }
+  });
+
   test("a handler that throws: Fastify's error handler answers, and the engine takes that 500 as an unknown outcome (IDEM-OUT-3)", async () => {
     const key = fresh();
     const before = running.state.count;
