@@ -88,21 +88,21 @@ function newKey(version, now) {
   return run(ClientOp.KeyV4, crypto.getRandomValues(new Uint8Array(16)))[0];
 }
 
-/** Runs `change(sequence)` on the counter numbering of `options.counter` (counter.js's
- * `withSequence`, which comes with the full module). */
-async function withSequence(options, change) {
-  return (await fullApi()).withSequence(options.counter, options.persist, change);
+/** Runs `change(sequence)` on the counter numbering of `options.counter`, in the epoch of
+ * `key` when given (counter.js's `withSequence`, which comes with the full module). */
+async function withSequence(options, change, key) {
+  return (await fullApi()).withSequence(options.counter, options.persist, change, key);
 }
 
 /** What a call resolves to once `entry` is over with `outcome`: the persisted entry deleted
  * (kept while the outcome is undetermined: deleted, its id would send again under a new
  * key), a counter number given back once its answer is known. */
-async function finishWith(entry, options, seq, outcome, fields) {
+async function finishWith(entry, options, counterKey, outcome, fields) {
   if (options.persist && outcome !== FetchOutcome.Undetermined) await options.persist.delete(options.id);
   // Its answer arrived (or nothing can have run): the number no longer holds the low-water
   // mark back. An undetermined one keeps it until reconciled.
-  if (seq !== null && outcome !== FetchOutcome.Undetermined) {
-    await withSequence(options, (sequence) => sequence.done(seq));
+  if (counterKey !== null && outcome !== FetchOutcome.Undetermined) {
+    await withSequence(options, (sequence) => sequence.done(counterKey), counterKey);
   }
   return { outcome: Names.outcomes[outcome], key: entry.key, attempts: entry.attempts, ...fields };
 }
@@ -179,11 +179,11 @@ async function sendEntry(request, options, body, digest, enter) {
     entry = Outbox.create(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
   }
   enter(entry);
-  const seq = kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
+  const counterKey = kind === "counter" ? entry.key : null;
   const save = async () => {
     if (options.persist) await options.persist.save(options.id, entry.bytes);
   };
-  const finish = (outcome, fields) => finishWith(entry, options, seq, outcome, { status: entry.lastStatus, ...fields });
+  const finish = (outcome, fields) => finishWith(entry, options, counterKey, outcome, { status: entry.lastStatus, ...fields });
 
   let next = null;
   // Whether the server was asked in this call: an undetermined step after that ends it.
@@ -246,8 +246,8 @@ async function sendEntry(request, options, body, digest, enter) {
     await save();
     const headers = new Headers(template.headers);
     headers.set(Names.key, keyValue(entry.key));
-    if (seq !== null) {
-      headers.set(Names.lowWater, await withSequence(options, (sequence) => sequence.lowWater()));
+    if (counterKey !== null) {
+      headers.set(Names.lowWater, await withSequence(options, (sequence) => sequence.lowWater(), counterKey));
     }
     let response;
     try {
@@ -299,9 +299,9 @@ async function reconcileEntry(request, options) {
   const saved = await options.persist.load(options.id);
   if (saved == null) return null;
   const entry = Outbox.fromBytes(saved, retryArgs(options.retry));
-  const seq = request.kind === "counter" ? entry.key.slice(entry.key.lastIndexOf(":") + 1) : null;
+  const counterKey = request.kind === "counter" ? entry.key : null;
   if (entry.outcome !== undefined && entry.state !== OutboxState.Undetermined) {
-    return await finishWith(entry, options, seq, entry.outcome, { status: entry.lastStatus });
+    return await finishWith(entry, options, counterKey, entry.outcome, { status: entry.lastStatus });
   }
   if (entry.state === OutboxState.Created) {
     // Never sent: nothing can have run.
@@ -319,6 +319,6 @@ async function reconcileEntry(request, options) {
     const fields = { reason: next.reason, status: next.status ?? undefined };
     const outcome = next.outcome;
     if (step === NextKind.AskStatus) continue;
-    return await finishWith(entry, options, seq, outcome, fields);
+    return await finishWith(entry, options, counterKey, outcome, fields);
   }
 }

@@ -30,7 +30,8 @@ pub(crate) fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<()
             out.bytes(&s.to_bytes());
         }
         ClientOp::CounterLowWater => {
-            out.text(&interop::decimal_text(s.low_water()));
+            out.text(&interop::decimal_text(s.low_water()))
+                .number(s.open().len() as f64);
         }
         _ => numbering(out, &s),
     }

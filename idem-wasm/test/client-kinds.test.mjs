@@ -121,6 +121,135 @@ for (let i = 0; i < Number(process.env.N); i++) {
 console.log(out.join(" "));
 `;
 
+/** A persistence hook over a Map, as the tests in this process use it. */
+function mapPersist() {
+  const map = new Map();
+  return { map, load: async (id) => map.get(id) ?? null, save: async (id, bytes) => void map.set(id, bytes), delete: async (id) => void map.delete(id) };
+}
+
+const json = (body) => ({ method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
+
+test("a client with sessions on two routes numbers each epoch on its own: A, B, A are three requests, in one process and after a restart (IDEM-CTR-1, IDEM-CTR-7)", async () => {
+  const s = server({ options: { keyKind: "counter", counter: { bits: 8, window: 8 } } });
+  const http = await serve(s.handler);
+  const dir = mkdtempSync(join(tmpdir(), "idem-client-"));
+  try {
+    const open = async (route) => (await s.idem.openSession({ method: "POST", target: "/sessions", key: null }, { route, client: "two-routes" })).epoch;
+    const [a, b] = [await open("/a"), await open("/b")];
+    assert.notEqual(a, b);
+    // Each client run is its own process, sharing only the persistence file.
+    const client = async (calls) => {
+      const { stdout } = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", CALLS], {
+        env: { ...process.env, CALLS: JSON.stringify(calls.map(([route, epoch]) => [`${http.url}${route}`, epoch])), STATE: join(dir, "state.json") },
+        cwd: process.cwd(),
+        timeout: 60_000,
+      });
+      return stdout.trim();
+    };
+    // The same payload each time: a number given twice would be answered with the first one's replay.
+    assert.equal(await client([["/a", a], ["/b", b], ["/a", a]]), "completed completed completed");
+    assert.equal(await client([["/a", a], ["/b", b]]), "completed completed");
+    assert.deepEqual(
+      s.seen.map((r) => r.key),
+      [`${a}:0`, `${b}:0`, `${a}:1`, `${a}:2`, `${b}:1`].map((k) => `two-routes:${k}`),
+    );
+    assert.deepEqual(s.seen.map((r) => r.low), ["0", "0", "1", "2", "1"]);
+    assert.equal(s.executions(), 5);
+  } finally {
+    await http.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// A client process: one request per [url, epoch] of CALLS with counter keys of client
+// "two-routes", all with the same payload, its state in a JSON file. Prints the outcomes.
+const CALLS = `
+import { readFileSync, writeFileSync, existsSync } from "node:fs";
+import { idempotentFetch } from "idem/client";
+const file = process.env.STATE;
+const read = () => (existsSync(file) ? JSON.parse(readFileSync(file, "utf8")) : {});
+const persist = {
+  load: (id) => (read()[id] ? Uint8Array.from(Buffer.from(read()[id], "base64")) : null),
+  save: (id, bytes) => writeFileSync(file, JSON.stringify({ ...read(), [id]: Buffer.from(bytes).toString("base64") })),
+  delete: (id) => { const s = read(); delete s[id]; writeFileSync(file, JSON.stringify(s)); },
+};
+const out = [];
+for (const [url, epoch] of JSON.parse(process.env.CALLS)) {
+  const r = await idempotentFetch(url, { method: "POST", body: '{"amount":1}', headers: { "content-type": "application/json" } },
+    { keyKind: "counter", counter: { client: "two-routes", epoch, bits: 8 }, persist, id: "req-" + out.length });
+  out.push(r.response?.headers.get("idempotent-replayed") === "true" ? "replayed" : r.outcome);
+}
+console.log(out.join(" "));
+`;
+
+test("a late call with the epoch a session was opened again from leaves the new epoch's numbering alone (IDEM-CTR-4, IDEM-CTR-5)", async () => {
+  const s = server({ options: { keyKind: "counter", counter: { bits: 8, window: 8 } } });
+  const http = await serve(s.handler);
+  try {
+    const persist = mapPersist();
+    const open = async () => (await s.idem.openSession({ method: "POST", target: "/sessions", key: null }, { route: "/t", client: "reopened" })).epoch;
+    const call = (epoch, id) => idempotentFetch(`${http.url}/t`, json({ amount: 1 }), { keyKind: "counter", counter: { client: "reopened", epoch, bits: 8 }, persist, id });
+    const e1 = await open();
+    assert.equal((await call(e1, "1")).outcome, "completed");
+    const e2 = await open();
+    assert.equal((await call(e2, "2")).outcome, "completed");
+    // Still made with the old epoch: refused, nothing runs.
+    const late = await call(e1, "3");
+    assert.equal(late.outcome, "rejected");
+    assert.equal(late.status, 412);
+    const next = await call(e2, "4");
+    assert.equal(next.outcome, "completed");
+    assert.equal(next.response.headers.get("idempotent-replayed"), null);
+    assert.equal(next.key, `reopened:${e2}:1`);
+    assert.equal(s.seen.at(-1).low, "1");
+    assert.equal(s.executions(), 3);
+    // Every time the session is opened again, the old epoch's numbering (none of its numbers
+    // open) is dropped: the record keeps one numbering.
+    const record = () => persist.map.get("idem-counter:reopened").length;
+    const size = record();
+    for (let i = 0; i < 20; i++) {
+      const epoch = await open();
+      assert.equal((await call(epoch, `r${i}`)).key, `reopened:${epoch}:0`);
+      assert.ok(record() <= size + 1, `the record stays one numbering: ${record()} bytes`);
+    }
+    assert.equal(s.executions(), 23);
+  } finally {
+    await http.close();
+  }
+});
+
+test("a request that ends under its old epoch gives its number back to that epoch's numbering, not to the options' (IDEM-CTR-11)", async () => {
+  const s = server({ options: { keyKind: "counter", counter: { bits: 8, window: 8 } } });
+  const http = await serve(s.handler);
+  try {
+    const persist = mapPersist();
+    const open = async () => (await s.idem.openSession({ method: "POST", target: "/sessions", key: null }, { route: "/u", client: "resumed" })).epoch;
+    const options = (epoch, id, more) => ({ keyKind: "counter", counter: { client: "resumed", epoch, bits: 8 }, persist, id, ...more });
+    const e1 = await open();
+    // "x" is answered, and the process stops before its entry is deleted: its number stays open.
+    const stop = new Error("stopped");
+    await assert.rejects(idempotentFetch(`${http.url}/u`, json({ id: "x" }), options(e1, "x", { persist: { ...persist, delete: async () => { throw stop; } } })), stop);
+    const e2 = await open();
+    // "y" is stopped while its request is on its way: its number, e2's 0, stays open.
+    const controller = new AbortController();
+    const lost = async () => {
+      controller.abort();
+      throw controller.signal.reason;
+    };
+    await assert.rejects(idempotentFetch(`${http.url}/u`, { ...json({ id: "y" }), signal: controller.signal }, options(e2, "y", { fetch: lost })));
+    // "x" again, while the app holds the new epoch: its saved answer, and e1's number 0 given back.
+    const x = await idempotentFetch(`${http.url}/u`, json({ id: "x" }), options(e2, "x"));
+    assert.deepEqual([x.outcome, x.key], ["completed", `resumed:${e1}:0`]);
+    // e2's number 0 is still open: the low-water mark stays there.
+    const z = await idempotentFetch(`${http.url}/u`, json({ id: "z" }), options(e2, "z"));
+    assert.deepEqual([z.outcome, z.key], ["completed", `resumed:${e2}:1`]);
+    assert.equal(s.seen.at(-1).low, "0");
+    assert.equal(s.executions(), 2);
+  } finally {
+    await http.close();
+  }
+});
+
 test("counter options are checked (IDEM-JS-1)", async () => {
   await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", { method: "POST" }, { keyKind: "counter" }), (e) => e.code === "IDEM-JS-1");
   await assert.rejects(idempotentFetch("http://127.0.0.1:9/x", { method: "POST" }, { keyKind: "ulid" }), (e) => e.code === "IDEM-JS-1");

@@ -25,9 +25,10 @@ export interface IdempotentFetchOptions {
   /** `keyKind: "unix-time"`: this client's id in the key. */
   clientId?: string;
   /** `keyKind: "counter"`: the session the server opened (its epoch as decimal text), the
-   * counters' width (default 32) and first number (default 0). The numbering is kept in
-   * `persist` under `idem-counter:<client>`, so a restarted client continues it and never
-   * reuses a number the server may still hold. */
+   * counters' width (default 32) and first number (default 0). Each epoch has its own
+   * numbering (sessions on several routes, a session opened again); a client's numberings
+   * are kept in `persist` under `idem-counter:<client>`, so a restarted client continues
+   * them and never reuses a number the server may still hold. */
   counter?: { client: string; epoch: string | bigint; bits?: number; firstSeq?: number | bigint | string };
   /** Backoff with full jitter: first ceiling `base` (default 200 ms), at most `cap`
    * (20 s), at most `maxAttempts` sends (10), within `deadline` of the first send (10 min). */

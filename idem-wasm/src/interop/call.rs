@@ -82,7 +82,8 @@ numbered! {
         CounterTake = 17,
         /// `sequence, seq → sequence`: the answer for number `seq` arrived.
         CounterDone = 18,
-        /// `sequence → lowWater`: the low-water mark to send.
+        /// `sequence → lowWater, open`: the low-water mark to send, and how many numbers
+        /// wait for their answers.
         CounterLowWater = 19,
         /// `…values → …values`: the arguments as the module read them (for the tests that
         /// check both sides of this format).
