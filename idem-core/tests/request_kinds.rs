@@ -406,9 +406,9 @@ fn a_client_sequence_never_reuses_an_open_number_and_its_mark_trails_the_oldest_
     // IDEM-CTR-2 IDEM-CTR-11
     let mut seq = CounterSequence::new("app-7", 42, 8, 254).unwrap();
     assert_eq!(seq.low_water(), 254);
-    let a = seq.take();
-    let b = seq.take();
-    let c = seq.take();
+    let a = seq.take().unwrap();
+    let b = seq.take().unwrap();
+    let c = seq.take().unwrap();
     assert_eq!((a, b, c), (254, 255, 0), "the numbers wrap at 2^bits");
     assert_eq!(seq.key(c), "app-7:42:0");
     assert_eq!(seq.key(u64::MAX), "app-7:42:18446744073709551615");
@@ -423,7 +423,19 @@ fn a_client_sequence_never_reuses_an_open_number_and_its_mark_trails_the_oldest_
     // A restarted client continues where it stopped.
     let saved = serde_json::to_vec(&seq).unwrap();
     let mut again: CounterSequence = serde_json::from_slice(&saved).unwrap();
-    assert_eq!(again.take(), 1);
+    assert_eq!(again.take(), Some(1));
+    // All the way round (2^8 numbers) onto a number still open: refused, never handed out
+    // again for a second request while the server may hold the first.
+    let mut round = CounterSequence::new("app-7", 42, 8, 0).unwrap();
+    let stuck = round.take().unwrap();
+    for _ in 1..256 {
+        let n = round.take().unwrap();
+        round.done(n);
+    }
+    assert_eq!(round.take(), None, "number {stuck} is still open");
+    assert_eq!(round.take(), None);
+    round.done(stuck);
+    assert_eq!(round.take(), Some(0));
     assert!(CounterSequence::new("no spaces", 1, 8, 0).is_err());
     assert!(CounterSequence::new("c", 1, 8, 256).is_err());
     assert!(CounterSequence::new("c", 1, 7, 0).is_err());

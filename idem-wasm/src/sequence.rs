@@ -22,7 +22,12 @@ pub(crate) fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<()
         .ok_or_else(|| ErrorParts::range(interop::CODE_WIRE, "malformed counter sequence"))?;
     match op {
         ClientOp::CounterTake => {
-            let seq = s.take();
+            let seq = s.take().ok_or_else(|| {
+                ErrorParts::range(
+                    "IDEM-CTR-11",
+                    "every counter number is in use: the oldest open request must be answered or reconciled first",
+                )
+            })?;
             out.bytes(&s.to_bytes()).text(&s.key(seq));
         }
         ClientOp::CounterDone => {

@@ -341,7 +341,7 @@ mod tests {
         ) {
             let first = if bits == 64 { first } else { first & ((1u64 << bits) - 1) };
             let mut s = CounterSequence::new(&client, epoch, bits, first).unwrap();
-            let seqs: Vec<u64> = (0..taken).map(|_| s.take()).collect();
+            let seqs: Vec<u64> = (0..taken).map(|_| s.take().unwrap()).collect();
             for i in done {
                 if !seqs.is_empty() {
                     s.done(seqs[i.index(seqs.len())]);

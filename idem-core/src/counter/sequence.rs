@@ -58,11 +58,19 @@ impl CounterSequence {
     }
 
     /// The number for a new logical request; the next one wraps modulo 2^bits.
-    pub fn take(&mut self) -> u64 {
+    ///
+    /// `None` when that number is still open: the numbering went all the way round (2^bits
+    /// numbers since one whose answer never arrived), and handing it out again would send a
+    /// second logical request under the key of one the server may still hold. The open one
+    /// is to be answered or reconciled first.
+    pub fn take(&mut self) -> Option<u64> {
         let seq = self.next;
+        if self.open.contains(&seq) {
+            return None;
+        }
         self.next = seq.wrapping_add(1) & mask(self.bits);
         self.open.push(seq);
-        seq
+        Some(seq)
     }
 
     /// The key of number `seq`: `client:epoch:seq`.
