@@ -33,7 +33,7 @@ pub enum KeyKind {
     OpaqueStrict,
     /// A UUID, of the given version when one is named (`IDEM-KEY-4`).
     Uuid(Option<UuidVersion>),
-    /// A client timestamp, `<millis>` or `<client>:<millis>` ([`parse_time_key`],
+    /// A client timestamp, `<millis>` or `<client>:<millis>` ([`parse_time_key`](crate::parse_time_key),
     /// `IDEM-TIME-1` to `IDEM-TIME-5`). It is accepted only inside a window around the
     /// server's clock ([`TimeKeyConfig`]), which the key retention must outlive, so that a
     /// key whose record was purged can never run again; the same timestamp with another
