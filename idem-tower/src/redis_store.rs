@@ -150,6 +150,9 @@ impl AsyncStore for RedisStore {
     fn failure(error: &RedisStoreError) -> StoreFailure {
         match error {
             RedisStoreError::Record(e) if e.is_sealed() => StoreFailure::Sealed,
+            // At `maxmemory` under `noeviction`, Redis refuses writes: full, not gone
+            // (`IDEM-STORE-3`).
+            RedisStoreError::Redis(e) if e.code() == Some("OOM") => StoreFailure::Full,
             _ => StoreFailure::Unavailable,
         }
     }

@@ -273,3 +273,84 @@ async fn a_redis_store_bounds_each_call_whatever_its_connection_allows() {
     // Redis answers again: so does the store.
     assert!(store.load(&key).await.expect("a load").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_at_maxmemory_is_a_full_store() {
+    // IDEM-STORE-3: Redis at `maxmemory` under `noeviction` refuses writes; a new key is
+    // refused 503 store-full (not store-unavailable), nothing runs, and a stored key replays.
+    use bytes::Bytes;
+    use http::Request;
+    use http_body_util::{BodyExt, Full};
+    use idem_tower::IdempotencyLayer;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tower::{Layer, ServiceExt};
+    let server = common::redis();
+    let store = RedisStore::connect(&server.url).await.expect("redis");
+    let layer = IdempotencyLayer::builder(store)
+        .single_tenant()
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let service = layer.layer(tower::service_fn(move |_: Request<_>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
+                b"order",
+            ))))
+        }
+    }));
+    let post = |key: &str| {
+        Request::post("/orders")
+            .header("idempotency-key", format!("\"{key}\""))
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(post("before"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let client = redis::Client::open(server.url.as_str()).expect("a client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let used = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .expect("used_memory")
+        .trim()
+        .to_owned();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(&used)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: Result<(), _> = redis::cmd("SET")
+        .arg("ballast")
+        .arg(vec![b'x'; 64 * 1024])
+        .query_async(&mut conn)
+        .await;
+    let refused = service.clone().oneshot(post("after")).await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["type"], "urn:idem:problem:store-full");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let replay = service.oneshot(post("before")).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}

@@ -10,7 +10,7 @@
 // record's response is kept apart, under the record's key and `:response`, and expires with
 // the response (IDEM-STORE-9): its bytes are gone from Redis when the response retention
 // ends, while the key's tombstone stays. Reads are one script too (redis-load.lua).
-import { recordSealer, redisKeys, responseApart, storeTimeoutMs } from "idem";
+import { StoreFullError, recordSealer, redisKeys, responseApart, storeTimeoutMs } from "idem";
 import APPLY from "../../idem-core/stores/redis-apply.lua";
 import LOAD from "../../idem-core/stores/redis-load.lua";
 import { bounded, milliseconds, rangeError } from "./errors.js";
@@ -80,7 +80,14 @@ export class RedisStore {
       held !== undefined ? buffer(whole) : "",
       held !== undefined ? String(Math.ceil(write.deadline)) : "0",
     );
-    return (await bounded(applied, this.#timeout, "Redis")) === 1;
+    try {
+      return (await bounded(applied, this.#timeout, "Redis")) === 1;
+    } catch (err) {
+      // At `maxmemory` under `noeviction`, Redis refuses writes: the store is full (503
+      // store-full, IDEM-STORE-3), not gone.
+      if (typeof err?.message === "string" && err.message.startsWith("OOM ")) throw new StoreFullError(`Redis is full: ${err.message}`);
+      throw err;
+    }
   }
 }
 

@@ -101,6 +101,30 @@ describe("RedisStore", () => {
   });
 });
 
+test("RedisStore at maxmemory (noeviction) is full: a new key is refused 503 store-full, nothing runs, and a stored key still replays (IDEM-STORE-3)", async () => {
+  const full = await startRedis();
+  const redis = new Redis(full.url);
+  try {
+    let runs = 0;
+    const handler = withIdempotency(async () => new Response(`order ${++runs}`, { status: 201 }), { store: new RedisStore(redis), principal: "none" });
+    const post = (key) => new Request("http://x.test/orders", { method: "POST", headers: { "idempotency-key": `"${key}"` }, body: "{}" });
+    assert.equal((await handler(post("before"))).status, 201);
+    const used = Number(/used_memory:(\d+)/.exec(await redis.info("memory"))[1]);
+    await redis.config("SET", "maxmemory", String(used));
+    await redis.set("ballast", "x".repeat(64 * 1024)).catch(() => {});
+    const refused = await handler(post("after"));
+    assert.equal(refused.status, 503);
+    assert.equal((await refused.json()).type, "urn:idem:problem:store-full");
+    assert.ok(refused.headers.has("retry-after"));
+    assert.equal(runs, 1);
+    const replay = await handler(post("before"));
+    assert.equal(replay.headers.get("idempotent-replayed"), "true");
+  } finally {
+    redis.disconnect();
+    await full.stop();
+  }
+});
+
 describe("PostgresStore", () => {
   let server;
   const pools = [];
