@@ -291,15 +291,20 @@ export class PostgresStore {
    * record anyway, so a late sweep costs space, never correctness.
    */
   async sweep(now = Date.now(), limit = 1000) {
-    const { rows } = await this.#pool.query({ name: "idem_due", text: Q.due, values: [Math.floor(now), limit] });
+    // Bounded as every call of the store is (IDEM-STORE-10): a sweep never waits without end.
+    const { rows } = await this.#query(this.#pool, { name: "idem_due", text: Q.due, values: [Math.floor(now), limit] });
     let changed = 0;
     for (const row of rows) {
-      let value;
+      let write;
       try {
-        value = await openedRecord(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
+        const value = await openedRecord(this.#seal, row.key, new Uint8Array(row.value.buffer, row.value.byteOffset, row.value.byteLength));
+        write = expire(now, value);
       } catch (err) {
-        if (err?.code !== "IDEM-SEAL-3") throw err;
-        // Sealed with a key this store does not hold: idem-core's rule for it.
+        // Sealed with a key this store does not hold (IDEM-SEAL-3), or bytes that are not a
+        // record this version reads (IDEM-REC-1: damaged, or a newer writer's format):
+        // idem-core's rule for a record it cannot open. Thrown, one such record would stop the
+        // expiry of every record due after it, at every sweep.
+        if (err?.code !== "IDEM-SEAL-3" && err?.code !== "IDEM-REC-1") throw err;
         const due = unopenedDue(now, Number(row.expires));
         if (due === undefined) {
           if (await this.#write(this.#pool, row.key, { value: null, expect: row.version })) changed++;
@@ -308,7 +313,6 @@ export class PostgresStore {
         }
         continue;
       }
-      const write = expire(now, value);
       if (write === undefined) continue;
       write.expect = row.version;
       if (await this.#write(this.#pool, row.key, write)) changed++;

@@ -205,4 +205,40 @@ describe("PostgresStore: connections that die, and a pool with none to spare", (
       await allBack(pool);
     }
   });
+
+  test("a sweep that Postgres does not answer fails within the store's timeout, never waits without end (IDEM-STORE-10)", async () => {
+    const pool = newPool({ max: 2 });
+    const store = new PostgresStore(pool, { timeout: 300 });
+    const locker = new pg.Client({ connectionString: server.url });
+    await locker.connect();
+    try {
+      // The records' table locked by another session: the sweep's query waits on it.
+      await locker.query("BEGIN");
+      await locker.query("LOCK TABLE idem_records IN ACCESS EXCLUSIVE MODE");
+      const started = Date.now();
+      await assert.rejects(store.sweep(), (e) => e.code === "IDEM-STORE-4");
+      assert.ok(Date.now() - started < 5_000, `the sweep waited ${Date.now() - started} ms`);
+    } finally {
+      await locker.query("ROLLBACK").catch(() => {});
+      await locker.end().catch(() => {});
+    }
+    await allBack(pool, 5_000);
+    assert.equal(typeof (await store.sweep()), "number");
+  });
+
+  test("a sweep meets a record it cannot read (damaged, or a newer format) and goes on: the records due after it expire (IDEM-REC-1, IDEM-STORE-9)", async () => {
+    const pool = newPool({ max: 2 });
+    const store = new PostgresStore(pool);
+    const now = Date.now();
+    const handler = withIdempotency(async () => new Response("made", { status: 201 }), { store, principal: "none", responseTtl: 1, keyTtl: 60_000, now: () => now });
+    const keys = [randomUUID(), randomUUID()];
+    for (const key of keys) assert.equal((await handler(post(key))).status, 201);
+    // Due first, and not a record: the sweep reaches it before the others.
+    await pool.query("INSERT INTO idem_records (key, version, value, deadline, expires) VALUES ($1, '1', $2, 0, $3)", [`damaged-${randomUUID()}`, Buffer.from([9, 9, 9]), now + 60_000]);
+    const before = (await pool.query("SELECT count(*)::int AS n FROM idem_records WHERE deadline <= $1", [now + 10])).rows[0].n;
+    assert.ok(before >= 3);
+    await store.sweep(now + 10);
+    const { rows } = await pool.query("SELECT key FROM idem_records WHERE deadline <= $1", [now + 10]);
+    assert.deepEqual(rows.filter((r) => keys.some((k) => r.key.includes(k))), [], "the readable records due behind it expired");
+  });
 });

@@ -219,8 +219,11 @@ impl PostgresStore {
             let version: String = row.get(1);
             let record = match seal::decode(self.seal.as_ref(), &key, row.get::<_, &[u8]>(2)) {
                 Ok(record) => record,
-                // Sealed with a key this store does not hold: idem-core's rule for it.
-                Err(e) if e.is_sealed() => {
+                // Sealed with a key this store does not hold (`IDEM-SEAL-3`), or bytes that are
+                // not a record this version reads (`IDEM-REC-1`: damaged, or a newer writer's
+                // format): idem-core's rule for a record it cannot open. Returned as an error,
+                // one such record would stop the expiry of every record due after it.
+                Err(_) => {
                     let expires = UnixMillis(u64::try_from(row.get::<_, i64>(3)).unwrap_or(0));
                     if let Some(due) = unopened_due(expires, now) {
                         let due = i64::try_from(due.0).unwrap_or(i64::MAX);
@@ -236,7 +239,6 @@ impl PostgresStore {
                     }
                     continue;
                 }
-                Err(e) => return Err(PostgresStoreError::Record(e)),
             };
             let op = match record.expire(now) {
                 Expiry::Keep(_) => continue,
