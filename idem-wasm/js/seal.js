@@ -38,6 +38,18 @@ export function recordSealer(option) {
   // A CryptoKey counts as 32 bytes only when it is an AES-256-GCM key.
   const lengths = keys.map((k) => (isCryptoKey(k?.key) ? (k.key.algorithm?.name === ALGORITHM ? k.key.algorithm.length / 8 : 0) : (k?.key?.byteLength ?? 0)));
   sealCheckKeys(ids, Uint32Array.from(lengths));
+  // A CryptoKey must do what the store asks of it: seal with the first, open with each.
+  keys.forEach((k, i) => {
+    const usages = isCryptoKey(k.key) ? k.key.usages : null;
+    if (usages !== null && !(usages.includes("decrypt") && (i > 0 || usages.includes("encrypt")))) {
+      const e = new RangeError(`options.seal key ${JSON.stringify(ids[i])} must allow ${i === 0 ? "encrypt and decrypt" : "decrypt"}`);
+      e.code = "IDEM-JS-1";
+      throw e;
+    }
+  });
+  // The keys as they are now: bytes copied, so that a caller who clears or reuses its buffer
+  // afterwards (as it should, once the store has them) changes nothing here.
+  const material = keys.map((k) => (isCryptoKey(k.key) ? k.key : new Uint8Array(k.key instanceof ArrayBuffer ? k.key : k.key.buffer.slice(k.key.byteOffset, k.key.byteOffset + k.key.byteLength))));
   const head = sealHead(ids[0]);
   const readClear = option.readClear === true;
   // Imported once, when first used: WebCrypto's import is asynchronous.
@@ -45,7 +57,7 @@ export function recordSealer(option) {
   const cryptoKey = (i) => {
     let k = imported.get(i);
     if (k === undefined) {
-      const key = keys[i].key;
+      const key = material[i];
       k = isCryptoKey(key) ? Promise.resolve(key) : crypto.subtle.importKey("raw", key, ALGORITHM, false, ["encrypt", "decrypt"]);
       imported.set(i, k);
     }

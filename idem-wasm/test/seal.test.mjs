@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { MemoryStore, unopenedDue, withIdempotency } from "idem";
+import { MemoryStore, recordSealer, unopenedDue, withIdempotency } from "idem";
 import { PostgresStore } from "idem/postgres";
 import { RedisStore } from "idem/redis";
 import Redis from "ioredis";
@@ -202,8 +202,28 @@ describe("sealed MemoryStore", () => {
     assert.equal(runs.n, 2);
   });
 
-  test("sealing options are checked when the store is made (IDEM-JS-1)", () => {
+  test("sealing options are checked when the store is made (IDEM-JS-1)", async () => {
     assert.throws(() => new MemoryStore({ seal: { keys: [] } }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+    // A CryptoKey that cannot seal (the first) or cannot open (any) would fail every request.
+    const only = (usages) => crypto.subtle.importKey("raw", key(4), "AES-GCM", false, usages);
+    for (const keys of [[{ id: "a", key: await only(["encrypt"]) }], [{ id: "a", key: await only(["decrypt"]) }], [{ id: "a", key: key(1) }, { id: "b", key: await only(["encrypt"]) }]]) {
+      assert.throws(() => new MemoryStore({ seal: { keys } }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1", keys.map((k) => k.id).join());
+    }
+    assert.ok(new MemoryStore({ seal: { keys: [{ id: "a", key: key(1) }, { id: "b", key: await only(["decrypt"]) }] } }));
+  });
+
+  test("the key bytes are the store's from when it is made: clearing the caller's buffer after seals nothing under zeros (IDEM-SEAL-1)", async () => {
+    const secret = key(7);
+    const { store, keyOf } = watched(new MemoryStore({ seal: { keys: [{ id: "k7", key: secret }] } }));
+    // What a careful caller does once the store has its key.
+    secret.fill(0);
+    const runs = { n: 0 };
+    assert.equal((await answer(orders(store, runs), "z")).status, 201);
+    const held = store.stored(keyOf("z"));
+    await assert.doesNotReject(recordSealer({ keys: [{ id: "k7", key: key(7) }] }).open(keyOf("z"), held), "opens with the key as it was");
+    await assert.rejects(recordSealer({ keys: [{ id: "k7", key: key(0) }] }).open(keyOf("z"), held), (e) => e.code === "IDEM-SEAL-3");
+    const again = await answer(orders(store, runs), "z");
+    assert.deepEqual([again.status, again.replayed, runs.n], [201, "true", 1]);
   });
 });
 
