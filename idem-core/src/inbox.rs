@@ -129,10 +129,17 @@ impl Inbox {
         {
             return Err(KeyError::InvalidByte { at, byte });
         }
-        Ok(RecordKey::new(
-            kind_scope(&Scope::custom(source), "inbox"),
-            id,
-        ))
+        // A long source enters as its digest, as a long route does (`MAX_ROUTE_IN_CLEAR`): the
+        // storage key stays short enough for every store to index.
+        let scope = if source.len() > crate::MAX_ROUTE_IN_CLEAR {
+            Scope::custom(alloc::format!(
+                "h:{}",
+                crate::request::principal_digest(source)
+            ))
+        } else {
+            Scope::custom(source)
+        };
+        Ok(RecordKey::new(kind_scope(&scope, "inbox"), id))
     }
 
     /// The outcome of a delivery whose processing is done: what

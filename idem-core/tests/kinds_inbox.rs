@@ -237,6 +237,26 @@ fn another_payload_under_a_message_not_processed_is_refused_unacknowledged() {
 }
 
 #[test]
+fn a_long_source_keeps_the_storage_key_short_and_sources_apart() {
+    // IDEM-INBOX-1, IDEM-SCOPE-1: a source of any length keeps the record's storage key short
+    // enough for every store to index (a Postgres key holds about 2.7 KB).
+    let inbox = Inbox::default();
+    let id = "x".repeat(MAX_KEY_LEN);
+    let keys: Vec<String> = ["a".repeat(6_000), "b".repeat(6_000), "a".repeat(257)]
+        .iter()
+        .map(|source| inbox.message_key(source, &id).unwrap().storage_key())
+        .collect();
+    for key in &keys {
+        assert!(key.len() < 400, "{} bytes", key.len());
+    }
+    assert_ne!(keys[0], keys[1]);
+    assert_ne!(keys[0], keys[2]);
+    // Up to the bound, the source is kept as it is.
+    let short = inbox.message_key(&"a".repeat(256), "evt").unwrap();
+    assert!(short.scope.as_str().starts_with(&"a".repeat(256)));
+}
+
+#[test]
 fn bad_message_ids_are_refused() {
     // IDEM-INBOX-1
     let inbox = Inbox::default();

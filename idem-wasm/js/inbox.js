@@ -5,7 +5,7 @@ import { acknowledgedMask, deliveryNames } from "./idem_wasm.js";
 // A cycle (server.js imports `delivered` from here): neither module uses the other's names
 // before a call.
 import { Idempotency } from "./server.js";
-import { rangeError, toResponse } from "./util.js";
+import { rangeError, toResponse, wellFormed } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
 const textEncoder = new TextEncoder();
@@ -62,6 +62,9 @@ export class Inbox {
     if (typeof source !== "string" || source === "" || typeof id !== "string") {
       throw rangeError("IDEM-JS-1", "receive needs { source, id }: the sender and its message id");
     }
+    // A lone surrogate would be U+FFFD in the module: two senders would be one, and one's
+    // message acknowledged as the other's duplicate without being processed.
+    if (!wellFormed(source)) throw rangeError("IDEM-JS-1", "the source must be well-formed text (no lone surrogate)");
     if (contentType !== undefined && typeof contentType !== "string") throw rangeError("IDEM-JS-1", "contentType must be a string");
     // Checked before the message is claimed: a claim whose processing never starts would be
     // taken for a crashed one by the next delivery.

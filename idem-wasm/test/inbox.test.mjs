@@ -175,6 +175,14 @@ test("bad deliveries and options are refused (IDEM-JS-1)", async () => {
   for (const bad of [{ id: "evt" }, { source: "", id: "evt" }, { source: "psp" }]) {
     await assert.rejects(inbox.receive(bad, () => {}), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
   }
+  // Sources with a lone surrogate (as JSON.parse makes of "\ud800"): in the module each
+  // would be U+FFFD, and the second sender's message taken for the first's duplicate.
+  let processed = 0;
+  assert.equal((await inbox.receive({ source: "psp\ufffd", id: "evt", body: "{}" }, () => void processed++)).acknowledge, true);
+  for (const source of ["psp\ud800", "psp\udc00"]) {
+    await assert.rejects(inbox.receive({ source, id: "evt", body: "{}" }, () => void processed++), (e) => e instanceof RangeError && e.code === "IDEM-JS-1");
+  }
+  assert.equal(processed, 1);
   assert.throws(() => new Inbox({ store: new MemoryStore(), principal: "none" }), (e) => e.code === "IDEM-JS-1");
 });
 
