@@ -262,6 +262,35 @@ async fn different_credentials_never_share_a_scope() {
 }
 
 #[tokio::test]
+async fn a_credential_that_is_not_text_names_nobody() {
+    // IDEM-SCOPE-1 IDEM-SCOPE-3: read lossily, "Bearer \xff" and "Bearer \xfe" would be one
+    // principal, each replayed the other's answer; such a credential is refused instead.
+    let (server, client) = start(quick()).await;
+    for bytes in [&b"Bearer \xff"[..], &b"Bearer \xfe"[..]] {
+        let r = client
+            .post(format!("{}/orders", server.base_url()))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "shared-key")
+            .header(
+                "authorization",
+                reqwest::header::HeaderValue::from_bytes(bytes).unwrap(),
+            )
+            .body("{}")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(r.status().as_u16(), 500);
+        let headers = r.headers().clone();
+        let body = json(r).await;
+        assert_eq!(
+            problem_type(&headers, &body),
+            "urn:idem:problem:no-principal"
+        );
+    }
+    assert_eq!(server.executions().await, 0);
+}
+
+#[tokio::test]
 async fn a_body_up_to_the_configured_limit_runs_even_beyond_two_mib() {
     // The layer caps bodies at `max_body`; nothing in front of the handler caps them lower.
     let config = ServerConfig {

@@ -404,12 +404,16 @@ async fn count(State(app): State<Arc<App>>) -> Response<Full<Bytes>> {
 
 /// The test credentials: `Authorization: Bearer <token>` names the token's owner; any other
 /// Authorization value is a principal of its own, and no header is "anonymous", which no
-/// Authorization value can equal.
+/// Authorization value can equal. A value that is not text names nobody: empty, which the
+/// engine refuses (500 no-principal); read lossily, two such credentials would be one
+/// principal, each replayed the other's answers.
 fn principal_of(headers: &hyper::HeaderMap) -> String {
     match headers.get(hyper::header::AUTHORIZATION) {
         None => "anonymous".to_owned(),
         Some(v) => {
-            let v = String::from_utf8_lossy(v.as_bytes());
+            let Ok(v) = v.to_str() else {
+                return String::new();
+            };
             match v.strip_prefix("Bearer ") {
                 Some(token) => format!("bearer {}", token.trim()),
                 None => format!("authorization {v}"),
