@@ -121,7 +121,18 @@ where
         .and_then(|v| v.parse::<u64>().ok());
     let body = match read_body(&shared.policy, declared, body).await {
         Ok(body) => body,
-        Err(reply) => return Ok(reply_response(&reply)),
+        Err(reply) => {
+            let mut response = reply_response(&reply);
+            // The rest of the body is never read: an HTTP/1.1 connection closes after the
+            // answer, and says so (IDEM-LIMIT-1). HTTP/2 resets the stream and has no such field.
+            if parts.version <= http::Version::HTTP_11 {
+                response.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            return Ok(response);
+        }
     };
     // The rest runs in a task of its own: a client that goes away must not cancel a handler
     // half-way, nor the write of its outcome.

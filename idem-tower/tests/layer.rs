@@ -326,6 +326,11 @@ async fn an_endless_upload_is_refused_with_413_and_its_connection_closed() {
     let head = String::from_utf8_lossy(&seen);
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "the answer says the connection closes: {head}"
+    );
+    assert!(
         closed.is_ok(),
         "the server went on reading the upload after its 413"
     );
