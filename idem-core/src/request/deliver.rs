@@ -131,7 +131,7 @@ impl Request {
             Delivery::Held => again(Refusal::rejected(&RejectReason::OutcomeUnknown)),
             Delivery::Failed => Reply::plain(
                 Plain::Internal,
-                "the message was not processed; deliver it again",
+                "the processing of the message failed, or its end was not recorded; deliver it again",
             ),
             Delivery::Refused => match &self.state {
                 State::Answered(Answer::Refusal(r)) => r.reply(),
