@@ -291,6 +291,39 @@ async fn a_credential_that_is_not_text_names_nobody() {
 }
 
 #[tokio::test]
+async fn a_body_that_stalls_is_answered_and_its_connection_freed() {
+    // A client that declares a body and stops sending it neither holds its connection for
+    // ever nor claims the key: after the body timeout the layer answers 400, nothing runs.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, _) = start(ServerConfig {
+        body_timeout: Duration::from_millis(300),
+        ..quick()
+    })
+    .await;
+    let addr = server.base_url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST /orders HTTP/1.1\r\nhost: x\r\nauthorization: Bearer t\r\ncontent-type: application/json\r\nidempotency-key: \"stalled\"\r\ncontent-length: 100\r\n\r\n{\"amount\":")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 1024];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer to a stalled body");
+    let head = String::from_utf8_lossy(&answer);
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert_eq!(server.executions().await, 0);
+}
+
+#[tokio::test]
 async fn a_body_up_to_the_configured_limit_runs_even_beyond_two_mib() {
     // The layer caps bodies at `max_body`; nothing in front of the handler caps them lower.
     let config = ServerConfig {

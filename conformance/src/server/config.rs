@@ -46,6 +46,10 @@ pub struct ServerConfig {
     /// survives the process being killed right after, and lines of several processes on one
     /// file never interleave: the per-key execution log of the chaos tests.
     pub execution_log: Option<std::path::PathBuf>,
+    /// How long a request's body may go without a frame: a body that stalls longer fails, and
+    /// the layer answers it 400 with nothing claimed, instead of holding its connection and
+    /// task for ever (tower-http's `RequestBodyTimeout`). 30 s by default.
+    pub body_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +75,7 @@ impl Default for ServerConfig {
             store: None,
             seal: None,
             execution_log: None,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -11,14 +11,17 @@ use tokio::task::JoinSet;
 /// handshake).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn serve_connection<S>(router: Router, stream: S)
+/// Serves one connection; a request body that goes `body_timeout` without a frame fails
+/// (`ServerConfig::body_timeout`).
+async fn serve_connection<S>(router: Router, body_timeout: Duration, stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let service = tower_http::timeout::RequestBodyTimeout::new(router, body_timeout);
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
         .await;
 }
 
@@ -26,6 +29,7 @@ pub(super) async fn accept_loop(
     listener: TcpListener,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     router: Router,
+    body_timeout: Duration,
 ) {
     // Connections live in this set: when the server is dropped the accept task is aborted,
     // the set is dropped with it, and every connection task ends.
@@ -46,7 +50,7 @@ pub(super) async fn accept_loop(
                 let acceptor = acceptor.clone();
                 connections.spawn(async move {
                     match acceptor {
-                        None => serve_connection(router, stream).await,
+                        None => serve_connection(router, body_timeout, stream).await,
                         Some(acceptor) => {
                             // A client that never finishes its handshake costs one task for
                             // as long as a client that never sends its headers.
@@ -55,7 +59,7 @@ pub(super) async fn accept_loop(
                                 acceptor.accept(stream),
                             );
                             if let Ok(Ok(tls)) = handshake.await {
-                                serve_connection(router, tls).await;
+                                serve_connection(router, body_timeout, tls).await;
                             }
                         }
                     }

@@ -223,7 +223,7 @@ impl Server {
             .tls
             .as_ref()
             .map(|identity| tokio_rustls::TlsAcceptor::from(identity.server_config()));
-        let task = tokio::spawn(accept_loop(listener, tls, router));
+        let task = tokio::spawn(accept_loop(listener, tls, router, app.config.body_timeout));
         Ok(Server { addr, task, app })
     }
 
