@@ -100,9 +100,9 @@ test("counter keys continue across a restart from the persistence hook, with the
   }
 });
 
-// A client process: N requests through idempotentFetch with counter keys, its state in a
-// JSON file. Prints the outcomes.
-const CLIENT = `
+// The start of a client process's program: idempotentFetch, and a persist store in the JSON
+// file named by STATE.
+const FILE_PERSIST = `
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import { idempotentFetch } from "idem/client";
 const file = process.env.STATE;
@@ -112,7 +112,11 @@ const persist = {
   save: (id, bytes) => writeFileSync(file, JSON.stringify({ ...read(), [id]: Buffer.from(bytes).toString("base64") })),
   delete: (id) => { const s = read(); delete s[id]; writeFileSync(file, JSON.stringify(s)); },
 };
-const out = [];
+`;
+
+// A client process: N requests through idempotentFetch with counter keys, its state in a
+// JSON file. Prints the outcomes.
+const CLIENT = `${FILE_PERSIST}const out = [];
 for (let i = 0; i < Number(process.env.N); i++) {
   const r = await idempotentFetch(process.env.URL, { method: "POST", body: JSON.stringify({ i }), headers: { "content-type": "application/json" } },
     { keyKind: "counter", counter: { client: "app-7", epoch: process.env.EPOCH, bits: 8 }, persist, id: "req-" + Date.now() + "-" + i });
@@ -163,17 +167,7 @@ test("a client with sessions on two routes numbers each epoch on its own: A, B, 
 
 // A client process: one request per [url, epoch] of CALLS with counter keys of client
 // "two-routes", all with the same payload, its state in a JSON file. Prints the outcomes.
-const CALLS = `
-import { readFileSync, writeFileSync, existsSync } from "node:fs";
-import { idempotentFetch } from "idem/client";
-const file = process.env.STATE;
-const read = () => (existsSync(file) ? JSON.parse(readFileSync(file, "utf8")) : {});
-const persist = {
-  load: (id) => (read()[id] ? Uint8Array.from(Buffer.from(read()[id], "base64")) : null),
-  save: (id, bytes) => writeFileSync(file, JSON.stringify({ ...read(), [id]: Buffer.from(bytes).toString("base64") })),
-  delete: (id) => { const s = read(); delete s[id]; writeFileSync(file, JSON.stringify(s)); },
-};
-const out = [];
+const CALLS = `${FILE_PERSIST}const out = [];
 for (const [url, epoch] of JSON.parse(process.env.CALLS)) {
   const r = await idempotentFetch(url, { method: "POST", body: '{"amount":1}', headers: { "content-type": "application/json" } },
     { keyKind: "counter", counter: { client: "two-routes", epoch, bits: 8 }, persist, id: "req-" + out.length });
