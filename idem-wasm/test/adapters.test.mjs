@@ -3,8 +3,7 @@
 // both: execution once, replays with the stored headers, concurrent duplicates, payload
 // mismatch, path/method selection and the skip predicate, the key header's name, the
 // problem mapping hook, and the bad inputs of the worker's bad-input test (problem+json,
-// nothing executed). Then Hono under middleware mounted before it: one that read the body,
-// and CORS and a request id set before it.
+// nothing executed). Hono under middleware mounted before it: hono-middleware.test.mjs.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { connect } from "node:net";
@@ -12,11 +11,10 @@ import { after, before, describe, test } from "node:test";
 import { serve as honoServe } from "@hono/node-server";
 import express from "express";
 import { Hono } from "hono";
-import { cors } from "hono/cors";
-import { validator } from "hono/validator";
 import { MemoryStore } from "idem";
 import { idempotency as expressIdempotency } from "idem/express";
 import { idempotency as honoIdempotency } from "idem/hono";
+import { opened } from "./framework-http.mjs";
 
 const MAX_BODY = 1024;
 const ORDER = '{"amount":4200,"currency":"eur"}';
@@ -112,17 +110,6 @@ function listenExpress(app) {
   });
 }
 
-function opened(server, port) {
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    close: () =>
-      new Promise((resolve) => {
-        server.closeAllConnections?.();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 function post(url, { key, body = ORDER, path = "/api/orders", user = "alice", header = "idempotency-key", contentType = "application/json" } = {}) {
   const headers = { "content-type": contentType, "x-user": user };
@@ -400,179 +387,3 @@ for (const [name, make] of [
     });
   });
 }
-
-/** A Hono app over loopback HTTP, as `honoApp` serves it. */
-function listenHono(app) {
-  return new Promise((resolve) => {
-    const server = honoServe({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, (info) => resolve(opened(server, info.port)));
-  });
-}
-
-describe("idem/hono after middleware that read the body (IDEM-JS-4, IDEM-JS-10)", () => {
-  let server;
-  let runs = 0;
-  before(async () => {
-    const app = new Hono();
-    // What validators, loggers and signature checks mounted first do.
-    app.use("/json/*", async (c, next) => {
-      await c.req.json();
-      await next();
-    });
-    app.use("/valid/*", validator("json", (value) => value));
-    app.use("/bytes/*", async (c, next) => {
-      await c.req.arrayBuffer();
-      await next();
-    });
-    app.use("/text/*", async (c, next) => {
-      await c.req.text();
-      await next();
-    });
-    // Past Hono's body cache: nothing kept the bytes.
-    app.use("/raw/*", async (c, next) => {
-      await c.req.raw.arrayBuffer();
-      await next();
-    });
-    app.use("*", honoIdempotency({ store: new MemoryStore(), principal: "none" }));
-    app.post("*", async (c) => c.json({ run: ++runs, body: await c.req.text() }, 201));
-    server = await listenHono(app);
-  });
-  after(async () => server?.close());
-
-  const send = (path, key, body, contentType = "application/json") =>
-    fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": contentType, "idempotency-key": key }, body });
-
-  async function problem(r, status, type) {
-    const text = await r.text();
-    assert.equal(r.status, status, text);
-    assert.equal(r.headers.get("content-type"), "application/problem+json", text);
-    assert.equal(JSON.parse(text).type, type, text);
-  }
-
-  for (const path of ["/json/orders", "/valid/orders", "/bytes/orders"]) {
-    test(`${path}: the request runs once with its body, its retry replays, and another payload under its key is refused with 422`, async () => {
-      const key = fresh();
-      const first = await send(path, key, ORDER);
-      const answer = await first.text();
-      assert.equal(first.status, 201, answer);
-      assert.equal(JSON.parse(answer).body, ORDER, "the handler reads the body too");
-      const retry = await send(path, key, ORDER);
-      assert.equal(retry.status, 201);
-      assert.equal(retry.headers.get("idempotent-replayed"), "true");
-      assert.equal(await retry.text(), answer);
-      await problem(await send(path, key, '{"amount":1,"currency":"eur"}'), 422, "urn:idem:problem:key-reuse-mismatch");
-    });
-  }
-
-  test("a text body is fingerprinted from the bytes sent; one whose text does not give them back is a problem, and nothing runs", async () => {
-    const key = fresh();
-    const first = await send("/text/notes", key, "hello", "text/plain");
-    assert.equal(first.status, 201, await first.text());
-    assert.equal((await send("/text/notes", key, "hello", "text/plain")).headers.get("idempotent-replayed"), "true");
-    await problem(await send("/text/notes", key, "hellO", "text/plain"), 422, "urn:idem:problem:key-reuse-mismatch");
-    const ran = runs;
-    // A byte-order mark (dropped when decoded) and malformed UTF-8 (decoded as U+FFFD).
-    await problem(await send("/text/notes", fresh(), "\uFEFFhello", "text/plain"), 500, "about:blank");
-    await problem(await send("/text/notes", fresh(), new Uint8Array([0x68, 0xff, 0x69]), "text/plain"), 500, "about:blank");
-    assert.equal(runs, ran);
-  });
-
-  test("a body read past Hono's cache (c.req.raw) is answered with a problem, not a crash, and nothing runs", async () => {
-    const ran = runs;
-    await problem(await send("/raw/orders", fresh(), ORDER), 500, "about:blank");
-    assert.equal(runs, ran);
-  });
-});
-
-describe("idem/hono under middleware that set headers before it (IDEM-JS-4, IDEM-JS-10)", () => {
-  /** CORS for two origins, a request id (from `x-req`) and a cookie before idem, and
-   * `x-served-by` set both before idem and by the handler, which sets a cookie of its own
-   * and waits for `release()`. */
-  async function corsApp() {
-    const state = { runs: 0 };
-    let started;
-    state.running = new Promise((resolve) => (started = resolve));
-    const held = new Promise((resolve) => (state.release = resolve));
-    const app = new Hono();
-    app.use("*", cors({ origin: ["https://a.example", "https://b.example"] }));
-    app.use("*", async (c, next) => {
-      c.header("x-request-id", c.req.header("x-req") ?? "none");
-      c.header("x-served-by", "outer");
-      c.header("set-cookie", `sid=${c.req.header("x-req")}`, { append: true });
-      await next();
-    });
-    app.use("/orders", honoIdempotency({ store: new MemoryStore(), principal: "none" }));
-    app.post("/orders", async (c) => {
-      const id = ++state.runs;
-      started();
-      await held;
-      c.header("x-served-by", "handler");
-      c.header("set-cookie", `cart=${id}`, { append: true });
-      return c.json({ id }, 201, { "x-order-id": String(id) });
-    });
-    state.server = await listenHono(app);
-    return state;
-  }
-
-  const send = (server, origin, req, { key = '"k1"', body = ORDER } = {}) =>
-    fetch(`${server.url}/orders`, { method: "POST", headers: { origin, "x-req": req, "idempotency-key": key, "content-type": "application/json" }, body });
-  const fields = (r) => ({
-    origin: r.headers.get("access-control-allow-origin"),
-    request: r.headers.get("x-request-id"),
-    servedBy: r.headers.get("x-served-by"),
-    vary: r.headers.get("vary"),
-    cookies: r.headers.getSetCookie().sort(),
-  });
-
-  test("its refusals (409 in progress, 422 mismatch, 400 bad key) carry the CORS headers, request id and cookie of the request they answer", async () => {
-    const app = await corsApp();
-    let pending;
-    try {
-      pending = send(app.server, "https://a.example", "r1");
-      await app.running;
-      const busy = await send(app.server, "https://a.example", "r2");
-      assert.equal(busy.status, 409, await busy.text());
-      assert.equal(busy.headers.get("content-type"), "application/problem+json");
-      assert.deepEqual(fields(busy), { origin: "https://a.example", request: "r2", servedBy: "outer", vary: "Origin", cookies: ["sid=r2"] });
-      app.release();
-      assert.equal((await pending).status, 201);
-      const mismatch = await send(app.server, "https://b.example", "r3", { body: '{"amount":1,"currency":"eur"}' });
-      assert.equal(mismatch.status, 422);
-      assert.equal(mismatch.headers.get("content-type"), "application/problem+json");
-      assert.deepEqual(fields(mismatch), { origin: "https://b.example", request: "r3", servedBy: "outer", vary: "Origin", cookies: ["sid=r3"] });
-      const bad = await send(app.server, "https://a.example", "r4", { key: "" });
-      assert.equal(bad.status, 400);
-      assert.equal(bad.headers.get("content-type"), "application/problem+json");
-      assert.deepEqual(fields(bad), { origin: "https://a.example", request: "r4", servedBy: "outer", vary: "Origin", cookies: ["sid=r4"] });
-      assert.equal(app.runs, 1);
-    } finally {
-      app.release();
-      await pending?.catch(() => {});
-      await app.server.close();
-    }
-  });
-
-  test("a replay carries the retry's own CORS headers, request id and cookie, never the first request's; the stored answer's headers replace those of the same names (IDEM-REPLAY-4, as IDEM-JS-7 says for Express)", async () => {
-    const app = await corsApp();
-    app.release();
-    try {
-      const first = await send(app.server, "https://a.example", "r1");
-      const answer = await first.text();
-      assert.equal(first.status, 201, answer);
-      assert.deepEqual(fields(first), { origin: "https://a.example", request: "r1", servedBy: "handler", vary: "Origin", cookies: ["cart=1", "sid=r1"] });
-      const replay = await send(app.server, "https://b.example", "r2");
-      assert.equal(replay.status, 201);
-      assert.equal(replay.headers.get("idempotent-replayed"), "true");
-      assert.deepEqual(fields(replay), { origin: "https://b.example", request: "r2", servedBy: "handler", vary: "Origin", cookies: ["cart=1", "sid=r2"] });
-      assert.equal(replay.headers.get("x-order-id"), "1");
-      assert.equal(replay.headers.get("content-type"), first.headers.get("content-type"));
-      assert.equal(await replay.text(), answer);
-      // An origin CORS does not allow gets no Access-Control-Allow-Origin, not the first one's.
-      const stranger = await send(app.server, "https://evil.example", "r3");
-      assert.equal(stranger.headers.get("idempotent-replayed"), "true");
-      assert.deepEqual(fields(stranger), { origin: null, request: "r3", servedBy: "handler", vary: "Origin", cookies: ["cart=1", "sid=r3"] });
-      assert.equal(app.runs, 1);
-    } finally {
-      await app.server.close();
-    }
-  });
-});

@@ -376,3 +376,17 @@ export async function checkEndlessUpload(port, path) {
   assert.match(head, /\r\nconnection: close/i);
   assert.equal(closed, true, "the server went on reading the upload after its 413");
 }
+
+/** A listening server (Node's http.Server) on `port`, as the framework tests use it:
+ * `{ url, port, close() }`, closing its connections too. */
+export function opened(server, port) {
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections?.();
+        server.close(() => resolve());
+      }),
+  };
+}
