@@ -129,16 +129,9 @@ impl Inbox {
         {
             return Err(KeyError::InvalidByte { at, byte });
         }
-        // A long source enters as its digest, as a long route does (`MAX_ROUTE_IN_CLEAR`): the
-        // storage key stays short enough for every store to index.
-        let scope = if source.len() > crate::MAX_ROUTE_IN_CLEAR {
-            Scope::custom(alloc::format!(
-                "h:{}",
-                crate::request::principal_digest(source)
-            ))
-        } else {
-            Scope::custom(source)
-        };
+        // A long source enters as its digest, as a long route does.
+        let scope =
+            Scope::custom(crate::key::digest_if_long(source).unwrap_or_else(|| source.into()));
         Ok(RecordKey::new(kind_scope(&scope, "inbox"), id))
     }
 

@@ -372,8 +372,18 @@ fn is_tchar(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
 }
 
-/// The longest route that enters a [`Scope`] as it is; a longer one enters as its digest.
-pub const MAX_ROUTE_IN_CLEAR: usize = 256;
+/// The longest text (a route, an inbox source) that enters a [`Scope`] as it is; a longer one
+/// enters as its digest.
+pub const MAX_IN_CLEAR: usize = 256;
+
+/// `text` as a scope holds it when it is longer than [`MAX_IN_CLEAR`]: `h:` and its digest
+/// (the principal's digest function), so that a record's storage key stays short enough for
+/// every store to index (a Postgres key, a Redis key), whatever the client chose; `None` for
+/// shorter text, which the scope holds as it is.
+pub(crate) fn digest_if_long(text: &str) -> Option<String> {
+    (text.len() > MAX_IN_CLEAR)
+        .then(|| alloc::format!("h:{}", crate::request::principal_digest(text)))
+}
 
 /// The namespace a key lives in (requirement `IDEM-SCOPE-1`).
 ///
@@ -389,10 +399,9 @@ pub struct Scope(String);
 impl Scope {
     /// The default scope: principal (the authenticated caller; empty for anonymous),
     /// method and route template. The parts are length-prefixed, so no choice of strings can
-    /// make two different triples collide. A route longer than [`MAX_ROUTE_IN_CLEAR`] bytes
-    /// (a request path the client chose) enters as `h:` and its digest, which no
-    /// length-prefixed route begins with: so a record's storage key stays short enough for
-    /// every store to index (a Postgres key, a Redis key), whatever the path.
+    /// make two different triples collide. A route longer than [`MAX_IN_CLEAR`] bytes (a
+    /// request path the client chose) enters as `h:` and its digest, which no
+    /// length-prefixed route begins with.
     pub fn new(principal: &str, method: &str, route: &str) -> Scope {
         let mut s = String::with_capacity(principal.len() + method.len() + route.len() + 12);
         for part in [principal, method] {
@@ -400,9 +409,8 @@ impl Scope {
             s.push(':');
             s.push_str(part);
         }
-        if route.len() > MAX_ROUTE_IN_CLEAR {
-            s.push_str("h:");
-            s.push_str(&crate::request::principal_digest(route));
+        if let Some(digest) = digest_if_long(route) {
+            s.push_str(&digest);
         } else {
             s.push_str(crate::canon::Decimal::new(route.len() as u64).as_str());
             s.push(':');

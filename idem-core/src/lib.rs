@@ -104,7 +104,7 @@ pub use fingerprint::{
 };
 pub use key::{
     parse_opaque_lenient, parse_opaque_strict, parse_uuid, KeyError, RecordKey, Scope, UuidVersion,
-    MAX_KEY_LEN, MAX_ROUTE_IN_CLEAR,
+    MAX_IN_CLEAR, MAX_KEY_LEN,
 };
 pub use memory::{
     MemoryStore, MemoryStoreError, MemoryStoreLimits, MemoryStoreStats, ENTRY_OVERHEAD,

@@ -532,14 +532,14 @@ fn a_long_route_enters_the_scope_as_its_digest() {
     // IDEM-SCOPE-1: a request path of any length keeps the storage key short enough for every
     // store to index (a Postgres primary key holds about 2.7 KB), and distinct routes apart.
     let path = |n: usize, c: char| format!("/{}", core::iter::repeat_n(c, n).collect::<String>());
-    let longest = path(MAX_ROUTE_IN_CLEAR - 1, 'a');
+    let longest = path(MAX_IN_CLEAR - 1, 'a');
     assert!(Scope::new("p", "POST", &longest)
         .as_str()
         .ends_with(&longest));
     let key = "k".repeat(MAX_KEY_LEN);
     let mut seen = std::collections::HashSet::new();
     for route in [
-        path(MAX_ROUTE_IN_CLEAR, 'a'),
+        path(MAX_IN_CLEAR, 'a'),
         path(100_000, 'a'),
         path(100_000, 'b'),
     ] {
