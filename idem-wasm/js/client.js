@@ -5,6 +5,7 @@
 //
 // One file for one function: the send loop of `idempotentFetch`, its waits, its
 // persistence and its reconciliation share the entry and the options, and read in order.
+// Calls that share an entry are joined in client-join.js.
 import { sleep } from "./common.js";
 import { rangeError } from "./errors.js";
 import * as ClientOp from "./client-codes/op.js";

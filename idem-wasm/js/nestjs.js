@@ -21,6 +21,10 @@
 //   exception filter could be preempted by the application's own catch-all filters. A `GET`
 //   with `Idempotency-Status` routed to a marked handler is a status query, answered the
 //   same way (after the guards, which set the principal).
+//
+// Both pieces stay in this file: they hand the request to each other through the symbols
+// and the binding defined here (the body read, the capture), on both platforms; what they
+// share with the other adapters is in adapter.js, node-response.js and fastify-reply.js.
 import { Readable } from "node:stream";
 import { Module, SetMetadata } from "@nestjs/common";
 import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from "@nestjs/common/constants.js";

@@ -6,6 +6,11 @@
 // compare-and-set. `sweep()` expires what is due through the index on the deadline.
 // `transaction(context, fn)` commits the handler's own rows in the transaction that
 // completes its key: both or neither (the reason idem records writes, not actions).
+//
+// One class in one file: the store's calls, the handler's transaction and the sweep share
+// the pool, its bounded checkout (a client watched from the moment the pool hands it over,
+// nothing sent after the caller gave up) and the transactions open by attempt, which are
+// the class's private state; split, each part would need that state made public.
 import { expire, openedRecord, recordSealer, storeTimeoutMs, unopenedDue } from "idem";
 import SQL from "../../idem-core/stores/postgres.sql";
 import { attemptOf, attemptOfContext } from "./attempt.js";
