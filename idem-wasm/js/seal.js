@@ -49,7 +49,9 @@ export function recordSealer(option) {
   });
   // The keys as they are now: bytes copied, so that a caller who clears or reuses its buffer
   // afterwards (as it should, once the store has them) changes nothing here.
-  const material = keys.map((k) => (isCryptoKey(k.key) ? k.key : new Uint8Array(k.key instanceof ArrayBuffer ? k.key : k.key.buffer.slice(k.key.byteOffset, k.key.byteOffset + k.key.byteLength))));
+  const material = keys.map(({ key }) =>
+    isCryptoKey(key) ? key : new Uint8Array(ArrayBuffer.isView(key) ? key.buffer.slice(key.byteOffset, key.byteOffset + key.byteLength) : key.slice(0)),
+  );
   const head = sealHead(ids[0]);
   const readClear = option.readClear === true;
   // Imported once, when first used: WebCrypto's import is asynchronous.

@@ -213,17 +213,18 @@ describe("sealed MemoryStore", () => {
   });
 
   test("the key bytes are the store's from when it is made: clearing the caller's buffer after seals nothing under zeros (IDEM-SEAL-1)", async () => {
-    const secret = key(7);
-    const { store, keyOf } = watched(new MemoryStore({ seal: { keys: [{ id: "k7", key: secret }] } }));
-    // What a careful caller does once the store has its key.
-    secret.fill(0);
-    const runs = { n: 0 };
-    assert.equal((await answer(orders(store, runs), "z")).status, 201);
-    const held = store.stored(keyOf("z"));
-    await assert.doesNotReject(recordSealer({ keys: [{ id: "k7", key: key(7) }] }).open(keyOf("z"), held), "opens with the key as it was");
-    await assert.rejects(recordSealer({ keys: [{ id: "k7", key: key(0) }] }).open(keyOf("z"), held), (e) => e.code === "IDEM-SEAL-3");
-    const again = await answer(orders(store, runs), "z");
-    assert.deepEqual([again.status, again.replayed, runs.n], [201, "true", 1]);
+    // A view and an ArrayBuffer, each zeroed once the store has it, as a careful caller does.
+    for (const [secret, clear] of [[key(7), (k) => k.fill(0)], [key(7).buffer, (k) => new Uint8Array(k).fill(0)]]) {
+      const { store, keyOf } = watched(new MemoryStore({ seal: { keys: [{ id: "k7", key: secret }] } }));
+      clear(secret);
+      const runs = { n: 0 };
+      assert.equal((await answer(orders(store, runs), "z")).status, 201);
+      const held = store.stored(keyOf("z"));
+      await assert.doesNotReject(recordSealer({ keys: [{ id: "k7", key: key(7) }] }).open(keyOf("z"), held), "opens with the key as it was");
+      await assert.rejects(recordSealer({ keys: [{ id: "k7", key: key(0) }] }).open(keyOf("z"), held), (e) => e.code === "IDEM-SEAL-3");
+      const again = await answer(orders(store, runs), "z");
+      assert.deepEqual([again.status, again.replayed, runs.n], [201, "true", 1]);
+    }
   });
 });
 
