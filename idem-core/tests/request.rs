@@ -340,6 +340,105 @@ fn store_failures_answer_503_before_running_and_leave_the_lease_after() {
 }
 
 #[test]
+fn a_claim_whose_answer_was_lost_is_withdrawn_before_the_503() {
+    // IDEM-STORE-12 IDEM-STORE-4: the store wrote the claim, the host saw a timeout.
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let mut waiters = Waiters::default();
+    let mut req = request(&policy, "k", "{}", 1);
+    assert_eq!(req.poll(T0, &mut waiters), Step::Claim);
+    req.handle_record(T0, None, &mut waiters);
+    let Step::Apply(claim) = req.poll(T0, &mut waiters) else {
+        panic!("the claim's write");
+    };
+    let WriteOp::Put(created) = &claim.op else {
+        panic!("a claim writes a record");
+    };
+    let version = created.version;
+    assert_eq!(store.apply(T0, claim).unwrap(), Applied::Applied);
+    req.handle_store_error(StoreFailure::Unavailable, &mut waiters);
+    let Step::Apply(withdrawal) = req.poll(at(1), &mut waiters) else {
+        panic!("the withdrawal comes before the answer");
+    };
+    assert_eq!(withdrawal.key, *req.key());
+    assert_eq!(withdrawal.precondition, Precondition::Version(version));
+    assert_eq!(withdrawal.op, WriteOp::Delete);
+    // Its own result changes nothing of the answer: applied here, lost or refused elsewhere.
+    let applied = store.apply(at(1), withdrawal).unwrap();
+    assert_eq!(applied, Applied::Applied);
+    req.handle_applied(at(1), applied, &mut waiters);
+    assert_eq!(req.poll(at(1), &mut waiters), Step::Reply);
+    assert_eq!(req.reply().unwrap().status(), 503);
+    assert_eq!(events(&mut req), ["rejected"]);
+    // The retry runs at once, as a first attempt: the key is not held until the lease ends.
+    let mut retry = request(&policy, "k", "{}", 2);
+    let Step::Run(ctx) = drive(&mut retry, &mut store, at(2)) else {
+        panic!("the retry runs");
+    };
+    assert!(!ctx.recovered);
+
+    // The same through `drive`, over a store that writes and then fails: the withdrawal is
+    // applied before the error is returned.
+    struct Lost(MemoryStore);
+    impl Store for Lost {
+        type Error = &'static str;
+        fn load(&self, key: &RecordKey) -> Result<Option<Record>, &'static str> {
+            Ok(self.0.get(key).cloned())
+        }
+        fn apply(&mut self, now: UnixMillis, write: Write) -> Result<Applied, &'static str> {
+            let deletes = write.op == WriteOp::Delete;
+            let applied = self.0.apply(now, write).unwrap();
+            if deletes {
+                Ok(applied)
+            } else {
+                Err("timed out")
+            }
+        }
+    }
+    let mut lost = Lost(MemoryStore::default());
+    let mut req = request(&policy, "j", "{}", 3);
+    assert_eq!(req.drive(&mut lost, T0, &mut waiters), Err("timed out"));
+    assert_eq!(req.poll(T0, &mut waiters), Step::Reply);
+    assert!(lost.0.get(req.key()).is_none(), "withdrawn");
+}
+
+#[test]
+fn a_claim_that_no_store_wrote_or_that_replaced_a_record_is_not_withdrawn() {
+    // IDEM-STORE-12: a full store wrote nothing; a takeover's claim keeps the lease it took,
+    // so that the next attempt is still told it recovers.
+    let policy = policy();
+    let mut waiters = Waiters::default();
+    let mut req = request(&policy, "k", "{}", 1);
+    assert_eq!(req.poll(T0, &mut waiters), Step::Claim);
+    req.handle_record(T0, None, &mut waiters);
+    assert!(matches!(req.poll(T0, &mut waiters), Step::Apply(_)));
+    req.handle_store_error(StoreFailure::Full, &mut waiters);
+    assert_eq!(req.poll(T0, &mut waiters), Step::Reply);
+
+    let mut store = MemoryStore::default();
+    let mut crashed = request(&policy, "t", "{}", 2);
+    assert!(matches!(drive(&mut crashed, &mut store, T0), Step::Run(_)));
+    // The lease (5 s) ends without an outcome; the next attempt's claim replaces the record.
+    let mut next = request(&policy, "t", "{}", 3);
+    assert_eq!(next.poll(at(6_000), &mut waiters), Step::Claim);
+    let record = store.get(next.key()).cloned();
+    next.handle_record(at(6_000), record.as_ref(), &mut waiters);
+    let Step::Apply(takeover) = next.poll(at(6_000), &mut waiters) else {
+        panic!("the takeover's write");
+    };
+    assert!(matches!(takeover.precondition, Precondition::Version(_)));
+    assert_eq!(store.apply(at(6_000), takeover).unwrap(), Applied::Applied);
+    next.handle_store_error(StoreFailure::Unavailable, &mut waiters);
+    assert_eq!(next.poll(at(6_001), &mut waiters), Step::Reply);
+    // Its lease ends it, and the attempt after that recovers.
+    let mut last = request(&policy, "t", "{}", 4);
+    let Step::Run(ctx) = drive(&mut last, &mut store, at(12_000)) else {
+        panic!("the attempt after the lease runs");
+    };
+    assert!(ctx.recovered);
+}
+
+#[test]
 fn a_heartbeat_on_its_way_when_the_handler_returns_never_fences_out_the_completion() {
     // IDEM-LEASE-3 IDEM-LEASE-4
     let policy = policy();

@@ -125,6 +125,45 @@ test("RedisStore at maxmemory (noeviction) is full: a new key is refused 503 sto
   }
 });
 
+test("RedisStore: a claim whose answer is lost lands late and is withdrawn before the 503; the retry runs at once, once (IDEM-STORE-12)", async () => {
+  const server = await startRedis();
+  const redis = new Redis(server.url);
+  const admin = new Redis(server.url);
+  try {
+    const store = new RedisStore(redis, { timeout: 150 });
+    // Redis holds every write from just before the claim for longer than a call may take:
+    // the claim is sent, times out, and is written when the pause ends.
+    let pause = true;
+    const pausing = {
+      load: (key) => store.load(key),
+      apply: async (key, write, now) => {
+        if (pause) {
+          pause = false;
+          await admin.client("PAUSE", "600", "WRITE");
+        }
+        return store.apply(key, write, now);
+      },
+    };
+    let runs = 0;
+    const handler = withIdempotency(async () => new Response(`order ${++runs}`, { status: 201 }), { store: pausing, principal: "none" });
+    const post = () => new Request("http://x.test/orders", { method: "POST", headers: { "idempotency-key": '"late"' }, body: "{}" });
+    const refused = await handler(post());
+    assert.equal(refused.status, 503);
+    assert.equal((await refused.json()).type, "urn:idem:problem:store-unavailable");
+    assert.equal(runs, 0);
+    // A write on the same connection is done once the claim and what followed it are.
+    await redis.set("after-the-pause", "1");
+    const retry = await handler(post());
+    assert.equal(retry.status, 201, "the late claim holds the key");
+    assert.equal(await retry.text(), "order 1");
+    assert.equal(runs, 1);
+  } finally {
+    redis.disconnect();
+    admin.disconnect();
+    await server.stop();
+  }
+});
+
 describe("PostgresStore", () => {
   let server;
   const pools = [];

@@ -2,6 +2,7 @@
 //! for a duplicate in flight.
 
 use super::*;
+use crate::record::{Precondition, WriteOp};
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Wait {
@@ -125,12 +126,17 @@ impl Request {
                 return;
             }
         };
+        let created = match (&write.precondition, &write.op) {
+            (Precondition::Absent, WriteOp::Put(record)) => Some(record.version),
+            _ => None,
+        };
         self.write = Some(write);
         self.state = State::Applying {
             hold,
             recovered,
             lost,
             wait,
+            created,
         };
     }
 

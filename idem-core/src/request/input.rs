@@ -2,6 +2,7 @@
 //! heartbeats it asks for.
 
 use super::*;
+use crate::record::{Precondition, WriteOp};
 
 impl Request {
     /// The record read for [`Step::Claim`] or [`Step::Load`] (`None`: there is none).
@@ -136,7 +137,11 @@ impl Request {
     }
 
     /// The store failed on the step handed out. Before the handler ran: the request is
-    /// answered 503 and nothing runs (`IDEM-STORE-3`, `IDEM-STORE-4`). While completing: the
+    /// answered 503 and nothing runs (`IDEM-STORE-3`, `IDEM-STORE-4`); when the failed step
+    /// was a claim that creates the key's record and the store may still have written it
+    /// ([`StoreFailure::Unavailable`]: no answer), the next step is the [`Step::Apply`] that
+    /// withdraws it, a delete on condition that the record is still the claim's, and then
+    /// the reply (`IDEM-STORE-12`). While completing: the
     /// response is still sent and the lease is left to expire (`IDEM-OUT-5`). While
     /// extending: [`Heartbeat::Failed`].
     pub fn handle_store_error(&mut self, failure: StoreFailure, waiters: &mut Waiters) {
@@ -144,6 +149,23 @@ impl Request {
             State::Reading { wait, .. } | State::Applying { wait, .. } => {
                 if let Some(w) = wait {
                     waiters.leave(&self.key, w.ticket);
+                }
+                // A claim that was to create the record may land after its answer was lost:
+                // it is withdrawn before the refusal goes out, on condition that the record
+                // is still its own (`IDEM-STORE-12`). A store that refused (full) wrote
+                // nothing.
+                if let State::Applying {
+                    created: Some(version),
+                    ..
+                } = self.state
+                {
+                    if failure == StoreFailure::Unavailable {
+                        self.write = Some(Write {
+                            key: self.key.clone(),
+                            precondition: Precondition::Version(version),
+                            op: WriteOp::Delete,
+                        });
+                    }
                 }
                 self.events.push(Event::Rejected);
                 self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));

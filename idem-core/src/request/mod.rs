@@ -138,6 +138,9 @@ enum State {
         recovered: bool,
         lost: usize,
         wait: Option<Wait>,
+        /// The version of the record the claim creates, when there was none: what a
+        /// withdrawal deletes if the store's answer is lost (`IDEM-STORE-12`).
+        created: Option<u64>,
     },
     /// Waiting for a request in flight.
     Waiting { next: UnixMillis, wait: Wait },
@@ -178,7 +181,9 @@ enum State {
 ///   [`handle_record`](Request::handle_record) (or, with a store that claims itself,
 ///   [`handle_claimed`](Request::handle_claimed));
 /// * [`Step::Apply`]: apply the write atomically → [`handle_applied`](Request::handle_applied);
-///   a store failure in either → [`handle_store_error`](Request::handle_store_error);
+///   a store failure in either → [`handle_store_error`](Request::handle_store_error) (after
+///   a claim whose answer was lost, the next step is the write that withdraws it,
+///   `IDEM-STORE-12`);
 /// * [`Step::WaitUntil`]: sleep until then, and poll again;
 /// * [`Step::Run`]: run the handler; meanwhile [`heartbeat`](Request::heartbeat) extends the
 ///   lease; afterwards [`handle_outcome`](Request::handle_outcome);
@@ -523,7 +528,8 @@ impl Request {
     /// (run the handler, wait, reply, or send the handler's response): never returns
     /// [`Step::Claim`], [`Step::Load`] or [`Step::Apply`]. A store error is returned after
     /// the machine has recorded it ([`Request::handle_store_error`], with the failure the
-    /// store reports through [`Store::failure`]); polling again then gives the answer.
+    /// store reports through [`Store::failure`]), and after the withdrawal of a claim whose
+    /// answer was lost (`IDEM-STORE-12`); polling again then gives the answer.
     pub fn drive<S: Store + ?Sized>(
         &mut self,
         store: &mut S,
@@ -542,6 +548,11 @@ impl Request {
             };
             if let Err(e) = result {
                 self.handle_store_error(S::failure(&e), waiters);
+                // A claim whose answer was lost is withdrawn before the answer, whatever
+                // the withdrawal's own result (`IDEM-STORE-12`).
+                if let Some(withdrawal) = self.write.take() {
+                    let _ = store.apply(now, withdrawal);
+                }
                 return Err(e);
             }
         }
