@@ -424,3 +424,116 @@ async fn a_postgres_sweep_goes_past_a_record_it_cannot_read() {
         "the records behind it expired, and it waits for its own expiry"
     );
 }
+
+/// A PostgresStore whose first write finds its key inserted by another transaction, which
+/// rolls back after `hold`: the write waits for it in Postgres, longer than a call may take,
+/// and is applied when it ends.
+struct HeldOnce {
+    inner: PostgresStore,
+    locker: std::sync::Arc<tokio_postgres::Client>,
+    hold: std::time::Duration,
+    held: std::sync::atomic::AtomicBool,
+    released: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl idem_core::AsyncStore for HeldOnce {
+    type Error = idem_tower::PostgresStoreError;
+
+    fn load(
+        &self,
+        key: &idem_core::RecordKey,
+    ) -> impl std::future::Future<Output = Result<Option<idem_core::Record>, Self::Error>> + Send
+    {
+        self.inner.load(key)
+    }
+
+    fn apply(
+        &self,
+        now: idem_core::UnixMillis,
+        write: idem_core::Write,
+    ) -> impl std::future::Future<Output = Result<idem_core::Applied, Self::Error>> + Send {
+        let first = !self.held.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let locker = std::sync::Arc::clone(&self.locker);
+        let hold = self.hold;
+        let key = write.key.storage_key();
+        async move {
+            if first {
+                locker.batch_execute("BEGIN").await.unwrap();
+                locker
+                    .execute(
+                        "INSERT INTO idem_records (key, version, value, deadline, expires) VALUES ($1, 'other', ''::bytea, 0, 0)",
+                        &[&key],
+                    )
+                    .await
+                    .unwrap();
+                let released = tokio::spawn(async move {
+                    tokio::time::sleep(hold).await;
+                    locker.batch_execute("ROLLBACK").await.unwrap();
+                });
+                *self.released.lock().unwrap() = Some(released);
+            }
+            self.inner.apply(now, write).await
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_claim_written_after_its_call_ran_out_of_time_is_withdrawn() {
+    // IDEM-STORE-12: the claim's call runs out of time while its insert waits in Postgres;
+    // the 503 goes out after the withdrawal, which is sent once Postgres has answered the
+    // claim, and the retry then runs at once, as a first attempt, once.
+    use bytes::Bytes;
+    use http::Request;
+    use http_body_util::{BodyExt, Full};
+    use idem_tower::IdempotencyLayer;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tower::{Layer, ServiceExt};
+    let server = common::postgres();
+    let inner = PostgresStore::connect(&server.url, 4)
+        .expect("a pool")
+        .with_timeout(Duration::from_millis(600));
+    inner.migrate().await.expect("the migration");
+    let (locker, connection) = tokio_postgres::connect(&server.url, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    let store = Arc::new(HeldOnce {
+        inner,
+        locker: Arc::new(locker),
+        hold: Duration::from_millis(900),
+        held: Default::default(),
+        released: std::sync::Mutex::new(None),
+    });
+    let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .single_tenant()
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let service = layer.layer(tower::service_fn(move |_: Request<_>| {
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(format!(
+                "order {n}"
+            )))))
+        }
+    }));
+    let post = || {
+        Request::post("/orders")
+            .header("idempotency-key", "\"late\"")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let refused = service.clone().oneshot(post()).await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let released = store.released.lock().unwrap().take().expect("held");
+    released.await.unwrap();
+    let retry = service.oneshot(post()).await.unwrap();
+    assert_eq!(retry.status(), 200, "the late claim holds the key");
+    let body = retry.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"order 1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

@@ -68,6 +68,9 @@ export class PostgresStore {
   #open = new Map();
   #timeout;
   #seal;
+  /** Storage key → its last write on a pool connection that Postgres has not answered yet
+   * (settled either way when it does). */
+  #unanswered = new Map();
 
   /**
    * @param pool a pg `Pool`
@@ -98,27 +101,46 @@ export class PostgresStore {
    * frees up: a claim whose caller gave up (and answered 503, nothing run) would then hold
    * its key for nobody until its lease ends. The client goes back once Postgres answers,
    * whether or not its caller still waits. */
-  async #pooled(statement) {
-    const deadline = Date.now() + this.#timeout;
-    const client = await this.#checkout();
+  async #pooled(statement, deadline = Date.now() + this.#timeout, key = undefined) {
+    const client = await this.#checkout(deadline);
     const running = client.query(statement);
-    running.then(
+    const answered = running.then(
       () => giveBack(client),
       (err) => giveBack(client, err),
     );
+    if (key !== undefined) {
+      this.#unanswered.set(key, answered);
+      answered.then(() => {
+        if (this.#unanswered.get(key) === answered) this.#unanswered.delete(key);
+      });
+    }
     return bounded(running, Math.max(deadline - Date.now(), 1), "Postgres");
+  }
+
+  /** A write of `key` on a client of the pool, sent once Postgres has answered the store's
+   * previous write of that key, all within the store's timeout: statements on other
+   * connections run in no set order, and a claim whose call ran out of time may still be
+   * written after it; the write that withdraws it (IDEM-STORE-12) then comes after it. */
+  async #pooledWrite(key, statement) {
+    const deadline = Date.now() + this.#timeout;
+    const before = this.#unanswered.get(key);
+    if (before !== undefined) await bounded(before, Math.max(deadline - Date.now(), 1), "Postgres");
+    return this.#pooled(statement, deadline, key);
   }
 
   /** A client of the pool, watched (`unwatched`) from the moment the pool hands it over, or
    * a rejection (IDEM-STORE-4) once the store's timeout passes without one: a client that
    * comes later goes straight back, unused. */
-  #checkout() {
+  #checkout(deadline = Date.now() + this.#timeout) {
     return new Promise((resolve, reject) => {
       let waiting = true;
-      const timer = setTimeout(() => {
-        waiting = false;
-        reject(timedOut("Postgres", this.#timeout));
-      }, this.#timeout);
+      const timer = setTimeout(
+        () => {
+          waiting = false;
+          reject(timedOut("Postgres", this.#timeout));
+        },
+        Math.max(deadline - Date.now(), 1),
+      );
       // The callback form: pg-pool calls it in the same tick as it drops its own error
       // listener from the client, often while pg is still reading the reply that freed the
       // connection. A FATAL in that same read (a terminated backend) is emitted before any
@@ -197,16 +219,17 @@ export class PostgresStore {
   async #write(db, key, write) {
     let done;
     const value = write.value === null || this.#seal === null ? write.value : await this.#seal.seal(key, write.value);
+    const query = (statement) => (db === this.#pool ? this.#pooledWrite(key, statement) : this.#query(db, statement));
     if (write.value === null) {
-      done = await this.#query(db, { name: "idem_delete", text: Q.delete, values: [key, write.expect] });
+      done = await query({ name: "idem_delete", text: Q.delete, values: [key, write.expect] });
     } else if (write.expect === null) {
-      done = await this.#query(db, {
+      done = await query({
         name: "idem_insert",
         text: Q.insert,
         values: [key, write.version, bytes(value), Math.ceil(write.deadline), Math.ceil(write.expires)],
       });
     } else {
-      done = await this.#query(db, {
+      done = await query({
         name: "idem_update",
         text: Q.update,
         values: [key, write.expect, write.version, bytes(value), Math.ceil(write.deadline), Math.ceil(write.expires)],

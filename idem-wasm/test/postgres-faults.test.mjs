@@ -241,4 +241,42 @@ describe("PostgresStore: connections that die, and a pool with none to spare", (
     const { rows } = await pool.query("SELECT key FROM idem_records WHERE deadline <= $1", [now + 10]);
     assert.deepEqual(rows.filter((r) => keys.some((k) => r.key.includes(k))), [], "the readable records due behind it expired");
   });
+  test("a claim that Postgres writes after its call ran out of time is withdrawn before the 503; the retry runs at once, once (IDEM-STORE-12)", async () => {
+    const store = new PostgresStore(newPool({ max: 4 }), { timeout: 600 });
+    const locker = new pg.Client({ connectionString: server.url });
+    locker.on("error", () => {});
+    await locker.connect();
+    try {
+      // Just before the claim, another transaction inserts the same key and holds it for
+      // longer than a call may take: the claim's insert waits for it in Postgres, its call
+      // runs out of time, and it is written when that transaction rolls back. A delete sent
+      // meanwhile finds nothing it can see.
+      let released = null;
+      const locking = {
+        load: (key) => store.load(key),
+        apply: async (key, write, now, info) => {
+          if (released === null) {
+            await locker.query("BEGIN");
+            await locker.query("INSERT INTO idem_records (key, version, value, deadline, expires) VALUES ($1, 'other', ''::bytea, 0, 0)", [key]);
+            released = sleep(900).then(() => locker.query("ROLLBACK"));
+          }
+          return store.apply(key, write, now, info);
+        },
+      };
+      let runs = 0;
+      const handler = withIdempotency(async () => new Response(`order ${++runs}`, { status: 201 }), { store: locking, principal: "none" });
+      const key = randomUUID();
+      const refused = await handler(post(key));
+      assert.equal(refused.status, 503);
+      assert.equal((await refused.json()).type, "urn:idem:problem:store-unavailable");
+      assert.equal(runs, 0);
+      await released;
+      const retry = await handler(post(key));
+      assert.equal(retry.status, 201, "the late claim holds the key");
+      assert.equal(await retry.text(), "order 1");
+      assert.equal(runs, 1);
+    } finally {
+      await locker.end().catch(() => {});
+    }
+  });
 });

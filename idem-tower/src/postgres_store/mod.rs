@@ -20,8 +20,10 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_postgres::NoTls;
 
 use crate::seal::{self, Seal, Unreadable};
@@ -108,6 +110,9 @@ pub struct PostgresStore {
     /// How long one store call may take.
     timeout: Duration,
     seal: Option<Seal>,
+    /// Storage key → the store's last write of it that Postgres has not answered yet: its
+    /// sender is dropped when Postgres answers, or when the write is given up.
+    unanswered: Arc<Mutex<HashMap<String, watch::Receiver<()>>>>,
 }
 
 /// An attempt's transaction, as the store holds it.
@@ -158,6 +163,7 @@ impl PostgresStore {
             open: Mutex::new(HashMap::new()),
             timeout: CALL_TIMEOUT,
             seal: None,
+            unanswered: Arc::default(),
         }
     }
 
@@ -174,8 +180,11 @@ impl PostgresStore {
     /// How long one store call may take, the wait for a connection included (default
     /// idem-core's [`CALL_TIMEOUT`], 2 s). A call that runs out of time fails with
     /// [`PostgresStoreError::Timeout`], which the layer answers with 503 like any store
-    /// failure, and its connection is closed, never pooled: a statement may still be running
-    /// on it, or a transaction be open.
+    /// failure. A claim or heartbeat that runs out of time keeps its connection until
+    /// Postgres answers it, for at most twice this long, so that the next write of its key
+    /// is sent after it (`IDEM-STORE-12`); any other call's connection is closed then, and a
+    /// connection whose call failed or was given up is never pooled: a statement may still
+    /// be running on it, or a transaction be open.
     pub fn with_timeout(mut self, timeout: Duration) -> PostgresStore {
         self.timeout = timeout;
         self
@@ -303,6 +312,19 @@ fn uncommitted(e: PostgresStoreError) -> PostgresStoreError {
 /// A connection from `pool`, waited for at most `limit`.
 async fn connection(pool: &Pool, limit: Duration) -> Result<Object, PostgresStoreError> {
     timed(limit, async { Ok(pool.get().await?) }).await
+}
+
+/// `error`, with a timeout named by the call's whole `limit` rather than what was left of it.
+fn within(error: PostgresStoreError, limit: Duration) -> PostgresStoreError {
+    match error {
+        PostgresStoreError::Timeout(_) => PostgresStoreError::Timeout(limit),
+        other => other,
+    }
+}
+
+/// The map of writes not answered yet, whole whatever a panic elsewhere left.
+fn lock<T>(map: &Mutex<T>) -> MutexGuard<'_, T> {
+    map.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// `call`, given at most `limit` to answer.
@@ -435,14 +457,54 @@ impl AsyncStore for PostgresStore {
         _now: UnixMillis,
         write: Write,
     ) -> impl Future<Output = Result<Applied, PostgresStoreError>> + Send {
-        // A claim or a heartbeat: never in the handler's transaction.
+        // A claim or a heartbeat (or the withdrawal of a claim): never in the handler's
+        // transaction. Statements on other connections run in no set order, and a write whose
+        // call ran out of time may still be applied: the next write of the same key is sent
+        // once Postgres has answered it, so that a withdrawal comes after its claim
+        // (`IDEM-STORE-12`), all within the call's time.
         let pool = self.pool.clone();
         let limit = self.timeout;
         let seal = self.seal.clone();
+        let unanswered = Arc::clone(&self.unanswered);
         async move {
-            let client = connection(&pool, limit).await?;
-            let applied = timed(limit, write_at(&client, seal.as_ref(), &write)).await;
-            pooled_unless_failed(client, applied)
+            let deadline = Instant::now() + limit;
+            let key = write.key.storage_key();
+            let before = lock(&unanswered).get(&key).cloned();
+            if let Some(mut before) = before {
+                // Nothing is ever sent: `changed` ends when the earlier write's sender is gone.
+                if tokio::time::timeout_at(deadline, before.changed())
+                    .await
+                    .is_err()
+                {
+                    return Err(PostgresStoreError::Timeout(limit));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let client = connection(&pool, left)
+                .await
+                .map_err(|e| within(e, limit))?;
+            let (sender, mine) = watch::channel(());
+            lock(&unanswered).insert(key.clone(), mine.clone());
+            let running = tokio::spawn(async move {
+                // Nobody waits for its answer past twice the limit: the next write of the key
+                // waits at most until then.
+                let applied = timed(2 * limit, write_at(&client, seal.as_ref(), &write)).await;
+                let applied = pooled_unless_failed(client, applied);
+                let mut unanswered = lock(&unanswered);
+                if unanswered.get(&key).is_some_and(|r| r.same_channel(&mine)) {
+                    unanswered.remove(&key);
+                }
+                drop(sender);
+                applied
+            });
+            match tokio::time::timeout_at(deadline, running).await {
+                Ok(Ok(applied)) => applied.map_err(|e| within(e, limit)),
+                Ok(Err(join)) => match join.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    Err(_) => Err(PostgresStoreError::Timeout(limit)),
+                },
+                Err(_) => Err(PostgresStoreError::Timeout(limit)),
+            }
         }
     }
 
