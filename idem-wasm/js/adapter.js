@@ -79,18 +79,26 @@ export async function replyFields(idem, reply) {
   return { status: reply.status, fields, body: reply.body };
 }
 
-/** The fields of a Node response's header record `now` (`getHeaders()`) that belong to the
- * handler's answer: all but those set, with the same value, before the handler ran (`before`,
- * the record then as a Map: CORS, a request id, a cookie from middleware or hooks before the
- * adapter). Those are the request's: stored, a replay to another request would carry them
- * (another origin's `Access-Control-Allow-Origin`). A value the handler changed is its own.
- * A flat `[[name, value], …]` list, one entry per value. */
+/** The fields of an answer that belong to it: the `[name, value]` pairs of `now` but those
+ * set, with the same value, before the handler ran (`before`, pairs too: CORS, a request id,
+ * a cookie from middleware or hooks before the adapter). Those are the request's: stored, a
+ * replay to another request would carry them (another origin's
+ * `Access-Control-Allow-Origin`). A value the handler changed is its own. Every adapter's
+ * rule, idem/hono's included. */
+export function ownFields(now, before) {
+  const earlier = new Set(before.map(([name, value]) => `${name}\n${value}`));
+  return now.filter(([name, value]) => !earlier.has(`${name}\n${value}`));
+}
+
+/** `ownFields` of a Node response's header record `now` (`getHeaders()`), with `before` the
+ * record then as a Map: a flat `[[name, value], …]` list, one entry per value. */
 export function answerFields(now, before) {
+  return ownFields(nodeFields(Object.entries(now)), nodeFields(before));
+}
+
+/** A Node header record's entries as `[name, value]` pairs, one per value. */
+function nodeFields(entries) {
   const out = [];
-  for (const [name, value] of Object.entries(now)) {
-    const was = before.get(name);
-    const earlier = was === undefined ? [] : (Array.isArray(was) ? was : [was]).map(String);
-    for (const v of Array.isArray(value) ? value : [value]) if (!earlier.includes(String(v))) out.push([name, String(v)]);
-  }
+  for (const [name, value] of entries) for (const v of Array.isArray(value) ? value : [value]) out.push([name, String(v)]);
   return out;
 }

@@ -9,6 +9,7 @@
 // `next()` (CORS, a request id) are the current request's: laid under every answer sent
 // (the handler's, a replay, a refusal), and never stored.
 import { Idempotency, idempotencyOf, plainProblem, withIdempotency } from "idem";
+import { ownFields } from "./adapter.js";
 import { rangeError } from "./errors.js";
 
 const textEncoder = new TextEncoder();
@@ -70,25 +71,13 @@ function headersSoFar(c) {
   return headers;
 }
 
-/** `response` without the fields it shares with `before` (same name and value; each cookie
- * on its own); itself when there are none, so that an answer the idempotency context built
- * is stored from its bytes (IDEM-JS-5). A value the handler changed is its own, and kept. */
+/** `response` without the fields set before it (`ownFields`: same name and value; each
+ * cookie on its own); itself when there are none, so that an answer the idempotency context
+ * built is stored from its bytes (IDEM-JS-5). */
 function withoutHeaders(response, before) {
-  let headers;
-  const own = () => (headers ??= new Headers(response.headers));
-  const cookies = before.getSetCookie();
-  if (cookies.length > 0) {
-    const all = response.headers.getSetCookie();
-    const kept = all.filter((cookie) => !cookies.includes(cookie));
-    if (kept.length < all.length) {
-      own().delete("set-cookie");
-      for (const cookie of kept) headers.append("set-cookie", cookie);
-    }
-  }
-  for (const name of before.keys()) {
-    if (name !== "set-cookie" && response.headers.get(name) === before.get(name)) own().delete(name);
-  }
-  return headers === undefined ? response : new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+  const all = [...response.headers];
+  const own = ownFields(all, [...before]);
+  return own.length === all.length ? response : new Response(response.body, { status: response.status, statusText: response.statusText, headers: own });
 }
 
 /** `response` with the fields of `before` whose names it does not have (a cookie: whose
