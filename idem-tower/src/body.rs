@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either, Full};
-use idem_core::{Plain, Policy, Reply};
+use idem_core::{Plain, Policy, Reply, StoredResponse};
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -145,10 +145,15 @@ fn response<'h>(
     *out.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let map = out.headers_mut();
     for (name, value) in headers {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
+        // A stored value is its field's bytes, one per character (`IDEM-REPLAY-1`); one
+        // with a character past U+00FF (written before that rule) is its UTF-8.
+        let value = if value.is_ascii() {
+            HeaderValue::from_str(value)
+        } else {
+            let bytes = StoredResponse::field_bytes(value);
+            HeaderValue::from_bytes(bytes.as_deref().unwrap_or(value.as_bytes()))
+        };
+        if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(name.as_bytes()), value) {
             map.append(name, value);
         }
     }

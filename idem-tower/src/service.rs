@@ -306,7 +306,7 @@ where
                     .map(|(n, v)| {
                         (
                             n.as_str().to_owned(),
-                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                            StoredResponse::field_text(v.as_bytes()),
                         )
                     })
                     .collect(),

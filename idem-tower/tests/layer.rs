@@ -802,3 +802,35 @@ impl http_body::Body for Trailed {
         })
     }
 }
+
+#[tokio::test]
+async fn a_replay_carries_the_answers_header_bytes_those_not_utf8_too() {
+    // IDEM-REPLAY-1: a header value is kept as its bytes, one character each, and replayed
+    // as the same bytes: no U+FFFD for bytes that are not UTF-8, no re-encoding of those
+    // that are.
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use tower::{Layer, ServiceExt};
+    const RAW: &[u8] = &[0xFF, b'a', 0xC3, 0xA9, b' ', 0xE9, b'!'];
+    let layer = IdempotencyLayer::builder(MemoryStore::default())
+        .single_tenant()
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(|_: ::http::Request<_>| async {
+        let mut answer = ::http::Response::new(Full::new(Bytes::from_static(b"made")));
+        let value = ::http::HeaderValue::from_bytes(RAW).unwrap();
+        answer.headers_mut().insert("x-raw", value);
+        Ok::<_, std::convert::Infallible>(answer)
+    }));
+    let post = || {
+        ::http::Request::post("/orders")
+            .header("idempotency-key", "\"bytes\"")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let first = service.clone().oneshot(post()).await.unwrap();
+    assert_eq!(first.headers()["x-raw"].as_bytes(), RAW);
+    let replay = service.oneshot(post()).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["x-raw"].as_bytes(), RAW);
+}
