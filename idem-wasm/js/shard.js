@@ -199,6 +199,15 @@ export class IdempotencyShard {
     return undefined;
   }
 
+  /** `decide()` with the record of `key` in memory: at once when it is, else once it has
+   * been read, and read again if another request's read evicted it meanwhile (`#evict`),
+   * with nothing awaited between the last look and `decide`. `#current` takes a key not in
+   * memory for a key without a record, so nothing decides after an await of its own. */
+  #withRecord(key, decide) {
+    const fetched = this.#fetch(key);
+    return fetched === undefined ? decide() : fetched.then(() => this.#withRecord(key, decide));
+  }
+
   /** `#fetch` through the asynchronous API. After each await, the copy already in memory
    * wins: another claim may have read or written it meanwhile. */
   async #read(key) {
@@ -317,7 +326,7 @@ export class IdempotencyShard {
     if (this.#seal === null || write.value === null) {
       // Sealed writes still on their way go to storage first: storage takes the writes in
       // the order the cache did.
-      if (this.#seal === null) return commit(write.value);
+      if (this.#seal === null) return this.#refusedForgets(key, () => commit(write.value));
       const after = this.#sealing.then(() => Promise.all(commit(null)));
       this.#sealing = after.catch(() => this.#cache.clear());
       return [after];
@@ -333,6 +342,23 @@ export class IdempotencyShard {
       this.#cache.clear();
     });
     return [sealed];
+  }
+
+  /** `commit()`'s storage promises; if storage refuses any of them (at once or later), the
+   * copy of `key` in memory, which is already ahead of storage, is forgotten, so that the
+   * key is read from storage again: a completion whose write with the handler's writes
+   * failed is never replayed as stored (IDEM-STORE-7). */
+  #refusedForgets(key, commit) {
+    const forget = () => this.#cache.delete(key);
+    let out;
+    try {
+      out = commit();
+    } catch (err) {
+      forget();
+      throw err;
+    }
+    for (const op of out) op.catch(forget);
+    return out;
   }
 
   /** Keeps a claim in memory, after looking at the two claims held longest: one past its
@@ -368,8 +394,7 @@ export class IdempotencyShard {
     const slot = engine.resume(ticketBytes, hi >>> 0, lo >>> 0);
     try {
       const key = engine.storageKey(slot);
-      await this.#fetch(key);
-      const claim = this.#claimIn(engine, slot, key, now, engine.poll(slot, now));
+      const claim = await this.#withRecord(key, () => this.#claimIn(engine, slot, key, now, engine.poll(slot, now)));
       const out = engine.claimedBytes(slot);
       await Promise.all(claim.ops);
       await this.#schedule(claim.deadline);
@@ -387,9 +412,7 @@ export class IdempotencyShard {
    * its write stored.
    */
   [CLAIM_IN_SLOT](engine, slot, key, now, step) {
-    const fetched = this.#fetch(key);
-    if (fetched !== undefined) return fetched.then(() => this.#settle(this.#claimIn(engine, slot, key, now, step)));
-    return this.#settle(this.#claimIn(engine, slot, key, now, step));
+    return this.#withRecord(key, () => this.#settle(this.#claimIn(engine, slot, key, now, step)));
   }
 
   /** The next step of a claim made on a slot, once its writes are stored. */
@@ -427,9 +450,7 @@ export class IdempotencyShard {
    * (`{ puts: [[key, value]…], deletes: [key…] }`) is written in the same atomic write, and
    * only if the precondition holds. */
   async apply(key, write, now, extra) {
-    const fetched = this.#fetch(key);
-    if (fetched !== undefined) await fetched;
-    const ops = this.#write(key, write, extra, now);
+    const ops = await this.#withRecord(key, () => this.#write(key, write, extra, now));
     if (ops === null) return false;
     if (ops.length === 0) return true;
     await Promise.all(ops);
@@ -439,9 +460,7 @@ export class IdempotencyShard {
 
   /** The stored record, `{ version, value }`, or null. */
   async load(key) {
-    const fetched = this.#fetch(key);
-    if (fetched !== undefined) await fetched;
-    const entry = this.#current(key);
+    const entry = await this.#withRecord(key, () => this.#current(key));
     return entry === null ? null : { version: entry.version, value: entry.value };
   }
 
@@ -500,8 +519,7 @@ export class IdempotencyShard {
       let write;
       let current;
       try {
-        await this.#fetch(key);
-        current = this.#cache.get(key) ?? null;
+        current = await this.#withRecord(key, () => this.#cache.get(key) ?? null);
         // The cache holds records opened (or in clear), as the engine reads them.
         if (current !== null && current.version === version) write = expire(now, current.value);
       } catch (err) {
@@ -519,7 +537,7 @@ export class IdempotencyShard {
       }
       if (write === undefined) continue;
       write.expect = current.version;
-      const ops = this.#write(key, write, undefined, now);
+      const ops = await this.#withRecord(key, () => this.#write(key, write, undefined, now));
       if (ops !== null) await Promise.all(ops);
     }
     const next = await this.#storage.list({ start: p + DEADLINE, end: p + DEADLINE + "\uffff", limit: 1 });

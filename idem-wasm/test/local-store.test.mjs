@@ -169,6 +169,50 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     assert.equal([...storage.map.keys()].some((k) => k.startsWith("order:")), false);
   });
 
+  test("a completion whose write storage refuses is not replayed: the object reads the key from storage again (IDEM-STORE-7)", async () => {
+    for (const writesOnly of [true, false]) {
+      const storage = new FakeStorage();
+      const put = storage.put.bind(storage);
+      let refuse = true;
+      storage.put = async (entries, value) => {
+        if (refuse && typeof entries === "object" && Object.keys(entries).some((k) => k.startsWith("order:"))) {
+          refuse = false;
+          throw new Error("storage write failed");
+        }
+        return put(entries, value);
+      };
+      const store = new DurableObjectLocalStore({ storage }, { writesOnly });
+      let runs = 0;
+      const handler = withIdempotency(
+        async (request) => {
+          const n = ++runs;
+          await request.json();
+          return store.transaction(idempotencyOf(request), async (tx) => {
+            tx.put(`order:${n}`, { n });
+            return new Response(`order ${n}`, { status: 201 });
+          });
+        },
+        { principal: "none", store },
+      );
+      assert.equal((await handler(post('"r"'))).status, 503, `writesOnly ${writesOnly}`);
+      const retry = await handler(post('"r"'));
+      assert.notEqual(retry.headers.get("idempotent-replayed"), "true", `writesOnly ${writesOnly}: a response whose writes never committed was replayed`);
+      if (writesOnly) {
+        // The claim was held in memory only: nothing of the attempt is left, and the retry runs.
+        assert.equal(retry.status, 201);
+        assert.equal(await retry.text(), "order 2");
+        assert.deepEqual(
+          [...storage.map.keys()].filter((k) => k.startsWith("order:")),
+          ["order:2"],
+        );
+      } else {
+        // The claim is in storage, in flight: its lease ends it (IDEM-OUT-5).
+        assert.equal(retry.status, 409);
+        assert.equal(runs, 1);
+      }
+    }
+  });
+
   test("a released key (429: nothing happened) leaves nothing in storage, and its retry runs afresh", async () => {
     const { storage, writes } = countingStorage();
     const { handler, state } = insideObject(storage, { status: 429 });

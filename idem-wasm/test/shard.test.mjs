@@ -234,6 +234,32 @@ describe("Durable Object store", () => {
     });
   }
 
+  test("a record evicted from the object's memory while a claim waited is read again, never taken for absent (IDEM-EXEC-1, IDEM-JS-3)", async () => {
+    for (const backend of ["sqlite", "kv"]) {
+      // Every key on one object, as many keys over few shards put 10,000 on each.
+      const shard = new IdempotencyShard({ storage: new FakeStorage({ backend }) }, {});
+      const namespace = { idFromName: (name) => ({ name }), get: () => ({ fetch: (input, init) => shard.fetch(new Request(input, init)) }) };
+      let runs = 0;
+      const handler = withIdempotency(
+        async (request) => {
+          runs++;
+          await request.json();
+          return new Response(`order ${runs}`, { status: 201 });
+        },
+        { principal: "none", store: new DurableObjectStore(namespace) },
+      );
+      assert.equal((await handler(post('"K"'))).status, 201);
+      // The object reads other keys until its memory of records is full.
+      for (let i = 0; i < 9_999; i++) await shard.load(`other-${i}`);
+      // A late retry of K and a new key arrive together: the new key's read evicts K's.
+      const [k, x] = await Promise.all([handler(post('"K"')), handler(post('"X"'))]);
+      assert.equal(k.headers.get("idempotent-replayed"), "true", `${backend}: the retry ran again`);
+      assert.equal(await k.text(), "order 1");
+      assert.equal(x.status, 201);
+      assert.equal(runs, 2, backend);
+    }
+  });
+
   test("under the wait policy the worker waits and the object answers at once: the duplicate gets the replay (IDEM-CONC-2)", async () => {
     const gate = barrier();
     const { handler, state } = worker({ gate: () => gate.wait(), idem: { inFlight: { wait: 2000, poll: 10 } } });
