@@ -9,9 +9,13 @@ import { prematureClose, withinLease } from "./errors.js";
  * at the first end, and nothing reaches the socket until the outcome is stored. What is
  * written after that first end (a route that answers and then calls `next()` or throws
  * lets a 404 or error handler, or Express's final handler, write too) goes nowhere: the
- * first answer is the answer. `answer` rejects (an error with `responseGone`) when the
- * response closes before the app ended it (the client went away, or the app destroyed it,
- * as `stream.pipeline` does when its source fails): the outcome is then unknown.
+ * first answer is the answer. `answer` rejects (an error with `responseGone`) when the app
+ * destroys the response before it ended it (as `stream.pipeline` does when its source
+ * fails): the outcome is then unknown. A client that goes away first (a timeout, then a
+ * retry with the same key) changes nothing for the app, which goes on: its answer is still
+ * awaited, within the lease (`IDEM-OUT-7`), and stored for the retry, which meanwhile finds
+ * the key in flight; taken for unknown at once, the key would be free for the retry to run
+ * it again beside the app.
  * `release()` gives `res` its own methods back, without the headers set since; `seal()`,
  * once the stored answer is sent, makes what the app still writes go nowhere again.
  * Bad arguments throw as Node's own methods do (a status out of range, a chunk that is not
@@ -35,7 +39,9 @@ import { prematureClose, withinLease } from "./errors.js";
  * `{ status, headers, passThrough: true, trailed: true }`, and `flush()` sends it as it is,
  * trailers included (IDEM-STORE-5). */
 export function capture(res, limit, context) {
-  const original = { write: res.write, end: res.end, writeHead: res.writeHead, addTrailers: res.addTrailers };
+  const original = { write: res.write, end: res.end, writeHead: res.writeHead, addTrailers: res.addTrailers, destroy: res.destroy };
+  // Whether the app destroyed the response before it ended it.
+  let destroyed = false;
   // The trailer fields the app added, for the answer's end.
   let trailers = null;
   // The headers set before the app ran (by middleware before the adapter).
@@ -61,9 +67,6 @@ export function capture(res, limit, context) {
     resolve = r;
     reject = j;
   });
-  res.once("close", () => {
-    if (!ended && !over) reject(responseGone());
-  });
   // The lease's bound on the answer, from its first byte or head on.
   let begun = false;
   let ending = false;
@@ -73,6 +76,12 @@ export function capture(res, limit, context) {
       if (err?.code === "IDEM-OUT-7") reject(err);
     });
   };
+  res.once("close", () => {
+    if (ended || over) return;
+    if (destroyed) reject(responseGone());
+    // The client went away: the app's answer is awaited no longer than the lease.
+    else if (!begun) begin();
+  });
   const hold = (chunk) => {
     chunks.push(chunk);
     size += chunk.byteLength;
@@ -89,6 +98,10 @@ export function capture(res, limit, context) {
     resolve({ status: res.statusCode, headers: [], passThrough: true });
   };
   const ours = {
+    destroy(err) {
+      if (mode === HOLD && !ended) destroyed = true;
+      return original.destroy.call(res, err);
+    },
     addTrailers(fields) {
       if (mode === PASS) return original.addTrailers.call(res, fields);
       if (mode === SEALED || ended || finished) return;

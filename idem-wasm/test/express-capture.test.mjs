@@ -1,8 +1,10 @@
 // What `idem/express` holds back of an Express app's answer and sends (js/node-response.js),
 // over loopback HTTP, against what the same app sends without idem: the first answer is the
 // app's and the replay is the first answer (IDEM-JS-7), a response that closes before the
-// app ends it is an unknown outcome, so a retry runs again instead of being held (IDEM-JS-7,
-// IDEM-OUT-3), and nothing the app does after its answer ends the process.
+// app ends it is an unknown outcome when the app destroyed it, so a retry runs again instead
+// of being held (IDEM-JS-7, IDEM-OUT-3), while a client that went away leaves the app's
+// answer to be stored for its retry, and nothing the app does after its answer ends the
+// process.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { request as httpRequest } from "node:http";
@@ -58,12 +60,12 @@ function withTrailers(url, k, path = "/api/orders") {
   });
 }
 
-const post = (url, k, path = "/api/orders") =>
+const post = (url, k, path = "/api/orders", signal = AbortSignal.timeout(5_000)) =>
   fetch(`${url}${path}`, {
     method: "POST",
     headers: { "idempotency-key": k, "content-type": "application/json" },
     body: '{"amount":1}',
-    signal: AbortSignal.timeout(5_000),
+    signal,
   });
 
 test("a response the app destroys before it ends: the client's request fails, and a retry runs again instead of waiting on the key", async () => {
@@ -82,6 +84,45 @@ test("a response the app destroys before it ends: the client's request fails, an
       assert.deepEqual(await retry.json(), { run: 2 });
       assert.equal(state.runs, 2);
       assert.deepEqual(state.errors, [], "a response gone has no one to answer");
+    },
+  );
+});
+
+test("a client that goes away while the app works: the app's answer is stored, its retry finds the key in flight and then the replay, and the app ran once (IDEM-JS-7, IDEM-EXEC-1)", async () => {
+  let finish;
+  const working = new Promise((resolve) => (finish = resolve));
+  await withApp(
+    (app, state) =>
+      app.post("/api/orders", async (req, res) => {
+        const run = ++state.runs;
+        await working;
+        state.charged = (state.charged ?? 0) + 1;
+        res.status(201).json({ run });
+      }),
+    async (url, state) => {
+      const k = key();
+      // The client gives up before the app answers (a timeout), and retries at once.
+      const first = new AbortController();
+      const gone = post(url, k, "/api/orders", first.signal);
+      while (state.runs === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      first.abort();
+      await assert.rejects(gone);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const retry = await post(url, k);
+      assert.equal(retry.status, 409, "the retry ran beside the app");
+      assert.equal(state.runs, 1);
+      finish();
+      let replay;
+      for (let i = 0; i < 100; i++) {
+        replay = await post(url, k);
+        if (replay.status !== 409) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      assert.equal(replay.status, 201);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await replay.json(), { run: 1 });
+      assert.equal(state.charged, 1);
+      assert.deepEqual(state.errors, []);
     },
   );
 });
