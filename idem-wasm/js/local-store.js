@@ -3,7 +3,7 @@
 // (shard.js), and the handler's own writes (`transaction`) are committed in the same atomic
 // write as the completion that stores its response.
 import { attemptOf, attemptOfContext } from "./attempt.js";
-import { CHUNK_BYTES, IdempotencyShard, MAX_PUT_KEYS, syncKv } from "./shard.js";
+import { CHUNK_BYTES, IdempotencyShard, MAX_PUT_KEYS, MAX_VALUE_BYTES, syncKv } from "./shard.js";
 import { CLAIM_IN_SLOT, rangeError } from "./util.js";
 import { uncommitted } from "./errors.js";
 
@@ -38,8 +38,8 @@ export class DurableObjectLocalStore {
   #open = new Map();
 
   /** The largest response kept (IDEM-STORE-5): the record, with the handler's writes, still
-   * goes in one atomic put. */
-  maxResponseBytes = (MAX_PUT_KEYS - 2 - TRANSACTION_KEYS) * CHUNK_BYTES - 64 * 1024;
+   * goes in one atomic put (a put of more than it takes fails the completion: IDEM-STORE-7). */
+  maxResponseBytes = Math.min((MAX_PUT_KEYS - 2 - TRANSACTION_KEYS) * CHUNK_BYTES, MAX_VALUE_BYTES) - 64 * 1024;
 
   constructor(state, options = {}) {
     if (state == null || state.storage == null || typeof state.storage.put !== "function") {

@@ -52,9 +52,12 @@ const CACHE_LIMIT = 10_000;
 export const CHUNK_BYTES = 120 * 1024;
 /** Storage keys one `put` writes atomically. */
 export const MAX_PUT_KEYS = 128;
+/** The most bytes one atomic write takes, with room to spare: a SQLite-backed object (workerd)
+ * refuses a `put` of about 2.2 MB in all with `SQLITE_TOOBIG`, however it is split over keys. */
+export const MAX_WRITE_BYTES = 16 * CHUNK_BYTES;
 /** The largest record value a shard keeps: the chunks of one atomic put, with room for the
- * deadline index entry and the record entry itself. */
-export const MAX_VALUE_BYTES = (MAX_PUT_KEYS - 2) * CHUNK_BYTES;
+ * deadline index entry and the record entry itself, within `MAX_WRITE_BYTES`. */
+export const MAX_VALUE_BYTES = Math.min((MAX_PUT_KEYS - 2) * CHUNK_BYTES, MAX_WRITE_BYTES);
 
 /** The chunks a value of `length` bytes is stored in (at least one). */
 const chunksOf = (length) => Math.max(1, Math.ceil(length / CHUNK_BYTES));
