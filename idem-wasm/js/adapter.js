@@ -102,3 +102,17 @@ function nodeFields(entries) {
   for (const [name, value] of entries) for (const v of Array.isArray(value) ? value : [value]) out.push([name, String(v)]);
   return out;
 }
+
+/** The cookies set before the handler (`before`, `Set-Cookie` values) that stay under a reply
+ * setting `cookies`: those whose cookie names it does not set. Every other field of a reply
+ * replaces the one of its name set before (IDEM-REPLAY-4); cookies are fields of their own,
+ * one per name. */
+export function cookiesUnder(before, cookies) {
+  const names = new Set(cookies.map(cookieName));
+  return before.filter((cookie) => !names.has(cookieName(cookie)));
+}
+
+/** The name of the cookie a `Set-Cookie` value sets. */
+export function cookieName(field) {
+  return String(field).split("=", 1)[0].trim();
+}

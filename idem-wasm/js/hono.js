@@ -9,7 +9,7 @@
 // `next()` (CORS, a request id) are the current request's: laid under every answer sent
 // (the handler's, a replay, a refusal), and never stored.
 import { Idempotency, idempotencyOf, plainProblem, withIdempotency } from "idem";
-import { ownFields } from "./adapter.js";
+import { cookiesUnder, ownFields } from "./adapter.js";
 import { rangeError } from "./errors.js";
 
 const textEncoder = new TextEncoder();
@@ -81,22 +81,17 @@ function withoutHeaders(response, before) {
 }
 
 /** `response` with the fields of `before` whose names it does not have (a cookie: whose
- * cookie name): its own replace those of the same names, as idem/express and idem/fastify
- * send the engine's replies. */
+ * cookie name, `cookiesUnder`): its own replace those of the same names, as idem/express and
+ * idem/fastify send the engine's replies. */
 function withHeaders(response, before) {
   let headers;
-  const cookies = response.headers.getSetCookie().map(cookieName);
+  const cookies = cookiesUnder(before.getSetCookie(), response.headers.getSetCookie());
   for (const [name, value] of before) {
-    if (name === "set-cookie" ? cookies.includes(cookieName(value)) : response.headers.has(name)) continue;
+    if (name === "set-cookie" ? !cookies.includes(value) : response.headers.has(name)) continue;
     headers ??= new Headers(response.headers);
     headers.append(name, value);
   }
   return headers === undefined ? response : new Response(response.body, { status: response.status, statusText: response.statusText, headers });
-}
-
-/** The name of the cookie a `Set-Cookie` field sets. */
-function cookieName(field) {
-  return field.split("=", 1)[0].trim();
 }
 
 /** A copy of the request with the body a middleware before this one read through Hono, which

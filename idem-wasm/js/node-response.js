@@ -2,7 +2,7 @@
 // an app and the engine: what the app writes is held back until its outcome is stored, and
 // the engine's replies are written with their headers. Shared by idem/express and
 // idem/nestjs.
-import { answerFields, replyFields } from "./adapter.js";
+import { answerFields, cookiesUnder, replyFields } from "./adapter.js";
 import { prematureClose, withinLease } from "./errors.js";
 
 /** Holds back what the app writes to `res`: `answer` resolves to `{ status, headers, body }`
@@ -262,7 +262,8 @@ function clearHeaders(res) {
 }
 
 /** Sends the engine's reply (the stored answer, a replay or a refusal). Its headers replace
- * those of the same names already set (by middleware before this one); the rest stay. With
+ * those of the same names already set (by middleware before this one), a cookie those of
+ * its cookie name (`cookiesUnder`); the rest stay. With
  * a capture, `res` is given back just before the reply is written and sealed just after,
  * with no await between: the app's late writes never reach the socket. */
 export async function send(res, reply, idem, held) {
@@ -273,7 +274,13 @@ export async function send(res, reply, idem, held) {
   res.statusCode = status;
   // The engine's own reply is not the app's: none of the app's reason phrase either.
   if (reply.executed !== true) res.statusMessage = undefined;
-  for (const [name, value] of fields) res.setHeader(name, value);
+  for (const [name, value] of fields) {
+    // A cookie set before (a session's) stays beside the reply's, unless the reply sets it.
+    if (name === "set-cookie") {
+      const cookies = [value].flat().map(String);
+      res.setHeader(name, [...cookiesUnder([res.getHeader(name) ?? []].flat().map(String), cookies), ...cookies]);
+    } else res.setHeader(name, value);
+  }
   // Set, not left to Node: once a content-length was removed (the capture clears the
   // headers), Node would send the answer chunked, and its replays would differ from it.
   if (status >= 200 && status !== 204 && status !== 304) res.setHeader("content-length", body.byteLength);

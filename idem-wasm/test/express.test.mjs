@@ -226,6 +226,43 @@ describe("idem/express: headers set before it are the request's, never stored (I
   });
 });
 
+describe("idem/express: cookies set before it stay beside the answer's (IDEM-JS-7, IDEM-REPLAY-4)", () => {
+  test("a session cookie set before the handler and the handler's own cookie both reach the client, first and on replay; a cookie of the same name is the handler's", async () => {
+    const { state, app } = makeApp({
+      before: (app) =>
+        app.use((req, res, next) => {
+          res.cookie("sid", req.get("x-session") ?? "none");
+          res.cookie("theme", "light");
+          next();
+        }),
+      routes: (app, state) => {
+        app.post("/api/orders", (req, res) => {
+          const id = ++state.count;
+          res.cookie("last_order", String(id));
+          res.cookie("theme", "dark");
+          res.status(201).json({ id });
+        });
+      },
+    });
+    const server = await listen(app);
+    const send = (key, session) =>
+      fetch(`${server.url}/api/orders`, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": key, "x-session": session }, body: ORDER });
+    const names = (response) => response.headers.getSetCookie().map((c) => c.split(";")[0]);
+    try {
+      const key = fresh();
+      const first = await send(key, "s1");
+      assert.equal(first.status, 201);
+      assert.deepEqual(names(first).sort(), ["last_order=1", "sid=s1", "theme=dark"]);
+      const retry = await send(key, "s2");
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(names(retry).sort(), ["last_order=1", "sid=s2", "theme=dark"]);
+      assert.equal(state.count, 1);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe("idem/express: a body read before the adapter is refused (IDEM-JS-6)", () => {
   const parsers = [
     ["express.json()", express.json(), "application/json", ORDER, '{"amount":1,"currency":"eur"}'],
