@@ -4,6 +4,8 @@
 // the key alone (the placement).
 import { MAX_VALUE_BYTES } from "./shard.js";
 import { SHARD_ORIGIN, applyRequest, claimRequest, failureOf, loadRequest, readApplied, readClaimed, readLoaded } from "./shard-wire.js";
+import { bounded } from "./errors.js";
+import { storeTimeoutMs } from "./idem_wasm.js";
 import { rangeError } from "./util.js";
 
 /**
@@ -56,8 +58,12 @@ export class DurableObjectStore {
     return this.#namespace.get(this.#namespace.idFromName(shardName(key)));
   }
 
+  /** One call of the shard that owns `key`, bounded in time as every store call is
+   * (IDEM-STORE-10: idem-core's 2 seconds): an object that does not answer (stuck,
+   * overloaded, its storage slow) is a store failure, never a wait without end. */
   async #call(key, { path, headers, body }) {
-    const response = await this.#stub(key).fetch(`${SHARD_ORIGIN}${path}`, { method: "POST", headers, body });
+    const sent = this.#stub(key).fetch(`${SHARD_ORIGIN}${path}`, { method: "POST", headers, body });
+    const response = await bounded(sent, storeTimeoutMs(), "the idempotency shard");
     if (!response.ok && response.status !== 404) throw await failureOf(response);
     return response;
   }

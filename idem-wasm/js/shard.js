@@ -381,6 +381,19 @@ export class IdempotencyShard {
     held.set(key, entry);
   }
 
+  /** `#schedule` after a write that storage has taken: the write stands whatever the alarm
+   * does. An alarm that cannot be read or set (an object class without `alarm()`, a storage
+   * error) leaves the record to the next write's alarm, with the object's alarm read again
+   * then; the engine reads every expiry from the records meanwhile, so only storage is kept
+   * longer (IDEM-STORE-9). */
+  async #scheduleAfter(deadline) {
+    try {
+      await this.#schedule(deadline);
+    } catch {
+      this.#alarm = undefined;
+    }
+  }
+
   async #schedule(deadline) {
     if (!(deadline > 0)) return;
     if (this.#alarm === undefined) this.#alarm = (await this.#storage.getAlarm()) ?? null;
@@ -400,7 +413,7 @@ export class IdempotencyShard {
       const claim = await this.#withRecord(key, () => this.#claimIn(engine, slot, key, now, engine.poll(slot, now)));
       const out = engine.claimedBytes(slot);
       await Promise.all(claim.ops);
-      await this.#schedule(claim.deadline);
+      await this.#scheduleAfter(claim.deadline);
       return out;
     } finally {
       engine.end(slot);
@@ -422,7 +435,7 @@ export class IdempotencyShard {
   #settle(claim) {
     if (claim.ops.length === 0) return claim.step;
     return Promise.all(claim.ops)
-      .then(() => this.#schedule(claim.deadline))
+      .then(() => this.#scheduleAfter(claim.deadline))
       .then(() => claim.step);
   }
 
@@ -457,7 +470,7 @@ export class IdempotencyShard {
     if (ops === null) return false;
     if (ops.length === 0) return true;
     await Promise.all(ops);
-    await this.#schedule(write.value === null ? 0 : write.deadline);
+    await this.#scheduleAfter(write.value === null ? 0 : write.deadline);
     return true;
   }
 

@@ -213,6 +213,32 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     }
   });
 
+  test("an alarm that cannot be set after a write storage took fails nothing: the request runs, and its retry replays (IDEM-STORE-9)", async () => {
+    const storage = new FakeStorage();
+    const setAlarm = storage.setAlarm.bind(storage);
+    let fail = 1;
+    storage.setAlarm = async (t) => {
+      if (fail-- > 0) throw new Error("setAlarm failed");
+      return setAlarm(t);
+    };
+    const store = new DurableObjectLocalStore({ storage }, { writesOnly: false });
+    let runs = 0;
+    const handler = withIdempotency(
+      async (request) => {
+        runs++;
+        await request.text();
+        return new Response("ok", { status: 201 });
+      },
+      { principal: "none", store },
+    );
+    assert.equal((await handler(post('"alarm"'))).status, 201);
+    const retry = await handler(post('"alarm"'));
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.equal(runs, 1);
+    // The object's alarm is read again and set by the next write.
+    assert.ok(storage.alarm !== null, "an alarm is set");
+  });
+
   test("a released key (429: nothing happened) leaves nothing in storage, and its retry runs afresh", async () => {
     const { storage, writes } = countingStorage();
     const { handler, state } = insideObject(storage, { status: 429 });

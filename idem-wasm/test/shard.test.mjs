@@ -3,7 +3,7 @@
 // in local-store.test.mjs.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, withIdempotency } from "idem";
+import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, storeTimeoutMs, withIdempotency } from "idem";
 import { FakeNamespace, FakeStorage, barrier, manualClock, postOrder as post } from "./helpers.mjs";
 
 function worker(options = {}) {
@@ -180,6 +180,25 @@ describe("Durable Object store", () => {
     );
     const r = await handler(post('"z"'));
     assert.equal(r.status, 503);
+    assert.equal(executions, 0);
+  });
+
+  test("an object that does not answer fails the call in time: 503, nothing runs (IDEM-STORE-10)", async () => {
+    let executions = 0;
+    const stuck = { idFromName: (n) => n, get: () => ({ fetch: () => new Promise(() => {}) }) };
+    const handler = withIdempotency(
+      () => {
+        executions++;
+        return new Response("x");
+      },
+      { principal: "none", store: new DurableObjectStore(stuck) },
+    );
+    const start = Date.now();
+    const r = await Promise.race([handler(post('"stuck"')), new Promise((resolve) => setTimeout(() => resolve(null), storeTimeoutMs() + 3_000))]);
+    assert.ok(r !== null, "no answer");
+    assert.equal(r.status, 503);
+    assert.equal((await r.json()).type, "urn:idem:problem:store-unavailable");
+    assert.ok(Date.now() - start < storeTimeoutMs() + 1_000);
     assert.equal(executions, 0);
   });
 
