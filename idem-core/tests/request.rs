@@ -403,6 +403,39 @@ fn a_claim_whose_answer_was_lost_is_withdrawn_before_the_503() {
 }
 
 #[test]
+fn a_store_claim_whose_answer_was_lost_is_withdrawn_by_the_nonce_it_was_given() {
+    // IDEM-STORE-12: a store that claims for the host (a Durable Object) made the claim with
+    // the nonce it was given; its answer never came back.
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let mut waiters = Waiters::default();
+    let mut req = request(&policy, "k", "{}", 1);
+    assert_eq!(req.poll(T0, &mut waiters), Step::Claim);
+    let ticket = req.claim_ticket(77);
+    let mut there = policy.resume(ticket, 77);
+    assert!(matches!(drive(&mut there, &mut store, T0), Step::Run(_)));
+    assert_eq!(store.get(req.key()).map(|r| r.version), Some(77));
+    req.handle_store_error(StoreFailure::Unavailable, &mut waiters);
+    let Step::Apply(withdrawal) = req.poll(at(1), &mut waiters) else {
+        panic!("the withdrawal comes before the answer");
+    };
+    assert_eq!(withdrawal.precondition, Precondition::Version(77));
+    assert_eq!(withdrawal.op, WriteOp::Delete);
+    let applied = store.apply(at(1), withdrawal).unwrap();
+    req.handle_applied(at(1), applied, &mut waiters);
+    assert_eq!(req.poll(at(1), &mut waiters), Step::Reply);
+    assert_eq!(req.reply().unwrap().status(), 503);
+    let mut retry = request(&policy, "k", "{}", 2);
+    assert!(matches!(drive(&mut retry, &mut store, at(2)), Step::Run(_)));
+
+    // A plain read that failed wrote nothing: no withdrawal.
+    let mut read = request(&policy, "r", "{}", 3);
+    assert_eq!(read.poll(T0, &mut waiters), Step::Claim);
+    read.handle_store_error(StoreFailure::Unavailable, &mut waiters);
+    assert_eq!(read.poll(T0, &mut waiters), Step::Reply);
+}
+
+#[test]
 fn a_claim_that_no_store_wrote_or_that_replaced_a_record_is_not_withdrawn() {
     // IDEM-STORE-12: a full store wrote nothing; a takeover's claim keeps the lease it took,
     // so that the next attempt is still told it recovers.

@@ -207,7 +207,11 @@ export class Driver {
           next = typeof after === "number" ? after : await after;
           if (trace !== null) trace.store("claim", secondsSince(start), false);
         } else if (step === Step.Claim && typeof store.claim === "function") {
-          const bytes = await store.claim(request.storageKey(engine), engine.ticket(slot), this.#optionsText, this.#now(), random32(), random32());
+          // The engine knows the nonce the object claims with: a record it creates is withdrawn
+          // if its answer is lost (IDEM-STORE-12).
+          const hi = random32();
+          const lo = random32();
+          const bytes = await store.claim(request.storageKey(engine), engine.ticket(slot, hi, lo), this.#optionsText, this.#now(), hi, lo);
           if (trace !== null) trace.store("claim", secondsSince(start), false);
           engine.claimed(slot, this.#now(), bytes);
         } else {

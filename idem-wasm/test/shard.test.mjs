@@ -194,12 +194,50 @@ describe("Durable Object store", () => {
       { principal: "none", store: new DurableObjectStore(stuck) },
     );
     const start = Date.now();
-    const r = await Promise.race([handler(post('"stuck"')), new Promise((resolve) => setTimeout(() => resolve(null), storeTimeoutMs() + 3_000))]);
+    // The claim's call, then the call that withdraws what it may have written (IDEM-STORE-12).
+    const bound = 2 * storeTimeoutMs() + 1_000;
+    const r = await Promise.race([handler(post('"stuck"')), new Promise((resolve) => setTimeout(() => resolve(null), bound + 2_000))]);
     assert.ok(r !== null, "no answer");
     assert.equal(r.status, 503);
     assert.equal((await r.json()).type, "urn:idem:problem:store-unavailable");
-    assert.ok(Date.now() - start < storeTimeoutMs() + 1_000);
+    assert.ok(Date.now() - start < bound);
     assert.equal(executions, 0);
+  });
+
+  test("a claim the object made whose answer is lost is withdrawn before the 503: the retry runs at once, once (IDEM-STORE-12)", async () => {
+    const namespace = new FakeNamespace(IdempotencyShard);
+    let lose = true;
+    const get = namespace.get.bind(namespace);
+    namespace.get = (id) => {
+      const stub = get(id);
+      return {
+        fetch: async (input, init) => {
+          const response = await stub.fetch(input, init);
+          // The object committed the claim; its answer never reaches the worker.
+          if (lose && String(input).endsWith("/claim")) {
+            lose = false;
+            throw new Error("Network connection lost.");
+          }
+          return response;
+        },
+      };
+    };
+    let runs = 0;
+    const handler = withIdempotency(
+      async (request) => {
+        runs++;
+        await request.json();
+        return new Response(`order ${runs}`, { status: 201 });
+      },
+      { principal: "none", store: new DurableObjectStore(namespace) },
+    );
+    const refused = await handler(post('"lost"'));
+    assert.equal(refused.status, 503);
+    assert.equal(runs, 0);
+    const retry = await handler(post('"lost"'));
+    assert.equal(retry.status, 201, "the late claim holds the key");
+    assert.equal(await retry.text(), "order 1");
+    assert.equal(runs, 1);
   });
 
   test("the store needs a namespace binding (IDEM-JS-1)", () => {

@@ -213,7 +213,7 @@ fn a_durable_object_claims_for_the_worker() {
             .begin(&request(Some("k"), Some("a"), b"{}"), nonce)
             .unwrap();
         assert_eq!(worker.poll(t, at(0)).unwrap(), StepKind::Claim);
-        let ticket = worker.ticket(t).unwrap();
+        let ticket = worker.ticket(t, nonce).unwrap();
         // On the object's side: the same machine, against its own storage.
         let s = object.resume(&ticket, nonce).unwrap();
         assert!(matches!(

@@ -15,6 +15,7 @@ impl Request {
         match &mut self.state {
             State::Reading { lost, wait } => {
                 let (lost, wait) = (*lost, *wait);
+                self.claiming = None;
                 let decided = self.decide(now, record);
                 self.decided(now, decided, lost, wait, waiters);
             }
@@ -40,6 +41,7 @@ impl Request {
         let State::Reading { lost, wait } = self.state else {
             return;
         };
+        self.claiming = None;
         match claimed {
             Claimed::Execute { hold, recovered } => {
                 self.claimed_lease(hold, recovered, wait, waiters)
@@ -138,10 +140,11 @@ impl Request {
 
     /// The store failed on the step handed out. Before the handler ran: the request is
     /// answered 503 and nothing runs (`IDEM-STORE-3`, `IDEM-STORE-4`); when the failed step
-    /// was a claim that creates the key's record and the store may still have written it
-    /// ([`StoreFailure::Unavailable`]: no answer), the next step is the [`Step::Apply`] that
-    /// withdraws it, a delete on condition that the record is still the claim's, and then
-    /// the reply (`IDEM-STORE-12`). While completing: the
+    /// was a claim that creates the key's record (a write of it, or a store's own claim
+    /// with the nonce of [`claim_ticket`](Request::claim_ticket)) and the store may still
+    /// have written it ([`StoreFailure::Unavailable`]: no answer), the next step is the
+    /// [`Step::Apply`] that withdraws it, a delete on condition that the record is still the
+    /// claim's, and then the reply (`IDEM-STORE-12`). While completing: the
     /// response is still sent and the lease is left to expire (`IDEM-OUT-5`). While
     /// extending: [`Heartbeat::Failed`].
     pub fn handle_store_error(&mut self, failure: StoreFailure, waiters: &mut Waiters) {
@@ -154,18 +157,18 @@ impl Request {
                 // it is withdrawn before the refusal goes out, on condition that the record
                 // is still its own (`IDEM-STORE-12`). A store that refused (full) wrote
                 // nothing.
-                if let State::Applying {
-                    created: Some(version),
-                    ..
-                } = self.state
-                {
-                    if failure == StoreFailure::Unavailable {
-                        self.write = Some(Write {
-                            key: self.key.clone(),
-                            precondition: Precondition::Version(version),
-                            op: WriteOp::Delete,
-                        });
-                    }
+                let created = match self.state {
+                    State::Applying { created, .. } => created,
+                    // A store that claims for the host creates a record with the nonce it
+                    // was given.
+                    _ => self.claiming.take(),
+                };
+                if let (Some(version), StoreFailure::Unavailable) = (created, failure) {
+                    self.write = Some(Write {
+                        key: self.key.clone(),
+                        precondition: Precondition::Version(version),
+                        op: WriteOp::Delete,
+                    });
                 }
                 self.events.push(Event::Rejected);
                 self.state = State::Answered(Answer::Refusal(Refusal::store(failure)));

@@ -227,6 +227,9 @@ pub struct Request {
     nonce: u64,
     /// Whether the handler ran as a recovery (for a delivery's result).
     recovered: bool,
+    /// The nonce a store that claims for the host was given ([`Request::claim_ticket`]),
+    /// while its claim is out.
+    claiming: Option<u64>,
     write: Option<Write>,
     state: State,
     events: Events,
@@ -295,6 +298,7 @@ impl Request {
             subject,
             nonce,
             recovered: false,
+            claiming: None,
             write: None,
             state: State::Claim {
                 lost: 0,
@@ -316,6 +320,17 @@ impl Request {
             fingerprint: self.fingerprint.clone(),
             subject: self.subject.clone(),
         }
+    }
+
+    /// The ticket for a store that claims for the host ([`Step::Claim`]), which it claims
+    /// with `nonce`: the version of a record its claim creates. Until its answer comes
+    /// ([`handle_claimed`](Request::handle_claimed)), a store failure withdraws such a record
+    /// ([`handle_store_error`](Request::handle_store_error), `IDEM-STORE-12`).
+    pub fn claim_ticket(&mut self, nonce: u64) -> Ticket {
+        if matches!(self.state, State::Reading { .. }) {
+            self.claiming = Some(nonce);
+        }
+        self.ticket()
     }
 
     /// The handler's context, while it runs.

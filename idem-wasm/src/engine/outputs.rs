@@ -33,9 +33,11 @@ impl Engine {
         self.host.claimed_bytes(slot).map_err(js)
     }
 
-    /// The ticket a Durable Object needs to claim for this request.
-    pub fn ticket(&self, slot: u32) -> JsResult<Vec<u8>> {
-        self.host.ticket(slot).map_err(js)
+    /// The ticket a Durable Object needs to claim for this request, which it claims with the
+    /// nonce of these halves: a record its claim creates is withdrawn when its answer is lost.
+    pub fn ticket(&mut self, slot: u32, nonce_hi: u32, nonce_lo: u32) -> JsResult<Vec<u8>> {
+        let nonce = interop::u64_from_halves(nonce_hi, nonce_lo);
+        self.host.ticket(slot, nonce).map_err(js)
     }
 
     /// Where the heartbeats stand.

@@ -32,9 +32,11 @@ impl Host {
         Ok(interop::encode_claimed(&claimed))
     }
 
-    /// The ticket a Durable Object needs to claim for this request.
-    pub fn ticket(&self, t: u32) -> Result<Vec<u8>, ErrorParts> {
-        Ok(interop::encode_ticket(&self.slot(t)?.req.ticket()))
+    /// The ticket a Durable Object needs to claim for this request, with `nonce`
+    /// ([`idem_core::Request::claim_ticket`]).
+    pub fn ticket(&mut self, t: u32, nonce: u64) -> Result<Vec<u8>, ErrorParts> {
+        let ticket = self.slot_mut(t)?.req.claim_ticket(nonce);
+        Ok(interop::encode_ticket(&ticket))
     }
 
     /// Where the heartbeats stand.
