@@ -7,7 +7,7 @@ import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, storeTim
 import { FakeNamespace, FakeStorage, barrier, manualClock, postOrder as post } from "./helpers.mjs";
 
 function worker(options = {}) {
-  const namespace = new FakeNamespace(IdempotencyShard, options.storage);
+  const namespace = options.namespace ?? new FakeNamespace(IdempotencyShard, options.storage);
   const state = { executions: 0 };
   const handler = withIdempotency(
     async (request) => {
@@ -222,22 +222,14 @@ describe("Durable Object store", () => {
         },
       };
     };
-    let runs = 0;
-    const handler = withIdempotency(
-      async (request) => {
-        runs++;
-        await request.json();
-        return new Response(`order ${runs}`, { status: 201 });
-      },
-      { principal: "none", store: new DurableObjectStore(namespace) },
-    );
+    const { handler, state } = worker({ namespace });
     const refused = await handler(post('"lost"'));
     assert.equal(refused.status, 503);
-    assert.equal(runs, 0);
+    assert.equal(state.executions, 0);
     const retry = await handler(post('"lost"'));
     assert.equal(retry.status, 201, "the late claim holds the key");
     assert.equal(await retry.text(), "order 1");
-    assert.equal(runs, 1);
+    assert.equal(state.executions, 1);
   });
 
   test("the store needs a namespace binding (IDEM-JS-1)", () => {
@@ -297,15 +289,7 @@ describe("Durable Object store", () => {
       // Every key on one object, as many keys over few shards put 10,000 on each.
       const shard = new IdempotencyShard({ storage: new FakeStorage({ backend }) }, {});
       const namespace = { idFromName: (name) => ({ name }), get: () => ({ fetch: (input, init) => shard.fetch(new Request(input, init)) }) };
-      let runs = 0;
-      const handler = withIdempotency(
-        async (request) => {
-          runs++;
-          await request.json();
-          return new Response(`order ${runs}`, { status: 201 });
-        },
-        { principal: "none", store: new DurableObjectStore(namespace) },
-      );
+      const { handler, state } = worker({ namespace });
       assert.equal((await handler(post('"K"'))).status, 201);
       // The object reads other keys until its memory of records is full.
       for (let i = 0; i < 9_999; i++) await shard.load(`other-${i}`);
@@ -314,7 +298,7 @@ describe("Durable Object store", () => {
       assert.equal(k.headers.get("idempotent-replayed"), "true", `${backend}: the retry ran again`);
       assert.equal(await k.text(), "order 1");
       assert.equal(x.status, 201);
-      assert.equal(runs, 2, backend);
+      assert.equal(state.executions, 2, backend);
     }
   });
 
