@@ -112,6 +112,9 @@ export class IdempotencyShard {
   #held = null;
   #engines = new Map();
   #alarm = undefined;
+  /** While `alarm()` runs: the earliest deadline written meanwhile (Infinity: none); else
+   * null. */
+  #alarmRun = null;
   /** Whether the object's one alarm is shared with a host of its own (see `setOwnAlarm`). */
   #shared = false;
   /** With `options.seal`: the sealer of the records it writes to storage (the cache holds
@@ -396,6 +399,12 @@ export class IdempotencyShard {
 
   async #schedule(deadline) {
     if (!(deadline > 0)) return;
+    // While `alarm()` runs, the alarm it is setting is not known yet: it sets the earliest
+    // deadline written meanwhile too, once it has listed what remains.
+    if (this.#alarmRun !== null) {
+      this.#alarmRun = Math.min(this.#alarmRun, deadline);
+      return;
+    }
     if (this.#alarm === undefined) this.#alarm = (await this.#storage.getAlarm()) ?? null;
     if (this.#alarm === null || deadline < this.#alarm) {
       this.#alarm = deadline;
@@ -527,6 +536,15 @@ export class IdempotencyShard {
    * here, the platform runs the alarm again, and `work` with it. Without `work`, a due alarm
    * is spent before this resolves, and the host does its work after. */
   async alarm(work) {
+    this.#alarmRun = Infinity;
+    try {
+      return await this.#alarmOnce(work);
+    } finally {
+      this.#alarmRun = null;
+    }
+  }
+
+  async #alarmOnce(work) {
     const now = Date.now();
     const p = this.#prefix;
     const due = await this.#storage.list({ start: p + DEADLINE, end: deadlineKey(p, now + 1, ""), limit: 256 });
@@ -573,7 +591,10 @@ export class IdempotencyShard {
       }
       if (own !== null && (at === null || own < at)) at = own;
     }
+    // The earliest deadline written while this ran (its write found no alarm to compare with).
+    if (this.#alarmRun !== Infinity) at = Math.min(at ?? Infinity, Math.max(this.#alarmRun, now + 1));
     this.#alarm = at;
+    this.#alarmRun = null;
     if (at === null) await this.#storage.deleteAlarm();
     else await this.#storage.setAlarm(at);
     return ownDue;

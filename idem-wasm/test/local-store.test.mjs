@@ -119,6 +119,43 @@ function countingStorage() {
 
 const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+test("a record written while the alarm runs the object's own work keeps an alarm for its deadline (IDEM-TTL-4)", async () => {
+  const storage = new FakeStorage();
+  const store = new DurableObjectLocalStore({ storage }, { writesOnly: false });
+  const clock = manualClock(Date.now());
+  const handler = withIdempotency(
+    async (request) => {
+      await request.json();
+      return store.transaction(idempotencyOf(request), async (tx) => {
+        tx.put("order", 1);
+        return new Response("ok", { status: 201 });
+      });
+    },
+    { principal: "none", store, responseTtl: 1000, keyTtl: 3000, lease: 1000, now: clock },
+  );
+  const t0 = clock();
+  await store.setAlarm(t0 + 500);
+  const gate = barrier();
+  const realNow = Date.now;
+  Date.now = () => t0 + 500;
+  try {
+    // The runtime spends the alarm it fires; the object's own work does I/O meanwhile.
+    storage.alarm = null;
+    const firing = store.alarm(() => gate.wait());
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // A request completes meanwhile: its record is due 1 s on.
+    clock.advance(500);
+    assert.equal((await handler(post('"during"'))).status, 201);
+    gate.open();
+    assert.equal(await firing, true);
+  } finally {
+    Date.now = realNow;
+  }
+  const due = [...storage.map.keys()].filter((k) => k.startsWith("idem:d:")).map((k) => Number(k.slice(7, 23)));
+  assert.equal(due.length, 1);
+  assert.ok(storage.alarm !== null && storage.alarm <= due[0], `the alarm (${storage.alarm === null ? null : storage.alarm - t0}) is not set for the record due at ${due[0] - t0}`);
+});
+
 describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
   test("writesOnly must be a boolean (IDEM-JS-1)", () => {
     assert.throws(
