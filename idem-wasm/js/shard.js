@@ -437,22 +437,30 @@ export class IdempotencyShard {
    * its write stored.
    */
   [CLAIM_IN_SLOT](engine, slot, key, now, step) {
-    return this.#withRecord(key, () => this.#settle(this.#claimIn(engine, slot, key, now, step)));
+    return this.#withRecord(key, () => this.#settle(engine, slot, key, now, this.#claimIn(engine, slot, key, now, step, true)));
   }
 
-  /** The next step of a claim made on a slot, once its writes are stored. */
-  #settle(claim) {
+  /** The next step of a claim made on a slot: once a write of it is stored, the machine
+   * learns that it was applied, and goes on. A write storage refuses rejects, and the
+   * machine, told by its host, answers 503 with nothing run (IDEM-STORE-4): a claim the
+   * machine took for applied before storage took it would run its handler under a claim
+   * that does not exist. */
+  #settle(engine, slot, key, now, claim) {
     if (claim.ops.length === 0) return claim.step;
-    return Promise.all(claim.ops)
-      .then(() => this.#scheduleAfter(claim.deadline))
-      .then(() => claim.step);
+    return Promise.all(claim.ops).then(async () => {
+      engine.applied(slot, now, true);
+      await this.#scheduleAfter(claim.deadline);
+      return this.#withRecord(key, () => this.#settle(engine, slot, key, now, this.#claimIn(engine, slot, key, now, engine.poll(slot, now), true)));
+    });
   }
 
   /** Feeds the slot's machine the record in memory and applies its writes, from `step` (its
    * last poll) to its first step that is not a store step: `{ step, ops, deadline }`, the
    * storage promises of its writes and the deadline of the last one. Nothing is awaited: the
-   * read, the decision and the compare-and-set are one step of this object. */
-  #claimIn(engine, slot, key, now, step) {
+   * read, the decision and the compare-and-set are one step of this object. With `stored`,
+   * it stops at the first write that goes to storage, whose `applied` is the caller's to
+   * report once storage took it (`#settle`). */
+  #claimIn(engine, slot, key, now, step, stored = false) {
     const ops = [];
     let deadline = 0;
     for (; step === Step.Claim || step === Step.Load || step === Step.Apply; step = engine.poll(slot, now)) {
@@ -465,6 +473,7 @@ export class IdempotencyShard {
       if (done !== null && done.length > 0) {
         ops.push(...done);
         deadline = write.deadline;
+        if (stored) return { step, ops, deadline };
       }
       engine.applied(slot, now, done !== null);
     }

@@ -250,6 +250,35 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
     }
   });
 
+  test("a claim whose write storage refuses runs nothing: 503, and the retry runs once (IDEM-STORE-4)", async () => {
+    const storage = new FakeStorage();
+    const put = storage.put.bind(storage);
+    let refuse = true;
+    storage.put = async (entries, value) => {
+      if (refuse && typeof entries === "object" && Object.keys(entries).some((k) => k.startsWith("idem:r:"))) {
+        refuse = false;
+        throw new Error("storage write failed");
+      }
+      return put(entries, value);
+    };
+    const store = new DurableObjectLocalStore({ storage }, { writesOnly: false });
+    let runs = 0;
+    const handler = withIdempotency(
+      async (request) => {
+        runs++;
+        await request.text();
+        return new Response(`order ${runs}`, { status: 201 });
+      },
+      { principal: "none", store },
+    );
+    const refused = await handler(post('"claim"'));
+    assert.equal(refused.status, 503);
+    assert.equal(runs, 0, "the handler ran under a claim storage refused");
+    const retry = await handler(post('"claim"'));
+    assert.equal(retry.status, 201);
+    assert.equal(runs, 1);
+  });
+
   test("an alarm that cannot be set after a write storage took fails nothing: the request runs, and its retry replays (IDEM-STORE-9)", async () => {
     const storage = new FakeStorage();
     const setAlarm = storage.setAlarm.bind(storage);
