@@ -83,6 +83,14 @@ export async function replyWith(reply, answer, idem) {
   return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
 }
 
+/** Sends the engine's reply on `reply` (`replyWith`): an empty body without a content type
+ * goes out as none, as the app's own did, not as bytes Fastify would type
+ * `application/octet-stream`. */
+export async function sendReply(reply, answer, idem) {
+  const body = await replyWith(reply, answer, idem);
+  reply.send(body.byteLength === 0 && !reply.hasHeader("content-type") ? undefined : body);
+}
+
 /**
  * In `onSend`, for a request that ran: hands the answer Fastify is about to send (`reply`'s
  * status and headers, `payload`'s bytes) to the engine through `capture.resolve`, waits for

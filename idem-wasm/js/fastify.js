@@ -17,7 +17,7 @@ import { Idempotency } from "idem";
 import { begin } from "./adapter.js";
 import { closeUnread, readBody } from "./body.js";
 import { rangeError } from "./errors.js";
-import { answered, replyWith } from "./fastify-reply.js";
+import { answered, sendReply } from "./fastify-reply.js";
 
 /** Where a guarded request keeps its capture: `{ answer, resolve, done, headers }`. */
 const CAPTURE = Symbol("idempotency capture");
@@ -48,7 +48,7 @@ export function idempotency(fastify, options, done) {
       if (field === undefined || (skip !== undefined && (await skip(request)))) return;
       // A status query about the request this URL guards: answered from the store.
       const key = request.headers[idem.keyHeader] ?? null;
-      await send(reply, await idem.status({ request, target: request.url, key, status: field, headers: request.headers }), idem);
+      await sendReply(reply, await idem.status({ request, target: request.url, key, status: field, headers: request.headers }), idem);
       return reply;
     });
   }
@@ -61,7 +61,7 @@ export function idempotency(fastify, options, done) {
     const body = await readBody(idem, request.headers["content-length"], payload);
     if (typeof body === "number") {
       closeUnread(request.raw, reply.raw);
-      await send(reply, await idem.serve(body, (answer) => answer), idem);
+      await sendReply(reply, await idem.serve(body, (answer) => answer), idem);
       return reply;
     }
     request.rawBody = body;
@@ -95,7 +95,7 @@ export function idempotency(fastify, options, done) {
     );
     if (!begun.ran) {
       // The engine answered (a replay or a refusal): nothing runs.
-      await send(reply, begun.reply, idem);
+      await sendReply(reply, begun.reply, idem);
       return reply;
     }
     capture.done = begun.done;
@@ -121,7 +121,3 @@ idempotency[Symbol.for("skip-override")] = true;
 idempotency[Symbol.for("fastify.display-name")] = "idem";
 export default idempotency;
 
-/** Sends the engine's own reply from a hook; the request goes no further. */
-async function send(reply, answer, idem) {
-  reply.send(await replyWith(reply, answer, idem));
-}

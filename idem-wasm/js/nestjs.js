@@ -35,7 +35,7 @@ import { Idempotency, plainProblem } from "idem";
 import { begin, isJson, keepBody } from "./adapter.js";
 import { closeUnread, readBody } from "./body.js";
 import { rangeError } from "./errors.js";
-import { answerInstead, answered, replyWith } from "./fastify-reply.js";
+import { answerInstead, answered, sendReply } from "./fastify-reply.js";
 import { capture as captureNode, send as sendNode, sendInstead } from "./node-response.js";
 
 /** The metadata key `@Idempotent()` sets. */
@@ -111,7 +111,7 @@ class Binding {
       const body = await readBody(idem, request.headers["content-length"], payload);
       if (typeof body === "number") {
         closeUnread(request.raw, reply.raw);
-        reply.send(await replyWith(reply, await idem.serve(body, (answer) => answer), idem));
+        await sendReply(reply, await idem.serve(body, (answer) => answer), idem);
         return reply;
       }
       request[INTAKE] = { body };
@@ -223,7 +223,7 @@ class Binding {
   async #answerInstead(req, res, reply, ownAnswer) {
     const idem = this.idem;
     if (ownAnswer) {
-      if (this.fastify) res.send(await replyWith(res, reply, idem));
+      if (this.fastify) await sendReply(res, reply, idem);
       else await sendNode(res, reply, idem);
     } else if (this.fastify) req[CAPTURE] = { instead: reply, before: new Map(Object.entries(res.getHeaders())) };
     else sendInstead(res, reply, idem).catch(() => res.destroy());

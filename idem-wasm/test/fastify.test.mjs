@@ -111,6 +111,10 @@ async function startApp({ store = new MemoryStore(), ...options } = {}) {
     });
     return reply.code(200).type("text/event-stream").send(state.idle);
   });
+  app.post("/api/redirect", guarded, async (request, reply) => {
+    state.count++;
+    return reply.redirect("/elsewhere", 303);
+  });
   app.post("/api/fetch-response", guarded, async () => {
     state.count++;
     return new Response(`made ${state.count}`, { status: 201, headers: { "content-type": "text/plain", "x-made": "by a Response" } });
@@ -277,6 +281,22 @@ describe("idem/fastify on Fastify 5", () => {
     assert.equal(problem.type, "urn:idem:problem:response-not-stored");
     assert.match(problem.detail, /trailer fields/);
     assert.equal(running.state.count - before, 1);
+  });
+
+  test("an answer without a body or a content type is replayed without them, as it went out (IDEM-REPLAY-4)", async () => {
+    const key = fresh();
+    const send = () =>
+      fetch(`${running.url}/api/redirect`, { method: "POST", headers: { "content-type": "application/json", "x-user": "alice", "idempotency-key": key }, body: ORDER, redirect: "manual" });
+    const first = await send();
+    assert.equal(first.status, 303);
+    assert.equal(first.headers.get("location"), "/elsewhere");
+    assert.equal(first.headers.get("content-type"), null);
+    const retry = await send();
+    assert.equal(retry.status, 303);
+    assert.equal(retry.headers.get("idempotent-replayed"), "true");
+    assert.equal(retry.headers.get("location"), "/elsewhere");
+    assert.equal(retry.headers.get("content-type"), null);
+    assert.equal(await retry.text(), "");
   });
 
   test("a Fetch Response the handler returns is the answer: its status, headers and body are stored and replayed", async () => {
