@@ -6,6 +6,21 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { DurableObjectLocalStore, Idempotency, idempotencyOf, withIdempotency } from "idem";
 import { FakeStorage, barrier, manualClock, postOrder as post } from "./helpers.mjs";
+/** A FakeStorage that refuses the first put writing a key that starts with `prefix`. */
+function refusingOnce(prefix) {
+  const storage = new FakeStorage();
+  const put = storage.put.bind(storage);
+  let refuse = true;
+  storage.put = async (entries, value) => {
+    if (refuse && typeof entries === "object" && Object.keys(entries).some((k) => k.startsWith(prefix))) {
+      refuse = false;
+      throw new Error("storage write failed");
+    }
+    return put(entries, value);
+  };
+  return storage;
+}
+
 /** A handler running inside one object over `storage`, on a `writesOnly` store: each run
  * extends its lease once, waits for `gate` (if given), then throws when `fail(n)` says so,
  * answers `status` when given, or writes `order:<n>` in its transaction and answers 201. */
@@ -208,16 +223,7 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
 
   test("a completion whose write storage refuses is not replayed: the object reads the key from storage again (IDEM-STORE-7)", async () => {
     for (const writesOnly of [true, false]) {
-      const storage = new FakeStorage();
-      const put = storage.put.bind(storage);
-      let refuse = true;
-      storage.put = async (entries, value) => {
-        if (refuse && typeof entries === "object" && Object.keys(entries).some((k) => k.startsWith("order:"))) {
-          refuse = false;
-          throw new Error("storage write failed");
-        }
-        return put(entries, value);
-      };
+      const storage = refusingOnce("order:");
       const store = new DurableObjectLocalStore({ storage }, { writesOnly });
       let runs = 0;
       const handler = withIdempotency(
@@ -251,16 +257,7 @@ describe("DurableObjectLocalStore with writesOnly (IDEM-STORE-8)", () => {
   });
 
   test("a claim whose write storage refuses runs nothing: 503, and the retry runs once (IDEM-STORE-4)", async () => {
-    const storage = new FakeStorage();
-    const put = storage.put.bind(storage);
-    let refuse = true;
-    storage.put = async (entries, value) => {
-      if (refuse && typeof entries === "object" && Object.keys(entries).some((k) => k.startsWith("idem:r:"))) {
-        refuse = false;
-        throw new Error("storage write failed");
-      }
-      return put(entries, value);
-    };
+    const storage = refusingOnce("idem:r:");
     const store = new DurableObjectLocalStore({ storage }, { writesOnly: false });
     let runs = 0;
     const handler = withIdempotency(
