@@ -46,6 +46,8 @@ export const IDEMPOTENCY = Symbol.for("idem:nestjs:idempotency");
 const BINDING = Symbol.for("idem:nestjs:binding");
 /** What the intake keeps on a request: `{ body }`, the raw bytes. */
 const INTAKE = Symbol("idempotency intake");
+/** The intake of a request the engine refuses before its body matters. */
+const NO_BODY = { body: new Uint8Array(0) };
 /** Where a request that runs on the Fastify platform keeps its capture. */
 const CAPTURE = Symbol("idempotency capture");
 const RUN = Symbol("run");
@@ -90,7 +92,9 @@ class Binding {
     const idem = this.idem;
     app.use((req, res, next) => {
       const key = this.#keyOf(req.headers);
-      if (!idem.protects(req.method, key !== null)) return next();
+      // Before routing: only a body that may identify a guarded request is read; another
+      // route's (a form, an upload) is left to its own parsers.
+      if (!idem.readsBody(req.method, key !== null)) return next();
       readBody(idem, req.headers["content-length"], req).then(async (body) => {
         if (typeof body === "number") {
           closeUnread(req, res);
@@ -107,7 +111,7 @@ class Binding {
     const idem = this.idem;
     fastify.addHook("preParsing", async (request, reply, payload) => {
       const key = this.#keyOf(request.headers);
-      if (!idem.protects(request.method, key !== null)) return payload;
+      if (!idem.readsBody(request.method, key !== null)) return payload;
       const body = await readBody(idem, request.headers["content-length"], payload);
       if (typeof body === "number") {
         closeUnread(request.raw, reply.raw);
@@ -152,7 +156,9 @@ class Binding {
     }
     const key = this.#keyOf(headers);
     if (!idem.protects(req.method, key !== null)) return RUN;
-    const intake = req[INTAKE];
+    // A request whose body does not identify it (no key, none derived) is refused whatever
+    // its body: the intake left it unread.
+    const intake = req[INTAKE] ?? (idem.readsBody(req.method, key !== null) ? undefined : NO_BODY);
     if (intake === undefined) throw bodyTakenError();
     const held = { node: null, fastify: { resolve: null, reject: null, done: null, context: null, before: null } };
     const begun = await begin(

@@ -141,6 +141,13 @@ export class Idempotency {
     return this.#engine.protects(method, hasKey);
   }
 
+  /** Whether a request with this method (and a key or not) needs its body to be identified:
+   * it is protected and has a key, or its key would be derived from its body. A protected
+   * request without a key is otherwise refused before its body matters. */
+  readsBody(method, hasKey) {
+    return this.#engine.readsBody(method, hasKey);
+  }
+
   /** The principal the host states for `request` (undefined for a single-tenant host):
    * what `options.principal` returns, as a string; anything else is empty, which the
    * engine refuses (IDEM-SCOPE-3), and so is a string with a lone surrogate (a user id

@@ -147,9 +147,15 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
       state.count++;
       return { open: true };
     }
+    echo(body) {
+      state.count++;
+      return { body: body ?? null };
+    }
   }
   Controller("open/orders")(OpenController);
   decorate(OpenController, "create", Post());
+  decorate(OpenController, "echo", Post("echo"));
+  Body()(OpenController.prototype, "echo", 0);
 
   class AppModule {}
   Module({
@@ -210,6 +216,21 @@ for (const [name, platform] of platforms(nest)) {
       assert.equal(mismatch.status, 422);
       assert.equal(mismatch.headers.get("access-control-allow-origin"), "*");
       assert.equal(mismatch.headers.get("content-type"), "application/problem+json");
+    });
+
+    test("a request without a key to a handler not marked is left to Nest: its parsers, its 400, its size (IDEM-JS-4)", async () => {
+      const send = (body, contentType) =>
+        fetch(`${running.url}/open/orders/echo`, { method: "POST", headers: { "content-type": contentType }, body, signal: AbortSignal.timeout(10_000) });
+      const json = await send('{"a":1}', "application/json");
+      assert.equal(json.status, 201);
+      assert.deepEqual(await json.json(), { body: { a: 1 } });
+      const before = running.state.count;
+      const malformed = await send("{bad", "application/json");
+      assert.equal(malformed.status, 400, "malformed JSON reached the handler");
+      assert.equal(running.state.count, before);
+      // Larger than the fingerprint takes: no business of idem's on this route.
+      const large = await send(JSON.stringify({ pad: "x".repeat(MAX_BODY) }), "application/json");
+      assert.notEqual(large.status, 413, "idem refused the body of a route it does not guard");
     });
 
     test("a handler that answers by itself (@Res() without passthrough) runs once, and its answer is replayed", async () => {

@@ -78,6 +78,8 @@ const guard = async (request: Request): Promise<Response | undefined> => {
   if (field !== null) return adapter.serve(adapter.statusSlot(headers.get(adapter.keyHeader), undefined, "/orders", field, headers), (reply) => adapter.responseOf(reply));
   const key: string | null = headers.get(adapter.keyHeader);
   if (!adapter.protects(request.method, key !== null)) return undefined;
+  const unread: boolean = !adapter.readsBody(request.method, key !== null);
+  void unread;
   const answer = (reply: PlainReply): Response => adapter.mappedRefusal(reply) ?? adapter.responseOf(reply);
   const tooLarge: number | undefined = adapter.refuseBody(Number(headers.get("content-length") ?? 0));
   if (tooLarge !== undefined) return adapter.serve(tooLarge, answer);

@@ -296,6 +296,10 @@ export class Idempotency<R = PlainRequest> {
   constructor(options: IdempotencyOptions<R>);
   /** Whether a request with this method (and a key, or not) is protected. */
   protects(method: string, hasKey: boolean): boolean;
+  /** Whether a request with this method (and a key or not) needs its body to be identified:
+   * it is protected and has a key, or its key would be derived from its body
+   * (`keyFallback`). A host that reads bodies before its routing leaves the others unread. */
+  readsBody(method: string, hasKey: boolean): boolean;
   handle(request: R & PlainRequest, run: (context: IdempotencyContext) => Promise<PlainResponse> | PlainResponse): Promise<PlainReply>;
   /** The `route` option. */
   readonly route: IdempotencyOptions["route"];

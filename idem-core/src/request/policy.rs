@@ -303,6 +303,15 @@ impl Policy {
             && (has_key || self.keys_required || self.fallback != KeyFallback::None)
     }
 
+    /// Whether a request with this method (and a key or not) needs its body to be identified:
+    /// it is protected ([`protects`](Policy::protects)) and carries a key, or its key would be
+    /// derived from the body ([`KeyFallback`]). A protected request without a key otherwise
+    /// is refused before its body matters, so a host that reads bodies ahead of its routing
+    /// (NestJS's intake) leaves it unread.
+    pub fn reads_body(&self, method: &str, has_key: bool) -> bool {
+        self.methods.iter().any(|m| m == method) && (has_key || self.fallback != KeyFallback::None)
+    }
+
     /// Refuses a body of `len` bytes, announced before it is read, that is larger than the
     /// fingerprint accepts (`IDEM-LIMIT-1`).
     // A refusal is built once per refused request and answered at once: boxing it would add

@@ -43,6 +43,13 @@ impl Engine {
         self.host.protects(method, has_key)
     }
 
+    /// Whether a request with this method (and a key or not) needs its body to be identified:
+    /// a host that reads bodies before routing leaves the others unread.
+    #[wasm_bindgen(js_name = readsBody)]
+    pub fn reads_body(&self, method: &str, has_key: bool) -> bool {
+        self.host.reads_body(method, has_key)
+    }
+
     /// Identifies a request and opens its slot: the key header (`undefined` when absent),
     /// the principal (`undefined` for a single-tenant host), method, route, target,
     /// content type, the fingerprint headers as a flat list text, the body, a counter

@@ -174,6 +174,11 @@ impl Host {
         self.policy.protects(method, has_key)
     }
 
+    /// Whether a request with this method (and a key or not) needs its body to be identified.
+    pub fn reads_body(&self, method: &str, has_key: bool) -> bool {
+        self.policy.reads_body(method, has_key)
+    }
+
     /// Identifies a request and opens its slot. A request that cannot be identified gets a
     /// slot too, whose first step is its refusal. `IDEM-JS-2` for a header list that is not
     /// a list text.
