@@ -4,7 +4,7 @@
 // the key alone (the placement).
 import { MAX_VALUE_BYTES } from "./shard.js";
 import { SHARD_ORIGIN, applyRequest, claimRequest, failureOf, loadRequest, readApplied, readClaimed, readLoaded } from "./shard-wire.js";
-import { bounded } from "./errors.js";
+import { bounded, milliseconds } from "./errors.js";
 import { storeTimeoutMs } from "./idem_wasm.js";
 import { rangeError } from "./util.js";
 
@@ -36,22 +36,27 @@ export function shardName(key) {
  */
 export class DurableObjectStore {
   #namespace;
+  #timeout;
 
   /** The largest response a shard keeps (IDEM-STORE-5): its record, with the request's
    * fingerprint and the response's headers, still fits in `MAX_VALUE_BYTES`. */
   maxResponseBytes = MAX_VALUE_BYTES - 64 * 1024;
 
+  /** `options.timeout`: how long one call of a shard may take in milliseconds (default
+   * idem-core's, 2000). Nothing else: the shard of a key is fixed. */
   constructor(namespace, options) {
     if (namespace == null || typeof namespace.idFromName !== "function" || typeof namespace.get !== "function") {
       throw rangeError("IDEM-JS-1", "DurableObjectStore needs a Durable Object namespace binding");
     }
-    if (options !== undefined) {
+    const { timeout, ...rest } = options ?? {};
+    if (Object.keys(rest).length > 0) {
       throw rangeError(
         "IDEM-JS-1",
-        "DurableObjectStore takes no options: the shard of a key is fixed, so that a change of settings or a deploy never sends a retry to an object that did not see its key",
+        "DurableObjectStore takes no options but timeout: the shard of a key is fixed, so that a change of settings or a deploy never sends a retry to an object that did not see its key",
       );
     }
     this.#namespace = namespace;
+    this.#timeout = milliseconds(timeout, storeTimeoutMs(), "options.timeout");
   }
 
   #stub(key) {
@@ -59,11 +64,11 @@ export class DurableObjectStore {
   }
 
   /** One call of the shard that owns `key`, bounded in time as every store call is
-   * (IDEM-STORE-10: idem-core's 2 seconds): an object that does not answer (stuck,
-   * overloaded, its storage slow) is a store failure, never a wait without end. */
+   * (IDEM-STORE-10: `options.timeout`): an object that does not answer (stuck, overloaded,
+   * its storage slow) is a store failure, never a wait without end. */
   async #call(key, { path, headers, body }) {
     const sent = this.#stub(key).fetch(`${SHARD_ORIGIN}${path}`, { method: "POST", headers, body });
-    const response = await bounded(sent, storeTimeoutMs(), "the idempotency shard");
+    const response = await bounded(sent, this.#timeout, "the idempotency shard");
     if (!response.ok && response.status !== 404) throw await failureOf(response);
     return response;
   }

@@ -3,7 +3,7 @@
 // in local-store.test.mjs.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, storeTimeoutMs, withIdempotency } from "idem";
+import { DurableObjectLocalStore, DurableObjectStore, IdempotencyShard, withIdempotency } from "idem";
 import { FakeNamespace, FakeStorage, barrier, manualClock, postOrder as post } from "./helpers.mjs";
 
 function worker(options = {}) {
@@ -191,11 +191,11 @@ describe("Durable Object store", () => {
         executions++;
         return new Response("x");
       },
-      { principal: "none", store: new DurableObjectStore(stuck) },
+      { principal: "none", store: new DurableObjectStore(stuck, { timeout: 200 }) },
     );
     const start = Date.now();
     // The claim's call, then the call that withdraws what it may have written (IDEM-STORE-12).
-    const bound = 2 * storeTimeoutMs() + 1_000;
+    const bound = 2 * 200 + 1_000;
     const r = await Promise.race([handler(post('"stuck"')), new Promise((resolve) => setTimeout(() => resolve(null), bound + 2_000))]);
     assert.ok(r !== null, "no answer");
     assert.equal(r.status, 503);
@@ -322,6 +322,11 @@ describe("Durable Object store", () => {
       () => new DurableObjectStore(new FakeNamespace(IdempotencyShard), { shards: 16 }),
       (e) => e instanceof RangeError && e.code === "IDEM-JS-1" && /never sends a retry/.test(e.message),
     );
+    // A call's time bound is the one setting: it moves no key.
+    assert.equal(new DurableObjectStore(new FakeNamespace(IdempotencyShard), { timeout: 500 }).maxResponseBytes > 0, true);
+    for (const timeout of [0, -1, 1.5, "100"]) {
+      assert.throws(() => new DurableObjectStore(new FakeNamespace(IdempotencyShard), { timeout }), (e) => e.code === "IDEM-JS-1" && /options.timeout/.test(e.message));
+    }
     // Pinned: these names must never change, or deployed keys would move.
     const { namespace, handler } = worker();
     for (const key of ["a", "b", "order-1"]) await handler(post(`"${key}"`));

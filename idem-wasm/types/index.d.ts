@@ -486,7 +486,9 @@ export class IdempotencyShard {
 /** The store a worker uses: each key belongs to one of a fixed set of IdempotencyShard
  * objects, chosen from the key alone, so that no setting or deploy moves a key. */
 export class DurableObjectStore implements IdempotencyStore {
-  constructor(namespace: DurableObjectNamespaceLike);
+  /** `options.timeout`: how long one call of a shard may take in milliseconds (default
+   * `storeTimeoutMs()`, 2000); a shard that does not answer by then is a 503. */
+  constructor(namespace: DurableObjectNamespaceLike, options?: { timeout?: number });
   readonly maxResponseBytes: number;
   load(key: string): Promise<StoredRecord | null>;
   apply(key: string, write: StoreWrite, now: number): Promise<boolean>;
