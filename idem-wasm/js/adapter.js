@@ -86,6 +86,8 @@ export async function replyFields(idem, reply) {
  * `Access-Control-Allow-Origin`). A value the handler changed is its own. Every adapter's
  * rule, idem/hono's included. */
 export function ownFields(now, before) {
+  // Most requests have nothing set before the handler: no key to make per field.
+  if (before.length === 0) return now;
   const earlier = new Set(before.map(([name, value]) => `${name}\n${value}`));
   return now.filter(([name, value]) => !earlier.has(`${name}\n${value}`));
 }
@@ -113,6 +115,6 @@ export function cookiesUnder(before, cookies) {
 }
 
 /** The name of the cookie a `Set-Cookie` value sets. */
-export function cookieName(field) {
+function cookieName(field) {
   return String(field).split("=", 1)[0].trim();
 }

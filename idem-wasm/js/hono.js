@@ -75,8 +75,10 @@ function headersSoFar(c) {
  * cookie on its own); itself when there are none, so that an answer the idempotency context
  * built is stored from its bytes (IDEM-JS-5). */
 function withoutHeaders(response, before) {
+  const set = [...before];
+  if (set.length === 0) return response;
   const all = [...response.headers];
-  const own = ownFields(all, [...before]);
+  const own = ownFields(all, set);
   return own.length === all.length ? response : new Response(response.body, { status: response.status, statusText: response.statusText, headers: own });
 }
 

@@ -10,7 +10,8 @@
 //
 // Two pieces, both registered by `IdempotencyModule.forRoot`:
 // - the body intake, installed on the platform when the module is created (before Nest adds
-//   its body parsers): for a request the engine protects (its method, and a key), it reads
+//   its body parsers): for a request whose body may identify it (`readsBody`: its method,
+//   and a key or a key derived from the body), it reads
 //   the raw body (the engine's limit: 413 at once beyond it) for the fingerprint and hands
 //   it on to Nest's parsing;
 // - the interceptor (global): on a handler marked `@Idempotent()`, after the guards (so that

@@ -2,6 +2,10 @@
 // an app and the engine: what the app writes is held back until its outcome is stored, and
 // the engine's replies are written with their headers. Shared by idem/express and
 // idem/nestjs.
+//
+// One file for one object, the `ServerResponse` between the app and the engine: the capture
+// replaces its methods and gives them back, and `send` and `sendInstead` write through the
+// same methods once the capture has let go, so the three are read together.
 import { answerFields, cookiesUnder, replyFields } from "./adapter.js";
 import { prematureClose, withinLease } from "./errors.js";
 

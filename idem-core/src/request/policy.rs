@@ -299,8 +299,12 @@ impl Policy {
     /// Whether a request with this method is idempotency-protected: its method is guarded,
     /// and it carries a key or keys are required. Other requests go straight to the handler.
     pub fn protects(&self, method: &str, has_key: bool) -> bool {
+        self.guards(method) && (has_key || self.keys_required || self.fallback != KeyFallback::None)
+    }
+
+    /// Whether `method` is one the policy guards.
+    fn guards(&self, method: &str) -> bool {
         self.methods.iter().any(|m| m == method)
-            && (has_key || self.keys_required || self.fallback != KeyFallback::None)
     }
 
     /// Whether a request with this method (and a key or not) needs its body to be identified:
@@ -309,7 +313,7 @@ impl Policy {
     /// is refused before its body matters, so a host that reads bodies ahead of its routing
     /// (NestJS's intake) leaves it unread.
     pub fn reads_body(&self, method: &str, has_key: bool) -> bool {
-        self.methods.iter().any(|m| m == method) && (has_key || self.fallback != KeyFallback::None)
+        self.guards(method) && (has_key || self.fallback != KeyFallback::None)
     }
 
     /// Refuses a body of `len` bytes, announced before it is read, that is larger than the
