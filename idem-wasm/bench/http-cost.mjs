@@ -82,11 +82,11 @@ async function serve() {
   app.use("/captured", async (req, res, next) => {
     try {
       await read(req);
-      const held = capture(res);
+      // No size limit and no lease (no context): what idem/express adds to them is idem's.
+      const held = capture(res, Infinity);
       next();
       const answer = await held.answer;
-      held.release();
-      await send(res, { status: answer.status, headers: answer.headers.flat(), body: answer.body }, noEngine);
+      await send(res, { status: answer.status, headers: answer.headers.flat(), body: answer.body }, noEngine, held);
     } catch (err) {
       next(err);
     }
