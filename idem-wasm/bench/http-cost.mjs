@@ -43,8 +43,7 @@ async function serve() {
   const { default: express } = await import("express");
   const { MemoryStore } = await import("idem");
   const { idempotency } = await import("idem/express");
-  const { readBody } = await import("../js/body.js");
-  const { keepBody } = await import("../js/adapter.js");
+  const { readNodeBody } = await import("../js/adapter.js");
   const { capture, send } = await import("../js/node-response.js");
   // What the steps before `idem` ask of the engine: no body limit, no refusal hook.
   const noEngine = { refuseBody: () => undefined, mappedRefusal: () => undefined };
@@ -54,7 +53,7 @@ async function serve() {
     runs++;
     res.status(201).json({ id: `ord_${runs}`, status: "created", total: req.body.total });
   };
-  const read = async (req) => keepBody(req, await readBody(noEngine, req.headers["content-length"], req), req.headers["content-type"]);
+  const read = (req) => readNodeBody(noEngine, req);
   const patch = (res) => {
     const { write, end, writeHead } = res;
     res.write = function (...args) {

@@ -3,6 +3,8 @@
 // body read for the fingerprint where the framework's parsers find it, and the engine's
 // replies as a framework sets them.
 
+import { readBody } from "./body.js";
+
 /**
  * Begins a guarded request: `idem.handle(input, …)`, where `onRun(context)` starts the rest
  * of the framework's chain and returns the promise of its answer. Resolves to
@@ -28,21 +30,30 @@ const utf8 = new TextDecoder();
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\b/i;
 
 /**
- * Keeps a Node request's body, read for the fingerprint, where the app reads it: its bytes as
- * `req.rawBody`, and `req.body` parsed when it is JSON, as `express.json()` would (undefined
- * when it does not parse: the engine refuses it on a guarded request, IDEM-FP-6). The body is
- * marked read, so that the app's body parsers skip it.
+ * Reads a Node request's body for the fingerprint (`readBody`: the bytes, or the slot of the
+ * engine's 413) and keeps it where the app reads it, as `req.rawBody`. A JSON body is taken:
+ * `req.body` is parsed as `express.json()` would (undefined when it does not parse: the engine
+ * refuses it on a guarded request, IDEM-FP-6), and the body is marked read, so that the app's
+ * body parsers skip it. Any other body (a form, an upload, text) is given back to the request
+ * stream, read whole or refused, so that the app's own parsers (`express.urlencoded`, multer)
+ * read it as without idem (IDEM-JS-11).
  */
-export function keepBody(req, body, contentType) {
+export async function readNodeBody(idem, req) {
+  const json = isJson(req.headers["content-type"]);
+  const body = await readBody(idem, req.headers["content-length"], req, !json);
+  if (typeof body === "number") return body;
   req.rawBody = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-  if (isJson(contentType) && body.byteLength > 0) {
-    try {
-      req.body = JSON.parse(utf8.decode(body));
-    } catch {
-      req.body = undefined;
+  if (json) {
+    if (body.byteLength > 0) {
+      try {
+        req.body = JSON.parse(utf8.decode(body));
+      } catch {
+        req.body = undefined;
+      }
     }
+    req._body = true;
   }
-  req._body = true;
+  return body;
 }
 
 /** Whether `contentType` is a JSON media type. */

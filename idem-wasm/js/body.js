@@ -15,13 +15,17 @@ const textEncoder = new TextEncoder();
  * Resolves to the bytes, or to the slot that answers 413: at once for a declared length past
  * the limit, before a byte is read; otherwise as soon as a chunk goes past it, the rest left
  * unread, so that an endless upload cannot fill the memory.
+ *
+ * `giveBack` (Node streams only) leaves what was read in the stream, for the application's
+ * own parsers to read after it as if nothing had: `true` whether the body was read whole or
+ * refused, `"refused"` only when it was refused (a body read whole is then consumed).
  */
-export async function readBody(idem, declared, from) {
+export async function readBody(idem, declared, from, giveBack = false) {
   if (declared != null) {
     const refused = idem.refuseBody(Number(declared));
     if (refused !== undefined) return refused;
   }
-  if (typeof from.arrayBuffer !== "function") return readNode(idem, from);
+  if (typeof from.arrayBuffer !== "function") return readNode(idem, from, giveBack);
   // A Fetch body of a declared length within the limit is read at once: the runtime holds it
   // to that length. Its `body` is not asked for: Deno and Bun make a stream for it, and then
   // read through the stream.
@@ -53,8 +57,14 @@ export function closeUnread(req, res) {
  * stream drains until its connection closes after the answer (`closeUnread`), so that the
  * client reads the answer rather than a reset; any other stream (a decompressor a hook put
  * in front of the request) is destroyed rather than run to its end.
+ *
+ * What is given back (`giveBack`) is put back in front of the stream with `unshift`, which
+ * a stream takes until its 'end' has been emitted: a request is read whole once it is
+ * `complete` and nothing is left to read, and the body goes back in the same turn, before
+ * the stream could emit 'end'. The stream is then paused, its body waiting for the next
+ * reader.
  */
-function readNode(idem, stream) {
+function readNode(idem, stream, giveBack) {
   return new Promise((resolve, reject) => {
     if (stream.readableEnded) return resolve(EMPTY);
     if (stream.destroyed) return reject(stream.errored ?? prematureClose("the request body"));
@@ -89,12 +99,26 @@ function readNode(idem, stream) {
           abandon();
           return reject(err);
         }
+        parts.push(chunk);
         if (refused !== undefined) {
-          abandon();
+          if (!giveBack) abandon();
+          else {
+            putBack();
+            // The rest may fail before anyone reads it: nobody's to handle then.
+            stream.on("error", ignore);
+          }
           return resolve(refused);
         }
-        parts.push(chunk);
       }
+      // Read whole: a request that is complete has nothing more to push.
+      if (giveBack === true && stream.complete === true) resolve(putBack());
+    };
+    // What was read, back in front of the stream; resolves to the same bytes.
+    const putBack = () => {
+      settle();
+      const bytes = joined(parts, total);
+      if (total > 0) stream.unshift(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+      return bytes;
     };
     const onEnd = () => {
       settle();

@@ -7,11 +7,12 @@
 //
 // Mount it before body parsers: it reads the raw body (up to the engine's limit, 413
 // beyond) for the fingerprint, and leaves it as `req.rawBody`, with `req.body` parsed from
-// JSON when the content type says JSON (so that express.json() after it has nothing to do).
+// JSON when the content type says JSON (so that express.json() after it has nothing to do);
+// any other body (a form, an upload) is left in the request for the parsers after it.
 // A body that something mounted before it has already read is refused (IDEM-JS-6).
 import { Idempotency } from "idem";
-import { keepBody } from "./adapter.js";
-import { closeUnread, readBody } from "./body.js";
+import { readNodeBody } from "./adapter.js";
+import { closeUnread } from "./body.js";
 import { rangeError } from "./errors.js";
 import { capture, send } from "./node-response.js";
 
@@ -54,12 +55,11 @@ async function serve(idem, skip, req, res, next, held) {
   const key = fields[idem.keyHeader] ?? null;
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();
-  const body = await readBody(idem, fields["content-length"], req);
+  const body = await readNodeBody(idem, req);
   if (typeof body === "number") {
     closeUnread(req, res);
     return send(res, await idem.serve(body, (reply) => reply), idem);
   }
-  keepBody(req, body, fields["content-type"]);
   const reply = await idem.handle(
     {
       req,

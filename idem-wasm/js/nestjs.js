@@ -12,8 +12,9 @@
 // - the body intake, installed on the platform when the module is created (before Nest adds
 //   its body parsers): for a request whose body may identify it (`readsBody`: its method,
 //   and a key or a key derived from the body), it reads
-//   the raw body (the engine's limit: 413 at once beyond it) for the fingerprint and hands
-//   it on to Nest's parsing;
+//   the raw body for the fingerprint and hands it on to Nest's parsing (a JSON body past
+//   the engine's limit is refused at once; any other body, whole or past the limit, goes on
+//   as it came, for the parsers of the route, whichever it is);
 // - the interceptor (global): on a handler marked `@Idempotent()`, after the guards (so that
 //   `req.user` is set), it claims the key and runs the rest of the request; when the engine
 //   answers itself (a replay, a refusal), the handler does not run and the answer Nest then
@@ -33,7 +34,7 @@ import { RouteParamtypes } from "@nestjs/common/enums/route-paramtypes.enum.js";
 import { APP_INTERCEPTOR, HttpAdapterHost, Reflector } from "@nestjs/core";
 import { from, mergeMap, of } from "rxjs";
 import { Idempotency, plainProblem } from "idem";
-import { begin, isJson, keepBody } from "./adapter.js";
+import { begin, isJson, readNodeBody } from "./adapter.js";
 import { closeUnread, readBody } from "./body.js";
 import { rangeError } from "./errors.js";
 import { answerInstead, answered, sendReply } from "./fastify-reply.js";
@@ -45,7 +46,8 @@ const IDEMPOTENT = "idem:idempotent";
  * service that issues tokens or opens sessions with it. */
 export const IDEMPOTENCY = Symbol.for("idem:nestjs:idempotency");
 const BINDING = Symbol.for("idem:nestjs:binding");
-/** What the intake keeps on a request: `{ body }`, the raw bytes. */
+/** What the intake keeps on a request: `{ body }`, the raw bytes, or `{ refused }`, the slot
+ * of the 413 of a body past the limit that it let through. */
 const INTAKE = Symbol("idempotency intake");
 /** The intake of a request the engine refuses before its body matters. */
 const NO_BODY = { body: new Uint8Array(0) };
@@ -96,13 +98,14 @@ class Binding {
       // Before routing: only a body that may identify a guarded request is read; another
       // route's (a form, an upload) is left to its own parsers.
       if (!idem.readsBody(req.method, key !== null)) return next();
-      readBody(idem, req.headers["content-length"], req).then(async (body) => {
-        if (typeof body === "number") {
+      readNodeBody(idem, req).then(async (body) => {
+        if (typeof body !== "number") req[INTAKE] = { body };
+        // A JSON body past the limit is refused at once (IDEM-LIMIT-1); any other was given
+        // back, for the guarded handler to refuse and another to read (an upload).
+        else if (isJson(req.headers["content-type"])) {
           closeUnread(req, res);
           return sendNode(res, await idem.serve(body, (answer) => answer), idem);
-        }
-        req[INTAKE] = { body };
-        keepBody(req, body, req.headers["content-type"]);
+        } else req[INTAKE] = { refused: body };
         next();
       }).catch(next);
     });
@@ -113,8 +116,14 @@ class Binding {
     fastify.addHook("preParsing", async (request, reply, payload) => {
       const key = this.#keyOf(request.headers);
       if (!idem.readsBody(request.method, key !== null)) return payload;
-      const body = await readBody(idem, request.headers["content-length"], payload);
+      const json = isJson(request.headers["content-type"]);
+      const body = await readBody(idem, request.headers["content-length"], payload, json ? false : "refused");
       if (typeof body === "number") {
+        // As on Express: only a JSON body is refused here; any other goes on as it came.
+        if (!json) {
+          request[INTAKE] = { refused: body };
+          return payload;
+        }
         closeUnread(request.raw, reply.raw);
         await sendReply(reply, await idem.serve(body, (answer) => answer), idem);
         return reply;
@@ -161,6 +170,12 @@ class Binding {
     // its body: the intake left it unread.
     const intake = req[INTAKE] ?? (idem.readsBody(req.method, key !== null) ? undefined : NO_BODY);
     if (intake === undefined) throw bodyTakenError();
+    // A body past the limit that the intake let through, not knowing the handler.
+    if (intake.refused !== undefined) {
+      if (this.fastify) closeUnread(req.raw, res.raw);
+      else closeUnread(req, res);
+      return this.#answerInstead(req, res, await idem.serve(intake.refused, (answer) => answer), ownAnswer);
+    }
     const held = { node: null, fastify: { resolve: null, reject: null, done: null, context: null, before: null } };
     const begun = await begin(
       idem,

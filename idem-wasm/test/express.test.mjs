@@ -2,11 +2,13 @@
 // goes to Express's error handling (IDEM-JS-7), the first answer the app completes is the
 // one sent, stored and replayed (IDEM-JS-7), a replay's headers replace those that earlier
 // middleware set (IDEM-REPLAY-4), and a body that a parser mounted before the adapter has
-// read is refused, never fingerprinted as empty (IDEM-JS-6, IDEM-FP-1).
+// read is refused, never fingerprinted as empty (IDEM-JS-6, IDEM-FP-1), and one that is not
+// JSON stays in the request for the parsers after the adapter (IDEM-JS-11).
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, afterEach, before, describe, test } from "node:test";
 import express from "express";
+import multer from "multer";
 import { MemoryStore } from "idem";
 import { idempotency } from "idem/express";
 
@@ -308,6 +310,89 @@ describe("idem/express: a body read before the adapter is refused (IDEM-JS-6)", 
       assert.deepEqual(await first.json(), { id: 1, raw: "amount 4200 eur" });
       const mismatch = await post(server.url, { key, body: "amount 1 eur", contentType: "text/plain" });
       assert.equal(mismatch.status, 422);
+      assert.equal(state.count, 1);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe("idem/express: a body that is not JSON stays in the request for the parsers after it (IDEM-JS-11)", () => {
+  const form = (fields) => {
+    const data = new FormData();
+    for (const [name, value] of Object.entries(fields)) data.append(name, new Blob([value]), `${name}.txt`);
+    return data;
+  };
+  // Each: the parser after the adapter, the body and another payload, and what the route
+  // answers with what the parser made of it.
+  const kinds = [
+    ["express.urlencoded()", express.urlencoded({ extended: false }), "application/x-www-form-urlencoded", "amount=4200&currency=eur", "amount=1&currency=eur", (req) => ({ ...req.body })],
+    ["express.text()", express.text(), "text/plain", "amount 4200 eur", "amount 1 eur", (req) => req.body],
+    ["express.raw()", express.raw(), "application/octet-stream", "\x01\x02\x03", "\x09", (req) => [...req.body]],
+    ["multer (multipart)", multer({ storage: multer.memoryStorage() }).any(), undefined, () => form({ invoice: "x".repeat(200) }), () => form({ invoice: "y".repeat(200) }), (req) => req.files.map((f) => [f.fieldname, f.size])],
+    ["the route reading the stream itself", (req, res, next) => next(), "application/octet-stream", "b".repeat(900), "c".repeat(900), async (req) => {
+      let size = 0;
+      for await (const chunk of req) size += chunk.byteLength;
+      return size;
+    }],
+  ];
+  for (const [name, parser, contentType, body, other, read] of kinds) {
+    test(`${name}: the route gets the body; a retry is replayed, another payload refused`, async () => {
+      const { state, app } = makeApp({
+        routes: (app, state) =>
+          app.post("/api/orders", parser, async (req, res) => res.status(201).json({ id: ++state.count, got: await read(req), raw: req.rawBody.byteLength })),
+        fingerprint: { maxBody: 1024 },
+      });
+      const server = await listen(app);
+      try {
+        const key = fresh();
+        const send = (payload) => {
+          const init = { method: "POST", headers: { "idempotency-key": key }, body: typeof payload === "function" ? payload() : payload, signal: AbortSignal.timeout(5_000) };
+          if (contentType !== undefined) init.headers["content-type"] = contentType;
+          return fetch(`${server.url}/api/orders`, init);
+        };
+        const first = await send(body);
+        assert.equal(first.status, 201);
+        const answer = await first.json();
+        const expected = { "express.urlencoded()": { amount: "4200", currency: "eur" }, "express.text()": "amount 4200 eur", "express.raw()": [1, 2, 3], "multer (multipart)": [["invoice", 200]] }[name] ?? 900;
+        assert.deepEqual(answer.got, expected, "the parser after the adapter read the body");
+        assert.ok(answer.raw > 0, "and the adapter kept the bytes it fingerprinted");
+        if (typeof body !== "function") {
+          // (A multipart body's boundary differs on every send: the same form is another payload.)
+          const retry = await send(body);
+          assert.equal(retry.headers.get("idempotent-replayed"), "true");
+          assert.deepEqual(await retry.json(), answer);
+        }
+        const mismatch = await send(other);
+        assert.equal(mismatch.status, 422);
+        assert.equal(state.count, 1, "one run");
+      } finally {
+        await server.close();
+      }
+    });
+  }
+
+  test("past the limit: 413, nothing claimed or executed, and the connection closes (IDEM-LIMIT-1)", async () => {
+    const { state, app } = makeApp({
+      routes: (app, state) => app.post("/api/orders", express.raw({ limit: "1mb" }), (req, res) => res.status(201).json({ id: ++state.count })),
+      fingerprint: { maxBody: 1024 },
+    });
+    const server = await listen(app);
+    try {
+      const key = fresh();
+      // No declared length: the body is read until it passes the limit.
+      const body = new ReadableStream({
+        start(controller) {
+          for (let i = 0; i < 8; i++) controller.enqueue(new Uint8Array(512).fill(7));
+          controller.close();
+        },
+      });
+      const r = await fetch(`${server.url}/api/orders`, { method: "POST", headers: { "idempotency-key": key, "content-type": "application/octet-stream" }, body, duplex: "half", signal: AbortSignal.timeout(5_000) });
+      assert.equal(r.status, 413);
+      assert.equal(r.headers.get("content-type"), "application/problem+json");
+      assert.equal((await r.json()).type, "urn:idem:problem:body-too-large");
+      const small = await fetch(`${server.url}/api/orders`, { method: "POST", headers: { "idempotency-key": key, "content-type": "application/octet-stream" }, body: "ok", signal: AbortSignal.timeout(5_000) });
+      assert.equal(small.status, 201, "the key was never claimed");
       assert.equal(state.count, 1);
     } finally {
       await server.close();

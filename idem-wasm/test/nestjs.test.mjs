@@ -151,11 +151,22 @@ async function startApp(nest, platform, { store = new nest.MemoryStore(), ...opt
       state.count++;
       return { body: body ?? null };
     }
+    // Reads the request stream itself, as an upload route does (Express's request; on
+    // Fastify, the body its parser made).
+    async upload(req) {
+      state.count++;
+      if (req.raw !== undefined) return { size: typeof req.body === "string" ? req.body.length : null };
+      let size = 0;
+      for await (const chunk of req) size += chunk.byteLength;
+      return { size };
+    }
   }
   Controller("open/orders")(OpenController);
   decorate(OpenController, "create", Post());
   decorate(OpenController, "echo", Post("echo"));
   Body()(OpenController.prototype, "echo", 0);
+  decorate(OpenController, "upload", Post("upload"));
+  Req()(OpenController.prototype, "upload", 0);
 
   class AppModule {}
   Module({
@@ -231,6 +242,42 @@ for (const [name, platform] of platforms(nest)) {
       // Larger than the fingerprint takes: no business of idem's on this route.
       const large = await send(JSON.stringify({ pad: "x".repeat(MAX_BODY) }), "application/json");
       assert.notEqual(large.status, 413, "idem refused the body of a route it does not guard");
+    });
+
+    test("a request with a key to a handler not marked: a body that is not JSON reaches the route's parsers whatever its size (IDEM-JS-11)", async () => {
+      const send = (path, body, contentType) =>
+        fetch(`${running.url}/open/orders/${path}`, { method: "POST", headers: { "content-type": contentType, "idempotency-key": fresh() }, body, signal: AbortSignal.timeout(10_000) });
+      const large = "u".repeat(4 * MAX_BODY);
+      if (name === "Express") {
+        // Nest parses forms on Express; the upload route reads the stream itself.
+        for (const form of ["amount=4200&currency=eur", `amount=4200&pad=${"p".repeat(2 * MAX_BODY)}`]) {
+          const r = await send("echo", form, "application/x-www-form-urlencoded");
+          assert.equal(r.status, 201);
+          assert.equal((await r.json()).body.amount, "4200", "Nest's form parser read the body");
+        }
+        for (const body of ["u".repeat(100), large]) {
+          const r = await send("upload", body, "application/octet-stream");
+          assert.equal(r.status, 201);
+          assert.deepEqual(await r.json(), { size: body.length });
+        }
+      } else {
+        // Fastify parses text; a body past idem's limit is within Fastify's.
+        const r = await send("upload", large, "text/plain");
+        assert.equal(r.status, 201);
+        assert.deepEqual(await r.json(), { size: large.length });
+      }
+    });
+
+    test("a body that is not JSON past the limit, to a marked handler: 413, nothing runs (IDEM-LIMIT-1)", async () => {
+      const before = running.state.count;
+      const key = fresh();
+      const r = await post(running.url, { key, body: "u".repeat(4 * MAX_BODY), contentType: "text/plain" });
+      assert.equal(r.status, 413);
+      assert.equal(r.headers.get("content-type"), "application/problem+json");
+      assert.equal((await r.json()).type, "urn:idem:problem:body-too-large");
+      assert.equal(running.state.count, before);
+      const retry = await post(running.url, { key });
+      assert.equal(retry.status, 201, "the key was never claimed");
     });
 
     test("a handler that answers by itself (@Res() without passthrough) runs once, and its answer is replayed", async () => {
