@@ -43,6 +43,13 @@ class CounterSequence {
  */
 const sequences = new Map();
 
+/** The Web Locks of this origin (browsers, in secure contexts): the pages and workers of an
+ * origin share its storage, so a `persist` over `localStorage` or IndexedDB is one record
+ * for all of them. With them, each change runs under the client's lock and reads the record
+ * again, so that two tabs never take the same number (a second request under a key that
+ * another tab's request had would get that request's answer). */
+const locks = globalThis.navigator?.locks;
+
 /** Where `persist` keeps the numberings of `client`: one record, each epoch's numbering's
  * bytes one after the other. */
 function sequenceId(client) {
@@ -95,7 +102,8 @@ function prune(all) {
 
 /** Runs `change(sequence)` on the numbering of `counter.client` (the options' `counter`) in
  * the epoch of `key` when it is one of that client's keys (a request's own key:
- * `client:epoch:seq`), otherwise in `counter.epoch`, one call at a time, and saves it. Each
+ * `client:epoch:seq`), otherwise in `counter.epoch`, one call at a time (in a browser, one
+ * call at a time of all the origin's pages, under the client's Web Lock), and saves it. Each
  * epoch has its own numbering: a call with another epoch never changes this one's. An epoch
  * without one starts it, `bits` wide, from `firstSeq` (IDEM-CTR-1). Bytes that are not
  * numberings are refused (IDEM-JS-2). */
@@ -108,8 +116,9 @@ export function withSequence(counter, persist, change, key) {
     slot = { all: null, chain: Promise.resolve() };
     sequences.set(client, slot);
   }
-  const result = slot.chain.then(async () => {
-    if (slot.all === null) {
+  const shared = persist && locks !== undefined;
+  const step = async () => {
+    if (slot.all === null || shared) {
       const saved = persist ? await persist.load(sequenceId(client)) : null;
       slot.all = saved == null ? new Map() : fromRecord(saved);
     }
@@ -125,7 +134,8 @@ export function withSequence(counter, persist, change, key) {
     prune(slot.all);
     if (persist) await persist.save(sequenceId(client), toRecord(slot.all));
     return value;
-  });
+  };
+  const result = slot.chain.then(() => (shared ? locks.request(sequenceId(client), step) : step()));
   slot.chain = result.catch(() => {});
   return result;
 }

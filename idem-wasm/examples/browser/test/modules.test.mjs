@@ -2,7 +2,8 @@
 // without the counter numbering and the payload digest, and nothing more while WebCrypto
 // hashes its payloads; the full module, with its loader, only on a page that is not a secure
 // context (no WebCrypto: the module hashes) or that sends counter keys. Either way each order
-// is placed once, and its retry after a lost answer is recognised as the same payload.
+// is placed once, and its retry after a lost answer is recognised as the same payload; two
+// tabs that number counter keys with one persisted record never take the same number.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { getJson, launchChromium, postJson, removeDir, startServer, tempDir } from "./browser.mjs";
@@ -90,4 +91,59 @@ test("counter keys: the page loads the full module, which numbers them", { timeo
     for (const path of FULL) assert.ok(loaded.includes(path), `${path} was not loaded: ${loaded.join(" ")}`);
     assert.equal(await count(), before + 2);
   });
+});
+
+test("counter keys in two tabs over one IndexedDB: every order its own number, none replayed as another's (IDEM-CLIENT-9)", { timeout: 60_000 }, async () => {
+  // Two pages of the origin, each sending orders with one counter client whose numbering both
+  // keep in one IndexedDB store. (Not localStorage: a page's reads of it may miss another
+  // page's latest writes, which no lock can mend.)
+  const pages = [await browser.newPage(), await browser.newPage()];
+  try {
+    for (const [tab, page] of pages.entries()) {
+      await page.goto(`${server.url}/`, { waitUntil: "load" });
+      await page.waitForSelector("body[data-ready]", { timeout: 15_000 });
+      await page.evaluate(async (tab) => {
+        const { idempotentFetch } = await import("/idem/client-web.js");
+        const db = await new Promise((resolve, reject) => {
+          const open = indexedDB.open("tabs", 1);
+          open.onupgradeneeded = () => open.result.createObjectStore("entries");
+          open.onsuccess = () => resolve(open.result);
+          open.onerror = () => reject(open.error);
+        });
+        const run = (mode, act) =>
+          new Promise((resolve, reject) => {
+            const tx = db.transaction("entries", mode);
+            const request = act(tx.objectStore("entries"));
+            tx.oncomplete = () => resolve(request.result);
+            tx.onerror = () => reject(tx.error);
+          });
+        const persist = {
+          load: async (id) => (await run("readonly", (s) => s.get(id))) ?? null,
+          save: (id, bytes) => run("readwrite", (s) => s.put(bytes, id)),
+          delete: (id) => run("readwrite", (s) => s.delete(id)),
+        };
+        const init = { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ item: "grinder", quantity: 1 }) };
+        const counter = { client: "tabs-1", epoch: "9" };
+        window.sendOrders = async (ids) => {
+          const results = await Promise.all(ids.map((id) => idempotentFetch("/orders", init, { keyKind: "counter", counter, persist, id: `tab${tab}-${id}`, retry: { base: 5, cap: 20 } })));
+          return results.map((r) => [r.outcome, r.key, r.response?.headers.get("idempotent-replayed") ?? null]);
+        };
+      }, tab);
+    }
+    const before = await count();
+    // One order from each page in turn, so that both have read the numbering, then five from
+    // each at the same time.
+    const keys = [];
+    for (const page of pages) keys.push(...(await page.evaluate(() => window.sendOrders(["first"]))));
+    const rest = ["a", "b", "c", "d", "e"];
+    keys.push(...(await Promise.all(pages.map((page) => page.evaluate((ids) => window.sendOrders(ids), rest)))).flat());
+    for (const [outcome, , replayed] of keys) {
+      assert.equal(outcome, "completed");
+      assert.equal(replayed, null, `an order was answered with another's replay: ${JSON.stringify(keys)}`);
+    }
+    assert.equal(new Set(keys.map(([, key]) => key)).size, keys.length, keys.map(([, key]) => key).join(" "));
+    assert.equal(await count(), before + keys.length, "every order ran");
+  } finally {
+    for (const page of pages) await page.close().catch(() => {});
+  }
 });
