@@ -241,9 +241,26 @@ export class Driver {
     }
     request.outcome = ran === Ran.Threw ? "threw" : "answered";
     if (ran !== Ran.Threw) request.status = status;
-    engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
-    if (this.#records !== null) return this.#instead(request, this.#driveIn(request));
-    return this.#advance(request).then((step) => this.#ended(request, step));
+    let refused = null;
+    try {
+      engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
+    } catch (err) {
+      if (ran === Ran.Threw) throw err;
+      // An answer the engine cannot record (a status outside 100–599, IDEM-OUT-1) is no
+      // answer: recorded as a failure, so that the key is not held for nobody, and the error
+      // goes on to the caller.
+      refused = err;
+      request.outcome = "threw";
+      request.status = undefined;
+      engine.outcome(request.slot, Ran.Threw, 0, "", EMPTY);
+    }
+    if (this.#records !== null) {
+      const instead = this.#instead(request, this.#driveIn(request));
+      if (refused !== null) throw refused;
+      return instead;
+    }
+    const done = this.#advance(request).then((step) => this.#ended(request, step));
+    return refused === null ? done : done.then(() => Promise.reject(refused));
   }
 
   /** After the outcome, on a store that keeps something for an attempt: the attempt is over,

@@ -5,10 +5,7 @@ import { acknowledgedMask, deliveryNames } from "./idem_wasm.js";
 // A cycle (server.js imports `delivered` from here): neither module uses the other's names
 // before a call.
 import { Idempotency } from "./server.js";
-import { rangeError, toResponse, wellFormed } from "./util.js";
-
-const EMPTY = new Uint8Array(0);
-const textEncoder = new TextEncoder();
+import { givenBytes, rangeError, toResponse, wellFormed } from "./util.js";
 
 const INBOX_OPTIONS = ["store", "responseTtl", "keyTtl", "lease", "unknownOutcome", "fingerprint", "onEvent", "telemetry", "now"];
 
@@ -69,20 +66,8 @@ export class Inbox {
     // Checked before the message is claimed: a claim whose processing never starts would be
     // taken for a crashed one by the next delivery.
     if (typeof process !== "function") throw rangeError("IDEM-JS-1", "receive needs process(context), the function that processes the message");
-    return this.#idem.deliver({ source, id, contentType, body: bodyBytes(body) }, process);
+    return this.#idem.deliver({ source, id, contentType, body: givenBytes(body, "a delivery's body") }, process);
   }
-}
-
-/** A delivery's payload as bytes: text, bytes (an ArrayBuffer, a typed array or a DataView),
- * or nothing. Anything else is refused (IDEM-JS-1): taken as no payload, another payload
- * under the id would not be a conflict. */
-function bodyBytes(body) {
-  if (body === undefined || body === null) return EMPTY;
-  if (typeof body === "string") return textEncoder.encode(body);
-  if (body instanceof Uint8Array) return body;
-  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
-  if (body instanceof ArrayBuffer) return new Uint8Array(body);
-  throw rangeError("IDEM-JS-1", "a delivery's body must be text or bytes (an ArrayBuffer, a typed array or a DataView)");
 }
 
 /** What became of the delivery in `slot`, with its receipt `reply`. */

@@ -17,12 +17,11 @@ import { Driver } from "./drive.js";
 import { delivered } from "./inbox.js";
 import { HEADER_NAME, checkOptions, createEngine, engineOptionsText } from "./options.js";
 import { Telemetry } from "./telemetry.js";
-import { flatHeaders, listText, rangeError, takeReply, toResponse, wellFormed } from "./util.js";
+import { flatHeaders, givenBytes, listText, rangeError, takeReply, toResponse, wellFormed } from "./util.js";
 
 const EMPTY = new Uint8Array(0);
 let lowWaterName = null;
 let statusName = null;
-const textEncoder = new TextEncoder();
 const textDecoder = new TextDecoder();
 
 /**
@@ -165,7 +164,9 @@ export class Idempotency {
    * whatever `options.principal` reads), where `target` is the path and query, `key` the
    * raw `Idempotency-Key` header value (or null), `lowWater` the raw
    * `Idempotency-Low-Water` header value of a counter client, `headers` a Headers object,
-   * pair list or record (only the fingerprint headers are read) and `body` a Uint8Array.
+   * pair list or record (only the fingerprint headers are read) and `body` bytes or text
+   * (a Uint8Array, another typed array, a DataView, an ArrayBuffer or a string; anything
+   * else is refused, IDEM-JS-1).
    * `run(context)` executes the handler and returns `{ status, headers?, body? }`, or
    * `{ status, headers?, passThrough: true }` for an answer whose body grew past
    * `maxResponseBytes` and that the caller sends itself as it is produced (IDEM-STORE-5: it
@@ -185,7 +186,7 @@ export class Idempotency {
       target,
       input.contentType,
       input.headers,
-      input.body ?? EMPTY,
+      givenBytes(input.body, "input.body"),
       input.lowWater,
     );
     return this.serve(slot, plainReply, async (context) => {
@@ -201,7 +202,7 @@ export class Idempotency {
       try {
         if (out === null || typeof out !== "object") throw new TypeError("run(context) must return { status, headers?, body? }");
         headers = flatHeaders(out.headers);
-        body = out.passThrough === true ? null : typeof out.body === "string" ? textEncoder.encode(out.body) : (out.body ?? EMPTY);
+        body = out.passThrough === true ? null : givenBytes(out.body, "the body run(context) returns");
       } catch (err) {
         await context.finish(Ran.Threw, 0, null, EMPTY);
         throw err;

@@ -194,7 +194,8 @@ function pairsOf(flat) {
   return pairs;
 }
 
-export { rangeError } from "./errors.js";
+import { rangeError } from "./errors.js";
+export { rangeError };
 
 const textEncoder = new TextEncoder();
 
@@ -209,6 +210,16 @@ export function bytesNow(body) {
   if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
   if (body instanceof URLSearchParams) return textEncoder.encode(body.toString());
   return undefined;
+}
+
+/** Bytes given as data (`what`, for the error): text, bytes (an ArrayBuffer, a typed array
+ * or a DataView), or nothing. Anything else is refused (IDEM-JS-1), never taken as no bytes:
+ * a payload taken as empty would not be told from another, and a body stored empty would be
+ * replayed so. */
+export function givenBytes(body, what) {
+  const bytes = bytesNow(body);
+  if (bytes === undefined) throw rangeError("IDEM-JS-1", `${what} must be text or bytes (an ArrayBuffer, a typed array or a DataView)`);
+  return bytes;
 }
 
 /** Request or response body bytes from the values `fetch` accepts. */

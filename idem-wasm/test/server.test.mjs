@@ -1101,3 +1101,79 @@ describe("plain API and packaging", () => {
     assert.equal(again.headers.get("idempotent-replayed"), "true");
   });
 });
+
+describe("answers the engine cannot record, and bodies of other types", () => {
+  const input = (key, body = new TextEncoder().encode('{"amount":5}'), contentType = "application/json") => ({ method: "POST", target: "/pay", key, contentType, body });
+
+  test("a status outside 100–599 (or none) throws, and the key is free at once: the retry runs, told it may follow a run (IDEM-OUT-3)", async () => {
+    const idem = new Idempotency({ principal: "none", store: new MemoryStore(), lease: 60_000 });
+    for (const status of [0, 99, 600, "abc", undefined]) {
+      const key = `"bad-${String(status)}"`;
+      await assert.rejects(
+        idem.handle(input(key), () => ({ status, body: "charged" })),
+        (err) => err instanceof RangeError,
+        `status ${String(status)}`,
+      );
+      let recovered;
+      const retry = await idem.handle(input(key), (context) => {
+        recovered = context.recovered;
+        return { status: 201, body: "charged again" };
+      });
+      assert.equal(retry.status, 201, `status ${String(status)}: the key was held`);
+      assert.equal(retry.executed, true);
+      assert.equal(recovered, true);
+    }
+  });
+
+  test("the same through an asynchronous store", async () => {
+    const memory = new MemoryStore();
+    const store = { load: async (key) => memory.load(key), apply: async (...args) => memory.apply(...args) };
+    const idem = new Idempotency({ principal: "none", store, lease: 60_000 });
+    await assert.rejects(idem.handle(input('"async-bad"'), () => ({ status: 0 })), RangeError);
+    const retry = await idem.handle(input('"async-bad"'), () => ({ status: 201 }));
+    assert.equal(retry.executed, true);
+  });
+
+  test("withIdempotency: a handler answering Response.error() (status 0) throws, and the key is free at once", async () => {
+    let runs = 0;
+    const handler = withIdempotency(
+      () => (++runs === 1 ? Response.error() : new Response("ok", { status: 201 })),
+      { principal: "none", store: new MemoryStore() },
+    );
+    await assert.rejects(handler(post({})), RangeError);
+    const retry = await handler(post({}));
+    assert.equal(retry.status, 201);
+    assert.equal(runs, 2);
+  });
+
+  test("a body given as an ArrayBuffer, a typed array or a DataView is fingerprinted, stored and replayed byte for byte", async () => {
+    const idem = new Idempotency({ principal: "none", store: new MemoryStore() });
+    const bytes = [1, 2, 3, 250, 7];
+    const forms = { ArrayBuffer: () => new Uint8Array(bytes).buffer, DataView: () => new DataView(new Uint8Array([9, ...bytes]).buffer, 1), Uint16Array: () => new Uint16Array(new Uint8Array([...bytes, 0]).buffer) };
+    for (const [name, make] of Object.entries(forms)) {
+      let runs = 0;
+      const run = () => (runs++, { status: 201, body: make() });
+      const key = `"${name}"`;
+      const first = await idem.handle(input(key, make(), "application/octet-stream"), run);
+      const replay = await idem.handle(input(key, make(), "application/octet-stream"), run);
+      assert.equal(replay.replayed, true, name);
+      assert.deepEqual([...replay.body], [...new Uint8Array(first.body)], name);
+      assert.deepEqual([...replay.body].slice(0, 5), bytes, name);
+      // Another payload under the key is another request, not the same empty body.
+      const other = await idem.handle(input(key, new Uint8Array([4, 4]).buffer, "application/octet-stream"), run);
+      assert.equal(other.status, 422, name);
+      assert.equal(runs, 1, name);
+    }
+  });
+
+  test("a body of another type is refused (IDEM-JS-1): nothing is stored as empty, and the key is free", async () => {
+    const idem = new Idempotency({ principal: "none", store: new MemoryStore() });
+    for (const body of [{ amount: 5 }, 42, true]) {
+      await assert.rejects(idem.handle(input('"req-body"', body), () => assert.fail("ran")), (err) => err.code === "IDEM-JS-1");
+      const key = `"answer-${typeof body}"`;
+      await assert.rejects(idem.handle(input(key), () => ({ status: 201, body })), (err) => err.code === "IDEM-JS-1");
+      const retry = await idem.handle(input(key), () => ({ status: 201, body: "ok" }));
+      assert.equal(retry.executed, true, "the key was free");
+    }
+  });
+});

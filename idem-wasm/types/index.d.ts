@@ -263,13 +263,15 @@ export interface PlainRequest {
   lowWater?: string | null;
   contentType?: string | null;
   headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>;
-  body?: Uint8Array;
+  /** The body: bytes or text. */
+  body?: Uint8Array | ArrayBuffer | ArrayBufferView | string;
 }
 
 export interface PlainResponse {
   status: number;
   headers?: Headers | [string, string][] | Record<string, string | string[] | undefined>;
-  body?: Uint8Array | string;
+  /** The body: bytes or text; anything else is refused (IDEM-JS-1). */
+  body?: Uint8Array | ArrayBuffer | ArrayBufferView | string;
   /** The body grew past `maxResponseBytes` and the caller sends it on itself as it is
    * produced (IDEM-STORE-5): it is recorded as too large to keep, and `body` is not read. */
   passThrough?: boolean;
