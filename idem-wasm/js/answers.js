@@ -6,9 +6,13 @@ import { bytesNow } from "./util.js";
 
 /** Responses built by `respond` or `json` → the bytes they were built from. */
 export const builtBodies = new WeakMap();
-/** Responses built by `respond` from a stream: `withIdempotency` reads them no further than
- * the store keeps, and sends a longer one on as it comes. */
-export const streamedBodies = new WeakSet();
+/** The streams given to `respond`: `withIdempotency` reads a response whose body is one no
+ * further than the store keeps, and sends a longer one on as it comes. Known by the stream,
+ * not the response: a response made again around the same stream is still one of them
+ * (Hono makes the handler's answer again to add the headers set before it). `any` says
+ * whether there has been one, so that a host that never streams never asks a response for
+ * its `body` (which makes Deno and Bun build a stream for bytes). */
+export const streamedBodies = { streams: new WeakSet(), any: false };
 
 /** `new Response(body, init)`, whose bytes `withIdempotency` stores as they were given,
  * without reading the body back, and which it returns as it is. A stream is read no
@@ -19,7 +23,10 @@ export function respond(body, init) {
   // The response took its own copy of a buffer; so does the record, so that a buffer the
   // handler changes afterwards changes neither. Blobs and forms are read back.
   if (bytes !== undefined) builtBodies.set(response, ArrayBuffer.isView(body) || body instanceof ArrayBuffer ? bytes.slice() : bytes);
-  else if (body instanceof ReadableStream) streamedBodies.add(response);
+  else if (body instanceof ReadableStream) {
+    streamedBodies.streams.add(body);
+    streamedBodies.any = true;
+  }
   return response;
 }
 

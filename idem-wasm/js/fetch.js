@@ -109,7 +109,7 @@ export function withIdempotency(handler, options) {
         // Deno and Bun would build a stream and read through it.
         if (NULL_BODY_STATUS.has(response.status)) bytes = null;
         else if (built !== undefined) bytes = built;
-        else if (streamedBodies.has(response) && !response.bodyUsed) {
+        else if (streamedBodies.any && !response.bodyUsed && streamedBodies.streams.has(response.body)) {
           // A stream the context was given: held no further than the store keeps.
           const reader = response.body.getReader();
           // No longer than the lease, as heartbeats extend it (IDEM-OUT-7).

@@ -7,7 +7,7 @@ import { serve as honoServe } from "@hono/node-server";
 import { Hono } from "hono";
 import { cors } from "hono/cors";
 import { validator } from "hono/validator";
-import { MemoryStore } from "idem";
+import { MemoryStore, idempotencyOf } from "idem";
 import { idempotency as honoIdempotency } from "idem/hono";
 import { ORDER, fresh, opened } from "./framework-http.mjs";
 
@@ -183,6 +183,79 @@ describe("idem/hono under middleware that set headers before it (IDEM-JS-4, IDEM
       assert.equal(app.runs, 1);
     } finally {
       await app.server.close();
+    }
+  });
+});
+
+describe("idem/hono: headers set before it leave the answers the context builds as they are (IDEM-JS-5, IDEM-STORE-5)", () => {
+  test("a stream given to the context's respond() is read no further than the store keeps, CORS or not", async () => {
+    for (const withCors of [false, true]) {
+      let runs = 0;
+      let pulled = 0;
+      // Ended with the test, so that a source nobody reads any more keeps nothing running.
+      let stopped = false;
+      const app = new Hono();
+      if (withCors) app.use("*", cors({ origin: "*" }));
+      app.use("/export", honoIdempotency({ store: new MemoryStore(), principal: "none", maxResponseBytes: 1024, lease: 3_000 }));
+      app.post("/export", (c) => {
+        runs++;
+        // An endless export: 1 KiB at a time.
+        const source = new ReadableStream({
+          async pull(controller) {
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            if (stopped) return controller.close();
+            pulled++;
+            controller.enqueue(new Uint8Array(1024).fill(7));
+          },
+        });
+        return idempotencyOf(c.req.raw).respond(source, { status: 200, headers: { "content-type": "application/octet-stream" } });
+      });
+      const server = await listenHono(app);
+      try {
+        const key = fresh();
+        const started = Date.now();
+        const abort = new AbortController();
+        const first = await fetch(`${server.url}/export`, { method: "POST", headers: { "idempotency-key": key, origin: "https://a.example" }, body: "x", signal: abort.signal });
+        assert.equal(first.status, 200, `cors ${withCors}`);
+        assert.ok(Date.now() - started < 2_000, `cors ${withCors}: the answer waited ${Date.now() - started} ms`);
+        assert.ok(pulled < 20, `cors ${withCors}: ${pulled} KiB read before the answer`);
+        if (withCors) assert.equal(first.headers.get("access-control-allow-origin"), "*");
+        const reader = first.body.getReader();
+        assert.equal((await reader.read()).value.byteLength > 0, true);
+        abort.abort();
+        const retry = await fetch(`${server.url}/export`, { method: "POST", headers: { "idempotency-key": key }, body: "x", signal: AbortSignal.timeout(5_000) });
+        assert.equal(retry.status, 410, `cors ${withCors}`);
+        assert.equal((await retry.json()).type, "urn:idem:problem:response-not-stored");
+        assert.equal(runs, 1);
+      } finally {
+        stopped = true;
+        await server.close();
+      }
+    }
+  });
+
+  test("bytes given to respond() are stored as given; a header the handler set and one set before both reach the client", async () => {
+    const app = new Hono();
+    app.use("*", cors({ origin: "*" }));
+    app.use("/orders", honoIdempotency({ store: new MemoryStore(), principal: "none" }));
+    let runs = 0;
+    app.post("/orders", (c) => idempotencyOf(c.req.raw).json({ id: ++runs }, { status: 201, headers: { "x-order-id": String(runs) } }));
+    const server = await listenHono(app);
+    try {
+      const key = fresh();
+      const send = () => fetch(`${server.url}/orders`, { method: "POST", headers: { "idempotency-key": key, origin: "https://a.example", "content-type": "application/json" }, body: ORDER });
+      const first = await send();
+      assert.equal(first.status, 201);
+      assert.deepEqual(await first.json(), { id: 1 });
+      assert.equal(first.headers.get("access-control-allow-origin"), "*");
+      const replay = await send();
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await replay.json(), { id: 1 });
+      assert.equal(replay.headers.get("x-order-id"), "1");
+      assert.equal(replay.headers.get("access-control-allow-origin"), "*");
+      assert.equal(runs, 1);
+    } finally {
+      await server.close();
     }
   });
 });
