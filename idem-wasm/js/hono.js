@@ -40,6 +40,9 @@ export function idempotency(options) {
     // The body was read for the fingerprint: the app reads it again from this request.
     c.req.raw = request;
     await next();
+    // A route that returned nothing: Hono answers its not-found handler's answer, and so
+    // is it stored (not the empty 200 that reading `c.res` would make).
+    if (!c.finalized) c.res = await c.notFound();
     // Hono merged the headers set before this middleware into the answer: they are this
     // request's, not the answer's to store and replay to another one. (A request let
     // through unguarded stores nothing.)

@@ -259,3 +259,32 @@ describe("idem/hono: headers set before it leave the answers the context builds 
     }
   });
 });
+
+describe("idem/hono: a route that returns no answer", () => {
+  test("is answered as Hono answers it (its not-found handler), and that answer is what a retry gets", async () => {
+    let runs = 0;
+    const app = new Hono();
+    app.notFound((c) => c.json({ error: "no answer" }, 404));
+    app.use("/pay", honoIdempotency({ store: new MemoryStore(), principal: "none" }));
+    app.post("/pay", async (c) => {
+      runs++;
+      await c.req.json();
+      // A forgotten `return`.
+    });
+    const server = await listenHono(app);
+    try {
+      const key = fresh();
+      const send = () => fetch(`${server.url}/pay`, { method: "POST", headers: { "idempotency-key": key, "content-type": "application/json" }, body: ORDER, signal: AbortSignal.timeout(5_000) });
+      const first = await send();
+      assert.equal(first.status, 404);
+      assert.deepEqual(await first.json(), { error: "no answer" });
+      const retry = await send();
+      assert.equal(retry.status, 404);
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.deepEqual(await retry.json(), { error: "no answer" });
+      assert.equal(runs, 1);
+    } finally {
+      await server.close();
+    }
+  });
+});
