@@ -241,6 +241,8 @@ export class Driver {
     }
     request.outcome = ran === Ran.Threw ? "threw" : "answered";
     if (ran !== Ran.Threw) request.status = status;
+    // An answer longer than the store keeps goes on after its outcome is in (IDEM-STORE-5).
+    request.passing = ran === Ran.Oversized;
     let refused = null;
     try {
       engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
@@ -306,9 +308,14 @@ export class Driver {
 
   async #extend(request, context) {
     const engine = this.#engine;
+    // A heartbeat of a handler still producing an answer whose outcome is in (too long to
+    // keep, recorded as such): no lease is left to keep, and nothing depends on one.
+    if (request.passing) return;
     if (request.ended) throw rangeError("IDEM-LEASE-3", "the request is over: its lease has ended");
     const refused = engine.heartbeat(request.slot, this.#now());
     if (refused === HeartbeatState.Quiet) await this.#advance(request);
+    // (Or the outcome came in while this heartbeat was on its way.)
+    if (request.passing) return;
     const state = refused === HeartbeatState.Quiet ? engine.heartbeatState(request.slot) : refused;
     if (state === HeartbeatState.Extended) {
       context.leaseExpires = engine.leaseExpires(request.slot);
@@ -332,6 +339,8 @@ class Served {
     this.ended = false;
     /** "answered" or "threw", once the handler is done. */
     this.outcome = undefined;
+    /** Whether its answer goes on past its recorded outcome (too long to keep). */
+    this.passing = false;
     this.trace = null;
     this.status = undefined;
     /** The halves of the running attempt's identity (`high` is -1 until one runs): its text

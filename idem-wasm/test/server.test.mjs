@@ -1177,3 +1177,40 @@ describe("answers the engine cannot record, and bodies of other types", () => {
     }
   });
 });
+
+describe("heartbeats of an answer longer than the store keeps (IDEM-STORE-5)", () => {
+  test("a handler that heartbeats while it produces goes on: every heartbeat resolves, the whole answer is sent, and a retry gets 410", async () => {
+    const errors = [];
+    let runs = 0;
+    const handler = withIdempotency(
+      (request) => {
+        runs++;
+        const ctx = idempotencyOf(request);
+        let chunk = 0;
+        return ctx.respond(
+          new ReadableStream({
+            async pull(controller) {
+              try {
+                await ctx.extend();
+              } catch (err) {
+                errors.push(`${err.code}: ${err.message}`);
+              }
+              if (chunk++ < 6) controller.enqueue(new Uint8Array(512).fill(65));
+              else controller.close();
+            },
+          }),
+          { status: 200 },
+        );
+      },
+      { principal: "none", store: new MemoryStore(), maxResponseBytes: 1024 },
+    );
+    const first = await handler(post("{}"));
+    assert.equal(first.status, 200);
+    assert.equal((await first.arrayBuffer()).byteLength, 6 * 512);
+    assert.deepEqual(errors, []);
+    const retry = await handler(post("{}"));
+    assert.equal(retry.status, 410);
+    assert.equal((await problem(retry)).type, "urn:idem:problem:response-not-stored");
+    assert.equal(runs, 1);
+  });
+});
