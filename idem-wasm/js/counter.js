@@ -44,10 +44,11 @@ class CounterSequence {
 const sequences = new Map();
 
 /** The Web Locks of this origin (browsers, in secure contexts): the pages and workers of an
- * origin share its storage, so a `persist` over `localStorage` or IndexedDB is one record
- * for all of them. With them, each change runs under the client's lock and reads the record
- * again, so that two tabs never take the same number (a second request under a key that
- * another tab's request had would get that request's answer). */
+ * origin share its storage, so a `persist` over IndexedDB is one record for all of them.
+ * With them, each change runs under the client's lock and reads the record again, so that
+ * two tabs never take the same number (a second request under a key that another tab's
+ * request had would get that request's answer). A `persist` over `localStorage` cannot be
+ * shared so: a page's read of it may miss another page's last write, lock or not. */
 const locks = globalThis.navigator?.locks;
 
 /** Where `persist` keeps the numberings of `client`: one record, each epoch's numbering's
