@@ -49,7 +49,7 @@ function checkOptions(options) {
     throw rangeError("IDEM-JS-1", "options.persist must implement load(id), save(id, bytes) and delete(id)");
   }
   if (p !== undefined && typeof options.id !== "string") {
-    throw rangeError("IDEM-JS-1", "options.persist needs options.id (the logical request's id)");
+    throw rangeError("IDEM-JS-1", "options.id (the logical request's id) is required with options.persist");
   }
   if (options.keyFormat !== undefined && options.keyFormat !== "sf-string" && options.keyFormat !== "bare") {
     throw rangeError("IDEM-JS-1", 'options.keyFormat must be "sf-string" or "bare"');

@@ -16,7 +16,6 @@ import * as Names from "./client-codes/names.js";
 import { Outbox, fullApi, payloadDigest, run } from "./outbox.js";
 import { abortReason, prepare, retryArgs } from "./client-request.js";
 import { joinOrLead } from "./client-join.js";
-import { underPageLock } from "./page-lock.js";
 
 /** Network errors that mean nothing left the client: the connection was never opened. */
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -96,14 +95,6 @@ async function withSequence(options, change, key) {
   return (await fullApi()).withSequence(options.counter, options.persist, change, key);
 }
 
-/** Waits until `due` (on the call's clock `now`; undefined, which is never after now: at
- * once), as timers may fire a little early against the clock; once `signal` aborts, rejects
- * with its reason. */
-async function waitUntil(due, now, signal) {
-  while (due > now() && !signal?.aborted) await sleep(due - now() + 1, signal);
-  if (signal?.aborted) throw abortReason(signal);
-}
-
 /** What a call resolves to once `entry` is over with `outcome`: the persisted entry deleted
  * (kept while the outcome is undetermined: deleted, its id would send again under a new
  * key), a counter number given back once its answer is known. */
@@ -168,11 +159,12 @@ async function sendEntry(request, options, body, digest, enter) {
   // The retry options are checked by the module.
   const retry = retryArgs(options.retry);
   const reconcile = options.reconcile ?? true;
-  // Loaded, or made and saved at once, under the id's lock (in a browser): pages that call
-  // with one id at the same time send one key (IDEM-CLIENT-9).
-  const entry = await underPageLock(options.persist, `idem:${options.id}`, async () => {
-    const saved = await options.persist?.load(options.id);
-    if (saved != null) return Outbox.fromBytes(saved, retry);
+  let entry = null;
+  if (options.persist) {
+    const saved = await options.persist.load(options.id);
+    if (saved != null) entry = Outbox.fromBytes(saved, retry);
+  }
+  if (entry === null) {
     let key = options.key;
     if (key === undefined && kind === "unix-time") {
       // The timestamp is taken once: every retry sends the same key. Two requests of one
@@ -185,10 +177,8 @@ async function sendEntry(request, options, body, digest, enter) {
       // A number no other request of this client has, saved before anything is sent.
       key = await withSequence(options, (sequence) => sequence.takeKey());
     }
-    const made = Outbox.create(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
-    await options.persist?.save(options.id, made.bytes);
-    return made;
-  });
+    entry = Outbox.create(key ?? newKey(options.keyVersion ?? 4, now()), digest, retry);
+  }
   enter(entry);
   const counterKey = kind === "counter" ? entry.key : null;
   const save = async () => {
@@ -231,7 +221,10 @@ async function sendEntry(request, options, body, digest, enter) {
       }
       if (step === NextKind.AskStatus) {
         next = null;
-        await waitUntil(entry.nextAsk(now()), now, signal);
+        for (let due = entry.nextAsk(now()); due !== undefined && due > now() && !signal?.aborted; ) {
+          await sleep(due - now() + 1, signal);
+        }
+        if (signal?.aborted) throw abortReason(signal);
         next = await askStatus(entry, request, true);
         await save();
         continue;
@@ -245,7 +238,11 @@ async function sendEntry(request, options, body, digest, enter) {
       // too, the call ends: the server is not asked twice in one call).
       next = null;
     }
-    await waitUntil(entry.nextSend(now()), now, signal);
+    // Timers may fire a little early against the clock: wait until the backoff has ended.
+    for (let due = entry.nextSend(now()); due !== undefined && due > now() && !signal?.aborted; ) {
+      await sleep(due - now() + 1, signal);
+    }
+    if (signal?.aborted) throw abortReason(signal);
     entry.send(now(), digest);
     await save();
     const headers = new Headers(template.headers);
@@ -313,7 +310,10 @@ async function reconcileEntry(request, options) {
     return { outcome: Names.outcomes[FetchOutcome.NotExecuted], key: entry.key, attempts: 0 };
   }
   for (;;) {
-    await waitUntil(entry.nextAsk(request.now()), request.now, request.signal);
+    const due = entry.nextAsk(request.now());
+    for (let at = due; at !== undefined && at > request.now() && !request.signal?.aborted; ) {
+      await sleep(at - request.now() + 1, request.signal);
+    }
     const next = await askStatus(entry, request, false);
     await options.persist.save(options.id, entry.bytes);
     const step = next.kind;

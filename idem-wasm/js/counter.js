@@ -4,7 +4,6 @@
 import * as ClientOp from "./client-codes/op.js";
 import { rangeError } from "./errors.js";
 import { run } from "./outbox.js";
-import { pagesShare, underPageLock } from "./page-lock.js";
 
 /** One client's numbering in one session epoch, as its bytes and its `epoch` (decimal text,
  * as the module writes it). */
@@ -43,6 +42,14 @@ class CounterSequence {
  * the same number), saved after every change.
  */
 const sequences = new Map();
+
+/** The Web Locks of this origin (browsers, in secure contexts): the pages and workers of an
+ * origin share its storage, so a `persist` over IndexedDB is one record for all of them.
+ * With them, each change runs under the client's lock and reads the record again, so that
+ * two tabs never take the same number (a second request under a key that another tab's
+ * request had would get that request's answer). A `persist` over `localStorage` cannot be
+ * shared so: a page's read of it may miss another page's last write, lock or not. */
+const locks = globalThis.navigator?.locks;
 
 /** Where `persist` keeps the numberings of `client`: one record, each epoch's numbering's
  * bytes one after the other. */
@@ -110,8 +117,7 @@ export function withSequence(counter, persist, change, key) {
     slot = { all: null, chain: Promise.resolve() };
     sequences.set(client, slot);
   }
-  // Other pages may have changed a record they share since it was read.
-  const shared = persist && pagesShare;
+  const shared = persist && locks !== undefined;
   const step = async () => {
     if (slot.all === null || shared) {
       const saved = persist ? await persist.load(sequenceId(client)) : null;
@@ -130,7 +136,7 @@ export function withSequence(counter, persist, change, key) {
     if (persist) await persist.save(sequenceId(client), toRecord(slot.all));
     return value;
   };
-  const result = slot.chain.then(() => underPageLock(persist, sequenceId(client), step));
+  const result = slot.chain.then(() => (shared ? locks.request(sequenceId(client), step) : step()));
   slot.chain = result.catch(() => {});
   return result;
 }
