@@ -241,8 +241,6 @@ export class Driver {
     }
     request.outcome = ran === Ran.Threw ? "threw" : "answered";
     if (ran !== Ran.Threw) request.status = status;
-    // An answer longer than the store keeps goes on after its outcome is in (IDEM-STORE-5).
-    request.passing = ran === Ran.Oversized;
     let refused = null;
     try {
       engine.outcome(request.slot, ran, status, headers === null ? "" : listText(headers), body);
@@ -256,6 +254,8 @@ export class Driver {
       request.status = undefined;
       engine.outcome(request.slot, Ran.Threw, 0, "", EMPTY);
     }
+    // An answer longer than the store keeps goes on after its outcome is in (IDEM-STORE-5).
+    request.passing = refused === null && ran === Ran.Oversized;
     if (this.#records !== null) {
       const instead = this.#instead(request, this.#driveIn(request));
       if (refused !== null) throw refused;
