@@ -30,30 +30,33 @@ const utf8 = new TextDecoder();
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\b/i;
 
 /**
- * Reads a Node request's body for the fingerprint (`readBody`: the bytes, or the slot of the
- * engine's 413) and keeps it where the app reads it, as `req.rawBody`. A JSON body is taken:
- * `req.body` is parsed as `express.json()` would (undefined when it does not parse: the engine
- * refuses it on a guarded request, IDEM-FP-6), and the body is marked read, so that the app's
- * body parsers skip it. Any other body (a form, an upload, text) is given back to the request
- * stream, read whole or refused, so that the app's own parsers (`express.urlencoded`, multer)
- * read it as without idem (IDEM-JS-11).
+ * Reads a Node request's body for the fingerprint (`readBody`: the slot of the engine's 413,
+ * or `{ bytes, invalid }`) and keeps it where the app reads it, as `req.rawBody`. A JSON body
+ * is taken: `req.body` is parsed as `express.json()` would, and the body is marked read, so
+ * that the app's body parsers skip it. One that does not parse is left `undefined` (the engine
+ * refuses it on a guarded request, IDEM-FP-6), and `invalid` is its `SyntaxError`, for a host
+ * that answers it as its framework's parser would. Any other body (a form, an upload, text)
+ * is given back to the request stream, read whole or refused, so that the app's own parsers
+ * (`express.urlencoded`, multer) read it as without idem (IDEM-JS-11).
  */
 export async function readNodeBody(idem, req) {
   const json = isJson(req.headers["content-type"]);
-  const body = await readBody(idem, req.headers["content-length"], req, !json);
-  if (typeof body === "number") return body;
-  req.rawBody = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const bytes = await readBody(idem, req.headers["content-length"], req, !json);
+  if (typeof bytes === "number") return bytes;
+  req.rawBody = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let invalid;
   if (json) {
-    if (body.byteLength > 0) {
+    if (bytes.byteLength > 0) {
       try {
-        req.body = JSON.parse(utf8.decode(body));
-      } catch {
+        req.body = JSON.parse(utf8.decode(bytes));
+      } catch (err) {
         req.body = undefined;
+        invalid = err;
       }
     }
     req._body = true;
   }
-  return body;
+  return { bytes, invalid };
 }
 
 /** Whether `contentType` is a JSON media type. */

@@ -55,10 +55,10 @@ async function serve(idem, skip, req, res, next, held) {
   const key = fields[idem.keyHeader] ?? null;
   if (!idem.protects(req.method, key !== null)) return next();
   if (bodyTaken(req)) throw bodyTakenError();
-  const body = await readNodeBody(idem, req);
-  if (typeof body === "number") {
+  const read = await readNodeBody(idem, req);
+  if (typeof read === "number") {
     closeUnread(req, res);
-    return send(res, await idem.serve(body, (reply) => reply), idem);
+    return send(res, await idem.serve(read, (reply) => reply), idem);
   }
   const reply = await idem.handle(
     {
@@ -71,7 +71,7 @@ async function serve(idem, skip, req, res, next, held) {
       contentType: fields["content-type"],
       // Only the fingerprint headers are read.
       headers: fields,
-      body,
+      body: read.bytes,
     },
     (context) => {
       req.idempotency = context;

@@ -28,11 +28,11 @@
 // and the binding defined here (the body read, the capture), on both platforms; what they
 // share with the other adapters is in adapter.js, node-response.js and fastify-reply.js.
 import { Readable } from "node:stream";
-import { Module, SetMetadata } from "@nestjs/common";
+import { BadRequestException, Module, SetMetadata } from "@nestjs/common";
 import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from "@nestjs/common/constants.js";
 import { RouteParamtypes } from "@nestjs/common/enums/route-paramtypes.enum.js";
 import { APP_INTERCEPTOR, HttpAdapterHost, Reflector } from "@nestjs/core";
-import { from, mergeMap, of } from "rxjs";
+import { from, mergeMap, of, throwError } from "rxjs";
 import { Idempotency, plainProblem } from "idem";
 import { begin, isJson, readNodeBody } from "./adapter.js";
 import { closeUnread, readBody } from "./body.js";
@@ -46,8 +46,9 @@ const IDEMPOTENT = "idem:idempotent";
  * service that issues tokens or opens sessions with it. */
 export const IDEMPOTENCY = Symbol.for("idem:nestjs:idempotency");
 const BINDING = Symbol.for("idem:nestjs:binding");
-/** What the intake keeps on a request: `{ body }`, the raw bytes, or `{ refused }`, the slot
- * of the 413 of a body past the limit that it let through. */
+/** What the intake keeps on a request: `{ body, invalid }`, the raw bytes and, for JSON that
+ * does not parse, its `SyntaxError`; or `{ refused }`, the slot of the 413 of a body past the
+ * limit that it let through. */
 const INTAKE = Symbol("idempotency intake");
 /** The intake of a request the engine refuses before its body matters. */
 const NO_BODY = { body: new Uint8Array(0) };
@@ -98,14 +99,14 @@ class Binding {
       // Before routing: only a body that may identify a guarded request is read; another
       // route's (a form, an upload) is left to its own parsers.
       if (!idem.readsBody(req.method, key !== null)) return next();
-      readNodeBody(idem, req).then(async (body) => {
-        if (typeof body !== "number") req[INTAKE] = { body };
+      readNodeBody(idem, req).then(async (read) => {
+        if (typeof read !== "number") req[INTAKE] = { body: read.bytes, invalid: read.invalid };
         // A JSON body past the limit is refused at once (IDEM-LIMIT-1); any other was given
         // back, for the guarded handler to refuse and another to read (an upload).
         else if (isJson(req.headers["content-type"])) {
           closeUnread(req, res);
-          return sendNode(res, await idem.serve(body, (answer) => answer), idem);
-        } else req[INTAKE] = { refused: body };
+          return sendNode(res, await idem.serve(read, (answer) => answer), idem);
+        } else req[INTAKE] = { refused: read };
         next();
       }).catch(next);
     });
@@ -128,13 +129,14 @@ class Binding {
         await sendReply(reply, await idem.serve(body, (answer) => answer), idem);
         return reply;
       }
-      request[INTAKE] = { body };
       let bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
       // As NestFactory.create's `rawBody: true` keeps it (its parser sets the same bytes).
       request.rawBody = bytes;
       // JSON that does not parse is refused by the engine on a guarded handler (IDEM-FP-6):
       // Fastify's parser is given `null` instead, so that it does not answer first.
-      if (isJson(request.headers["content-type"]) && bytes.length > 0 && !parses(bytes)) bytes = Buffer.from("null");
+      const invalid = json && bytes.length > 0 ? parseError(bytes) : undefined;
+      if (invalid !== undefined) bytes = Buffer.from("null");
+      request[INTAKE] = { body, invalid };
       const again = Readable.from(bytes.length === 0 ? [] : [bytes]);
       // Fastify checks the length it was told against this.
       again.receivedEncodedLength = body.byteLength;
@@ -165,7 +167,11 @@ class Binding {
       return this.#answerInstead(req, res, reply, ownAnswer);
     }
     const key = this.#keyOf(headers);
-    if (!idem.protects(req.method, key !== null)) return RUN;
+    if (!idem.protects(req.method, key !== null)) {
+      const invalid = req[INTAKE]?.invalid;
+      if (invalid !== undefined) throw parserRefusal(invalid);
+      return RUN;
+    }
     // A request whose body does not identify it (no key, none derived) is refused whatever
     // its body: the intake left it unread.
     const intake = req[INTAKE] ?? (idem.readsBody(req.method, key !== null) ? undefined : NO_BODY);
@@ -266,13 +272,20 @@ function answersItself(context) {
   return own && Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, owner, name) !== true;
 }
 
-function parses(bytes) {
+/** The `SyntaxError` of JSON bytes that do not parse; undefined when they do. */
+function parseError(bytes) {
   try {
     JSON.parse(bytes.toString("utf8"));
-    return true;
-  } catch {
-    return false;
+    return undefined;
+  } catch (err) {
+    return err;
   }
+}
+
+/** Nest's answer to JSON its parser refuses (its 400, through the app's exception filters),
+ * for a request the module does not guard whose JSON the intake took before routing. */
+function parserRefusal(invalid) {
+  return new BadRequestException(invalid.message);
 }
 
 function bodyTakenError() {
@@ -298,8 +311,13 @@ export class IdempotencyInterceptor {
 
   intercept(context, next) {
     if (context.getType() !== "http") return next.handle();
-    if (this.#reflector.getAllAndOverride(IDEMPOTENT, [context.getHandler(), context.getClass()]) !== true) return next.handle();
     const http = context.switchToHttp();
+    if (this.#reflector.getAllAndOverride(IDEMPOTENT, [context.getHandler(), context.getClass()]) !== true) {
+      // A handler not marked gets the request as without the module: JSON the intake took
+      // that does not parse is Nest's 400, not a body of `undefined` (or `null`).
+      const invalid = http.getRequest()[INTAKE]?.invalid;
+      return invalid === undefined ? next.handle() : throwError(() => parserRefusal(invalid));
+    }
     return from(this.#binding.begin(http.getRequest(), http.getResponse(), answersItself(context))).pipe(
       mergeMap((outcome) => (outcome === RUN ? next.handle() : of(undefined))),
     );

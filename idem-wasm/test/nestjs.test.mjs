@@ -268,6 +268,24 @@ for (const [name, platform] of platforms(nest)) {
       }
     });
 
+    test("a request with a key to a handler not marked: JSON that does not parse is Nest's 400, and the handler does not run (IDEM-JS-11)", async () => {
+      const before = running.state.count;
+      const r = await fetch(`${running.url}/open/orders/echo`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": fresh() },
+        body: "{bad",
+        signal: AbortSignal.timeout(10_000),
+      });
+      // The app's catch-all filter answers it, as it answers Nest's parser's 400.
+      assert.equal(r.status, 400, "malformed JSON reached the handler");
+      assert.match((await r.json()).error, /JSON/);
+      assert.equal(running.state.count, before);
+      // On a marked handler the same body is the engine's refusal.
+      const marked = await post(running.url, { key: fresh(), body: "{bad" });
+      assert.equal(marked.status, 400);
+      assert.equal((await marked.json()).type, "urn:idem:problem:invalid-json");
+    });
+
     test("a body that is not JSON past the limit, to a marked handler: 413, nothing runs (IDEM-LIMIT-1)", async () => {
       const before = running.state.count;
       const key = fresh();
