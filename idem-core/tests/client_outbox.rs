@@ -116,12 +116,16 @@ fn final_responses_complete_and_nothing_else_does() {
             NextStep::Retry { .. }
         ));
     }
+    // A status no HTTP answer has: as a lost answer, retried, and the request may have run.
     for bad in [0, 99, 100, 101, 199, 600, 999] {
-        let e = sent(T0);
-        assert_eq!(
-            e.decide(&policy(), UnixMillis(T0), 7, Ok(&response(bad))),
-            Err(ClientError::InvalidStatus(bad))
-        );
+        let mut e = sent(T0);
+        let next = e
+            .on_result(&policy(), UnixMillis(T0), 7, Ok(&response(bad)))
+            .unwrap();
+        assert!(matches!(next, NextStep::Retry { .. }), "{bad}: {next:?}");
+        assert!(e.maybe_processed(), "{bad}");
+        assert_eq!(e.last_status(), None);
+        assert_eq!(decode_entry(&encode_entry(&e)).unwrap(), e, "{bad}");
     }
 }
 
@@ -318,6 +322,113 @@ fn a_forgotten_key_after_a_possible_execution_is_undetermined() {
         );
         assert_eq!(e.last_status(), Some(problem.status));
     }
+}
+
+#[test]
+fn a_replay_is_final_whatever_its_status() {
+    // IDEM-CLIENT-2
+    for (status, class) in [
+        (201, Completion::Succeeded),
+        (303, Completion::Succeeded),
+        (409, Completion::Rejected),
+        (429, Completion::Rejected),
+        (500, Completion::Rejected),
+    ] {
+        let r = ClientResponse {
+            answer: KeyAnswer::Replayed,
+            ..response(status)
+        };
+        let mut e = sent(T0);
+        assert_eq!(
+            e.on_result(&policy(), UnixMillis(T0), 1, Ok(&r)).unwrap(),
+            NextStep::Complete { class, status }
+        );
+        assert!(e.maybe_processed(), "a replayed request ran");
+    }
+}
+
+#[test]
+fn a_refusal_after_a_possible_execution_is_undetermined() {
+    // IDEM-CLIENT-5: a 401 of an expired credential, in front of the server, after a lost
+    // answer, says nothing of the key.
+    let mut e = sent(T0);
+    let NextStep::Retry { at } = e
+        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
+        .unwrap()
+    else {
+        panic!()
+    };
+    e.send(at, &PAYLOAD).unwrap();
+    assert_eq!(
+        e.on_result(&policy(), at, 1, Ok(&response(401))).unwrap(),
+        NextStep::Undetermined {
+            reason: GiveUp::Refused
+        }
+    );
+    assert_eq!(e.last_status(), Some(401));
+    // Before any attempt could run, the same refusal is the request's.
+    let mut e = sent(T0);
+    assert_eq!(
+        e.on_result(&policy(), UnixMillis(T0), 1, Ok(&response(401)))
+            .unwrap(),
+        NextStep::Complete {
+            class: Completion::Rejected,
+            status: 401
+        }
+    );
+    // A refusal the server says did nothing (`NotProcessed`) stays a refusal.
+    let r = ClientResponse {
+        answer: KeyAnswer::NotProcessed,
+        ..response(413)
+    };
+    let mut e = sent(T0);
+    let NextStep::Retry { at } = e
+        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
+        .unwrap()
+    else {
+        panic!()
+    };
+    e.send(at, &PAYLOAD).unwrap();
+    assert!(matches!(
+        e.on_result(&policy(), at, 1, Ok(&r)).unwrap(),
+        NextStep::Complete { .. }
+    ));
+}
+
+#[test]
+fn a_final_answer_whose_body_broke_off_is_lost() {
+    // IDEM-CLIENT-2: the answer is the application's once its body arrived.
+    let mut e = sent(T0);
+    assert!(matches!(
+        e.on_result(&policy(), UnixMillis(T0), 1, Ok(&response(201)))
+            .unwrap(),
+        NextStep::Complete { .. }
+    ));
+    assert_eq!(
+        e.on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::NotSent)),
+        Err(ClientError::NothingInFlight(EntryState::Answered {
+            class: Completion::Succeeded,
+            status: 201
+        }))
+    );
+    let NextStep::Retry { at } = e
+        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(e.maybe_processed());
+    assert_eq!(e.send(at, &PAYLOAD).unwrap(), 2);
+    // Once processed, nothing is in flight.
+    let mut e = sent(T0);
+    assert!(matches!(
+        e.on_result(&policy(), UnixMillis(T0), 1, Ok(&response(201))),
+        Ok(NextStep::Complete { .. })
+    ));
+    e.mark_processed().unwrap();
+    assert!(e
+        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
+        .is_err());
 }
 
 #[test]

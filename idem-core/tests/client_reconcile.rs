@@ -57,12 +57,12 @@ fn each_answer_makes_the_entry_definite_or_says_why_not() {
             NextStep::Retry { at: at(5) },
             EntryState::Waiting { until: at(5) },
         ),
-        // A replay that would only ask for another retry is not fetched.
+        // Whatever its status: a replay is final (`KeyAnswer::Replayed`).
         (
-            Some(completed(503, true)),
+            Some(completed(409, true)),
             true,
-            NextStep::Executed { status: Some(503) },
-            EntryState::Executed { status: Some(503) },
+            NextStep::Retry { at: at(5) },
+            EntryState::Waiting { until: at(5) },
         ),
         (
             Some(completed(201, true)),

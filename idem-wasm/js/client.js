@@ -31,20 +31,31 @@ function networkErrorWasLost(err) {
 function retryAfterSeconds(value, now) {
   if (value === null) return undefined;
   const v = value.trim();
-  if (/^\d+$/.test(v)) return Number(v);
+  if (/^\d+$/.test(v)) return +v;
   const date = Date.parse(v);
-  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - now) / 1000));
+  // NaN, a value that is no date, is not above 0.
+  return date > 0 ? Math.max(0, Math.ceil((date - now) / 1000)) : undefined;
+}
+
+/** An answer's media type: lowercase, without its parameters. */
+function mediaType(response) {
+  return (response.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
 }
 
 async function problemType(response) {
-  const type = response.headers.get("content-type") ?? "";
-  if (!type.toLowerCase().startsWith(Names.problemMediaType)) return undefined;
+  if (mediaType(response) !== Names.problemMediaType) return undefined;
   try {
     const body = await response.clone().json();
     return typeof body?.type === "string" ? body.type : undefined;
   } catch {
     return undefined;
   }
+}
+
+/** Lets go of an answer the call does not return, unread: a body that comes slowly or never
+ * ends holds nothing up. */
+function cancel(response) {
+  response.body?.cancel().catch(() => {});
 }
 
 /** Request fields that describe a body (`Content-Type`, `-Length`, `-Encoding`, `-Digest` and
@@ -67,11 +78,10 @@ async function askStatus(entry, request, canResend) {
   let document;
   try {
     const response = await doFetch(url, { ...sendOptions, method: "GET", headers, body: undefined, signal });
-    const type = (response.headers.get("content-type") ?? "").toLowerCase();
-    if (response.status === 200 && type.split(";")[0].trim() === Names.statusMediaType) {
+    if (response.status === 200 && mediaType(response) === Names.statusMediaType) {
       document = await response.text();
     } else {
-      await response.arrayBuffer().catch(() => {});
+      cancel(response);
     }
   } catch (err) {
     if (signal?.aborted) throw err;
@@ -146,8 +156,10 @@ export async function idempotentFetch(input, init = {}, options = {}) {
   if (template.headers.has(Names.key)) {
     throw rangeError("IDEM-JS-1", `a request's own ${Names.key} header is refused: give the key as options.key`);
   }
-  const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
-  const digest = await payloadDigest(method, url, body ?? new Uint8Array(0));
+  // The body as a Blob, which every attempt sends again (and fetch, following a 307 or 308,
+  // too: Node's cannot with bytes).
+  const body = template.body === null ? null : await template.blob();
+  const digest = await payloadDigest(method, url, new Uint8Array((await body?.arrayBuffer()) ?? 0));
   return joinOrLead(options, signal, digest, (enter) => sendEntry(request, options, body, digest, enter));
 }
 
@@ -263,15 +275,25 @@ async function sendEntry(request, options, body, digest, enter) {
     const problem = await problemType(response);
     // Aborted while the answer was read: it is not reported, and the entry stays as sent.
     if (signal?.aborted) throw abortReason(signal);
-    next = entry.onResponse(now(), response.status, retryAfterSeconds(response.headers.get("retry-after"), now()), problem, false);
+    next = entry.onResponse(now(), response.status, retryAfterSeconds(response.headers.get("retry-after"), now()), problem, response.headers.get(Names.replayed) === "true");
     await save();
     if (next.kind === NextKind.Complete) {
       const outcome = next.outcome;
+      // The answer is the caller's once its body has arrived: one that breaks off is an
+      // answer lost, and the same key fetches its replay (IDEM-CLIENT-2).
+      try {
+        await response.clone().arrayBuffer();
+      } catch {
+        next = entry.onNetworkError(now(), true);
+        await save();
+        if (signal?.aborted) throw abortReason(signal);
+        continue;
+      }
       entry.markProcessed();
       return await finish(outcome, { status: response.status, response });
     }
-    // A response that does not end the interaction is not returned: drain it.
-    await response.arrayBuffer().catch(() => {});
+    // A response that does not end the interaction is not returned.
+    cancel(response);
   }
 }
 

@@ -166,8 +166,8 @@ export class Outbox {
 
   /** Reports a response: its status, `Retry-After` in seconds, its problem `type`, and
    * whether the host marked it as not processed. */
-  onResponse(now, status, retryAfter, problemType, notProcessed) {
-    return this.#report(ClientOp.OnResponse, now, status, retryAfter, problemType, notProcessed);
+  onResponse(now, status, retryAfter, problemType, replayed) {
+    return this.#report(ClientOp.OnResponse, now, status, retryAfter, problemType, replayed);
   }
 
   /** Reports a send without a response: `lost` when it may have reached the server. */

@@ -156,8 +156,8 @@ fn run(op: ClientOp, a: &mut Args<'_>, out: &mut Answer) -> Result<(), ErrorPart
 }
 
 /// A response as `OnResponse` passes it: status, `Retry-After` seconds, the problem `type`
-/// (if the body was `application/problem+json`), and whether the host marked it as not
-/// processed.
+/// (if the body was `application/problem+json`), and whether it is a replay
+/// (`Idempotent-Replayed: true`).
 fn response(a: &mut Args<'_>) -> Result<idem_core::ClientResponse, ErrorParts> {
     let status = a.number()? as u16;
     let retry_after_secs = a
@@ -165,13 +165,15 @@ fn response(a: &mut Args<'_>) -> Result<idem_core::ClientResponse, ErrorParts> {
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(|s| s as u64);
     let problem_type = a.opt_text()?;
-    let answer = if a.flag()? {
-        idem_core::KeyAnswer::NotProcessed
-    } else {
-        problem_type.map_or(
-            idem_core::KeyAnswer::Unspecified,
-            idem_core::KeyAnswer::from_problem_type,
-        )
+    let replayed = a.flag()?;
+    // An idem problem type says more than the replay's mark: a replayed 410
+    // response-not-stored is an answer forgotten.
+    let answer = match problem_type.map_or(
+        idem_core::KeyAnswer::Unspecified,
+        idem_core::KeyAnswer::from_problem_type,
+    ) {
+        idem_core::KeyAnswer::Unspecified if replayed => idem_core::KeyAnswer::Replayed,
+        answer => answer,
     };
     Ok(idem_core::ClientResponse {
         status,

@@ -31,6 +31,7 @@ fn names() -> String {
     let constants = [
         ("key", json(idem_core::KEY_HEADER.into())),
         ("lowWater", json(idem_core::LOW_WATER_HEADER.into())),
+        ("replayed", json(idem_core::REPLAYED_HEADER.into())),
         ("status", json(idem_core::STATUS_HEADER.into())),
         ("statusMediaType", json(idem_core::STATUS_MEDIA_TYPE.into())),
         ("problemMediaType", json(idem_core::PROBLEM_JSON.into())),

@@ -53,7 +53,7 @@ export interface IdempotentFetchOptions {
 }
 
 /** Why an entry gave up without a definite answer. */
-export type GiveUpReason = "deadline" | "budget" | "key-forgotten" | "interrupted";
+export type GiveUpReason = "deadline" | "budget" | "key-forgotten" | "interrupted" | "refused";
 
 export type IdempotentFetchResult =
   | { outcome: "completed" | "rejected"; key: string; attempts: number; status: number; response?: Response }

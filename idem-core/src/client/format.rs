@@ -83,6 +83,7 @@ fn write_state(w: &mut Writer, state: &EntryState) {
         GiveUp::Budget => 1,
         GiveUp::KeyForgotten => 2,
         GiveUp::Interrupted => 3,
+        GiveUp::Refused => 4,
     };
     match state {
         EntryState::Created => w.varint(0),
@@ -134,6 +135,7 @@ fn read_state(r: &mut Reader<'_>) -> Option<EntryState> {
             1 => GiveUp::Budget,
             2 => GiveUp::KeyForgotten,
             3 => GiveUp::Interrupted,
+            4 => GiveUp::Refused,
             _ => return None,
         })
     };
@@ -236,6 +238,7 @@ mod tests {
             Just(GiveUp::Budget),
             Just(GiveUp::KeyForgotten),
             Just(GiveUp::Interrupted),
+            Just(GiveUp::Refused),
         ]
     }
 

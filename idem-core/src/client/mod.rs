@@ -69,6 +69,10 @@ pub enum GiveUp {
     /// The client stopped (a crash, a restart) while an attempt was in flight or due, and
     /// the server could not tell what became of it (`IDEM-CLIENT-8`).
     Interrupted,
+    /// A deterministic refusal (4xx) that is not the key's stored answer came after an
+    /// attempt that may have been processed: something in front of the server (an expired
+    /// credential, a proxy) refused this attempt, while an earlier one may have run.
+    Refused,
 }
 
 /// Where an entry is. Entries in `Answered`, `Processed`, `Failed` and `Undetermined` are
@@ -131,7 +135,7 @@ pub enum EntryState {
 
 /// What the server's answer says about the key, beyond the status; read it from the
 /// `application/problem+json` type with [`KeyAnswer::from_problem_type`], or set
-/// [`KeyAnswer::NotProcessed`] for a host's own marker on a 5xx that did nothing.
+/// [`KeyAnswer::Replayed`] for a response marked `Idempotent-Replayed: true`.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
@@ -148,6 +152,11 @@ pub enum KeyAnswer {
     /// The server no longer knows what happened to the key, or cannot replay what did (a
     /// response it ran and did not keep): a status query tells which.
     Forgotten,
+    /// The key's stored answer, replayed (`Idempotent-Replayed: true`): the request ran,
+    /// and this is its outcome, whatever its status; a retry would get it again. A replay
+    /// with an idem problem type is read by its type (a replayed `response-not-stored` is
+    /// [`KeyAnswer::Forgotten`]).
+    Replayed,
 }
 
 impl KeyAnswer {
@@ -189,7 +198,8 @@ impl KeyAnswer {
 /// A response to one send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientResponse {
-    /// The status, 200 to 599 (1xx responses are never final and are not reported).
+    /// The status, 200 to 599 (1xx responses are never final and are not reported); any
+    /// other is no HTTP answer, as a send whose answer was lost.
     pub status: u16,
     /// `Retry-After` in seconds, if the response had one (convert an HTTP date first).
     pub retry_after_secs: Option<u64>,
@@ -281,8 +291,6 @@ pub enum ClientError {
     NothingInFlight(EntryState),
     /// [`OutboxEntry::mark_processed`] on an entry without a final response.
     NotAnswered(EntryState),
-    /// A response status outside 200-599.
-    InvalidStatus(u16),
     /// [`OutboxEntry::on_status`] on an entry that was never sent or has a definite outcome.
     NothingToReconcile(EntryState),
 }
@@ -300,7 +308,6 @@ impl fmt::Display for ClientError {
                 write!(f, "no send is in flight (state {s:?})")
             }
             ClientError::NotAnswered(s) => write!(f, "no final response yet (state {s:?})"),
-            ClientError::InvalidStatus(s) => write!(f, "invalid response status {s}"),
             ClientError::NothingToReconcile(s) => {
                 write!(f, "nothing to ask the server about (state {s:?})")
             }
@@ -334,7 +341,9 @@ impl std::error::Error for ClientError {}
 ///    sent: a changed payload is refused (`IDEM-CLIENT-1`).
 /// 3. Pass the result to [`OutboxEntry::on_result`]: a [`ClientResponse`] (status, `Retry-After`
 ///    in seconds, and the [`KeyAnswer`] read from the problem type) or a [`NetworkError`].
-///    It answers [`NextStep`]: complete, retry at a time, failed, or undetermined.
+///    It answers [`NextStep`]: complete, retry at a time, failed, or undetermined. A final
+///    response whose body broke off before it was read is reported again as
+///    [`NetworkError::Lost`] (while answered): its answer was lost.
 /// 4. After a restart, an entry found in [`EntryState::Sent`] lost its response: report
 ///    [`NetworkError::Lost`] for it, or ask the server about it (step 5).
 /// 5. An entry that ends undetermined asks the server with a status query that settles
@@ -514,8 +523,11 @@ impl OutboxEntry {
     ) -> Result<NextStep, ClientError> {
         let (next, maybe_processed) = self.evaluate(policy, now, random, result)?;
         self.maybe_processed = maybe_processed;
+        // A status no HTTP answer has is no answer, and not kept (an entry holds 200-599).
         if let Ok(r) = result {
-            self.last_status = Some(r.status);
+            if (200..=599).contains(&r.status) {
+                self.last_status = Some(r.status);
+            }
         }
         self.state = next.state(0);
         Ok(next)
@@ -555,12 +567,10 @@ impl OutboxEntry {
         };
         let asks = asks.saturating_add(1);
         let next = match found {
-            // A replay that would complete the entry; one a retry may change would only
-            // be replayed again and again.
+            // The replay completes the entry, whatever its status (`KeyAnswer::Replayed`).
             Some(KeyStatus::Completed {
-                status,
-                replayable: true,
-            }) if can_resend && final_class(*status).is_some() => NextStep::Retry { at: now },
+                replayable: true, ..
+            }) if can_resend => NextStep::Retry { at: now },
             Some(KeyStatus::Completed { status, .. }) => NextStep::Executed {
                 status: Some(*status),
             },
@@ -611,7 +621,11 @@ impl OutboxEntry {
         random: u64,
         result: Result<&ClientResponse, NetworkError>,
     ) -> Result<(NextStep, bool), ClientError> {
-        if !matches!(self.state, EntryState::Sent) {
+        // A final answer whose body broke off before the application had it is an answer
+        // lost: the same key fetches its replay.
+        let cut = matches!(self.state, EntryState::Answered { .. })
+            && matches!(result, Err(NetworkError::Lost));
+        if !matches!(self.state, EntryState::Sent) && !cut {
             return Err(ClientError::NothingInFlight(self.state));
         }
         let mut maybe = self.maybe_processed;
@@ -628,14 +642,30 @@ impl OutboxEntry {
                 maybe = true;
                 None
             }
+            // A status no HTTP answer has: the request reached the server, and what it did is
+            // unknown, as when the answer is lost.
+            Ok(r) if !(200..=599).contains(&r.status) => {
+                maybe = true;
+                None
+            }
             Ok(r) => {
                 let status = r.status;
-                if !(200..=599).contains(&status) {
-                    return Err(ClientError::InvalidStatus(status));
+                if r.answer == KeyAnswer::Replayed {
+                    let class = if status < 400 {
+                        Completion::Succeeded
+                    } else {
+                        Completion::Rejected
+                    };
+                    return Ok((NextStep::Complete { class, status }, true));
                 }
                 match final_class(status) {
-                    Some(Completion::Rejected) if r.answer == KeyAnswer::Forgotten && maybe => {
+                    // After an attempt that may have run, a refusal that is not the key's
+                    // stored answer is this attempt's alone: the key's outcome is open.
+                    Some(Completion::Rejected) if maybe && r.answer == KeyAnswer::Forgotten => {
                         return Ok((give_up(GiveUp::KeyForgotten, true), maybe));
+                    }
+                    Some(Completion::Rejected) if maybe && r.answer == KeyAnswer::Unspecified => {
+                        return Ok((give_up(GiveUp::Refused, true), maybe));
                     }
                     Some(class) => return Ok((NextStep::Complete { class, status }, maybe)),
                     None => {}

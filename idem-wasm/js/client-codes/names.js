@@ -3,6 +3,7 @@
 // client_codes` writes it again.
 export const key = "idempotency-key";
 export const lowWater = "idempotency-low-water";
+export const replayed = "idempotent-replayed";
 export const status = "idempotency-status";
 export const statusMediaType = "application/vnd.idem.key-status+json";
 export const problemMediaType = "application/problem+json";

@@ -210,7 +210,6 @@ pub fn client_error(e: &idem_core::ClientError) -> ErrorParts {
             "IDEM-KEY-1",
             "invalid idempotency key: 1 to 255 characters of visible ASCII or space",
         ),
-        E::InvalidStatus(_) => ("IDEM-CLIENT-2", "invalid response status: not 200-599"),
         E::NothingToReconcile(_) => ("IDEM-CLIENT-8", "nothing to ask the server about"),
         E::NotDue { .. } => ("IDEM-CLIENT-7", "the backoff has not ended"),
         E::NothingInFlight(_) => ("IDEM-CLIENT-7", "no send is in flight"),
@@ -252,5 +251,6 @@ pub fn give_up_name(g: idem_core::GiveUp) -> &'static str {
         idem_core::GiveUp::Budget => "budget",
         idem_core::GiveUp::KeyForgotten => "key-forgotten",
         idem_core::GiveUp::Interrupted => "interrupted",
+        idem_core::GiveUp::Refused => "refused",
     }
 }
