@@ -49,6 +49,8 @@ function unwatched() {}
 
 /** A client this store checked out back to the pool, or discarded with `err` (its state
  * unknown). */
+function ignore() {}
+
 function giveBack(client, err) {
   client.off?.("error", unwatched);
   if (err === undefined) client.release();
@@ -120,11 +122,29 @@ export class PostgresStore {
   /** A write of `key` on a client of the pool, sent once Postgres has answered the store's
    * previous write of that key, all within the store's timeout: statements on other
    * connections run in no set order, and a claim whose call ran out of time may still be
-   * written after it; the write that withdraws it (IDEM-STORE-12) then comes after it. */
-  async #pooledWrite(key, statement) {
+   * written after it; the write that withdraws it (IDEM-STORE-12) then comes after it. A
+   * delete whose wait runs out (Postgres paused, or a lock held, past both calls' time)
+   * fails on time, and is still sent once that write is answered, the key's later writes
+   * queued behind it: a claim written that late is withdrawn all the same, not held for
+   * nobody until its lease ends. (It deletes on condition, so it never takes a later
+   * claim's record.) */
+  async #pooledWrite(key, statement, isDelete) {
     const deadline = Date.now() + this.#timeout;
     const before = this.#unanswered.get(key);
-    if (before !== undefined) await bounded(before, Math.max(deadline - Date.now(), 1), "Postgres");
+    if (before !== undefined) {
+      try {
+        await bounded(before, Math.max(deadline - Date.now(), 1), "Postgres");
+      } catch (err) {
+        if (isDelete) {
+          const late = before.then(() => this.#pooled(statement)).then(ignore, ignore);
+          this.#unanswered.set(key, late);
+          late.then(() => {
+            if (this.#unanswered.get(key) === late) this.#unanswered.delete(key);
+          });
+        }
+        throw err;
+      }
+    }
     return this.#pooled(statement, deadline, key);
   }
 
@@ -148,7 +168,11 @@ export class PostgresStore {
       this.#pool.connect((err, client) => {
         client?.on?.("error", unwatched);
         if (!waiting) {
-          if (client) giveBack(client);
+          // Back in a later turn: pg-pool hands a released client to its next waiter at
+          // once, and after a stall the waiters are many callers that gave up, each of
+          // which would give it back within the last one's call, deeper and deeper (past
+          // about a thousand, beyond the stack).
+          if (client) queueMicrotask(() => giveBack(client));
           return;
         }
         waiting = false;
@@ -219,7 +243,7 @@ export class PostgresStore {
   async #write(db, key, write) {
     let done;
     const value = write.value === null || this.#seal === null ? write.value : await this.#seal.seal(key, write.value);
-    const query = (statement) => (db === this.#pool ? this.#pooledWrite(key, statement) : this.#query(db, statement));
+    const query = (statement) => (db === this.#pool ? this.#pooledWrite(key, statement, write.value === null) : this.#query(db, statement));
     if (write.value === null) {
       done = await query({ name: "idem_delete", text: Q.delete, values: [key, write.expect] });
     } else if (write.expect === null) {

@@ -4,12 +4,14 @@
 // and a completion whose transaction's connection died still releases its key.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { spawn } from "node:child_process";
 import { createServer, connect } from "node:net";
+import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { idempotencyOf, withIdempotency } from "idem";
 import { PostgresStore } from "idem/postgres";
 import pg from "pg";
-import { startPostgres } from "./servers.mjs";
+import { freePort, startPostgres } from "./servers.mjs";
 
 const post = (key) => new Request("http://orders.test/orders", { method: "POST", headers: { "idempotency-key": `"${key}"` }, body: "{}" });
 
@@ -277,6 +279,109 @@ describe("PostgresStore: connections that die, and a pool with none to spare", (
       assert.equal(runs, 1);
     } finally {
       await locker.end().catch(() => {});
+    }
+  });
+  test("a claim that Postgres writes after both the claim's and the withdrawal's calls ran out of time is withdrawn when it lands; the retry runs once (IDEM-STORE-12)", async () => {
+    const store = new PostgresStore(newPool({ max: 4 }), { timeout: 400 });
+    const locker = new pg.Client({ connectionString: server.url });
+    locker.on("error", () => {});
+    await locker.connect();
+    try {
+      // As above, but the other transaction holds the key past both calls' time (a paused
+      // server, a maintenance lock): the claim is written after its caller got its 503.
+      let released = null;
+      let storageKey;
+      const locking = {
+        load: (key) => store.load(key),
+        apply: async (key, write, now, info) => {
+          if (released === null) {
+            storageKey = key;
+            await locker.query("BEGIN");
+            await locker.query("INSERT INTO idem_records (key, version, value, deadline, expires) VALUES ($1, 'other', ''::bytea, 0, 0)", [key]);
+            released = sleep(1_500).then(() => locker.query("ROLLBACK"));
+          }
+          return store.apply(key, write, now, info);
+        },
+      };
+      let runs = 0;
+      const handler = withIdempotency(async () => new Response(`order ${++runs}`, { status: 201 }), { store: locking, principal: "none", lease: 60_000 });
+      const key = randomUUID();
+      const refused = await handler(post(key));
+      assert.equal(refused.status, 503);
+      assert.equal(runs, 0);
+      await released;
+      // The claim lands now, and its withdrawal right after it.
+      const until = Date.now() + 3_000;
+      for (;;) {
+        const { rows } = await admin.query("SELECT count(*)::int AS n FROM idem_records WHERE key = $1", [storageKey]);
+        if (rows[0].n === 0) break;
+        if (Date.now() > until) assert.fail("the late claim holds the key for nobody");
+        await sleep(20);
+      }
+      const retry = await handler(post(key));
+      assert.equal(retry.status, 201);
+      assert.equal(await retry.text(), "order 1");
+      assert.equal(runs, 1);
+    } finally {
+      await locker.end().catch(() => {});
+    }
+  });
+
+  test("thousands of calls that gave up waiting for a connection: the connection they are handed once it frees goes back, and the process lives (IDEM-STORE-10)", async () => {
+    const pool = newPool({ max: 1 });
+    const store = new PostgresStore(pool, { timeout: 50 });
+    const busy = await pool.connect();
+    // Each call waits in the pool's queue, gives up after 50 ms, and leaves its place there.
+    const calls = Array.from({ length: 5_000 }, () => store.load(randomUUID()).then(() => "loaded", (err) => err.code ?? err.message));
+    const outcomes = await Promise.all(calls);
+    assert.ok(outcomes.every((o) => o !== "loaded"), "a call got a connection the pool did not have");
+    assert.equal(pool.waitingCount, 5_000);
+    // The connection frees up, and is handed to each place in the queue in turn.
+    busy.release();
+    const until = Date.now() + 10_000;
+    while (pool.waitingCount > 0) {
+      if (Date.now() > until) assert.fail(`${pool.waitingCount} still waiting`);
+      await sleep(10);
+    }
+    await allBack(pool);
+    assert.equal(await store.load(randomUUID()), null);
+  });
+
+  test("the example orders API outlives an idle connection whose backend is terminated", async () => {
+    const port = await freePort();
+    const app = spawn(process.execPath, [fileURLToPath(new URL("../examples/postgres-orders/orders.mjs", import.meta.url))], {
+      env: { ...process.env, DATABASE_URL: server.url, PORT: String(port) },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    app.stderr.on("data", (d) => (stderr += d));
+    const exited = new Promise((resolve) => app.once("exit", (code, signal) => resolve({ code, signal })));
+    const order = (key) =>
+      fetch(`http://127.0.0.1:${port}/orders`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": `"${key}"`, "x-customer": "c1" },
+        body: JSON.stringify({ amount: 5 }),
+        signal: AbortSignal.timeout(5_000),
+      });
+    try {
+      let first;
+      for (let i = 0; first === undefined; i++) {
+        first = await order(randomUUID()).catch(() => undefined);
+        if (first === undefined) {
+          if (i > 200) assert.fail(`the example did not start: ${stderr}`);
+          await sleep(25);
+        }
+      }
+      assert.equal(first.status, 201, stderr);
+      // Its pool's idle connections lose their backends.
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'idle'");
+      const died = await Promise.race([exited, sleep(500).then(() => null)]);
+      assert.equal(died, null, `the example ended: ${stderr}`);
+      const next = await order(randomUUID());
+      assert.equal(next.status, 201, await next.text());
+    } finally {
+      app.kill("SIGKILL");
+      await exited;
     }
   });
 });

@@ -42,6 +42,9 @@ export function ordersHandler({ pool, store = new PostgresStore(pool), work = as
 
 async function main() {
   const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+  // An idle connection that loses its server (a restart, a terminated backend) reports here;
+  // without a listener, pg's error would end the process. The pool makes a new one.
+  pool.on("error", (err) => console.error("postgres:", err.message));
   const store = new PostgresStore(pool);
   await store.migrate();
   await pool.query(ORDERS_SCHEMA);
