@@ -12,8 +12,19 @@ use crate::time::UnixMillis;
 /// it is kept apart), until when it must be kept (ms), and, for a response kept apart
 /// ([`response_apart`]), the whole record and when the response expires (ms). Returns 1 when
 /// the write was made, 0 otherwise. A record is a hash: `v` its version as decimal text, `r`
-/// its bytes.
+/// its bytes. Its first line flags it to run when Redis is at `maxmemory` (Redis 7, Valkey
+/// 7.2): send it for a write to a record that exists, and [`redis_apply_new`] for a new
+/// record's (`IDEM-STORE-3`).
 pub const REDIS_APPLY: &str = include_str!("../stores/redis-apply.lua");
+
+/// [`REDIS_APPLY`] without its flags line, for the write of a new record: Redis at
+/// `maxmemory` refuses it, and the store is full (`IDEM-STORE-3`), while writes to the
+/// records it holds still go through.
+pub fn redis_apply_new() -> &'static str {
+    REDIS_APPLY
+        .split_once('\n')
+        .map_or(REDIS_APPLY, |(_, rest)| rest)
+}
 
 /// The read of one record written by [`REDIS_APPLY`], as one Lua script: `KEYS` as there.
 /// Returns nil, or the version and the bytes of the record (with its response while that is
@@ -129,6 +140,9 @@ mod tests {
             .contains("ON CONFLICT (key) DO NOTHING"));
         assert_eq!(postgres_statement("nothing"), None);
         assert!(REDIS_APPLY.contains("PEXPIREAT"));
+        assert!(REDIS_APPLY.starts_with("#!lua flags=allow-oom\n"));
+        assert!(redis_apply_new().starts_with("-- idem:"));
+        assert_eq!(redis_apply_new().len(), REDIS_APPLY.len() - 22);
         assert!(REDIS_LOAD.contains("HMGET"));
         let [record, response] = redis_keys(REDIS_PREFIX, "acct#POST#/orders#k");
         assert_eq!(record, "idem:{acct#POST#/orders#k}");

@@ -1,6 +1,12 @@
+#!lua flags=allow-oom
 -- idem: the compare-and-set of one record in Redis or Valkey (IDEM-STORE-1), as one script,
 -- so that the check and the write are one step with nothing in between. Read by the
 -- JavaScript RedisStore and by the Rust one; this file is the only copy.
+--
+-- Its first line lets it run when Redis is at `maxmemory` (Redis 7 and Valkey 7.2 read it):
+-- a write to a record that exists (a completion, a heartbeat, a withdrawal) is never refused
+-- for memory, or a handler that ran would leave its lease to expire and run again. A claim
+-- of a new key is sent without that line, and Redis refuses it when full (IDEM-STORE-3).
 --
 -- A record is one hash: `v`, its version (decimal text), and `r`, its bytes. A record that
 -- holds a response whose retention ends before the record's (a completed record) keeps the

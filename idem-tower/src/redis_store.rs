@@ -28,7 +28,10 @@ use std::time::Duration;
 pub struct RedisStore {
     conn: ConnectionManager,
     prefix: String,
+    /// A write to a record that exists: taken when Redis is at `maxmemory`.
     apply: Script,
+    /// A new record's: refused then (`IDEM-STORE-3`).
+    apply_new: Script,
     load: Script,
     seal: Option<Seal>,
     /// How long one store call may take.
@@ -99,6 +102,7 @@ impl RedisStore {
             conn,
             prefix: REDIS_PREFIX.to_owned(),
             apply: Script::new(idem_core::stores::REDIS_APPLY),
+            apply_new: Script::new(idem_core::stores::redis_apply_new()),
             load: Script::new(idem_core::stores::REDIS_LOAD),
             seal: None,
             timeout: CALL_TIMEOUT,
@@ -189,7 +193,11 @@ impl AsyncStore for RedisStore {
         let storage_key = write.key.storage_key();
         let [record, response] = redis_keys(&self.prefix, &storage_key);
         let encode = |r: &Record| seal::encode(self.seal.as_ref(), &storage_key, r);
-        let mut invocation = self.apply.key(record);
+        let script = match write.precondition {
+            Precondition::Absent => &self.apply_new,
+            Precondition::Version(_) => &self.apply,
+        };
+        let mut invocation = script.key(record);
         invocation.key(response);
         match write.precondition {
             Precondition::Absent => invocation.arg(""),

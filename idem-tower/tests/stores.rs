@@ -278,6 +278,8 @@ async fn a_redis_store_bounds_each_call_whatever_its_connection_allows() {
 async fn a_redis_at_maxmemory_is_a_full_store() {
     // IDEM-STORE-3: Redis at `maxmemory` under `noeviction` refuses writes; a new key is
     // refused 503 store-full (not store-unavailable), nothing runs, and a stored key replays.
+    // A handler that was running meanwhile is recorded: a write to a record Redis holds
+    // goes through.
     use bytes::Bytes;
     use http::Request;
     use http_body_util::{BodyExt, Full};
@@ -293,14 +295,30 @@ async fn a_redis_at_maxmemory_is_a_full_store() {
         .unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&runs);
-    let service = layer.layer(tower::service_fn(move |_: Request<_>| {
-        counted.fetch_add(1, Ordering::SeqCst);
-        async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
-                b"order",
-            ))))
+    // The handler of /slow runs until the gate opens.
+    let started = Arc::new(tokio::sync::Notify::new());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (on_start, on_gate) = (Arc::clone(&started), Arc::clone(&gate));
+    let service = layer.layer(tower::service_fn(move |request: Request<_>| {
+        let id = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        let slow = request.uri().path() == "/slow";
+        let (on_start, on_gate) = (Arc::clone(&on_start), Arc::clone(&on_gate));
+        async move {
+            if slow {
+                on_start.notify_one();
+                on_gate.notified().await;
+            }
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(format!(
+                "order {id}"
+            )))))
         }
     }));
+    let post_to = |path: &str, key: &str| {
+        Request::post(path)
+            .header("idempotency-key", format!("\"{key}\""))
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
     let post = |key: &str| {
         Request::post("/orders")
             .header("idempotency-key", format!("\"{key}\""))
@@ -316,6 +334,8 @@ async fn a_redis_at_maxmemory_is_a_full_store() {
             .status(),
         200
     );
+    let during = tokio::spawn(service.clone().oneshot(post_to("/slow", "during")));
+    started.notified().await;
     let client = redis::Client::open(server.url.as_str()).expect("a client");
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -350,9 +370,20 @@ async fn a_redis_at_maxmemory_is_a_full_store() {
     let body = refused.into_body().collect().await.unwrap().to_bytes();
     let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(problem["type"], "urn:idem:problem:store-full");
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let replay = service.oneshot(post("before")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let replay = service.clone().oneshot(post("before")).await.unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    // The running handler's completion is taken, and its answer replays.
+    gate.notify_one();
+    let done = during.await.unwrap().unwrap();
+    assert_eq!(done.status(), 200);
+    let body = done.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"order 2");
+    let again = service.oneshot(post_to("/slow", "during")).await.unwrap();
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let body = again.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"order 2");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,9 @@ import LOAD from "../../idem-core/stores/redis-load.lua";
 import { bounded, milliseconds, rangeError } from "./errors.js";
 
 const SCRIPT = "idemApply";
+/** The script for a new record: without its first line, the flags that let a write to an
+ * existing record through when Redis is at `maxmemory` (IDEM-STORE-3). */
+const NEW = "idemApplyNew";
 const READ = "idemLoad";
 
 export class RedisStore {
@@ -43,6 +46,7 @@ export class RedisStore {
     this.#seal = recordSealer(seal);
     // ioredis sends the scripts by their SHA-1 and loads them on the server when missing.
     if (typeof redis[SCRIPT] !== "function") redis.defineCommand(SCRIPT, { numberOfKeys: 2, lua: APPLY });
+    if (typeof redis[NEW] !== "function") redis.defineCommand(NEW, { numberOfKeys: 2, lua: APPLY.slice(APPLY.indexOf("\n") + 1) });
     if (typeof redis[READ] !== "function") redis.defineCommand(READ, { numberOfKeys: 2, lua: LOAD });
   }
 
@@ -70,7 +74,7 @@ export class RedisStore {
     const sealed = (bytes) => (this.#seal === null ? bytes : this.#seal.seal(key, bytes));
     const whole = put ? await sealed(write.value) : null;
     const kept = held !== undefined ? await sealed(held) : whole;
-    const applied = this.#redis[SCRIPT](
+    const applied = this.#redis[write.expect === null ? NEW : SCRIPT](
       record,
       response,
       write.expect ?? "",

@@ -101,14 +101,31 @@ describe("RedisStore", () => {
   });
 });
 
-test("RedisStore at maxmemory (noeviction) is full: a new key is refused 503 store-full, nothing runs, and a stored key still replays (IDEM-STORE-3)", async () => {
+test("RedisStore at maxmemory (noeviction) is full: a new key is refused 503 store-full, nothing runs, a stored key still replays, and a handler that ran meanwhile is recorded (IDEM-STORE-3)", async () => {
   const full = await startRedis();
   const redis = new Redis(full.url);
   try {
     let runs = 0;
-    const handler = withIdempotency(async () => new Response(`order ${++runs}`, { status: 201 }), { store: new RedisStore(redis), principal: "none" });
-    const post = (key) => new Request("http://x.test/orders", { method: "POST", headers: { "idempotency-key": `"${key}"` }, body: "{}" });
+    let started;
+    const running = new Promise((resolve) => (started = resolve));
+    let finish;
+    const gate = new Promise((resolve) => (finish = resolve));
+    const handler = withIdempotency(
+      async (request) => {
+        const id = ++runs;
+        if (new URL(request.url).pathname === "/slow") {
+          started();
+          await gate;
+        }
+        return new Response(`order ${id}`, { status: 201 });
+      },
+      { store: new RedisStore(redis), principal: "none" },
+    );
+    const post = (key, path = "/orders") => new Request(`http://x.test${path}`, { method: "POST", headers: { "idempotency-key": `"${key}"` }, body: "{}" });
     assert.equal((await handler(post("before"))).status, 201);
+    // A handler is running when Redis fills up.
+    const during = handler(post("during", "/slow"));
+    await running;
     const used = Number(/used_memory:(\d+)/.exec(await redis.info("memory"))[1]);
     await redis.config("SET", "maxmemory", String(used));
     await redis.set("ballast", "x".repeat(64 * 1024)).catch(() => {});
@@ -116,9 +133,19 @@ test("RedisStore at maxmemory (noeviction) is full: a new key is refused 503 sto
     assert.equal(refused.status, 503);
     assert.equal((await refused.json()).type, "urn:idem:problem:store-full");
     assert.ok(refused.headers.has("retry-after"));
-    assert.equal(runs, 1);
+    assert.equal(runs, 2);
     const replay = await handler(post("before"));
     assert.equal(replay.headers.get("idempotent-replayed"), "true");
+    // Its completion is a write to a record Redis holds: taken, so that the key is not left
+    // to its lease and run again.
+    finish();
+    const done = await during;
+    assert.equal(done.status, 201);
+    assert.equal(await done.text(), "order 2");
+    const again = await handler(post("during", "/slow"));
+    assert.equal(again.headers.get("idempotent-replayed"), "true", await again.clone().text());
+    assert.equal(await again.text(), "order 2");
+    assert.equal(runs, 2);
   } finally {
     redis.disconnect();
     await full.stop();
