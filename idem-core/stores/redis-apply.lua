@@ -26,22 +26,22 @@
 -- ARGV[5]  the whole record, response included, when the response is kept apart, else ''
 -- ARGV[6]  when the response expires, in ms since the epoch (ignored without ARGV[5])
 --
--- Returns 1 when the write was made, 0 when the precondition failed (nothing changed). A
--- write the record already stands as (its version after the write, and its bytes) was made:
--- 1, so that a script sent again after its connection failed before the answer came back
--- (as ioredis sends unanswered commands again once it reconnects) is its writer's own, not
--- a record another wrote. The bytes tell: a version alone does not name one write.
+-- Returns 1 when the write was made, 0 when the precondition failed (nothing changed). The
+-- write of a new record that finds the record already as it would leave it (its version and
+-- its bytes) was made: 1, so that a script sent again after its connection failed before the
+-- answer came back (ioredis sends unanswered commands again once it reconnects) is its
+-- writer's own claim, not another's. Only a new record's: its version is drawn at random by
+-- its attempt, so no other attempt writes the same. A write to an existing record may be
+-- another attempt's to the byte (two takeovers of one lease in the same millisecond), and
+-- only one of them is made.
 local current = redis.call('HGET', KEYS[1], 'v')
-local function made()
-  if ARGV[2] ~= '' and current == ARGV[2] and redis.call('HGET', KEYS[1], 'r') == ARGV[3] then
-    return 1
-  end
-  return 0
-end
 if ARGV[1] == '' then
-  if current then return made() end
+  if current then
+    if current == ARGV[2] and redis.call('HGET', KEYS[1], 'r') == ARGV[3] then return 1 end
+    return 0
+  end
 elseif current ~= ARGV[1] then
-  return made()
+  return 0
 end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1], KEYS[2])
