@@ -57,7 +57,8 @@ fn version_of(write: &Write) -> u64 {
     }
 }
 
-/// One of 32 racing claims of a key wins, then one of 31 racing updates (`IDEM-STORE-1`).
+/// One of 32 racing claims of a key wins, then one of 31 racing updates, then one of 16
+/// identical updates (`IDEM-STORE-1`).
 pub async fn compare_and_set<St, F, Fut>(open: &F, options: &Options)
 where
     St: AsyncStore + Send + Sync + 'static,
@@ -102,6 +103,20 @@ where
             .await
             .expect("a record");
         assert_eq!(after.version, version_of(&updates[updated[0]]));
+        // 16 writes alike to the byte over one version, as two takeovers of one lease in the
+        // same millisecond make: one is made.
+        let same = writes
+            .iter()
+            .find(|w| version_of(w) != after.version)
+            .map(|w| with_precondition(w, Precondition::Version(after.version)))
+            .expect("a write of another version");
+        let copies = race(&stores, vec![same; 16]).await;
+        assert_eq!(
+            applied(&copies).len(),
+            1,
+            "round {round}: {} of 16 identical updates applied",
+            applied(&copies).len()
+        );
     }
 }
 
