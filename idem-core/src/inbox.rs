@@ -129,9 +129,13 @@ impl Inbox {
         {
             return Err(KeyError::InvalidByte { at, byte });
         }
-        // A long source enters as its digest, as a long route does.
-        let scope =
-            Scope::custom(crate::key::digest_if_long(source).unwrap_or_else(|| source.into()));
+        // A long source enters as its digest, as a long route does; so does one that begins
+        // as a digest does (`h:`), or it would name a long source's messages.
+        let scope = Scope::custom(match crate::key::digest_if_long(source) {
+            Some(digest) => digest,
+            None if source.starts_with("h:") => crate::key::digest_of(source),
+            None => source.into(),
+        });
         Ok(RecordKey::new(kind_scope(&scope, "inbox"), id))
     }
 

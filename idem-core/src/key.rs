@@ -381,8 +381,12 @@ pub const MAX_IN_CLEAR: usize = 256;
 /// every store to index (a Postgres key, a Redis key), whatever the client chose; `None` for
 /// shorter text, which the scope holds as it is.
 pub(crate) fn digest_if_long(text: &str) -> Option<String> {
-    (text.len() > MAX_IN_CLEAR)
-        .then(|| alloc::format!("h:{}", crate::request::principal_digest(text)))
+    (text.len() > MAX_IN_CLEAR).then(|| digest_of(text))
+}
+
+/// `text` as a scope holds its digest: `h:` and the principal's digest function of it.
+pub(crate) fn digest_of(text: &str) -> String {
+    alloc::format!("h:{}", crate::request::principal_digest(text))
 }
 
 /// The namespace a key lives in (requirement `IDEM-SCOPE-1`).

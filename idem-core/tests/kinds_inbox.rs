@@ -254,6 +254,13 @@ fn a_long_source_keeps_the_storage_key_short_and_sources_apart() {
     // Up to the bound, the source is kept as it is.
     let short = inbox.message_key(&"a".repeat(256), "evt").unwrap();
     assert!(short.scope.as_str().starts_with(&"a".repeat(256)));
+    // A short source that reads as a long one's digest names messages of its own.
+    let long = inbox.message_key(&"a".repeat(6_000), "evt").unwrap();
+    let digest = long.scope.as_str().strip_suffix("#inbox").unwrap_or(long.scope.as_str());
+    assert!(digest.starts_with("h:"), "{digest}");
+    let lookalike = inbox.message_key(digest, "evt").unwrap();
+    assert_ne!(lookalike.storage_key(), long.storage_key());
+    assert_ne!(lookalike.scope, long.scope);
 }
 
 #[test]
