@@ -173,6 +173,32 @@ fn concurrent_and_failed_deliveries() {
 }
 
 #[test]
+fn a_delivery_whose_lease_was_taken_over_says_it_processed() {
+    // IDEM-INBOX-1: a processing that outlived its lease (without `extend`) ran, and so did
+    // the delivery that took it over. Both say processed: a message processed twice shows.
+    let inbox = Inbox::new(Engine::default());
+    let mut store = MemoryStore::default();
+    let mut first = deliver(&inbox, &mut store, T0, ("queue", "m-2"), "1", 1);
+    let later = at(T0, 61);
+    let mut second = deliver(&inbox, &mut store, later, ("queue", "m-2"), "1", 2);
+    assert!(second.context().unwrap().recovered);
+    assert_eq!(
+        finish(&mut second, &mut store, later, Inbox::processed()),
+        Delivery::Processed { recovered: true }
+    );
+    assert_eq!(
+        finish(&mut first, &mut store, later, Inbox::processed()),
+        Delivery::Processed { recovered: false }
+    );
+    let (status, body) = receipt(&first);
+    assert_eq!(status, 200);
+    assert_eq!(body["outcome"], "processed");
+    // A redelivery now is a duplicate.
+    let again = deliver(&inbox, &mut store, later, ("queue", "m-2"), "1", 3);
+    assert_eq!(again.delivery(), Some(Delivery::Duplicate));
+}
+
+#[test]
 fn a_changed_payload_under_a_known_id_is_a_conflict() {
     // IDEM-INBOX-3
     let inbox = Inbox::new(Engine::default());
@@ -256,7 +282,11 @@ fn a_long_source_keeps_the_storage_key_short_and_sources_apart() {
     assert!(short.scope.as_str().starts_with(&"a".repeat(256)));
     // A short source that reads as a long one's digest names messages of its own.
     let long = inbox.message_key(&"a".repeat(6_000), "evt").unwrap();
-    let digest = long.scope.as_str().strip_suffix("#inbox").unwrap_or(long.scope.as_str());
+    let digest = long
+        .scope
+        .as_str()
+        .strip_suffix("#inbox")
+        .unwrap_or(long.scope.as_str());
     assert!(digest.starts_with("h:"), "{digest}");
     let lookalike = inbox.message_key(digest, "evt").unwrap();
     assert_ne!(lookalike.storage_key(), long.storage_key());

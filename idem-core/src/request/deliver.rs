@@ -94,6 +94,11 @@ impl Request {
             _ => Delivery::Refused,
         };
         Some(match &self.state {
+            // A processing that outlived its lease ran, and so did the delivery that took it
+            // over: both say processed, so that the message processed twice shows.
+            State::Superseded(Answer::Decision(Decision::Replay(_))) => Delivery::Processed {
+                recovered: self.recovered,
+            },
             State::Answered(answer) | State::Superseded(answer) => of_answer(answer),
             State::Finished(Finish::Stored) => Delivery::Processed {
                 recovered: self.recovered,
