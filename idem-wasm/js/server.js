@@ -311,9 +311,9 @@ export class Idempotency {
   }
 
   async #tokenSlot(request, route, method) {
-    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "a token needs { route }: the route it is for");
+    const upper = operationOf("a token", route, method);
     const principal = await this.principalOf(request);
-    return this.#engine.issueToken(principal, method.toUpperCase(), route, this.#now(), random32(), random32(), random32(), random32());
+    return this.#engine.issueToken(principal, upper, route, this.#now(), random32(), random32(), random32(), random32());
   }
 
   /**
@@ -325,12 +325,12 @@ export class Idempotency {
    * refusal as an error with its `code` (IDEM-CTR-1 for a bad client id or first number).
    */
   async openSession(request, { route, client, firstSeq = 0, method = "POST" } = {}) {
-    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "openSession needs { route }: the route the session is for");
+    const upper = operationOf("openSession", route, method);
     if (typeof client !== "string") throw rangeError("IDEM-CTR-1", "openSession needs { client }: the client id");
     const principal = await this.principalOf(request);
     // Decimal text, so that 64-bit numbers (a BigInt) cross whole; the engine refuses
     // anything else (IDEM-CTR-1).
-    const slot = this.#engine.openSession(principal, method.toUpperCase(), route, client, String(firstSeq), random32(), random32());
+    const slot = this.#engine.openSession(principal, upper, route, client, String(firstSeq), random32(), random32());
     return this.#operate(slot);
   }
 
@@ -341,10 +341,10 @@ export class Idempotency {
    * a body that is not such an object or a bad first number or client id).
    */
   async sessionResponse(request, { route, method = "POST" } = {}) {
-    if (typeof route !== "string") throw rangeError("IDEM-JS-1", "sessionResponse needs { route }: the route the session is for");
+    const upper = operationOf("sessionResponse", route, method);
     const principal = await this.principalOf(request);
     const body = new Uint8Array(await request.arrayBuffer());
-    const slot = this.#engine.openSessionFrom(principal, method.toUpperCase(), route, body, random32(), random32());
+    const slot = this.#engine.openSessionFrom(principal, upper, route, body, random32(), random32());
     return this.serve(slot, (reply) => this.responseOf(reply));
   }
 
@@ -417,4 +417,12 @@ function plainReply(reply) {
 export function routeOf(target) {
   const q = target.indexOf("?");
   return q < 0 ? target : target.slice(0, q);
+}
+
+/** The method of an operation on `route` (a token, a session), in upper case: IDEM-JS-1 for a
+ * route that is not a non-empty string, or a method that is not a string. */
+function operationOf(what, route, method) {
+  if (typeof route !== "string" || route === "") throw rangeError("IDEM-JS-1", `${what} needs { route }: the route it is for`);
+  if (typeof method !== "string") throw rangeError("IDEM-JS-1", `${what}: method must be a string such as "POST"`);
+  return method.toUpperCase();
 }

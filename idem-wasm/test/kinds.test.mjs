@@ -340,6 +340,19 @@ describe("server-issued tokens", () => {
     return assert.rejects(opaque.issueToken({}, { route }), (e) => e.code === "IDEM-JS-1");
   });
 
+  test("a token or a session for a route that is no route, or with a method that is not a string, is refused (IDEM-JS-1)", async () => {
+    const tokens = new Idempotency({ principal: "none", store: new MemoryStore(), keyKind: "token", token: { secret: SECRET, ttl: 60_000 } });
+    const counters = new Idempotency({ principal: "none", store: new MemoryStore(), keyKind: "counter" });
+    const request = new Request("http://x.test/sessions", { method: "POST", body: '{"client":"c1"}' });
+    for (const bad of [{}, { route: "" }, { route: 5 }, { route, method: 5 }, { route, method: null }]) {
+      const why = JSON.stringify(bad);
+      await assert.rejects(tokens.issueToken({}, bad), (e) => e instanceof RangeError && e.code === "IDEM-JS-1", why);
+      await assert.rejects(tokens.tokenResponse({}, bad), (e) => e instanceof RangeError && e.code === "IDEM-JS-1", why);
+      await assert.rejects(counters.openSession({}, { client: "c1", ...bad }), (e) => e instanceof RangeError && e.code === "IDEM-JS-1", why);
+      await assert.rejects(counters.sessionResponse(request.clone(), bad), (e) => e instanceof RangeError && e.code === "IDEM-JS-1", why);
+    }
+  });
+
   for (const [name, makeStore] of stores()) {
     test(`32 racing requests with one token run once through the ${name} (IDEM-TOKEN-2)`, async () => {
       for (let round = 0; round < 3; round++) {
