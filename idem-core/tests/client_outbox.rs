@@ -31,6 +31,20 @@ fn policy() -> RetryPolicy {
     RetryPolicy::default()
 }
 
+/// An entry sent a second time after the answer to its first send was lost (the first
+/// attempt may have run), and when.
+fn resent_after_a_lost_answer() -> (OutboxEntry, UnixMillis) {
+    let mut e = sent(T0);
+    let NextStep::Retry { at } = e
+        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
+        .unwrap()
+    else {
+        panic!("a lost answer is retried")
+    };
+    e.send(at, &PAYLOAD).unwrap();
+    (e, at)
+}
+
 #[test]
 fn keys_are_uuids_and_entries_refuse_bad_keys() {
     // IDEM-CLIENT-1
@@ -306,14 +320,7 @@ fn a_forgotten_key_after_a_possible_execution_is_undetermined() {
             }
         );
         // After a lost response: the first attempt may have run; nobody can say.
-        let mut e = sent(T0);
-        let NextStep::Retry { at } = e
-            .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
-            .unwrap()
-        else {
-            panic!()
-        };
-        e.send(at, &PAYLOAD).unwrap();
+        let (mut e, at) = resent_after_a_lost_answer();
         assert_eq!(
             e.on_result(&policy(), at, 1, Ok(&r)).unwrap(),
             NextStep::Undetermined {
@@ -351,14 +358,7 @@ fn a_replay_is_final_whatever_its_status() {
 fn a_refusal_after_a_possible_execution_is_undetermined() {
     // IDEM-CLIENT-5: a 401 of an expired credential, in front of the server, after a lost
     // answer, says nothing of the key.
-    let mut e = sent(T0);
-    let NextStep::Retry { at } = e
-        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
-        .unwrap()
-    else {
-        panic!()
-    };
-    e.send(at, &PAYLOAD).unwrap();
+    let (mut e, at) = resent_after_a_lost_answer();
     assert_eq!(
         e.on_result(&policy(), at, 1, Ok(&response(401))).unwrap(),
         NextStep::Undetermined {
@@ -381,14 +381,7 @@ fn a_refusal_after_a_possible_execution_is_undetermined() {
         answer: KeyAnswer::NotProcessed,
         ..response(413)
     };
-    let mut e = sent(T0);
-    let NextStep::Retry { at } = e
-        .on_result(&policy(), UnixMillis(T0), 1, Err(NetworkError::Lost))
-        .unwrap()
-    else {
-        panic!()
-    };
-    e.send(at, &PAYLOAD).unwrap();
+    let (mut e, at) = resent_after_a_lost_answer();
     assert!(matches!(
         e.on_result(&policy(), at, 1, Ok(&r)).unwrap(),
         NextStep::Complete { .. }
