@@ -10,8 +10,11 @@
 // Routes opt in through their config. The raw body is read in `preParsing` (up to the
 // engine's limit, 413 beyond) for the fingerprint and kept as `request.rawBody`; Fastify's
 // own parser then parses the same bytes into `request.body`. The claim is made there too,
-// so the principal is read after the `onRequest` hooks (where authentication belongs in
-// Fastify) and before the route's `preValidation` and `preHandler` hooks.
+// so the principal is read after the `onRequest` hooks, the route's own included (where
+// authentication belongs in Fastify), and before the route's `preValidation` and
+// `preHandler` hooks; and so is a status query answered. A route is guarded by the
+// registration nearest to its context: one registered again in a nested context takes its
+// routes over from the outer one.
 import { Readable } from "node:stream";
 import { Idempotency } from "idem";
 import { begin } from "./adapter.js";
@@ -21,6 +24,9 @@ import { answered, sendReply } from "./fastify-reply.js";
 
 /** Where a guarded request keeps its capture: `{ answer, resolve, done, headers }`. */
 const CAPTURE = Symbol("idempotency capture");
+/** On a context: the registration of the plugin nearest to it (contexts inherit from their
+ * parents, so a nested registration shadows an outer one). */
+const REGISTRATION = Symbol("idempotency registration");
 
 /**
  * The Fastify plugin. `options` are `withIdempotency`'s (a store and a principal are
@@ -41,20 +47,33 @@ export function idempotency(fastify, options, done) {
     principal: typeof principal === "function" ? (input) => principal(input.request) : principal,
   });
 
-  if (idem.statusQueries) {
-    fastify.addHook("onRequest", async (request, reply) => {
-      if (request.method !== "GET") return;
-      const field = request.headers[idem.statusHeader];
-      if (field === undefined || (skip !== undefined && (await skip(request)))) return;
-      // A status query about the request this URL guards: answered from the store.
-      const key = request.headers[idem.keyHeader] ?? null;
-      await sendReply(reply, await idem.status({ request, target: request.url, key, status: field, headers: request.headers }), idem);
-      return reply;
-    });
-  }
+  const me = {};
+  fastify[REGISTRATION] = me;
+  const ours = (request) => request.server[REGISTRATION] === me;
+  // The URLs of the routes this registration guards, as they are added (a status query is
+  // about one of them).
+  const guardedUrls = new Set();
+  fastify.addHook("onRoute", function (route) {
+    if (route.config?.idempotency === true && this[REGISTRATION] === me) guardedUrls.add(route.url);
+  });
+  /** Whether a GET is a status query about a request this registration guards: one routed to
+   * a route it guards, to a route at the URL of one, or (no GET route there) at such a URL. */
+  const asksAboutOurs = (request) =>
+    request.method === "GET" &&
+    idem.statusQueries &&
+    request.headers[idem.statusHeader] !== undefined &&
+    ours(request) &&
+    (request.routeOptions.config?.idempotency === true || guardedUrls.has(request.routeOptions.url ?? request.url.split("?")[0]));
 
   fastify.addHook("preParsing", async (request, reply, payload) => {
-    if (request.routeOptions.config?.idempotency !== true) return payload;
+    if (asksAboutOurs(request)) {
+      if (skip !== undefined && (await skip(request))) return payload;
+      // A status query about the request this URL guards: answered from the store.
+      const key = request.headers[idem.keyHeader] ?? null;
+      await sendReply(reply, await idem.status({ request, target: request.url, key, status: request.headers[idem.statusHeader], headers: request.headers }), idem);
+      return reply;
+    }
+    if (request.routeOptions.config?.idempotency !== true || !ours(request)) return payload;
     if (skip !== undefined && (await skip(request))) return payload;
     const key = request.headers[idem.keyHeader] ?? null;
     if (!idem.protects(request.method, key !== null)) return payload;

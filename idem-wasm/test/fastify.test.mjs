@@ -403,6 +403,100 @@ describe("idem/fastify: the key header's name and the problem hook are options",
   });
 });
 
+describe("idem/fastify: status queries about guarded routes only, after the routes' own hooks; a nested registration takes its routes over", () => {
+  const STATUS = "application/vnd.idem.key-status+json";
+  const ask = (url, key, field = "POST; settle", headers = {}) =>
+    fetch(url, { headers: { "idempotency-key": `"${key}"`, "idempotency-status": field, "x-user": "alice", ...headers }, signal: AbortSignal.timeout(10_000) });
+
+  test("a status query to a URL no route guards is not answered, and does not settle its key (IDEM-STATUS-2)", async () => {
+    const app = Fastify();
+    let runs = 0;
+    await app.register(idempotency, { store: new MemoryStore(), principal: (request) => request.headers["x-user"] ?? "" });
+    app.post("/orders", { config: { idempotency: true } }, async () => ({ run: ++runs }));
+    app.post("/open", async () => ({ run: ++runs }));
+    app.get("/health", async () => ({ ok: true }));
+    await app.listen({ port: 0, host: "127.0.0.1" });
+    const url = `http://127.0.0.1:${app.server.address().port}`;
+    try {
+      // A guarded URL without a GET route of its own: answered.
+      const guarded = await ask(`${url}/orders`, fresh().slice(1, -1));
+      assert.equal(guarded.status, 200);
+      assert.equal(guarded.headers.get("content-type"), STATUS);
+      for (const path of ["/open", "/health", "/nothing"]) {
+        const r = await ask(`${url}${path}`, "k-1");
+        assert.notEqual(r.headers.get("content-type"), STATUS, `${path} answered a status query`);
+      }
+      assert.equal((await (await fetch(`${url}/health`, { headers: { "idempotency-status": "POST" } })).json()).ok, true, "the route ran");
+      const open = await fetch(`${url}/open`, { method: "POST", headers: { "idempotency-key": '"k-1"', "content-type": "application/json" }, body: "{}" });
+      assert.equal(open.status, 200);
+      assert.equal(runs, 1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  test("a route's own onRequest hook (its authentication) runs before a status query about it is answered", async () => {
+    const app = Fastify();
+    await app.register(idempotency, { store: new MemoryStore(), principal: (request) => request.user });
+    const auth = async (request, reply) => {
+      if (request.headers.authorization !== "Bearer alice") return reply.code(401).send({ error: "who are you?" });
+      request.user = "alice";
+    };
+    app.post("/orders", { config: { idempotency: true }, onRequest: auth }, async () => ({ made: true }));
+    app.get("/orders", { onRequest: auth }, async () => ({ orders: [] }));
+    await app.listen({ port: 0, host: "127.0.0.1" });
+    const url = `http://127.0.0.1:${app.server.address().port}/orders`;
+    try {
+      const stranger = await ask(url, "k-2", "POST", { authorization: "Bearer mallory" });
+      assert.equal(stranger.status, 401);
+      const alice = await ask(url, "k-2", "POST", { authorization: "Bearer alice" });
+      assert.equal(alice.status, 200);
+      assert.equal(alice.headers.get("content-type"), STATUS);
+    } finally {
+      await app.close();
+    }
+  });
+
+  test("registered again in a nested context, the plugin's own store guards that context's routes alone", async () => {
+    const outer = new MemoryStore();
+    const inner = new MemoryStore();
+    const app = Fastify();
+    await app.register(idempotency, { store: outer, principal: "none", fingerprint: { maxBody: MAX_BODY } });
+    let runs = 0;
+    await app.register(
+      async (payments) => {
+        await payments.register(idempotency, { store: inner, principal: "none", fingerprint: { maxBody: 4 * MAX_BODY } });
+        payments.post("/payments", { config: { idempotency: true } }, async (request, reply) => reply.code(201).send({ run: ++runs }));
+        // A status query about a nested route goes to a GET route at its URL (without one,
+        // Fastify answers 404 from the outer context).
+        payments.get("/payments", async () => ({ payments: runs }));
+      },
+      { prefix: "/v1" },
+    );
+    await app.listen({ port: 0, host: "127.0.0.1" });
+    const base = `http://127.0.0.1:${app.server.address().port}`;
+    try {
+      const key = fresh();
+      // Past the outer registration's limit, within the inner one's: only the inner one
+      // reads it.
+      const body = JSON.stringify({ pad: "p".repeat(2 * MAX_BODY) });
+      const first = await post(base, { key, path: "/v1/payments", body });
+      assert.equal(first.status, 201, await first.clone().text());
+      const retry = await post(base, { key, path: "/v1/payments", body });
+      assert.equal(retry.headers.get("idempotent-replayed"), "true");
+      assert.equal(runs, 1);
+      const status = await ask(`${base}/v1/payments`, key.slice(1, -1), "POST");
+      assert.equal(status.headers.get("content-type"), STATUS);
+      assert.equal((await status.json()).status, "completed");
+      // The outer store holds nothing of the inner routes.
+      assert.equal(outer.size, 0);
+      assert.equal(inner.size, 1);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe("idem/fastify: two apps on one Redis (the store kit's shared-store case)", () => {
   let redis;
   const clients = [];
