@@ -166,11 +166,18 @@ impl TimeKeys {
         )
     }
 
+    /// Whether a key with timestamp `at` is still ahead of the window at `now` (refused as
+    /// from the future).
+    pub(crate) fn ahead_of_window(&self, now: UnixMillis, at: UnixMillis) -> bool {
+        now.until(at) > self.max_ahead_ms
+    }
+
     /// Whether `key` is inside the window at `now` (`IDEM-TIME-2`, `IDEM-TIME-3`).
     pub(crate) fn check(&self, now: UnixMillis, key: &TimeKey) -> Result<(), RejectReason> {
-        let ahead = now.until(key.at);
-        if ahead > self.max_ahead_ms {
-            return Err(RejectReason::FromFuture { ahead_ms: ahead });
+        if self.ahead_of_window(now, key.at) {
+            return Err(RejectReason::FromFuture {
+                ahead_ms: now.until(key.at),
+            });
         }
         if key.at.until(now) >= self.max_age_ms {
             return Err(RejectReason::Stale);

@@ -444,6 +444,34 @@ fn tokens_time_keys_and_counters_are_asked_about_by_their_own_keys() {
 }
 
 #[test]
+fn a_time_key_ahead_of_its_window_is_read_and_never_settled() {
+    // IDEM-STATUS-3 IDEM-TIME-2: refused now, it may run once the window reaches it, after a
+    // settled record (kept for the key's retention) would have gone: a settle would say
+    // not-executed of a request that runs later.
+    let mut store = MemoryStore::default();
+    let times = policy()
+        .with_keys(KeyKind::Time(TimeKeyConfig {
+            max_ahead: Duration::from_secs(1),
+            max_age: Duration::from_secs(10),
+        }))
+        .unwrap();
+    let ahead = (T0.0 + 40_000).to_string();
+    let (found, _) = status(&times, &mut store, T0, "alice", &ahead, "POST; settle");
+    assert_eq!(found, Some(KeyStatus::Unknown));
+    // Once in its window, it runs.
+    let later = UnixMillis(T0.0 + 39_500);
+    let mut original = request(&times, "alice", &ahead, 5);
+    assert!(matches!(
+        drive(&mut original, &mut store, later),
+        Step::Run(_)
+    ));
+    // A key inside its window is settled as any other.
+    let now = T0.0.to_string();
+    let (found, _) = status(&times, &mut store, T0, "alice", &now, "POST; settle");
+    assert_eq!(found, Some(KeyStatus::NotExecuted));
+}
+
+#[test]
 fn bad_queries_are_refused_with_problems_and_nothing_is_read() {
     // IDEM-STATUS-4 IDEM-KEY-3 IDEM-KEY-5
     let policy = policy();

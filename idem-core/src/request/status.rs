@@ -153,6 +153,8 @@ pub(super) struct Querying {
     key: String,
     /// The counter slot asked about, for counter keys: its epoch and number.
     seq: Option<(u64, u64)>,
+    /// The timestamp of a unix-time key asked about.
+    time_at: Option<UnixMillis>,
     settle: bool,
     /// Whether the read is handed out.
     reading: bool,
@@ -208,10 +210,14 @@ impl Policy {
             Ok(key) => key,
             Err(e) => return Request::refused(Refusal::key(&e)),
         };
+        let mut time_at = None;
         let (record_key, seq) = match &self.rules {
             Rules::Record(_) => (RecordKey::new(scope, key.clone()), None),
             Rules::Time(t) => match time_key_of(&key, query.client) {
-                Ok(k) => (t.record_key(&scope, &k), None),
+                Ok(k) => {
+                    time_at = Some(k.at);
+                    (t.record_key(&scope, &k), None)
+                }
                 Err(e) => return Request::refused(Refusal::kind_key(&e, "IDEM-TIME-1")),
             },
             Rules::Token(t) => {
@@ -236,6 +242,7 @@ impl Policy {
             key,
             settle: settle && seq.is_none(),
             seq,
+            time_at,
             reading: false,
             settling: false,
             rounds: 0,
@@ -302,7 +309,14 @@ impl Request {
             Some((epoch, seq)) => slot_status(now, record, epoch, seq, config),
             None => record_status(now, record, config),
         };
-        if !(q.settle && status == KeyStatus::Unknown && q.rounds < MAX_LOST_RACES) {
+        // A unix-time key still ahead of its window is refused as it is now, and may run once
+        // the window reaches it, maybe after a settled record would have expired: it is read,
+        // never settled.
+        let ahead = match (&self.rules, q.time_at) {
+            (Rules::Time(t), Some(at)) => t.ahead_of_window(now, at),
+            _ => false,
+        };
+        if !(q.settle && status == KeyStatus::Unknown && q.rounds < MAX_LOST_RACES && !ahead) {
             let reply = status_document(&q.key, &status);
             self.state = State::Answered(Answer::Status(Box::new((status, reply))));
             return;
