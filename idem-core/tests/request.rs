@@ -597,6 +597,44 @@ fn a_heartbeat_whose_answer_was_lost_does_not_fence_out_its_own_completion() {
 }
 
 #[test]
+fn a_completion_that_landed_and_was_sent_again_is_its_own() {
+    // IDEM-STORE-1 IDEM-LEASE-2: the store made the completion, its answer was lost, and the
+    // client sent it again (ioredis does), which found the record already changed: what it
+    // finds is this lease's own completion, not another attempt's.
+    let policy = policy();
+    let mut store = MemoryStore::default();
+    let mut waiters = Waiters::default();
+    let mut req = request(&policy, "k", "{}", 1);
+    assert!(matches!(drive(&mut req, &mut store, T0), Step::Run(_)));
+    let _ = events(&mut req);
+    req.handle_outcome(Outcome::Final(ok("done")));
+    let Step::Apply(completion) = req.poll(at(1_000), &mut waiters) else {
+        panic!("the completion's write");
+    };
+    assert_eq!(
+        store.apply(at(1_000), completion.clone()).unwrap(),
+        Applied::Applied
+    );
+    // Sent again: its precondition no longer holds.
+    assert_eq!(
+        store.apply(at(1_000), completion).unwrap(),
+        Applied::Conflict
+    );
+    req.handle_applied(at(1_000), Applied::Conflict, &mut waiters);
+    assert_eq!(
+        drive(&mut req, &mut store, at(1_000)),
+        Step::Done(Finish::Stored)
+    );
+    let names = events(&mut req);
+    assert!(!names.contains(&"fenced-out"), "{names:?}");
+    // The handler's own answer goes out, not the key's outcome as a replay.
+    assert!(req.reply().is_none());
+    let mut retry = request(&policy, "k", "{}", 2);
+    assert_eq!(drive(&mut retry, &mut store, at(1_001)), Step::Reply);
+    assert_eq!(retry.reply().unwrap().body(), b"done");
+}
+
+#[test]
 fn a_completion_after_a_takeover_is_fenced_out() {
     // IDEM-LEASE-1 IDEM-LEASE-2
     let policy = policy();

@@ -1,8 +1,9 @@
-// RedisStore when its connection dies with a claim's answer on the way, on a private Redis:
-// Redis made the claim, the connection is killed before the answer goes out, and ioredis
-// sends the script again once it has reconnected. The claim is its writer's own, and runs
-// its handler at once; while writes alike to the byte from different attempts (takeovers of
-// one lease in the same millisecond) are still made once.
+// RedisStore when its connection dies with a write's answer on the way, on a private Redis:
+// Redis made the write, the connection is killed before the answer goes out, and ioredis
+// sends the script again once it has reconnected. A claim is its writer's own, and runs its
+// handler at once; a completion is its own, and its caller gets its own answer, not a
+// replay. Writes alike to the byte from different attempts (takeovers of one lease in the
+// same millisecond) are still made once.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
@@ -36,17 +37,19 @@ describe("RedisStore: a write whose answer is lost with its connection", () => {
     await server?.stop();
   });
 
-  test("Redis made the claim and its answer was lost: the script sent again is the claim's own, and the handler runs at once, once (IDEM-STORE-1, IDEM-STORE-12)", async () => {
+  test("Redis made the claim, or the completion, and its answer was lost: the script sent again is its writer's own (IDEM-STORE-1, IDEM-STORE-12, IDEM-LEASE-2)", async () => {
     const redis = client();
     const store = new RedisStore(redis);
     const busy = client();
     const killer = client();
-    let lose = false;
+    // The kind of write to lose the answer of: "claim" (a new record) or "completion".
+    let lose = null;
     const losing = {
       load: (key) => store.load(key),
       apply: async (key, write, now, info) => {
-        if (!lose || write.expect !== null) return store.apply(key, write, now, info);
-        lose = false;
+        const kind = write.expect === null ? "claim" : info?.outcome !== undefined ? "completion" : "other";
+        if (lose !== kind) return store.apply(key, write, now, info);
+        lose = null;
         const id = await redis.client("ID");
         // Redis is busy; the write, then the kill of its connection, queue up behind: Redis
         // makes the write, then closes the connection before its answer goes out.
@@ -60,20 +63,22 @@ describe("RedisStore: a write whose answer is lost with its connection", () => {
     };
     let runs = 0;
     const handler = withIdempotency(async () => new Response(`order ${++runs}`, { status: 201 }), { store: losing, principal: "none", lease: 60_000 });
-    for (let round = 0; round < 3; round++) {
-      const key = randomUUID();
-      const before = runs;
-      lose = true;
-      const first = await handler(post(key));
-      assert.equal(lose, false, `round ${round}: the fault was met`);
-      assert.equal(first.status, 201, `round ${round}: ${await first.clone().text()}`);
-      assert.equal(first.headers.get("idempotent-replayed"), null, `round ${round}: its own answer, not a replay`);
-      assert.equal(await first.text(), `order ${before + 1}`);
-      const retry = await handler(post(key));
-      assert.equal(retry.status, 201);
-      assert.equal(retry.headers.get("idempotent-replayed"), "true");
-      assert.equal(await retry.text(), `order ${before + 1}`);
-      assert.equal(runs, before + 1);
+    for (const kind of ["claim", "completion"]) {
+      for (let round = 0; round < 3; round++) {
+        const key = randomUUID();
+        const before = runs;
+        lose = kind;
+        const first = await handler(post(key));
+        assert.equal(lose, null, `${kind}, round ${round}: the fault was met`);
+        assert.equal(first.status, 201, `${kind}, round ${round}: ${await first.clone().text()}`);
+        assert.equal(first.headers.get("idempotent-replayed"), null, `${kind}, round ${round}: its own answer, not a replay`);
+        assert.equal(await first.text(), `order ${before + 1}`);
+        const retry = await handler(post(key));
+        assert.equal(retry.status, 201);
+        assert.equal(retry.headers.get("idempotent-replayed"), "true");
+        assert.equal(await retry.text(), `order ${before + 1}`);
+        assert.equal(runs, before + 1);
+      }
     }
   });
 

@@ -167,6 +167,7 @@ impl Request {
             wants_heartbeat: false,
             op: Op::None,
             rounds: 0,
+            completion: None,
         });
     }
 }

@@ -131,6 +131,9 @@ pub(super) struct Holding {
     pub(super) wants_heartbeat: bool,
     pub(super) op: Op,
     pub(super) rounds: usize,
+    /// The version the record's last completion write put (none for a delete): what the
+    /// record reads once that write landed, whatever became of its answer.
+    pub(super) completion: Option<u64>,
 }
 
 /// Why a final response is not kept (`IDEM-STORE-5`).
@@ -175,8 +178,11 @@ pub(super) fn is_not_stored(response: &StoredResponse) -> bool {
 impl Request {
     /// A completion or heartbeat of a record lease lost a race: if the record read now is
     /// still this lease's (same incarnation, same fencing number, in flight), a write of this
-    /// lease moved it on and its answer was lost; carry on from it. Otherwise the lease was
-    /// taken over.
+    /// lease moved it on and its answer was lost; carry on from it. If it is what this
+    /// lease's completion wrote (its version, this incarnation and fencing number, which no
+    /// other attempt holds, and its response), that completion landed and only its answer
+    /// was lost (a client that sent it again, as ioredis does, found it made): it is
+    /// finished. Otherwise the lease was taken over.
     pub(super) fn after_conflict(
         &mut self,
         now: UnixMillis,
@@ -189,6 +195,24 @@ impl Request {
         let Hold::Record(lease) = &mut h.hold else {
             return;
         };
+        if let (false, Some(version), Some(r)) = (heartbeat, h.completion, record) {
+            // Its response too: a twin of this lease (the same ticket held twice) that
+            // completed first wrote the same version and fence, with its own answer.
+            let landed = match (&r.state, &h.outcome) {
+                (RecordState::Completed { response, .. }, Some(SharedOutcome::Final(ours))) => {
+                    **response == **ours
+                }
+                _ => false,
+            };
+            if landed
+                && r.version == version
+                && r.fence == lease.fence
+                && r.created == lease.created
+            {
+                self.finish(Finish::Stored);
+                return;
+            }
+        }
         let ours = record.and_then(|r| match r.state {
             RecordState::InFlight { lease_expires }
                 if r.fence == lease.fence
@@ -238,6 +262,10 @@ impl Request {
         match completed {
             Ok(write) => {
                 h.op = Op::Completing(Finish::of(&write));
+                h.completion = match &write.op {
+                    crate::WriteOp::Put(r) => Some(r.version),
+                    crate::WriteOp::Delete => None,
+                };
                 Step::Apply(write)
             }
             Err(e) => {
