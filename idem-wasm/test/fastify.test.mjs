@@ -408,7 +408,7 @@ describe("idem/fastify: status queries about guarded routes only, after the rout
   const ask = (url, key, field = "POST; settle", headers = {}) =>
     fetch(url, { headers: { "idempotency-key": `"${key}"`, "idempotency-status": field, "x-user": "alice", ...headers }, signal: AbortSignal.timeout(10_000) });
 
-  test("a status query to a URL no route guards is not answered, and does not settle its key (IDEM-STATUS-2)", async () => {
+  test("a status query to a URL no route guards is not answered, and does not settle its key (IDEM-STATUS-2, IDEM-STATUS-4)", async () => {
     const app = Fastify();
     let runs = 0;
     await app.register(idempotency, { store: new MemoryStore(), principal: (request) => request.headers["x-user"] ?? "" });
@@ -435,7 +435,7 @@ describe("idem/fastify: status queries about guarded routes only, after the rout
     }
   });
 
-  test("a route's own onRequest hook (its authentication) runs before a status query about it is answered", async () => {
+  test("a route's own onRequest hook (its authentication) runs before a status query about it is answered (IDEM-STATUS-4)", async () => {
     const app = Fastify();
     await app.register(idempotency, { store: new MemoryStore(), principal: (request) => request.user });
     const auth = async (request, reply) => {
